@@ -10,7 +10,7 @@ import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from runner.evidence import CheckpointState
 
@@ -23,7 +23,10 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 12 (minutes), '45s', '12m' or '2h', got a boolean")
     if isinstance(value, (int, float)):
-        seconds = float(value) * 60
+        try:
+            seconds = float(value) * 60
+        except OverflowError:  # a 400-digit integer from YAML must be a user error, not a crash
+            raise ValueError("a duration this large is not a duration") from None
     elif isinstance(value, str):
         m = _DURATION.match(value)
         if not m:
@@ -37,7 +40,20 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    # The schema shows what a plan may contain (minutes or a string with a unit), not the
+    # seconds the model stores, so editors validating front matter accept "45s".
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "description": "minutes"},
+                {"type": "string", "pattern": _DURATION.pattern, "description": "e.g. '45s', '12m', '2h'"},
+            ]
+        }
+    ),
+]
 """Seconds, written in the plan as minutes or with a unit."""
 
 
@@ -122,6 +138,7 @@ class Checkpoint(Config):
     state: CheckpointState = CheckpointState.TODO
     verify: str | None = None
     line: int = 0
+    blocked_reason: str | None = None  # the text after `BLOCKED:` when state is BLOCKED
 
 
 class Stage(Config):
