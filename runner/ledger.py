@@ -63,7 +63,10 @@ class SessionRecord(Record):
     gates: tuple[GateSummary, ...] = ()
     hints: Hints = Field(default_factory=Hints)
     reconciled: bool = False  # classified after the job that ran it died
-    next_action: NextAction
+    resume_session_id: str | None = None  # the agent session this one resumed
+    instructions: str | None = None  # a human's instruction this session was given
+    # None only transiently, while the policy folds the record to decide it
+    next_action: NextAction | None = None
 
 
 class Advice(Record):

@@ -1,0 +1,231 @@
+"""The next-action policy, one test per rule, each asserting the decision object."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from core_builders import DONE, T0, BLOCKED, plan, record
+from runner.actions import (
+    Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
+)
+from runner.ledger import Advice, Parked, Reply, SessionStarted
+from runner.plan import BudgetConfig
+from runner.policy import (
+    LIMIT_BACKOFF_BASE, decide_after_advice, decide_after_reply, decide_next, decide_start, fold,
+)
+
+
+def verdict(outcome, blame=Blame.NONE, **kw) -> Verdict:
+    kw.setdefault("observed_at", T0)
+    return Verdict(outcome=outcome, blame=blame, rule=0, reasons=("r",), **kw)
+
+
+def run(history, plan_=None, **last_verdict):
+    """Fold records (the last one is this session) and decide on the last one's outcome."""
+    state = fold(history)
+    last = history[-1]
+    v = verdict(last.outcome, last.blame, fingerprint=last.fingerprint,
+                zero_output=last.zero_output, agent_session_id=last.agent_session_id, **last_verdict)
+    return decide_next(v, state, plan_ or plan())
+
+
+def test_advanced_runs_delivery_on_next_checkpoint_and_resets_stage_attempts():
+    """Advanced: next checkpoint, attempts of the stage reset."""
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="a"),
+         record(2, Outcome.ADVANCED, advanced=("1.1",))]
+    action = run(h, plan({"1.1": DONE}))
+    assert action == RunSession(kind=SessionKind.DELIVERY, checkpoint="1.2", reason="advanced: next checkpoint")
+    assert fold(h).stage_attempts == {1: 0}
+
+
+def test_progress_runs_another_delivery_session():
+    """Progress: another delivery session on the same checkpoint."""
+    action = run([record(1, Outcome.PROGRESS)])
+    assert isinstance(action, RunSession) and action.kind is SessionKind.DELIVERY and action.checkpoint == "1.1"
+
+
+def test_last_checkpoint_done_finishes():
+    """When every checkpoint is DONE the plan finishes."""
+    action = run([record(1, Outcome.ADVANCED, checkpoint="2.1", stage=2)], plan({"1.1": DONE, "1.2": DONE, "2.1": DONE}))
+    assert isinstance(action, Finish)
+
+
+def test_next_checkpoint_blocked_parks():
+    """A BLOCKED checkpoint ahead parks the plan rather than running into it."""
+    action = run([record(1, Outcome.ADVANCED)], plan({"1.1": DONE, "1.2": BLOCKED}))
+    assert isinstance(action, Park) and "1.2" in action.reason
+
+
+def test_needs_human_parks():
+    """NeedsHuman parks with the verdict's reasons."""
+    action = run([record(1, Outcome.NEEDS_HUMAN)])
+    assert isinstance(action, Park) and action.details == ("r",)
+
+
+def test_gates_red_runs_fix_session_and_burns_an_attempt():
+    """GatesRed: a fix-gates session; the stage's attempt is burned."""
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="a")]
+    assert run(h).kind is SessionKind.FIX_GATES
+    assert fold(h).stage_attempts == {1: 1}
+
+
+def test_no_progress_and_agent_error_run_their_fix_sessions():
+    """NoProgress and AgentError each get their own fix session kind."""
+    assert run([record(1, Outcome.NO_PROGRESS, Blame.AGENT, fingerprint="n")]).kind is SessionKind.FIX_NO_PROGRESS
+    assert run([record(1, Outcome.AGENT_ERROR, Blame.AGENT, fingerprint="e")]).kind is SessionKind.FIX_ERROR
+
+
+def test_stage_attempt_budget_spent_consults_advisor():
+    """Expected sessions x slack attempts, then the advisor is consulted."""
+    p = plan(sessions=(1, 1), budget=BudgetConfig(slack=2.0))
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="a"),
+         record(2, Outcome.NO_PROGRESS, Blame.AGENT, fingerprint="b")]
+    action = run(h, p)
+    assert isinstance(action, ConsultAdvisor) and "attempt budget" in action.reason
+
+
+def test_circuit_breaker_same_failure_twice_consults_advisor():
+    """Same outcome with the same fingerprint twice in a row stops the retrying."""
+    p = plan(sessions=(10, 1))
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="same"),
+         record(2, Outcome.GATES_RED, Blame.AGENT, fingerprint="same")]
+    action = run(h, p)
+    assert isinstance(action, ConsultAdvisor) and "circuit breaker" in action.reason
+
+
+def test_different_failures_do_not_trip_the_breaker():
+    """Two different failures in a row are not spinning."""
+    p = plan(sessions=(10, 1))
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="a"),
+         record(2, Outcome.GATES_RED, Blame.AGENT, fingerprint="b")]
+    assert isinstance(run(h, p), RunSession)
+
+
+def test_rate_limit_waits_until_reset_time_and_burns_nothing():
+    """LimitBackoff waits until the backend's reset time, then runs the same session kind."""
+    reset = T0 + timedelta(minutes=47)
+    h = [record(1, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT, kind=SessionKind.FIX_GATES)]
+    action = run(h, reset_at=reset)
+    assert isinstance(action, Wait) and action.until == reset
+    assert action.then.kind is SessionKind.FIX_GATES
+    assert fold(h).stage_attempts == {}
+
+
+def test_rate_limit_without_reset_time_backs_off_exponentially():
+    """No reset time: 5 minutes, doubling with each consecutive backoff."""
+    h = [record(1, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT), record(2, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT)]
+    assert run(h[:1]).until == T0 + LIMIT_BACKOFF_BASE
+    assert run(h).until == T0 + 2 * LIMIT_BACKOFF_BASE
+
+
+def test_transient_error_backs_off_briefly():
+    """Transient errors get a short backoff (seconds, not minutes)."""
+    action = run([record(1, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT)], transient=True)
+    assert action.until - T0 == timedelta(seconds=30)
+
+
+def test_max_backoffs_in_a_row_parks():
+    """`max_backoffs` consecutive backoffs park the plan."""
+    p = plan(budget=BudgetConfig(max_backoffs=3))
+    h = [record(i, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT) for i in (1, 2, 3)]
+    assert isinstance(run(h, p), Park)
+    assert isinstance(run(h[:2], p), Wait)
+
+
+def test_rolled_over_starts_fresh_session_with_handoff():
+    """RolledOver: a fresh session with the handoff; no attempt burned."""
+    h = [record(1, Outcome.ROLLED_OVER, Blame.ENVIRONMENT)]
+    assert run(h).kind is SessionKind.HANDOFF
+    assert fold(h).stage_attempts == {}
+
+
+def test_stalled_resumes_the_same_agent_session():
+    """Stalled: resume the same agent session by its id."""
+    action = run([record(1, Outcome.STALLED, agent_session_id="abc")])
+    assert action.kind is SessionKind.RESUME and action.resume_session_id == "abc"
+
+
+def test_timed_out_resumes_like_stalled():
+    """TimedOut is handled as Stalled."""
+    assert run([record(1, Outcome.TIMED_OUT, agent_session_id="abc")]).kind is SessionKind.RESUME
+
+
+def test_resume_budget_spent_consults_advisor():
+    """More stalls in a row than max_resumes: the advisor decides."""
+    p = plan(budget=BudgetConfig(max_resumes=1))
+    h = [record(1, Outcome.STALLED, agent_session_id="a"), record(2, Outcome.STALLED, agent_session_id="a")]
+    assert isinstance(run(h, p), ConsultAdvisor)
+
+
+def test_two_zero_output_stalls_park():
+    """Two consecutive zero-output stalls park the plan."""
+    h = [record(1, Outcome.STALLED, zero_output=True), record(2, Outcome.STALLED, zero_output=True)]
+    assert isinstance(run(h), Park)
+
+
+def test_max_sessions_parks():
+    """The whole plan is bounded by max_sessions."""
+    p = plan(budget=BudgetConfig(max_sessions=2))
+    h = [record(1, Outcome.PROGRESS), record(2, Outcome.PROGRESS)]
+    action = run(h, p)
+    assert isinstance(action, Park) and "max_sessions" in action.reason
+
+
+def test_max_cost_parks():
+    """The whole plan is bounded by max_cost_usd where the backend reports cost."""
+    p = plan(budget=BudgetConfig(max_cost_usd=1.0))
+    action = run([record(1, Outcome.PROGRESS, cost_usd=0.6), record(2, Outcome.PROGRESS, cost_usd=0.5)], p)
+    assert isinstance(action, Park) and "max_cost_usd" in action.reason
+
+
+def test_advisor_retry_resume_skip_human():
+    """Each advisor answer leads to its action; 'human' parks."""
+    state = fold([record(1, Outcome.STALLED, agent_session_id="s1")])
+    p = plan()
+    assert decide_after_advice("retry", "x", state, p).kind is SessionKind.DELIVERY
+    assert decide_after_advice("resume", "x", state, p).resume_session_id == "s1"
+    assert decide_after_advice("skip", "x", state, p).checkpoint == "1.2"
+    assert isinstance(decide_after_advice("human", "x", state, p), Park)
+
+
+def test_advice_resets_budgets_in_the_folded_state():
+    """A recorded retry restarts the stage's attempts and the breaker."""
+    park = Park(reason="x")
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="a"),
+         Advice(at=T0, answer="retry", reason="try once more", next_action=park)]
+    state = fold(h)
+    assert state.stage_attempts == {1: 0} and state.streak == 0 and state.pending == park
+
+
+def test_reply_resume_carries_instructions():
+    """A human's reply text reaches the next session as instructions."""
+    state = fold([record(1, Outcome.NEEDS_HUMAN, next_action=Park(reason="x"))])
+    action = decide_after_reply("resume", "use 24h tokens", "octocat", state, plan())
+    assert action.instructions == "use 24h tokens" and action.kind is SessionKind.DELIVERY
+
+
+def test_reply_stop_parks_and_skip_moves_on():
+    """`stop` parks for good; `skip` skips the checkpoint that was being worked on."""
+    state = fold([record(1, Outcome.NEEDS_HUMAN)])
+    assert isinstance(decide_after_reply("stop", "", "octocat", state, plan()), Park)
+    assert decide_after_reply("skip", "", "octocat", state, plan()).checkpoint == "1.2"
+
+
+def test_fold_tracks_open_sessions_parks_and_pending_actions():
+    """A started session without a record stays open; a park is pending until a reply."""
+    started = SessionStarted(n=2, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=T0, base_sha="0")
+    park = Park(reason="needs a human")
+    h = [record(1, Outcome.NEEDS_HUMAN, next_action=park), Parked(at=T0, reason="x", issue_url="u"), started]
+    state = fold(h)
+    assert state.open_session == started and state.parked and state.park_issue == "u"
+    resumed = fold(h[:2] + [Reply(at=T0, command="retry", next_action=RunSession(
+        kind=SessionKind.DELIVERY, checkpoint="1.1", reason="r"))])
+    assert not resumed.parked and resumed.park_issue is None
+
+
+def test_decide_start_first_session_and_pending():
+    """With no history the first session is a delivery on the first checkpoint."""
+    assert decide_start(fold([]), plan()) == RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1",
+                                                        reason="first session of the plan")
+    park = Park(reason="p")
+    assert decide_start(fold([record(1, Outcome.NEEDS_HUMAN, next_action=park)]), plan()) == park
