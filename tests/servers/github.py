@@ -1,0 +1,445 @@
+"""A stateful GitHub REST API server on 127.0.0.1 for tests.
+
+It speaks the subset of api.github.com that plan-runner uses, with the same
+JSON shapes, status codes and rate-limit headers, so PyGithub runs against it
+over real HTTP. Tests read and set its state directly (`srv.issues`,
+`srv.dispatches`, `srv.calls`, `srv.set_permission(...)`) and inject faults
+(`srv.fail_next`, `srv.secondary_rate_limit`, `srv.primary_rate_limit`,
+`srv.delay_next`, `srv.reset_next`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+from tests.servers import github_shapes as shapes
+
+ROLES = ("admin", "maintain", "write", "triage", "read", "none")
+# The legacy `permission` field folds the newer roles into the old four.
+LEGACY = {"admin": "admin", "maintain": "write", "write": "write", "triage": "read", "read": "read",
+          "none": "none"}
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    status: int
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    workflow: str
+    ref: str
+    inputs: dict[str, Any]
+
+
+@dataclass
+class Fault:
+    kind: str  # status | secondary | primary | delay | reset
+    count: int
+    match: re.Pattern[str] | None
+    status: int = 502
+    seconds: float = 0.0
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("message"))
+        self.status = status
+        self.body = body
+
+
+def not_found() -> ApiError:
+    return ApiError(404, shapes.error("Not Found", 404))
+
+
+class GitHubServer:
+    """Use as a context manager; `.url` is the API base (GITHUB_API_URL)."""
+
+    def __init__(self, *, owner: str = "octo-org", repo: str = "demo", token: str = "test-token",
+                 login: str = "github-actions[bot]", default_branch: str = "main",
+                 rate_limit: int = 5000) -> None:
+        self.owner, self.repo, self.token, self.login = owner, repo, token, login
+        self.default_branch = default_branch
+        self.rate_limit, self.rate_used = rate_limit, 0
+        self.lock = threading.RLock()
+        self._ids = 1000
+        self.users: dict[str, dict[str, Any]] = {}
+        self.issues: dict[int, dict[str, Any]] = {}  # pull requests too, as GitHub numbers them
+        self.comments: dict[int, dict[str, Any]] = {}
+        self.reactions: dict[int, list[dict[str, Any]]] = {}
+        self.labels: dict[str, dict[str, Any]] = {}
+        self.permissions: dict[str, str] = {owner: "admin"}
+        self.branches: dict[str, str] = {default_branch: self._sha(default_branch)}
+        self.workflows: dict[str, tuple[str, ...]] | None = None  # None: accept any workflow
+        self.dispatches: list[Dispatch] = []
+        self.check_runs: dict[str, list[dict[str, Any]]] = {}
+        self.statuses: dict[str, list[dict[str, Any]]] = {}
+        self.calls: list[Call] = []
+        self.faults: list[Fault] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._sockets: set[socket.socket] = set()
+        self.url = ""
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def start(self) -> GitHubServer:
+        server = self
+
+        class Handler(_Handler):
+            srv = server
+
+        class Httpd(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                with server.lock:
+                    server._sockets.add(request)
+                super().process_request(request, client_address)
+
+            def shutdown_request(self, request: Any) -> None:
+                with server.lock:
+                    server._sockets.discard(request)
+                super().shutdown_request(request)
+
+        self._httpd = Httpd(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        with self.lock:
+            for sock in list(self._sockets):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self._httpd.server_close()
+        assert self._thread is not None
+        self._thread.join(5)
+        self._httpd = None
+
+    def __enter__(self) -> GitHubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def html_url(self) -> str:
+        return f"{self.url}/{self.owner}/{self.repo}"
+
+    @property
+    def repo_api(self) -> str:
+        return f"{self.url}/repos/{self.owner}/{self.repo}"
+
+    # ---- test-side setup and inspection ---------------------------------
+
+    def next_id(self) -> int:
+        with self.lock:
+            self._ids += 1
+            return self._ids
+
+    @staticmethod
+    def _sha(seed: str) -> str:
+        return hashlib.sha1(seed.encode()).hexdigest()
+
+    def user_json(self, login: str) -> dict[str, Any]:
+        if login not in self.users:
+            self.users[login] = shapes.user(self.url, login, 9000 + len(self.users))
+        return self.users[login]
+
+    def set_permission(self, login: str, role: str) -> None:
+        assert role in ROLES, role
+        self.permissions[login] = role
+
+    def set_branch(self, name: str, sha: str | None = None) -> str:
+        self.branches[name] = sha or self._sha(f"{name}:{time.time_ns()}")
+        return self.branches[name]
+
+    def add_workflow(self, file: str, inputs: tuple[str, ...] = ("plan",)) -> None:
+        self.workflows = {**(self.workflows or {}), file: inputs}
+
+    def add_issue(self, title: str, body: str = "", *, user: str | None = None,
+                  labels: tuple[str, ...] = (), state: str = "open") -> int:
+        with self.lock:
+            record = self._new_issue(user or self.login, title, body, list(labels))
+            record["state"] = state
+            return record["number"]
+
+    def add_comment(self, number: int, body: str, *, user: str) -> int:
+        with self.lock:
+            return self._new_comment(number, body, user)["id"]
+
+    def set_check_run(self, sha: str, name: str, status: str = "completed",
+                      conclusion: str | None = "success") -> None:
+        with self.lock:
+            self.check_runs.setdefault(sha, []).append({
+                "id": self.next_id(), "sha": sha, "name": name, "status": status,
+                "conclusion": conclusion if status == "completed" else None, "created_at": shapes.now_iso()})
+
+    def set_status(self, sha: str, context: str, state: str) -> None:
+        assert state in ("error", "failure", "pending", "success"), state
+        with self.lock:
+            self.statuses.setdefault(sha, []).append({
+                "id": self.next_id(), "sha": sha, "context": context, "state": state,
+                "created_at": shapes.now_iso()})
+
+    def count(self, method: str | None = None, path: str | None = None) -> int:
+        """Requests so far, optionally by method and a regex the path must fully match."""
+        with self.lock:
+            return sum(1 for c in self.calls if (method is None or c.method == method)
+                       and (path is None or re.fullmatch(path, c.path)))
+
+    def comments_on(self, number: int) -> list[dict[str, Any]]:
+        with self.lock:
+            return [c for c in self.comments.values() if c["issue"] == number]
+
+    # ---- fault injection -------------------------------------------------
+
+    def _fault(self, fault: Fault) -> None:
+        with self.lock:
+            self.faults.append(fault)
+
+    @staticmethod
+    def _pattern(match: str | None) -> re.Pattern[str] | None:
+        return re.compile(match) if match else None
+
+    def fail_next(self, n: int = 1, status: int = 502, *, match: str | None = None) -> None:
+        """The next `n` requests (matching "METHOD /path" by regex search) answer `status`."""
+        self._fault(Fault("status", n, self._pattern(match), status=status))
+
+    def secondary_rate_limit(self, n: int = 1, retry_after: int | None = 1, *, match: str | None = None) -> None:
+        self._fault(Fault("secondary", n, self._pattern(match), status=403, seconds=retry_after or 0))
+
+    def primary_rate_limit(self, n: int = 1, reset_in: float = 1.0, status: int = 403, *,
+                           match: str | None = None) -> None:
+        self._fault(Fault("primary", n, self._pattern(match), status=status, seconds=reset_in))
+
+    def delay_next(self, n: int = 1, seconds: float = 1.0, *, match: str | None = None) -> None:
+        self._fault(Fault("delay", n, self._pattern(match), seconds=seconds))
+
+    def reset_next(self, n: int = 1, *, match: str | None = None) -> None:
+        """Close the connection with a TCP reset instead of answering."""
+        self._fault(Fault("reset", n, self._pattern(match)))
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.match is None or fault.match.search(f"{method} {path}"):
+                    fault.count -= 1
+                    if fault.count <= 0:
+                        self.faults.remove(fault)
+                    return fault
+        return None
+
+    # ---- state changes used by the routes -------------------------------
+
+    def _new_issue(self, author: str, title: str, body: str | None, labels: list[str],
+                   pull: dict[str, Any] | None = None) -> dict[str, Any]:
+        number = len(self.issues) + 1
+        stamp = shapes.now_iso()
+        self.user_json(author)
+        for name in labels:
+            self.ensure_label(name)
+        record = {"id": self.next_id(), "number": number, "title": title, "body": body, "user": author,
+                  "state": "open", "labels": list(dict.fromkeys(labels)), "created_at": stamp,
+                  "updated_at": stamp, "comment_count": 0, "pull": pull}
+        self.issues[number] = record
+        return record
+
+    def _new_comment(self, number: int, body: str, author: str) -> dict[str, Any]:
+        issue = self.issues.get(number)
+        if issue is None:
+            raise not_found()
+        self.user_json(author)
+        stamp = shapes.now_iso()
+        record = {"id": self.next_id(), "issue": number, "body": body, "user": author, "created_at": stamp,
+                  "updated_at": stamp}
+        self.comments[record["id"]] = record
+        issue["comment_count"] += 1
+        return record
+
+    def ensure_label(self, name: str, color: str = "ededed", description: str | None = None) -> dict[str, Any]:
+        key = name.lower()
+        if key not in self.labels:
+            self.labels[key] = {"id": self.next_id(), "name": name, "color": color, "description": description}
+        return self.labels[key]
+
+    def issue_json(self, record: dict[str, Any]) -> dict[str, Any]:
+        labels = [self.labels[name.lower()] for name in record["labels"]]
+        return shapes.issue(self.repo_api, self.html_url, record, labels, self.users)
+
+    def comment_json(self, record: dict[str, Any]) -> dict[str, Any]:
+        return shapes.comment(self.repo_api, self.html_url, record, self.users,
+                              self.reactions.get(record["id"], []))
+
+    def repo_json(self) -> dict[str, Any]:
+        return shapes.repository(self.url, self.url, self.user_json(self.owner), self.repo, 42,
+                                 self.default_branch)
+
+    def pull_json(self, record: dict[str, Any]) -> dict[str, Any]:
+        return shapes.pull(self.repo_api, self.html_url, record, self.repo_json(), self.users)
+
+    def resolve_sha(self, ref: str) -> str:
+        return self.branches.get(ref, ref)
+
+    def rate_headers(self) -> dict[str, str]:
+        return {
+            "x-ratelimit-limit": str(self.rate_limit),
+            "x-ratelimit-remaining": str(max(0, self.rate_limit - self.rate_used)),
+            "x-ratelimit-reset": str(int(time.time()) + 3600),
+            "x-ratelimit-used": str(self.rate_used),
+            "x-ratelimit-resource": "core",
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    srv: GitHubServer
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # idle keep-alive connections end instead of pinning a thread
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        from tests.servers.github_routes import route
+
+        srv = self.srv
+        parts = urlsplit(self.path)
+        path = unquote(parts.path).rstrip("/") or "/"
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        fault = srv.take_fault(method, path)
+        if fault is not None and fault.kind == "reset":
+            self._reset()
+            srv.calls.append(Call(method, path, query, None, 0))
+            return
+        if fault is not None and fault.kind == "delay":
+            time.sleep(fault.seconds)
+            fault = None
+        body: Any = None
+        try:
+            if fault is not None:
+                reply = self._fault_reply(fault)
+            elif not self._authorised():
+                reply = Reply(401, shapes.error("Bad credentials", 401))
+            else:
+                try:
+                    body = json.loads(raw) if raw.strip() else None
+                except ValueError:
+                    raise ApiError(400, shapes.error("Problems parsing JSON", 400)) from None
+                with srv.lock:
+                    if path != "/rate_limit":
+                        srv.rate_used += 1
+                    reply = route(srv, method, path, query, body)
+        except ApiError as exc:
+            reply = Reply(exc.status, exc.body)
+        with srv.lock:
+            srv.calls.append(Call(method, path, query, body, reply.status))
+        self._send(method, reply)
+
+    def _authorised(self) -> bool:
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() in ("token", "bearer") and given.strip() == self.srv.token
+
+    def _fault_reply(self, fault: Fault) -> Reply:
+        if fault.kind == "secondary":
+            headers = {"retry-after": str(int(fault.seconds))} if fault.seconds else {}
+            message = ("You have exceeded a secondary rate limit. Please wait a few minutes before you try "
+                       "again. If you reach out to GitHub Support for help, please include the request ID.")
+            return Reply(403, shapes.error(message, 403), headers)
+        if fault.kind == "primary":
+            reset = int(time.time() + fault.seconds)
+            headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(reset), "x-ratelimit-used": "5000"}
+            message = "API rate limit exceeded for installation ID 1. If you reach out to GitHub Support ..."
+            return Reply(fault.status, shapes.error(message, fault.status), headers)
+        reason = "Server Error" if fault.status >= 500 else "Injected failure"
+        return Reply(fault.status, shapes.error(reason, fault.status))
+
+    def _reset(self) -> None:
+        # SO_LINGER with a zero timeout makes close() send RST, as a dropped proxy does.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+
+    def _send(self, method: str, reply: Reply) -> None:
+        data = b"" if reply.body is None else json.dumps(reply.body).encode()
+        headers = {**self.srv.rate_headers(), **reply.headers}
+        try:
+            self.send_response(reply.status)
+            if data:
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+            if method == "GET" and reply.status == 200:
+                self.send_header("ETag", f'W/"{hashlib.sha1(data).hexdigest()}"')
+            self.send_header("X-GitHub-Request-Id", f"TEST:{len(self.srv.calls)}")
+            self.send_header("X-GitHub-Api-Version-Selected", "2022-11-28")
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True  # the client gave up (its timeout); nothing to tell
+
+
+def paginate(srv: GitHubServer, path: str, query: dict[str, str], items: list[Any]) -> Reply:
+    """One page of `items` and a `Link` header as GitHub sends it."""
+    try:
+        per_page = max(1, min(100, int(query.get("per_page", 30))))
+        page = max(1, int(query.get("page", 1)))
+    except ValueError:
+        raise ApiError(422, shapes.error("Invalid page or per_page", 422)) from None
+    last = max(1, -(-len(items) // per_page))
+
+    def link(number: int, rel: str) -> str:
+        return f'<{srv.url}{path}?{urlencode({**query, "per_page": per_page, "page": number})}>; rel="{rel}"'
+
+    links = []
+    if page < last:
+        links += [link(page + 1, "next"), link(last, "last")]
+    if page > 1:
+        links += [link(1, "first"), link(page - 1, "prev")]
+    headers = {"Link": ", ".join(links)} if links else {}
+    return Reply(200, items[(page - 1) * per_page: page * per_page], headers)

@@ -1,0 +1,326 @@
+"""The endpoints of the test GitHub server: one function per route, called under the server lock."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.servers import github_shapes as shapes
+from tests.servers.github import LEGACY, ApiError, Dispatch, GitHubServer, Reply, not_found, paginate
+
+Handler = Callable[[GitHubServer, re.Match[str], dict[str, str], Any], Reply]
+ROUTES: list[tuple[str, re.Pattern[str], Handler]] = []
+
+
+def at(method: str, pattern: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        ROUTES.append((method, re.compile(pattern), fn))
+        return fn
+    return register
+
+
+def route(srv: GitHubServer, method: str, path: str, query: dict[str, str], body: Any) -> Reply:
+    if path == "/rate_limit" and method == "GET":
+        return rate_limit(srv)
+    prefix = f"/repos/{srv.owner}/{srv.repo}"
+    if path != prefix and not path.startswith(prefix + "/"):
+        raise not_found()
+    rest = path[len(prefix):]
+    for verb, pattern, fn in ROUTES:
+        match = pattern.fullmatch(rest)
+        if match and verb == method:
+            return fn(srv, match, query, body)
+    raise not_found()
+
+
+def rate_limit(srv: GitHubServer) -> Reply:
+    core = {"limit": srv.rate_limit, "remaining": max(0, srv.rate_limit - srv.rate_used),
+            "reset": int(time.time()) + 3600, "used": srv.rate_used, "resource": "core"}
+    resources = {"core": core, "search": {**core, "limit": 30, "remaining": 30, "used": 0, "resource": "search"},
+                 "graphql": {**core, "resource": "graphql"}}
+    return Reply(200, {"resources": resources, "rate": core})
+
+
+def need(body: Any, key: str, resource: str, kind: type = str) -> Any:
+    if not isinstance(body, dict) or not isinstance(body.get(key), kind):
+        raise ApiError(422, shapes.validation(resource, key, "missing_field"))
+    return body[key]
+
+
+def issue_of(srv: GitHubServer, match: re.Match[str]) -> dict[str, Any]:
+    record = srv.issues.get(int(match["n"]))
+    if record is None:
+        raise not_found()
+    return record
+
+
+def labels_of(srv: GitHubServer, body: Any, key: str = "labels") -> list[str]:
+    raw = body.get(key, []) if isinstance(body, dict) else body
+    if not isinstance(raw, list):
+        raise ApiError(422, shapes.validation("Label", key))
+    names = [item["name"] if isinstance(item, dict) else item for item in raw]
+    if not all(isinstance(name, str) and name for name in names):
+        raise ApiError(422, shapes.validation("Label", key))
+    return [srv.ensure_label(name)["name"] for name in names]
+
+
+@at("GET", "")
+def get_repo(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    return Reply(200, srv.repo_json())
+
+
+@at("GET", "/issues")
+def list_issues(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    state = q.get("state", "open")
+    wanted = {name.strip().lower() for name in q.get("labels", "").split(",") if name.strip()}
+    items = []
+    for record in sorted(srv.issues.values(), key=lambda r: r["number"], reverse=q.get("direction") != "asc"):
+        if state != "all" and record["state"] != state:
+            continue
+        if wanted - {name.lower() for name in record["labels"]}:
+            continue
+        if q.get("creator") and record["user"] != q["creator"]:
+            continue
+        items.append(srv.issue_json(record))
+    return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/issues", q, items)
+
+
+@at("POST", "/issues")
+def create_issue(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    title = need(body, "title", "Issue")
+    text = body.get("body")
+    if text is not None and not isinstance(text, str):
+        raise ApiError(422, shapes.validation("Issue", "body"))
+    record = srv._new_issue(srv.login, title, text, labels_of(srv, body))
+    return Reply(201, srv.issue_json(record), {"Location": srv.issue_json(record)["url"]})
+
+
+@at("GET", r"/issues/(?P<n>\d+)")
+def get_issue(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    return Reply(200, srv.issue_json(issue_of(srv, m)))
+
+
+@at("PATCH", r"/issues/(?P<n>\d+)")
+def update_issue(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    record = issue_of(srv, m)
+    if not isinstance(body, dict):
+        raise ApiError(422, shapes.validation("Issue", "body"))
+    if "state" in body:
+        if body["state"] not in ("open", "closed"):
+            raise ApiError(422, shapes.validation("Issue", "state"))
+        if body["state"] != record["state"]:
+            record["closed_at"] = shapes.now_iso() if body["state"] == "closed" else None
+            record["state_reason"] = body.get("state_reason") or (
+                "completed" if body["state"] == "closed" else "reopened")
+        record["state"] = body["state"]
+    for key in ("title", "body"):
+        if key in body:
+            if not isinstance(body[key], str) and not (key == "body" and body[key] is None):
+                raise ApiError(422, shapes.validation("Issue", key))
+            record[key] = body[key]
+    if "labels" in body:
+        record["labels"] = labels_of(srv, body)
+    record["updated_at"] = shapes.now_iso()
+    return Reply(200, srv.issue_json(record))
+
+
+@at("POST", r"/issues/(?P<n>\d+)/labels")
+def add_labels(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    record = issue_of(srv, m)
+    record["labels"] = list(dict.fromkeys(record["labels"] + labels_of(srv, body)))
+    return Reply(200, [shapes.label(srv.repo_api, srv.labels[n.lower()]) for n in record["labels"]])
+
+
+@at("GET", r"/issues/(?P<n>\d+)/comments")
+def list_comments(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    number = issue_of(srv, m)["number"]
+    items = [srv.comment_json(c) for c in srv.comments_on(number)]
+    return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/issues/{number}/comments", q, items)
+
+
+@at("POST", r"/issues/(?P<n>\d+)/comments")
+def create_comment(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    record = srv._new_comment(issue_of(srv, m)["number"], need(body, "body", "IssueComment"), srv.login)
+    return Reply(201, srv.comment_json(record))
+
+
+def comment_of(srv: GitHubServer, m: re.Match[str]) -> dict[str, Any]:
+    record = srv.comments.get(int(m["id"]))
+    if record is None:
+        raise not_found()
+    return record
+
+
+@at("GET", r"/issues/comments/(?P<id>\d+)")
+def get_comment(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    return Reply(200, srv.comment_json(comment_of(srv, m)))
+
+
+@at("GET", r"/issues/comments/(?P<id>\d+)/reactions")
+def list_reactions(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    ident = comment_of(srv, m)["id"]
+    items = [shapes.reaction(r, srv.users) for r in srv.reactions.get(ident, [])]
+    return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/issues/comments/{ident}/reactions", q, items)
+
+
+@at("POST", r"/issues/comments/(?P<id>\d+)/reactions")
+def create_reaction(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    ident = comment_of(srv, m)["id"]
+    content = need(body, "content", "Reaction")
+    if content not in shapes.REACTIONS:
+        raise ApiError(422, shapes.validation("Reaction", "content"))
+    existing = srv.reactions.setdefault(ident, [])
+    for record in existing:
+        if record["user"] == srv.login and record["content"] == content:
+            return Reply(200, shapes.reaction(record, srv.users))  # GitHub: already reacted
+    record = {"id": srv.next_id(), "user": srv.login, "content": content, "created_at": shapes.now_iso()}
+    existing.append(record)
+    return Reply(201, shapes.reaction(record, srv.users))
+
+
+@at("GET", "/labels")
+def list_labels(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    items = [shapes.label(srv.repo_api, lab) for lab in srv.labels.values()]
+    return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/labels", q, items)
+
+
+@at("GET", "/labels/(?P<name>[^/]+)")
+def get_label(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    record = srv.labels.get(m["name"].lower())
+    if record is None:
+        raise not_found()
+    return Reply(200, shapes.label(srv.repo_api, record))
+
+
+@at("POST", "/labels")
+def create_label(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    name = need(body, "name", "Label")
+    if name.lower() in srv.labels:
+        raise ApiError(422, shapes.validation("Label", "name", "already_exists"))
+    color = body.get("color", "ededed")
+    if not isinstance(color, str) or not re.fullmatch(r"[0-9a-fA-F]{6}", color):
+        raise ApiError(422, shapes.validation("Label", "color"))
+    record = srv.ensure_label(name, color, body.get("description"))
+    return Reply(201, shapes.label(srv.repo_api, record))
+
+
+@at("GET", "/collaborators/(?P<user>[^/]+)/permission")
+def permission(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    login = m["user"]
+    role = srv.permissions.get(login)
+    if role is None and login.endswith("[bot]"):
+        # GitHub answers 404 for app bots: they are not users of the repository.
+        raise ApiError(404, shapes.error(f"{login} is not a user", 404))
+    role = role or "none"
+    return Reply(200, {"permission": LEGACY[role], "role_name": role, "user": srv.user_json(login)})
+
+
+@at("POST", "/actions/workflows/(?P<wf>[^/]+)/dispatches")
+def dispatch(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    ref = need(body, "ref", "Dispatch")
+    inputs = body.get("inputs") or {}
+    workflow = m["wf"]
+    if srv.workflows is not None:
+        if workflow not in srv.workflows:
+            raise not_found()
+        unexpected = sorted(set(inputs) - set(srv.workflows[workflow]))
+        if unexpected:
+            raise ApiError(422, shapes.error(f"Unexpected inputs provided: {unexpected}", 422))
+    if ref.removeprefix("refs/heads/") not in srv.branches:
+        raise ApiError(422, shapes.error(f"No ref found for: {ref}", 422))
+    srv.dispatches.append(Dispatch(workflow, ref, dict(inputs)))
+    return Reply(204)
+
+
+def pull_of(srv: GitHubServer, m: re.Match[str]) -> dict[str, Any]:
+    record = srv.issues.get(int(m["n"]))
+    if record is None or not record.get("pull"):
+        raise not_found()
+    return record
+
+
+@at("GET", "/pulls")
+def list_pulls(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    state = q.get("state", "open")
+    items = []
+    for record in sorted(srv.issues.values(), key=lambda r: r["number"], reverse=True):
+        pr = record.get("pull")
+        if not pr or (state != "all" and record["state"] != state):
+            continue
+        if q.get("head") and q["head"] not in (f"{srv.owner}:{pr['head']}", pr["head"]):
+            continue
+        if q.get("base") and q["base"] != pr["base"]:
+            continue
+        items.append(srv.pull_json(record))
+    return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/pulls", q, items)
+
+
+@at("POST", "/pulls")
+def create_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    head, base = need(body, "head", "PullRequest"), need(body, "base", "PullRequest")
+    title = need(body, "title", "PullRequest")
+    head = head.split(":", 1)[-1]
+    for key, name in (("head", head), ("base", base)):
+        if name not in srv.branches:
+            raise ApiError(422, shapes.validation("PullRequest", key))
+    if srv.branches[head] == srv.branches[base]:
+        raise ApiError(422, shapes.validation("PullRequest", "base", "custom",
+                                              f"No commits between {base} and {head}"))
+    for record in srv.issues.values():
+        if record.get("pull") and record["state"] == "open" and record["pull"]["head"] == head:
+            raise ApiError(422, shapes.validation("PullRequest", "head", "custom",
+                                                  f"A pull request already exists for {srv.owner}:{head}."))
+    pull = {"head": head, "base": base, "head_sha": srv.branches[head], "base_sha": srv.branches[base],
+            "draft": bool(body.get("draft"))}
+    record = srv._new_issue(srv.login, title, body.get("body"), [], pull=pull)
+    return Reply(201, srv.pull_json(record))
+
+
+@at("GET", r"/pulls/(?P<n>\d+)")
+def get_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    return Reply(200, srv.pull_json(pull_of(srv, m)))
+
+
+@at("PATCH", r"/pulls/(?P<n>\d+)")
+def update_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    record = pull_of(srv, m)
+    for key in ("title", "body", "state"):
+        if isinstance(body, dict) and key in body:
+            record[key] = body[key]
+    record["updated_at"] = shapes.now_iso()
+    return Reply(200, srv.pull_json(record))
+
+
+@at("GET", "/commits/(?P<ref>.+)/check-runs")
+def check_runs(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    runs = srv.check_runs.get(srv.resolve_sha(m["ref"]), [])
+    if q.get("filter", "latest") == "latest":
+        latest: dict[str, dict[str, Any]] = {}
+        for run in runs:
+            latest[run["name"]] = run  # later runs of the same name replace earlier ones
+        runs = list(latest.values())
+    runs = [r for r in reversed(runs) if (not q.get("check_name") or r["name"] == q["check_name"])
+            and (not q.get("status") or r["status"] == q["status"])]
+    page = paginate(srv, f"/repos/{srv.owner}/{srv.repo}/commits/{m['ref']}/check-runs", q, runs)
+    items = [shapes.check_run(srv.repo_api, srv.html_url, r) for r in page.body]
+    return Reply(200, {"total_count": len(runs), "check_runs": items}, page.headers)
+
+
+@at("GET", "/commits/(?P<ref>.+)/status")
+def combined_status(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    sha = srv.resolve_sha(m["ref"])
+    latest: dict[str, dict[str, Any]] = {}
+    for record in srv.statuses.get(sha, []):
+        latest[record["context"]] = record
+    states = {r["state"] for r in latest.values()}
+    if states & {"failure", "error"}:
+        state = "failure"
+    elif "pending" in states or not states:
+        state = "pending"
+    else:
+        state = "success"
+    statuses = [shapes.commit_status(srv.repo_api, r) for r in reversed(latest.values())]
+    return Reply(200, {"state": state, "statuses": statuses, "sha": sha, "total_count": len(statuses),
+                       "repository": srv.repo_json(), "commit_url": f"{srv.repo_api}/commits/{sha}"})
