@@ -23,6 +23,8 @@ class SessionRequest:
     env: dict[str, str]  # the allow-listed environment for the agent's process (see runner.agentenv)
     transcript_dir: Path  # backend-private: saved conversation / CLI transcript; kept with the state
     resume_session_id: str | None = None
+    plan_path: Path | None = None  # the plan file in the work tree (the agent ticks checkboxes there)
+    handoff_path: Path | None = None  # where the agent writes its handoff
     # live progress for the terminal / summary: (event, detail), e.g. ("tool", "Bash"), ("tokens", "1234")
     on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
 
