@@ -198,7 +198,12 @@ def problem_from_error(err: dict, lines: dict[Path_, int], path: str, default_li
     if kind == "literal_error":
         return Problem(path, line, f"`{name}` is {_short(err.get('input'))}: {msg.lower()}", "use one of the values listed")
     if kind in ("value_error", "assertion_error"):
-        return Problem(path, line, f"`{name}`: {msg}", _field_help(loc) or see)
+        if "duration" in msg:
+            fix = f"write minutes as a number (`{loc[-1]}: 12`) or a string with a unit (`45s`, `12m`, `2h`)"
+        else:
+            help_ = _field_help(loc)
+            fix = f"`{loc[-1]}`: {help_}; {see}" if help_ else see
+        return Problem(path, line, f"`{name}`: {msg}", fix)
     expected = next((text for prefix, text in _EXPECTS.items() if kind.startswith(prefix)), None)
     what = f"`{name}` is {_short(err.get('input'))}: {msg[0].lower() + msg[1:]}"
     fix = f"write {expected}" if expected else see
