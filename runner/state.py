@@ -1,0 +1,259 @@
+"""The run state in git: one append-only ledger per plan on a branch of its own.
+
+Layout of the state branch (default `plan-runner/state`)::
+
+    <plan_id>/ledger.jsonl      one `runner.ledger` entry per line
+    <plan_id>/files/<name>      kept with the state, e.g. agent transcripts
+
+Writes use plumbing only (blobs, trees, commit-tree, update-ref), so the user's
+work tree and index are never touched. Every write is a compare-and-swap: the
+local ref moves with `update-ref <ref> <new> <expected>` and, with a remote, the
+push carries `--force-with-lease=<ref>:<expected>`. The version token is the
+state ref's commit sha. Reads go ref -> tree -> blob and never walk history, so
+they cost the size of one plan's ledger whatever the age of the repository.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from git.exc import GitCommandError
+from pydantic import ValidationError
+
+from runner.errors import PlanRunnerError, StateConflict
+from runner.gitwork import push_ref, ref_sha, run_git, stderr_of
+from runner.ledger import Entry, dump_entry, parse_entry
+
+LEDGER = "ledger.jsonl"
+FILES = "files"
+_TREE_MODE = "040000"
+_BLOB_MODE = "100644"
+
+
+def _check_name(kind: str, name: str) -> None:
+    if (not name or name in (".", "..", ".git") or any(c in name for c in "/\\\0\n")
+            or name != name.strip()):
+        raise PlanRunnerError(
+            what=f"{kind} {name!r} cannot be stored on the state branch",
+            why=f"a {kind} becomes one folder or file name in git: no slashes, newlines, "
+                "surrounding spaces, '.', '..' or '.git'",
+            fix=f"use a plain name such as the plan file's stem (e.g. 'add-auth') for the {kind}",
+        )
+
+
+class GitStateStore:
+    """`runner.ports.StateStore` on a git branch, with or without a remote."""
+
+    def __init__(self, repo_path: Path, branch: str = "plan-runner/state", remote: str | None = "origin") -> None:
+        self.repo = Path(repo_path)
+        self.branch = branch
+        self.ref = f"refs/heads/{branch}"
+        try:
+            configured = run_git(self.repo, "remote").decode().split()
+        except GitCommandError as exc:
+            raise PlanRunnerError(
+                what=f"{self.repo} is not a git repository plan-runner can keep state in",
+                why=stderr_of(exc),
+                fix="run plan-runner inside a git clone (`git init` for a new project)",
+            ) from None
+        # "origin" is the default; a repository without it works locally (section 7).
+        self.remote = remote if remote in configured else None
+        self.tracking = f"refs/remotes/{self.remote}/{branch}" if self.remote else None
+
+    # --- reading ------------------------------------------------------------------------
+
+    def read(self, plan_id: str) -> tuple[list[Entry], str | None]:
+        _check_name("plan id", plan_id)
+        version = self._sync()
+        if version is None:
+            return [], None
+        data = self._blob(version, f"{plan_id}/{LEDGER}")
+        return (self._parse(plan_id, data) if data else []), version
+
+    def read_file(self, plan_id: str, name: str) -> bytes | None:
+        _check_name("plan id", plan_id)
+        _check_name("file name", name)
+        version = ref_sha(self.repo, self.ref)
+        return self._blob(version, f"{plan_id}/{FILES}/{name}") if version else None
+
+    def plans(self) -> list[str]:
+        version = self._sync()
+        if version is None:
+            return []
+        return sorted(name for mode, _sha, name in self._ls_tree(version) if mode == _TREE_MODE)
+
+    def version(self) -> str | None:
+        """The state ref's sha as last synced, without fetching."""
+        return ref_sha(self.repo, self.ref)
+
+    def _parse(self, plan_id: str, data: bytes) -> list[Entry]:
+        entries = []
+        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(parse_entry(line))
+            except ValidationError as exc:
+                first = exc.errors()[0] if exc.errors() else {}
+                detail = f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', exc)}"
+                raise PlanRunnerError(
+                    what=f"the ledger of plan {plan_id!r} is corrupt at line {number}",
+                    why=f"{self.branch}:{plan_id}/{LEDGER} line {number} is not a ledger entry ({detail})",
+                    fix=f"inspect it with `git show {self.branch}:{plan_id}/{LEDGER}`; correct or delete "
+                        f"line {number} and commit that to the {self.branch} branch (push it if there is a "
+                        "remote), then run again",
+                ) from None
+        return entries
+
+    # --- writing ------------------------------------------------------------------------
+
+    def append(self, plan_id: str, entries: Sequence[Entry], expected_version: str | None,
+               files: dict[str, bytes] | None = None) -> str:
+        _check_name("plan id", plan_id)
+        for name in files or {}:
+            _check_name("file name", name)
+        current = ref_sha(self.repo, self.ref)
+        if current != expected_version:
+            raise self._conflict(expected_version, current)
+        if self.tracking is not None:
+            seen = ref_sha(self.repo, self.tracking)
+            if seen is not None and seen != expected_version:
+                # The remote was last seen elsewhere: writing on `expected_version` would fork it.
+                raise self._conflict(expected_version, seen)
+        new = self._commit(plan_id, entries, expected_version, files or {})
+        zero = "0" * len(new)
+        try:
+            run_git(self.repo, "update-ref", "-m", f"plan-runner: {plan_id}", self.ref, new,
+                    expected_version or zero)
+        except GitCommandError as exc:
+            raise self._conflict(expected_version, ref_sha(self.repo, self.ref), stderr_of(exc)) from None
+        if self.remote is not None:
+            try:
+                push_ref(self.repo, self.remote, new, self.ref, expected_version if self._remote_had() else None,
+                         what=f"the state branch {self.branch!r}")
+            except PlanRunnerError:
+                self._undo(new, expected_version)
+                raise
+            run_git(self.repo, "update-ref", self.tracking, new)
+        return new
+
+    def _remote_had(self) -> bool:
+        return self.tracking is not None and ref_sha(self.repo, self.tracking) is not None
+
+    def _conflict(self, expected: str | None, actual: str | None, detail: str = "") -> StateConflict:
+        why = f"expected {expected or 'no state'}, found {actual or 'no state'}"
+        return StateConflict(
+            what=f"the state branch {self.branch!r} moved since it was read",
+            why=why + (f" ({detail})" if detail else ""),
+            fix="nothing to do: another job advanced the plan first; re-read the state and yield",
+        )
+
+    def _undo(self, new: str, expected: str | None) -> None:
+        """After a lost push, move the local ref to the remote's (only if it is still ours)."""
+        remote_sha = self._fetch()
+        target = remote_sha or expected
+        try:
+            if target is None:
+                run_git(self.repo, "update-ref", "-d", self.ref, new)
+            else:
+                run_git(self.repo, "update-ref", self.ref, target, new)
+        except GitCommandError:
+            pass  # another local writer moved it already; nothing of ours is left
+
+    def _commit(self, plan_id: str, entries: Sequence[Entry], parent: str | None,
+                files: dict[str, bytes]) -> str:
+        root = {name: (mode, sha) for mode, sha, name in self._ls_tree(parent)} if parent else {}
+        plan_tree = root.get(plan_id, (None, None))[1]
+        plan = {name: (mode, sha) for mode, sha, name in self._ls_tree(plan_tree)} if plan_tree else {}
+        old = self._blob(plan_tree, LEDGER) if plan_tree else b""
+        old = old or b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        lines = "".join(dump_entry(e) + "\n" for e in entries).encode()
+        plan[LEDGER] = (_BLOB_MODE, self._hash(old + lines))
+        if files:
+            files_tree = plan.get(FILES, (None, None))[1]
+            kept = {name: (mode, sha) for mode, sha, name in self._ls_tree(files_tree)} if files_tree else {}
+            for name, data in files.items():
+                kept[name] = (_BLOB_MODE, self._hash(data))
+            plan[FILES] = (_TREE_MODE, self._mktree(kept))
+        root[plan_id] = (_TREE_MODE, self._mktree(plan))
+        kinds = ", ".join(dict.fromkeys(getattr(e, "type", "?") for e in entries)) or "files"
+        message = f"plan-runner: {plan_id}: {kinds}\n"
+        args = ["-c", "commit.gpgsign=false", "commit-tree", self._mktree(root)]
+        if parent:
+            args += ["-p", parent]
+        return run_git(self.repo, *args, data=message.encode()).decode().strip()
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _sync(self) -> str | None:
+        """Fetch the remote's state (if any) and make the local ref match it."""
+        if self.remote is None:
+            return ref_sha(self.repo, self.ref)
+        remote_sha = self._fetch()
+        if remote_sha is not None:
+            run_git(self.repo, "update-ref", self.ref, remote_sha)
+            return remote_sha
+        # Absent on the remote: local-only state (if any) stays and is pushed by the next append.
+        return ref_sha(self.repo, self.ref)
+
+    def _fetch(self) -> str | None:
+        assert self.remote is not None and self.tracking is not None
+        # Negotiate only with the state branch: the work history is unrelated and may be huge.
+        local = ref_sha(self.repo, self.ref)
+        negotiation = [f"--negotiation-tip={self.ref}"] if local else []
+        config = [] if local else ["-c", "fetch.negotiationAlgorithm=noop"]
+        last: GitCommandError | None = None
+        for _attempt in range(5):
+            try:
+                run_git(self.repo, *config, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                        "--no-auto-maintenance", *negotiation, self.remote, f"+{self.ref}:{self.tracking}")
+                return ref_sha(self.repo, self.tracking)
+            except GitCommandError as exc:
+                err = stderr_of(exc)
+                if "couldn't find remote ref" in err:
+                    try:
+                        run_git(self.repo, "update-ref", "-d", self.tracking)
+                    except GitCommandError:
+                        pass
+                    return None
+                if "lock" not in err:  # a concurrent fetch holding the ref lock is worth a retry
+                    raise PlanRunnerError(
+                        what=f"could not fetch the state branch {self.branch!r} from {self.remote!r}",
+                        why=err or str(exc),
+                        fix="check that the remote is reachable and the token may read the repository",
+                    ) from None
+                last = exc
+        raise PlanRunnerError(what=f"could not fetch the state branch {self.branch!r}",
+                              why=stderr_of(last) if last else "", fix="run again")
+
+    def _blob(self, tree_ish: str, path: str) -> bytes | None:
+        out = run_git(self.repo, "cat-file", "--batch", data=f"{tree_ish}:{path}\n".encode())
+        header, _, rest = out.partition(b"\n")
+        parts = header.split(b" ")
+        if len(parts) != 3 or parts[1] != b"blob":
+            return None
+        return rest[: int(parts[2])]
+
+    def _ls_tree(self, tree_ish: str) -> list[tuple[str, str, str]]:
+        out = run_git(self.repo, "ls-tree", "-z", tree_ish)
+        rows = []
+        for record in out.split(b"\0"):
+            if record:
+                meta, _, name = record.decode("utf-8", "surrogateescape").partition("\t")
+                mode, _kind, sha = meta.split(" ")
+                rows.append((mode, sha, name))
+        return rows
+
+    def _hash(self, data: bytes) -> str:
+        return run_git(self.repo, "hash-object", "-w", "--stdin", data=data).decode().strip()
+
+    def _mktree(self, entries: dict[str, tuple[str, str]]) -> str:
+        lines = []
+        for name, (mode, sha) in entries.items():
+            kind = "tree" if mode == _TREE_MODE else "blob"
+            lines.append(f"{mode} {kind} {sha}\t{name}\0")
+        data = "".join(lines).encode("utf-8", "surrogateescape")
+        return run_git(self.repo, "mktree", "-z", data=data).decode().strip()

@@ -1,0 +1,375 @@
+"""The git state store: plumbing-only writes, compare-and-swap, remotes, corrupt ledgers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import git
+import pytest
+
+import runner
+from runner.errors import PlanRunnerError, StateConflict
+from runner.ledger import Finished, Parked
+from runner.state import GitStateStore
+
+pytestmark = pytest.mark.integration
+
+AT = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+ROOT = Path(runner.__file__).resolve().parents[1]
+
+
+def configure(repo: git.Repo) -> git.Repo:
+    with repo.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test User")
+        cfg.set_value("user", "email", "test@example.com")
+        cfg.set_value("commit", "gpgsign", "false")
+        cfg.set_value("gc", "auto", "0")
+    return repo
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None) -> git.Repo:
+    repo = configure(git.Repo.init(path, initial_branch="main"))
+    for name, text in (files or {"README.md": "hello\n"}).items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+        repo.index.add([name])
+    repo.index.commit("initial")
+    return repo
+
+
+def make_remote_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A bare "remote" with one commit on main, cloned to two working copies."""
+    bare = tmp_path / "remote.git"
+    git.Repo.init(bare, bare=True, initial_branch="main").close()
+    with make_repo(tmp_path / "seed") as seed:
+        seed.create_remote("origin", str(bare)).push("main:main")
+    clones = []
+    for name in ("a", "b"):
+        with configure(git.Repo.clone_from(str(bare), tmp_path / name)):
+            clones.append(tmp_path / name)
+    return bare, clones[0], clones[1]
+
+
+def parked(reason: str) -> Parked:
+    return Parked(at=AT, reason=reason)
+
+
+def remote_state(bare: Path) -> str | None:
+    with git.Repo(bare) as r:
+        try:
+            return r.git.rev_parse("--verify", "--quiet", "refs/heads/plan-runner/state")
+        except git.GitCommandError:
+            return None
+
+
+def test_empty_store_reads_nothing(tmp_path):
+    """A repository without a state branch has no plans and an empty ledger with version None."""
+    make_repo(tmp_path / "w").close()
+    store = GitStateStore(tmp_path / "w")
+    assert store.read("p") == ([], None)
+    assert store.plans() == []
+    assert store.read_file("p", "t.jsonl") is None
+
+
+def test_append_then_read_round_trips_entries_and_files(tmp_path):
+    """Appended entries come back in order with the new version; files are kept per plan."""
+    make_repo(tmp_path / "w").close()
+    store = GitStateStore(tmp_path / "w")
+    v1 = store.append("alpha", [parked("one")], None, files={"transcript.jsonl": b"\x00bin\n"})
+    v2 = store.append("alpha", [parked("two"), Finished(at=AT, reason="done")], v1)
+    store.append("beta", [parked("b")], v2)
+    entries, version = store.read("alpha")
+    assert [e.type for e in entries] == ["park", "park", "finish"]
+    assert [getattr(e, "reason") for e in entries] == ["one", "two", "done"]
+    assert version != v2 and version is not None
+    assert store.read_file("alpha", "transcript.jsonl") == b"\x00bin\n"
+    assert store.read_file("beta", "transcript.jsonl") is None
+    assert store.plans() == ["alpha", "beta"]
+    with git.Repo(tmp_path / "w") as r:
+        text = r.git.show("plan-runner/state:alpha/ledger.jsonl")
+        assert len(text.splitlines()) == 3
+        assert r.commit("plan-runner/state").parents[0].hexsha == v2
+
+
+def test_state_writes_leave_work_tree_and_index_alone(tmp_path):
+    """Appending never touches HEAD, the index, or the user's uncommitted files."""
+    work = tmp_path / "w"
+    repo = make_repo(work, {"README.md": "hello\n", "src/a.py": "x = 1\n"})
+    (work / "src/a.py").write_text("x = 2\n")  # unstaged
+    (work / "staged.txt").write_text("staged\n")
+    repo.index.add(["staged.txt"])
+    (work / "mine.txt").write_text("precious\n")  # untracked
+    before = repo.git.status("--porcelain")
+    head = repo.head.commit.hexsha
+    index_bytes = (work / ".git" / "index").read_bytes()
+    store = GitStateStore(work)
+    v = store.append("p", [parked("x")], None, files={"t": b"t"})
+    store.append("p", [parked("y")], v)
+    assert repo.git.status("--porcelain") == before
+    assert repo.head.commit.hexsha == head and repo.active_branch.name == "main"
+    assert (work / ".git" / "index").read_bytes() == index_bytes
+    assert (work / "mine.txt").read_text() == "precious\n"
+    assert (work / "src/a.py").read_text() == "x = 2\n"
+    assert not (work / "p").exists()
+    repo.close()
+
+
+def test_stale_version_is_a_conflict_and_writes_nothing(tmp_path):
+    """An append with an outdated version raises StateConflict and leaves the ref where it was."""
+    make_repo(tmp_path / "w").close()
+    store = GitStateStore(tmp_path / "w")
+    v1 = store.append("p", [parked("one")], None)
+    v2 = store.append("p", [parked("two")], v1)
+    with pytest.raises(StateConflict):
+        store.append("p", [parked("late")], v1)
+    with pytest.raises(StateConflict):
+        store.append("p", [parked("late")], None)
+    entries, version = store.read("p")
+    assert version == v2 and [e.reason for e in entries] == ["one", "two"]
+
+
+def test_corrupt_ledger_line_names_plan_line_and_fix(tmp_path):
+    """A ledger line that is not an entry raises a PlanRunnerError with plan, line number and fix."""
+    work = tmp_path / "w"
+    make_repo(work).close()
+    store = GitStateStore(work)
+    v = store.append("p", [parked("ok")], None)
+    with git.Repo(work) as r:
+        good = r.git.show(f"{v}:p/ledger.jsonl")
+        (tmp_path / "ledger").write_text(good + "\n" + '{"type": "park", "reason": 3}\n')
+        blob = r.git.hash_object("-w", str(tmp_path / "ledger"))
+        (tmp_path / "tree").write_text(f"100644 blob {blob}\tledger.jsonl\n")
+        with open(tmp_path / "tree", "rb") as fh:
+            plan_tree = r.git.mktree(istream=fh)
+        (tmp_path / "root").write_text(f"040000 tree {plan_tree}\tp\n")
+        with open(tmp_path / "root", "rb") as fh:
+            root = r.git.mktree(istream=fh)
+        commit = r.git.commit_tree(root, "-p", v, "-m", "hand edit")
+        r.git.update_ref("refs/heads/plan-runner/state", commit, v)
+    with pytest.raises(PlanRunnerError) as info:
+        store.read("p")
+    err = info.value
+    assert "'p'" in err.what and "line 2" in err.what
+    assert "git show plan-runner/state:p/ledger.jsonl" in err.fix and "line 2" in err.fix
+    assert not isinstance(err, StateConflict)
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "..", ".git", "x\ny", " p"])
+def test_bad_plan_id_is_a_clear_error(tmp_path, bad):
+    """A plan id that cannot be a folder name on the state branch is rejected with a fix."""
+    make_repo(tmp_path / "w").close()
+    store = GitStateStore(tmp_path / "w")
+    with pytest.raises(PlanRunnerError) as info:
+        store.append(bad, [parked("x")], None)
+    assert info.value.fix
+
+
+def test_not_a_repository_is_a_clear_error(tmp_path):
+    """Pointing the store at a folder that is not a git repository says so."""
+    with pytest.raises(PlanRunnerError) as info:
+        GitStateStore(tmp_path)
+    assert "not a git repository" in info.value.what
+
+
+def test_remote_round_trip_between_two_clones(tmp_path):
+    """State absent on the remote reads empty; an append is pushed and another clone reads it."""
+    bare, a, b = make_remote_pair(tmp_path)
+    sa, sb = GitStateStore(a), GitStateStore(b)
+    assert sa.read("p") == ([], None)
+    v1 = sa.append("p", [parked("from a")], None, files={"t.txt": b"T"})
+    assert remote_state(bare) == v1
+    entries, version = sb.read("p")
+    assert version == v1 and [e.reason for e in entries] == ["from a"]
+    assert sb.read_file("p", "t.txt") == b"T"
+    v2 = sb.append("p", [parked("from b")], v1)
+    assert sa.read("p")[1] == v2 == remote_state(bare)
+    assert sa.plans() == ["p"]
+
+
+def test_lost_push_is_a_conflict_and_resets_local_ref_to_remote(tmp_path):
+    """When another clone pushed first the push is rejected: StateConflict, local ref = remote's."""
+    bare, a, b = make_remote_pair(tmp_path)
+    sa, sb = GitStateStore(a), GitStateStore(b)
+    v1 = sa.append("p", [parked("one")], None)
+    assert sb.read("p")[1] == v1
+    v2 = sa.append("p", [parked("a wins")], v1)
+    with pytest.raises(StateConflict):
+        sb.append("p", [parked("b loses")], v1)
+    assert remote_state(bare) == v2
+    with git.Repo(b) as rb:
+        assert rb.git.rev_parse("refs/heads/plan-runner/state") == v2
+    entries, version = sb.read("p")
+    assert version == v2 and [e.reason for e in entries] == ["one", "a wins"]
+
+
+def test_first_writers_race_on_the_remote(tmp_path):
+    """Two clones creating the state branch: the second push (expecting it absent) conflicts."""
+    bare, a, b = make_remote_pair(tmp_path)
+    sa, sb = GitStateStore(a), GitStateStore(b)
+    assert sa.read("p")[1] is None and sb.read("p")[1] is None
+    v = sa.append("p", [parked("a")], None)
+    with pytest.raises(StateConflict):
+        sb.append("p", [parked("b")], None)
+    with git.Repo(b) as rb:
+        assert rb.git.rev_parse("refs/heads/plan-runner/state") == v
+
+
+def test_unreachable_remote_is_not_a_conflict(tmp_path):
+    """A remote that cannot be reached gives a PlanRunnerError with a fix, not StateConflict."""
+    make_repo(tmp_path / "w").close()
+    with git.Repo(tmp_path / "w") as r:
+        r.create_remote("origin", str(tmp_path / "nowhere.git"))
+    store = GitStateStore(tmp_path / "w")
+    with pytest.raises(PlanRunnerError) as info:
+        store.read("p")
+    assert not isinstance(info.value, StateConflict) and info.value.fix
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from datetime import datetime, timezone
+    from pathlib import Path
+    from runner.errors import StateConflict
+    from runner.ledger import Parked
+    from runner.state import GitStateStore
+    repo, expected, go, name = sys.argv[1:5]
+    store = GitStateStore(Path(repo))
+    while not Path(go).exists():
+        time.sleep(0.005)
+    try:
+        v = store.append("p", [Parked(at=datetime.now(timezone.utc), reason=name)], expected or None)
+        print("won", v)
+    except StateConflict:
+        print("conflict")
+""")
+
+
+def race(repos: list[Path], expected: str | None, go: Path) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(repo), expected or "", str(go), f"w{i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i, repo in enumerate(repos)]
+    go.write_text("go")
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results.append(out.strip())
+    return results
+
+
+def test_concurrent_local_appends_exactly_one_wins(tmp_path):
+    """Two processes appending to the same repository with the same version: one wins, one conflicts."""
+    make_repo(tmp_path / "w").close()
+    store = GitStateStore(tmp_path / "w")
+    v1 = store.append("p", [parked("base")], None)
+    for round_ in range(3):
+        expected = store.read("p")[1]
+        results = race([tmp_path / "w"] * 2, expected, tmp_path / f"go{round_}")
+        assert sorted(r.split()[0] for r in results) == ["conflict", "won"], results
+        winner = next(r.split()[1] for r in results if r.startswith("won"))
+        entries, version = store.read("p")
+        assert version == winner and len(entries) == round_ + 2
+    assert v1
+
+
+def test_concurrent_remote_appends_exactly_one_wins(tmp_path):
+    """Two clones pushing concurrently with the same version: exactly one reaches the remote."""
+    bare, a, b = make_remote_pair(tmp_path)
+    v1 = GitStateStore(a).append("p", [parked("base")], None)
+    for round_ in range(3):
+        expected = GitStateStore(a).read("p")[1]
+        assert GitStateStore(b).read("p")[1] == expected
+        results = race([a, b], expected, tmp_path / f"go{round_}")
+        assert sorted(r.split()[0] for r in results) == ["conflict", "won"], results
+        winner = next(r.split()[1] for r in results if r.startswith("won"))
+        assert remote_state(bare) == winner
+        for clone in (a, b):
+            entries, version = GitStateStore(clone).read("p")
+            assert version == winner and len(entries) == round_ + 2
+    assert v1
+
+
+def fast_import_history(repo: git.Repo, commits: int) -> None:
+    """`commits` commits on main, written by git fast-import into a single pack."""
+    parts = []
+    for i in range(1, commits + 1):
+        content = f"line {i}\n".encode()
+        msg = f"commit {i}\n".encode()
+        parts.append(b"commit refs/heads/main\n")
+        parts.append(f"mark :{i}\ncommitter T <t@example.com> {1_700_000_000 + i} +0000\n".encode())
+        parts.append(b"data %d\n%s" % (len(msg), msg))
+        if i > 1:
+            parts.append(f"from :{i - 1}\n".encode())
+        parts.append(b"M 100644 inline counter.txt\ndata %d\n%s\n" % (len(content), content))
+    stream = Path(repo.git_dir) / "import.stream"
+    stream.write_bytes(b"".join(parts))
+    with open(stream, "rb") as fh:
+        repo.git.fast_import("--quiet", istream=fh)
+    stream.unlink()
+
+
+def add_loose_tip(repo: git.Repo) -> None:
+    """One more commit on main, stored as loose objects outside the history's pack."""
+    repo.git.checkout("-f", "main")
+    (Path(repo.working_tree_dir) / "counter.txt").write_text("the tip, unlike any older line\n")
+    repo.index.add(["counter.txt"])
+    repo.index.commit("tip")
+
+
+def cut_history_below_tip(repo: git.Repo) -> None:
+    """Delete the pack holding all history below the loose tip.
+
+    The tip stays readable; walking past it now fails, which is how these tests
+    prove that an operation never walks the work history.
+    """
+    for pack in (Path(repo.git_dir) / "objects" / "pack").iterdir():
+        pack.unlink()
+    with pytest.raises(git.GitCommandError):
+        repo.git.rev_list("--count", "main")
+
+
+@pytest.mark.parametrize("with_remote", [False, True])
+def test_store_never_touches_work_history(tmp_path, with_remote):
+    """With 10,000 work commits cut off below the tip, every store operation still works."""
+    work = tmp_path / "w"
+    repo = configure(git.Repo.init(work, initial_branch="main"))
+    fast_import_history(repo, 10_000)
+    add_loose_tip(repo)
+    if with_remote:
+        bare = tmp_path / "remote.git"
+        git.Repo.init(bare, bare=True, initial_branch="main").close()
+        repo.create_remote("origin", str(bare))
+        repo.git.push("origin", "main")
+    store = GitStateStore(work)
+    v = store.append("p", [parked("before")], None)
+    cut_history_below_tip(repo)  # any walk of the work history would now fail
+    entries, version = store.read("p")
+    assert version == v
+    v2 = store.append("p", [parked("after")], version, files={"t": b"x"})
+    assert [e.reason for e in store.read("p")[0]] == ["before", "after"]
+    assert store.plans() == ["p"] and store.read_file("p", "t") == b"x"
+    if with_remote:
+        assert remote_state(bare) == v2
+    repo.close()
+
+
+def test_read_does_not_walk_state_history(tmp_path):
+    """Reads and appends need only the tip of the state branch: older state commits may be gone."""
+    work = tmp_path / "w"
+    make_repo(work).close()
+    store = GitStateStore(work)
+    first = store.append("p", [parked("0")], None)
+    version = first
+    for i in range(1, 4):
+        version = store.append("p", [parked(str(i))], version)
+    (work / ".git" / "objects" / first[:2] / first[2:]).unlink()
+    entries, got = store.read("p")
+    assert got == version and [e.reason for e in entries] == ["0", "1", "2", "3"]
+    store.append("p", [parked("4")], version)
+    assert len(store.read("p")[0]) == 5
