@@ -1,0 +1,351 @@
+"""Work-branch operations and git evidence, on real repositories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+import pytest
+
+from runner.errors import PlanRunnerError, StateConflict
+from runner.gitwork import (
+    collect_commits,
+    commit_files,
+    commit_leftovers,
+    ensure_work_branch,
+    is_dirty,
+    protected_paths_changed,
+    push_branch,
+    read_file_at,
+    tree_hash,
+)
+
+pytestmark = pytest.mark.integration
+
+BOOKKEEPING = {"plans/p.md", "HANDOFF.md"}
+
+
+def configure(repo: git.Repo) -> git.Repo:
+    with repo.config_writer() as cfg:
+        cfg.set_value("user", "name", "Agent")
+        cfg.set_value("user", "email", "agent@example.com")
+        cfg.set_value("commit", "gpgsign", "false")
+        cfg.set_value("gc", "auto", "0")
+    return repo
+
+
+def make_repo(path: Path) -> git.Repo:
+    repo = configure(git.Repo.init(path, initial_branch="main"))
+    write(path, {"README.md": "hello\n", "plans/p.md": "- [ ] 1.1 a\n", ".gitignore": "*.log\n.venv/\n"})
+    repo.git.add("--all")
+    repo.git.commit("-m", "initial")
+    return repo
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def commit(repo: git.Repo, files: dict[str, str], message: str) -> str:
+    write(Path(repo.working_tree_dir), files)
+    repo.git.add("--", *files)
+    repo.git.commit("-m", message)
+    return repo.head.commit.hexsha
+
+
+@pytest.fixture
+def repo(tmp_path):
+    with make_repo(tmp_path / "w") as r:
+        yield r
+
+
+def path_of(repo: git.Repo) -> Path:
+    return Path(repo.working_tree_dir)
+
+
+# --- leftovers ---------------------------------------------------------------------------------
+
+
+def test_clean_tree_makes_no_wip_commit(repo):
+    """A clean work tree yields None and no new commit."""
+    head = repo.head.commit.hexsha
+    assert not is_dirty(path_of(repo))
+    assert commit_leftovers(path_of(repo)) is None
+    assert repo.head.commit.hexsha == head
+
+
+def test_wip_commit_keeps_staged_unstaged_and_untracked_but_not_ignored(repo):
+    """Staged, unstaged and untracked changes become one WIP commit; ignored files stay out."""
+    root = path_of(repo)
+    write(root, {"staged.py": "s = 1\n"})
+    repo.git.add("staged.py")
+    write(root, {"README.md": "changed\n", "new/untracked.txt": "u\n", "debug.log": "ignored\n",
+                 ".venv/lib.py": "ignored\n"})
+    (root / "plans/p.md").unlink()
+    assert is_dirty(root)
+    sha = commit_leftovers(root)
+    assert sha == repo.head.commit.hexsha
+    c = repo.head.commit
+    assert c.message.startswith("plan-runner: WIP")
+    assert "Plan-Runner-WIP: true" in c.message
+    assert set(c.stats.files) == {"staged.py", "README.md", "new/untracked.txt", "plans/p.md"}
+    assert not is_dirty(root)
+    assert (root / "debug.log").exists()
+    assert repo.git.status("--porcelain", "--ignored").count("!!") == 2
+    [info] = collect_commits(root, c.parents[0].hexsha, sha, BOOKKEEPING)
+    assert info.wip and info.sha == sha
+
+
+def test_wip_commit_survives_a_failing_pre_commit_hook(repo):
+    """A pre-commit hook that always fails cannot stop the leftovers from being saved."""
+    hook = Path(repo.git_dir) / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 1\n")
+    hook.chmod(0o755)
+    write(path_of(repo), {"work.py": "x = 1\n"})
+    assert commit_leftovers(path_of(repo), message_prefix="custom WIP") is not None
+    assert repo.head.commit.message.startswith("custom WIP")
+
+
+# --- collect_commits ---------------------------------------------------------------------------
+
+
+def test_collect_commits_marks_bookkeeping_only_commits(repo):
+    """Commits touching only the plan or handoff do not count as work; mixed ones do."""
+    root = path_of(repo)
+    base = repo.head.commit.hexsha
+    c1 = commit(repo, {"src/a.py": "a = 1\n"}, "real work")
+    c2 = commit(repo, {"plans/p.md": "- [x] 1.1 a\n", "HANDOFF.md": "notes\n"}, "tick the box")
+    c3 = commit(repo, {"plans/p.md": "- [ ] 1.1 a\n", "src/b.py": "b = 1\n"}, "mixed")
+    repo.git.commit("--allow-empty", "-m", "empty")
+    commits = collect_commits(root, base, "HEAD", BOOKKEEPING)
+    assert [c.sha for c in commits][:3] == [c1, c2, c3]
+    assert [c.counts_as_work for c in commits] == [True, False, True, False]
+    assert commits[0].files == ("src/a.py",) and commits[0].summary == "real work"
+    assert set(commits[1].files) == {"plans/p.md", "HANDOFF.md"}
+    assert commits[0].author == "Agent <agent@example.com>"
+    assert not any(c.wip for c in commits)
+    assert collect_commits(root, c3, c3, BOOKKEEPING) == ()
+
+
+def test_collect_commits_follows_first_parent_through_a_merge(repo):
+    """A merge on the work branch counts with the files it brings in relative to its first parent."""
+    root = path_of(repo)
+    base = repo.head.commit.hexsha
+    repo.git.checkout("-b", "side")
+    side = commit(repo, {"side.py": "s\n"}, "side work")
+    repo.git.checkout("main")
+    mine = commit(repo, {"main.py": "m\n"}, "main work")
+    repo.git.merge("--no-ff", "-m", "merge side", "side")
+    commits = collect_commits(root, base, "HEAD", BOOKKEEPING)
+    assert [c.sha for c in commits][:1] == [mine]
+    assert side not in [c.sha for c in commits]
+    merge = commits[-1]
+    assert merge.summary == "merge side" and merge.files == ("side.py",) and merge.counts_as_work
+
+
+def test_plan_runner_reverts_do_not_count_as_work(repo):
+    """commit_files records a revert with its trailer; collect_commits does not count it as work."""
+    root = path_of(repo)
+    base = repo.head.commit.hexsha
+    commit(repo, {".github/workflows/ci.yml": "evil\n", "plans/p.md": "- [x] 1.1 a\n"}, "agent")
+    sha = commit_files(root, {".github/workflows/ci.yml": None, "plans/p.md": "- [ ] 1.1 a\n"},
+                       "plan-runner: revert tampering")
+    assert "Plan-Runner: revert" in repo.head.commit.message
+    assert read_file_at(root, sha, "plans/p.md") == "- [ ] 1.1 a\n"
+    assert read_file_at(root, sha, ".github/workflows/ci.yml") is None
+    commits = collect_commits(root, base, sha, BOOKKEEPING)
+    assert [c.counts_as_work for c in commits] == [True, False]
+    assert commit_files(root, {"plans/p.md": "- [ ] 1.1 a\n"}, "no-op") == sha  # nothing to change
+
+
+def test_commit_files_commits_only_its_paths(repo):
+    """Other uncommitted changes stay uncommitted when plan-runner commits its own correction."""
+    root = path_of(repo)
+    write(root, {"README.md": "user edit\n"})
+    commit_files(root, {"plans/p.md": "reverted\n"}, "plan-runner: revert flip")
+    assert set(repo.head.commit.stats.files) == {"plans/p.md"}
+    assert (root / "README.md").read_text() == "user edit\n" and is_dirty(root)
+
+
+def test_commit_files_refuses_paths_outside_the_repository(repo):
+    """A path escaping the work tree is a PlanRunnerError, and nothing is written."""
+    with pytest.raises(PlanRunnerError):
+        commit_files(path_of(repo), {"../outside.txt": "x"}, "m")
+    assert not (path_of(repo).parent / "outside.txt").exists()
+
+
+def test_read_file_at_and_tree_hash(repo):
+    """read_file_at gives a file's text at a revision (None when absent); tree_hash is the tree id."""
+    root = path_of(repo)
+    first = repo.head.commit.hexsha
+    second = commit(repo, {"README.md": "two\n"}, "edit")
+    assert read_file_at(root, first, "README.md") == "hello\n"
+    assert read_file_at(root, second, "README.md") == "two\n"
+    assert read_file_at(root, first, "missing.txt") is None
+    assert read_file_at(root, first, "plans") is None  # a folder is not a file
+    assert tree_hash(root) == repo.head.commit.tree.hexsha
+    assert tree_hash(root, first) == repo.commit(first).tree.hexsha
+    with pytest.raises(PlanRunnerError):
+        read_file_at(root, "no-such-branch", "README.md")
+
+
+def test_protected_paths_changed(repo):
+    """Exact paths and "dir/" prefixes that differ between base and head are reported."""
+    root = path_of(repo)
+    base = repo.head.commit.hexsha
+    commit(repo, {".github/workflows/ci.yml": "x\n", "scripts/gate.sh": "exit 0\n", "src/a.py": "a\n"}, "c")
+    protected = [".github/workflows/", "scripts/gate.sh", "scripts/other.sh", ".github/workflow"]
+    assert protected_paths_changed(root, base, "HEAD", protected) == [".github/workflows/", "scripts/gate.sh"]
+    before = repo.head.commit.hexsha
+    commit(repo, {"scripts/gate.sh": "exit 1\n"}, "weaken the gate")
+    commit(repo, {"scripts/gate.sh": "exit 0\n"}, "restore it")
+    assert protected_paths_changed(root, before, "HEAD", protected) == []
+    assert protected_paths_changed(root, base, "HEAD", []) == []
+
+
+# --- work branch and pushes --------------------------------------------------------------------
+
+
+def clone_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
+    bare = tmp_path / "remote.git"
+    git.Repo.init(bare, bare=True, initial_branch="main").close()
+    with make_repo(tmp_path / "seed") as seed:
+        seed.create_remote("origin", str(bare)).push("main:main")
+    for name in ("a", "b"):
+        configure(git.Repo.clone_from(str(bare), tmp_path / name)).close()
+    return bare, tmp_path / "a", tmp_path / "b"
+
+
+def remote_head(bare: Path, branch: str) -> str | None:
+    with git.Repo(bare) as r:
+        try:
+            return r.git.rev_parse("--verify", "--quiet", f"refs/heads/{branch}")
+        except git.GitCommandError:
+            return None
+
+
+def test_work_branch_created_locally_then_reused(repo):
+    """Without a remote the branch is created from base, checked out, and reused afterwards."""
+    root = path_of(repo)
+    base = repo.head.commit.hexsha
+    assert ensure_work_branch(root, "plan-runner/p", "main", None) == base
+    assert repo.active_branch.name == "plan-runner/p"
+    head = commit(repo, {"src/a.py": "1\n"}, "work")
+    repo.git.checkout("main")
+    assert ensure_work_branch(root, "plan-runner/p", "main", None) == head
+    assert repo.active_branch.name == "plan-runner/p"
+
+
+def test_work_branch_from_remote_base_and_pushed_with_lease(tmp_path):
+    """A fresh clone bases the branch on the remote's base; a stale lease is a StateConflict."""
+    bare, a, b = clone_pair(tmp_path)
+    base = remote_head(bare, "main")
+    assert ensure_work_branch(a, "plan-runner/p", "main", "origin") == base
+    with git.Repo(a) as ra:
+        configure(ra)
+        one = commit(ra, {"src/a.py": "1\n"}, "a work")
+    assert push_branch(a, "plan-runner/p", "origin", None) == one
+    assert remote_head(bare, "plan-runner/p") == one
+    # Clone b picks up the pushed work branch instead of starting again from main.
+    assert ensure_work_branch(b, "plan-runner/p", "main", "origin") == one
+    with git.Repo(b) as rb:
+        two = commit(rb, {"src/b.py": "2\n"}, "b work")
+    push_branch(b, "plan-runner/p", "origin", one)
+    assert remote_head(bare, "plan-runner/p") == two
+    # Clone a still believes the remote is at `one`: its push loses.
+    with git.Repo(a) as ra:
+        commit(ra, {"src/c.py": "3\n"}, "late work")
+    with pytest.raises(StateConflict):
+        push_branch(a, "plan-runner/p", "origin", one)
+    with pytest.raises(StateConflict):
+        push_branch(a, "plan-runner/p", "origin", None)  # expected absent, but it exists
+    assert remote_head(bare, "plan-runner/p") == two
+
+
+def test_work_branch_fast_forwards_to_the_remote(tmp_path):
+    """A local work branch behind the remote's copy moves forward to it."""
+    bare, a, b = clone_pair(tmp_path)
+    ensure_work_branch(a, "plan-runner/p", "main", "origin")
+    push_branch(a, "plan-runner/p", "origin", None)
+    ensure_work_branch(b, "plan-runner/p", "main", "origin")
+    with git.Repo(b) as rb:
+        ahead = commit(rb, {"x.py": "x\n"}, "b ahead")
+    push_branch(b, "plan-runner/p", "origin", remote_head(bare, "main"))
+    assert ensure_work_branch(a, "plan-runner/p", "main", "origin") == ahead
+    with git.Repo(a) as ra:
+        assert ra.head.commit.hexsha == ahead and (a / "x.py").exists()
+
+
+def test_diverged_work_branch_is_a_clear_error(tmp_path):
+    """Local and remote work branches with different commits stop with a fix, losing nothing."""
+    bare, a, b = clone_pair(tmp_path)
+    for clone, name in ((a, "a.py"), (b, "b.py")):
+        ensure_work_branch(clone, "plan-runner/p", "main", "origin")
+        with git.Repo(clone) as r:
+            commit(r, {name: "x\n"}, name)
+    push_branch(b, "plan-runner/p", "origin", None)
+    with pytest.raises(PlanRunnerError) as info:
+        ensure_work_branch(a, "plan-runner/p", "main", "origin")
+    assert "differs" in info.value.what and info.value.fix
+    assert (a / "a.py").exists()
+
+
+def test_unknown_base_is_a_clear_error(repo):
+    """A base that does not exist is reported with a fix, not a traceback."""
+    with pytest.raises(PlanRunnerError) as info:
+        ensure_work_branch(path_of(repo), "plan-runner/p", "no-such-base", None)
+    assert "no-such-base" in info.value.what
+
+
+# --- bounded: no history walks -----------------------------------------------------------------
+
+
+def fast_import_history(repo: git.Repo, commits: int) -> None:
+    """`commits` commits on main, written by git fast-import into a single pack."""
+    parts = []
+    for i in range(1, commits + 1):
+        msg = f"commit {i}\n".encode()
+        content = f"line {i}\n".encode()
+        parts.append(f"commit refs/heads/main\nmark :{i}\ncommitter T <t@e.com> {1_700_000_000 + i} +0000\n".encode())
+        parts.append(b"data %d\n%s" % (len(msg), msg))
+        if i > 1:
+            parts.append(f"from :{i - 1}\n".encode())
+        parts.append(b"M 100644 inline counter.txt\ndata %d\n%s\n" % (len(content), content))
+    stream = Path(repo.git_dir) / "import.stream"
+    stream.write_bytes(b"".join(parts))
+    with open(stream, "rb") as fh:
+        repo.git.fast_import("--quiet", istream=fh)
+    stream.unlink()
+
+
+def test_evidence_never_walks_history_beyond_the_session(tmp_path):
+    """With 10,000 commits below the session deleted from disk, every evidence function still works."""
+    root = tmp_path / "w"
+    repo = configure(git.Repo.init(root, initial_branch="main"))
+    fast_import_history(repo, 10_000)
+    repo.git.checkout("-f", "main")
+    # The session starts from a commit whose whole content is fresh (loose objects only).
+    write(root, {"counter.txt": "session base\n", "plans/p.md": "- [ ] 1.1\n"})
+    repo.git.add("--all")
+    repo.git.commit("-m", "base")
+    for pack in (Path(repo.git_dir) / "objects" / "pack").iterdir():
+        pack.unlink()
+    with pytest.raises(git.GitCommandError):
+        repo.git.rev_list("--count", "HEAD")  # proof: a history walk now fails
+    base = repo.head.commit.hexsha
+    assert ensure_work_branch(root, "plan-runner/p", base, None) == base
+    commit(repo, {"src/a.py": "a\n"}, "work")
+    commit(repo, {"plans/p.md": "- [x] 1.1\n"}, "tick")
+    write(root, {"left.txt": "over\n"})
+    wip = commit_leftovers(root)
+    commits = collect_commits(root, base, "HEAD", BOOKKEEPING)
+    assert [(c.counts_as_work, c.wip) for c in commits] == [(True, False), (False, False), (True, True)]
+    assert commits[-1].sha == wip
+    assert protected_paths_changed(root, base, "HEAD", ["plans/p.md", ".github/"]) == ["plans/p.md"]
+    assert read_file_at(root, base, "plans/p.md") == "- [ ] 1.1\n"
+    assert tree_hash(root) == repo.head.commit.tree.hexsha
+    commit_files(root, {"plans/p.md": "- [ ] 1.1\n"}, "plan-runner: revert rejected flip")
+    assert not is_dirty(root)
+    repo.close()
