@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -166,26 +166,10 @@ def run_command_gate(
         return GateResult(**base, passed=False, error=why, fingerprint=fingerprint(f"{gate.name}\n{why}"))
 
     assert proc.stdout is not None
-    reader = threading.Thread(target=_drain, args=(proc.stdout, tail), daemon=True)
-    reader.start()
-    timed_out = False
     try:
-        proc.wait(timeout=gate.timeout_minutes)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=_TERM_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(proc, signal.SIGKILL)
-        proc.wait()
-    reader.join(timeout=_DRAIN_GRACE_S)
-    if reader.is_alive():
-        # A background child still holds the pipe open; the gate is over, so end it.
-        _kill_group(proc, signal.SIGKILL)
-        reader.join()
-    proc.stdout.close()
+        timed_out = _stream_until_done(proc, tail, started + gate.timeout_minutes)
+    finally:
+        proc.stdout.close()
     duration = time.monotonic() - started
 
     code = proc.returncode
@@ -208,16 +192,49 @@ def run_command_gate(
     )
 
 
-def _drain(stream, tail: BoundedTail) -> None:
-    read = getattr(stream, "read1", stream.read)
+def _stream_until_done(proc: subprocess.Popen[bytes], tail: BoundedTail, deadline: float) -> bool:
+    """Feed the process's output into ``tail`` until it exits; True when it hit ``deadline``.
+
+    One loop in this thread instead of a reader thread: a background child that
+    keeps the pipe open (or escapes the process group) can never block us. After
+    the shell exits, its leftovers get a short grace to finish writing, then the
+    group is killed and we stop reading.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    timed_out, eof = False, False
+    kill_at = exited_at = None
     while True:
-        try:
-            chunk = read(_READ_CHUNK)
-        except (OSError, ValueError):
-            return
-        if not chunk:
-            return
-        tail.feed(chunk)
+        now = time.monotonic()
+        if proc.poll() is not None:
+            if eof:
+                break
+            exited_at = exited_at or now
+            if now - exited_at >= _DRAIN_GRACE_S:
+                _kill_group(proc, signal.SIGKILL)  # leftovers still holding the pipe
+                break
+        elif now >= deadline:
+            if not timed_out:
+                timed_out, kill_at = True, now + _TERM_GRACE_S
+                _kill_group(proc, signal.SIGTERM)
+            elif kill_at is not None and now >= kill_at:
+                _kill_group(proc, signal.SIGKILL)
+                kill_at = None
+        if eof:
+            try:
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+            continue
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(fd, _READ_CHUNK)
+            if chunk:
+                tail.feed(chunk)
+            else:
+                eof = True
+    proc.wait()
+    return timed_out
 
 
 _JSON_PARSE_LIMIT = 1 << 20  # bodies larger than this are judged by status alone

@@ -85,6 +85,14 @@ def test_background_child_holding_the_pipe_does_not_hang(tmp_path: Path) -> None
     assert time.monotonic() - started < 6
 
 
+def test_child_escaping_the_process_group_does_not_hang(tmp_path: Path) -> None:
+    """A child that leaves the process group and keeps the output pipe open cannot hold the gate."""
+    started = time.monotonic()
+    (result,) = run([gate(run="setsid sleep 4 & echo done")], tmp_path)
+    assert result.passed and "done" in result.output_tail
+    assert time.monotonic() - started < 3.5
+
+
 def test_huge_output_keeps_memory_flat(tmp_path: Path) -> None:
     """A gate printing ~100 MB is streamed through a bounded tail: memory peak stays small."""
     cmd = "head -c 100000000 /dev/zero | tr '\\0' 'x'; echo; echo FINAL-LINE; exit 1"
