@@ -53,6 +53,7 @@ class SessionRecord(Record):
     fingerprint: str | None = None
     zero_output: bool = False
     advanced: tuple[str, ...] = ()
+    rejected_flips: tuple[str, ...] = ()
     agent_session_id: str | None = None
     backend: str = ""
     tokens: int = 0

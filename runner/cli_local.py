@@ -1,0 +1,194 @@
+"""Local subcommands: `session`, `run`, `status`. They register with `runner.cli.command`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from runner.actions import Wait, describe
+from runner.cli import command
+from runner.local import EXIT_FINISHED, EXIT_PARKED, local_drivers, local_workspace, run_loop
+from runner.policy import decide_start
+from runner.session import Session, SessionResult
+from runner.status import plan_statuses
+
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+
+class Progress:
+    """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.session = ""
+        self.tokens = "0"
+        self.tool = "-"
+        self.status = console.status("starting") if console.is_terminal else None
+        if self.status:
+            self.status.start()
+
+    def event(self, kind: str, detail: str) -> None:
+        if kind == "session":
+            self.started, self.session, self.tokens, self.tool = time.monotonic(), detail, "0", "-"
+            console.print(f"[bold]session {detail}[/bold]")
+        elif kind == "tokens":
+            self.tokens = detail
+        elif kind == "tool":
+            self.tool = detail
+        elif kind == "gate":
+            console.print(f"  gate {detail}")
+        elif kind in ("outcome", "agent", "advisor", "reconciled"):
+            console.print(f"  {kind}: {detail}")
+        if self.status:
+            elapsed = time.monotonic() - self.started
+            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · last tool {self.tool}")
+
+    def wait(self, action: Wait, left: float) -> None:
+        text = f"waiting {left:5.0f}s: {action.reason} (Ctrl-C stops; state is saved)"
+        if self.status:
+            self.status.update(text)
+        elif int(left) % 10 == 0 or left < 1:
+            console.print(text)
+
+    def stop(self) -> None:
+        if self.status:
+            self.status.stop()
+
+
+def _plan_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan", type=Path, help="the plan file, e.g. plans/add-auth.md")
+
+
+def session_json(result: SessionResult) -> dict:
+    r, s, plan = result.record, result.state, result.plan
+    attempts = {}
+    for stage in plan.stages:
+        budget = plan.stage_attempt_budget(stage)
+        attempts[str(stage.number)] = {"used": s.stage_attempts.get(stage.number, 0), "budget": budget}
+    return {
+        "status": result.status, "plan": plan.id, "message": result.message,
+        "outcome": r.outcome.value if r else None, "blame": r.blame.value if r else None,
+        "rule": r.rule if r else None, "reasons": list(r.reasons) if r else [],
+        "next_action": result.action.model_dump(mode="json") if result.action is not None else None,
+        "next": describe(result.action) if result.action is not None else None,
+        "attempts": attempts,
+        "gates": [g.model_dump(mode="json", exclude={"output_tail"}) for g in result.evidence.gates] if result.evidence else [],
+        "work_commits": [c.sha for c in result.evidence.work_commits] if result.evidence else [],
+        "rejected_flips": list(r.rejected_flips) if r else [],
+        "hints": r.hints.model_dump(mode="json") if r else {},
+        "tokens": r.tokens if r else 0, "cost_usd": r.cost_usd if r else None,
+        "url": result.url,
+    }
+
+
+def _print_result(result: SessionResult) -> None:
+    if result.record is None:
+        console.print(result.message)
+        return
+    r = result.record
+    console.print(f"[bold]session {r.n}: {r.outcome.value}[/bold] (blame {r.blame.value}) → {result.message}")
+    for reason in r.reasons:
+        console.print(f"  - {reason}")
+
+
+def _session_arguments(parser: argparse.ArgumentParser) -> None:
+    _plan_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print the session record as JSON on stdout")
+    parser.add_argument("--dry-run", action="store_true", help="print the next action instead of running it")
+
+
+@command("session", help="run exactly one session of a plan (locally, or as a GitHub Actions job)",
+         arguments=_session_arguments)
+def cmd_session(args: argparse.Namespace) -> int:
+    ws = local_workspace(args.plan)
+    drivers = local_drivers(ws)
+    if args.dry_run:
+        s = Session(ws, drivers)
+        action = decide_start(s.state, s.plan)
+        print(json.dumps({"plan": s.plan.id, "next": describe(action), "next_action": action.model_dump(mode="json")},
+                         indent=2) if args.json else describe(action))
+        return 0
+    progress = Progress()
+    ws.on_event = progress.event
+    try:
+        from runner.step import run_session
+
+        result = run_session(ws, drivers)
+    finally:
+        progress.stop()
+    if args.json:
+        print(json.dumps(session_json(result), indent=2))
+    else:
+        _print_result(result)
+    return EXIT_PARKED if result.status == "parked" else 0
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    _plan_argument(parser)
+    parser.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
+                        help=f"stop (exit 4) instead of waiting out a backoff longer than this")
+
+
+def print_sessions_table(state_entries, title: str) -> None:
+    from runner.ledger import SessionRecord
+
+    table = Table(title=title)
+    for col in ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "gates", "next"):
+        table.add_column(col)
+    for e in state_entries:
+        if isinstance(e, SessionRecord):
+            gates = " ".join(("✓" if g.passed else "✗") + g.name for g in e.gates) or "-"
+            table.add_row(str(e.n), e.kind.value, e.checkpoint or "-", e.outcome.value, e.blame.value,
+                          str(e.tokens), gates, describe(e.next_action) if e.next_action else "-")
+    out.print(table)
+
+
+@command("run", help="run a plan's sessions until it finishes or parks (exit 0 finished, 3 parked, 4 waiting)",
+         arguments=_run_arguments)
+def cmd_run(args: argparse.Namespace) -> int:
+    ws = local_workspace(args.plan)
+    drivers = local_drivers(ws)
+    progress = Progress()
+    ws.on_event = progress.event
+    try:
+        code, result = run_loop(ws, drivers, max_wait_s=args.max_wait, on_result=_print_result, on_wait=progress.wait)
+    finally:
+        progress.stop()
+    entries, _ = drivers.store.read(result.plan.id)
+    print_sessions_table(entries, f"plan {result.plan.id}")
+    if code == EXIT_PARKED:
+        out.print(result.report or "")
+        console.print(f"[bold red]parked[/bold red]: {result.message}\nreport: {result.url}")
+    elif code == EXIT_FINISHED:
+        console.print(f"[bold green]{result.message}[/bold green]" + (f"\nreport: {result.url}" if result.url else ""))
+    else:
+        console.print(f"stopped: {result.message}; run again later (the state is saved)")
+    return code
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plans", nargs="*", type=Path, help="plan files (default: plans/*.md)")
+    parser.add_argument("--json", action="store_true")
+
+
+@command("status", help="every plan's stage, checkpoints, attempts left, last outcome and what happens next",
+         arguments=_status_arguments)
+def cmd_status(args: argparse.Namespace) -> int:
+    rows = plan_statuses(args.plans or sorted(p for p in Path("plans").glob("*.md") if not p.name.endswith(".handoff.md")))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="plan-runner status")
+    for col in ("plan", "stage", "done", "attempts left", "sessions", "last outcome", "next"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["plan"], r["stage"], f"{r['done']}/{r['checkpoints']}", str(r["attempts_left"]),
+                      str(r["sessions"]), r["last_outcome"] or "-", r["next"])
+    out.print(table)
+    return 0

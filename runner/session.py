@@ -1,0 +1,269 @@
+"""One session, step by step (SPEC section 4): load, decide, run, collect, classify, persist, apply.
+
+The same function serves the local loop and the GitHub job; the drivers
+(state store, dispatcher, parker) are what differ.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tarfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from runner import gitwork
+from runner.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
+from runner.agentenv import secret_values
+from runner.errors import PlanRunnerError, StateConflict
+from runner.evidence import Evidence
+from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord
+from runner.outcome import classify
+from runner.plan import Plan
+from runner.planfile import parse_plan, with_tracker
+from runner.policy import AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold
+from runner.ports import Dispatcher, Parker, StateStore
+from runner.report import render_park_issue, render_report
+
+Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
+EVIDENCE_FILE = "last-evidence.json"
+TRANSCRIPTS_FILE = "transcripts.tar.gz"
+
+
+@dataclass
+class Drivers:
+    store: StateStore
+    dispatcher: Dispatcher
+    parker: Parker
+    # (question, ledger, plan) -> (answer, reason, valid, model); None: the plan's configured advisor
+    advisor: Callable[[str, list, Plan], tuple[str, str, bool, str]] | None = None
+    checks_runner: Callable | None = None
+
+
+@dataclass
+class Workspace:
+    repo: Path
+    plan_path: str  # repository-relative
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    remote: str | None = None
+    job: str = field(default_factory=lambda: f"local:{socket.gethostname()}:{os.getpid()}")
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
+    scratch: Path | None = None  # transcripts and the gate cache; default .git/plan-runner
+
+    @property
+    def scratch_dir(self) -> Path:
+        return self.scratch or self.repo / ".git" / "plan-runner"
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    status: Status
+    plan: Plan
+    state: RunState
+    action: AnyAction | None
+    message: str
+    verdict: Verdict | None = None
+    evidence: Evidence | None = None
+    record: SessionRecord | None = None
+    report: str = ""
+    url: str | None = None
+
+
+def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
+    """The plan with configuration from the base branch (never from the agent's work branch)."""
+    text = gitwork.read_file_at(ws.repo, "HEAD", ws.plan_path)
+    if text is None:
+        raise PlanRunnerError(
+            what=f"{ws.plan_path} is not committed in {ws.repo}",
+            why="configuration is read from a commit, never from the work tree, so the agent cannot change it",
+            fix=f"git add {ws.plan_path} && git commit -m 'Add plan', then run again")
+    plan = parse_plan(text, ws.plan_path)
+    for ref in ([f"{ws.remote}/{plan.config.base}"] if ws.remote else []) + [plan.config.base]:
+        base_text = gitwork.read_file_at(ws.repo, ref, ws.plan_path) if gitwork.ref_sha(ws.repo, ref) else None
+        if base_text is not None:
+            return parse_plan(base_text, ws.plan_path), base_text
+    return plan, text
+
+
+def _tracked_plan(ws: Workspace, plan: Plan) -> tuple[Plan, str | None]:
+    """The trusted plan with checkpoint states from the work branch head, if the branch exists."""
+    for ref in [plan.work_branch] + ([f"{ws.remote}/{plan.work_branch}"] if ws.remote else []):
+        if gitwork.ref_sha(ws.repo, ref):
+            text = gitwork.read_file_at(ws.repo, ref, plan.path)
+            if text is not None:
+                return with_tracker(plan, text), text
+    return plan, None
+
+
+def _pid_alive(job: str) -> bool:
+    parts = job.split(":")
+    if len(parts) != 3 or parts[0] != "local" or parts[1] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(parts[2]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return int(parts[2]) != os.getpid()
+
+
+class Session:
+    """One invocation: everything it needs, and the ledger version it may write on."""
+
+    def __init__(self, ws: Workspace, drivers: Drivers) -> None:
+        self.ws, self.d = ws, drivers
+        self.trusted, self.trusted_text = load_trusted_plan(ws)
+        self.plan, _ = _tracked_plan(ws, self.trusted)
+        self.entries, self.version = drivers.store.read(self.trusted.id)
+        self.state = fold(self.entries)
+        self.secrets = secret_values(ws.env)
+
+    # --- ledger -------------------------------------------------------------------------
+
+    def write(self, entries: list[Entry], files: dict[str, bytes] | None = None) -> None:
+        """Compare-and-swap append. A conflict caused by another plan's write is retried;
+        one caused by this plan's ledger moving means another job won: re-raise."""
+        for _ in range(5):
+            try:
+                self.version = self.d.store.append(self.trusted.id, entries, self.version, files)
+                self.entries = self.entries + entries
+                self.state = fold(self.entries)
+                return
+            except StateConflict:
+                fresh, version = self.d.store.read(self.trusted.id)
+                if len(fresh) != len(self.entries):
+                    raise
+                self.version = version
+        raise StateConflict(what="the state branch kept moving under this job",
+                            why="other jobs wrote to plan-runner/state five times in a row",
+                            fix="nothing to do: the next tick retries this plan")
+
+    # --- the non-running actions ----------------------------------------------------------
+
+    def report(self, title: str, action: AnyAction | None, evidence: Evidence | None = None,
+               verdict: Verdict | None = None) -> str:
+        reason = getattr(action, "reason", "") if action is not None else ""
+        details = getattr(action, "details", ()) if action is not None else ()
+        return render_report(self.plan, self.state, title=title, verdict=verdict, evidence=evidence,
+                             reason=reason, details=details, next_action=action, secrets=self.secrets)
+
+    def last_evidence(self) -> Evidence | None:
+        raw = self.d.store.read_file(self.trusted.id, EVIDENCE_FILE)
+        return Evidence.model_validate_json(raw) if raw else None
+
+    def apply_park(self, action: Park, evidence: Evidence | None = None, verdict: Verdict | None = None) -> SessionResult:
+        if self.state.park_issue and self.state.parked_at and self.state.last and self.state.parked_at >= self.state.last.finished_at:
+            return SessionResult("parked", self.plan, self.state, action, f"parked, waiting for a human: {self.state.park_issue}",
+                                 url=self.state.park_issue)
+        evidence = evidence or self.last_evidence()
+        report = self.report(f"plan-runner parked {self.plan.id}: {action.reason}", action, evidence, verdict)
+        checkpoint = self.state.last.checkpoint if self.state.last else None
+        body = render_park_issue(self.plan, report, checkpoint)
+        url = self.d.parker.open_park(self.plan.id, f"plan-runner: {self.plan.id} needs a human", body)
+        self.write([Parked(at=self.ws.clock(), reason=action.reason, issue_url=url)])
+        return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report=body, url=url)
+
+    def apply_finish(self, action: Finish, evidence: Evidence | None = None, verdict: Verdict | None = None) -> SessionResult:
+        if self.state.finished:
+            return SessionResult("finished", self.plan, self.state, action, "the plan is finished", url=self.state.pull_request)
+        report = self.report(f"plan-runner finished {self.plan.id}", action, evidence or self.last_evidence(), verdict)
+        url = self.d.parker.open_finish(self.plan.id, self.plan.work_branch, self.trusted.config.base,
+                                        f"plan-runner: {self.plan.title or self.plan.id}", report)
+        self.write([Finished(at=self.ws.clock(), reason=action.reason, pull_request_url=url)])
+        return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report=report, url=url)
+
+    def consult(self, action: ConsultAdvisor) -> AnyAction:
+        answer, reason, valid, model = self._ask_advisor(action.reason)
+        decided = decide_after_advice(answer, reason, self.state, self.plan)
+        self.write([Advice(at=self.ws.clock(), answer=answer, reason=reason, valid=valid, model=model,
+                           checkpoint=action.checkpoint, next_action=decided)])
+        self.ws.on_event("advisor", f"{answer}: {reason}")
+        return decided
+
+    def _ask_advisor(self, question: str) -> tuple[str, str, bool, str]:
+        """Deterministic first, model second: no advisor configured means a human decides."""
+        if self.d.advisor is not None:
+            return self.d.advisor(question, self.entries, self.trusted)
+        cfg = self.trusted.config.advisor
+        if cfg is None or not cfg.enabled:
+            return "human", f"{question}; no advisor is configured", False, ""
+        from runner.advisor import consult_advisor, render_history  # an SDK client, loaded only at dead ends
+
+        records = [e for e in self.entries if isinstance(e, SessionRecord)]
+        a = consult_advisor(render_history(records), question, model=cfg.model, env=self.ws.env)
+        return a.answer, a.reason, a.valid, a.model
+
+    # --- reconciling a job that died ------------------------------------------------------
+
+    def reconcile_orphan(self) -> bool:
+        """A session that started and never finished is classified TimedOut, not forgotten.
+        Returns False when it may still be running (a live local process)."""
+        open_ = self.state.open_session
+        if open_ is None:
+            return True
+        if _pid_alive(open_.job):
+            return False
+        if gitwork.current_branch(self.ws.repo) == self.plan.work_branch:
+            gitwork.commit_leftovers(self.ws.repo)  # the killed agent's uncommitted work is kept
+        now = self.ws.clock()
+        verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
+                          reasons=(f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
+                                   f"by job {open_.job or '?'} and never finished (the job was killed or lost)",),
+                          agent_session_id=open_.resume_session_id)
+        stage = self.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
+        record = SessionRecord(n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint,
+                               stage=stage.number if stage else None, started_at=open_.started_at,
+                               finished_at=now, outcome=verdict.outcome, blame=verdict.blame, rule=6,
+                               reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
+                               resume_session_id=open_.resume_session_id)
+        action = decide_next(verdict, fold(self.entries + [record]), self.plan)
+        self.write([record.model_copy(update={"next_action": action})])
+        self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
+        return True
+
+    # --- step 1 and 2: what to do now -----------------------------------------------------
+
+    def next_run(self) -> RunSession | SessionResult:
+        """The session to run now, or the result that says why none runs."""
+        if not self.reconcile_orphan():
+            return SessionResult("busy", self.plan, self.state, None,
+                                 f"session {self.state.open_session.n} is still running in {self.state.open_session.job}")
+        action = decide_start(self.state, self.plan)
+        for _ in range(5):
+            if isinstance(action, RunSession):
+                return action
+            if isinstance(action, Park):
+                return self.apply_park(action)
+            if isinstance(action, Finish):
+                return self.apply_finish(action)
+            if isinstance(action, Wait):
+                if action.until > self.ws.clock():
+                    return SessionResult("waiting", self.plan, self.state, action,
+                                         f"waiting until {action.until.isoformat(timespec='seconds')}: {action.reason}")
+                action = action.then
+            elif isinstance(action, ConsultAdvisor):
+                action = self.consult(action)
+        raise PlanRunnerError(what="the policy did not settle on an action", why=describe(action),
+                              fix="report this as a bug with the plan's ledger attached")
+
+
+def pack_dir(path: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        if path.exists():
+            tar.add(path, arcname=".")
+    return buf.getvalue()
+
+
+def unpack_dir(data: bytes | None, path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    if not data:
+        return
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(path, filter="data")

@@ -1,0 +1,169 @@
+"""run_session: steps 3 to 7 of SPEC section 4 for one session, from a `Session`.
+
+Order matters for crash consistency: the start is recorded before the agent
+runs; the work branch is pushed before the ledger records the verdict; the
+next action is applied only after the ledger says what it is.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from runner import gitwork
+from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
+from runner.agentenv import build_agent_env
+from runner.backends import SessionRequest, get_backend
+from runner.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
+from runner.errors import PlanRunnerError, StateConflict
+from runner.gates import GateCache
+from runner.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
+from runner.outcome import classify
+from runner.planfile import with_tracker
+from runner.policy import decide_next, fold
+from runner.prompts import PromptContext, render_handoff_from_evidence, render_prompt
+from runner.session import (
+    EVIDENCE_FILE, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, pack_dir, unpack_dir,
+)
+
+FAULT_POINTS = ("after-start", "after-agent", "after-gates", "before-push", "after-push",
+                "before-ledger", "after-ledger", "before-dispatch", "after-dispatch", "before-park", "after-park")
+
+
+def fault_point(ws: Workspace, name: str) -> None:
+    """Crash-consistency tests set PLAN_RUNNER_FAULT=<point> to be killed exactly here."""
+    if ws.env.get("PLAN_RUNNER_FAULT") == name:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _prompt(s: Session, action: RunSession, plan_text: str, handoff_path: str) -> str:
+    last = s.last_evidence()
+    previous_handoff = last.handoff if last else None
+    if action.kind is SessionKind.HANDOFF and not previous_handoff and last is not None:
+        previous_handoff = render_handoff_from_evidence(s.plan, [last])
+    ctx = PromptContext(plan=s.plan, plan_text=plan_text, handoff_path=handoff_path,
+                        previous_handoff=previous_handoff, last_evidence=last,
+                        rejected_flips=s.state.last.rejected_flips if s.state.last else (),
+                        instructions=action.instructions, session_number=s.state.sessions + 1)
+    return render_prompt(action, ctx)
+
+
+def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
+    return tuple(GateSummary(name=g.name, required=g.required, passed=g.passed, duration_s=g.duration_s,
+                             fingerprint=g.fingerprint) for g in evidence.gates)
+
+
+def run_session(ws: Workspace, drivers: Drivers) -> SessionResult:
+    """Run at most one session of the plan and apply what follows from it."""
+    s = Session(ws, drivers)
+    action = s.next_run()
+    if isinstance(action, SessionResult):
+        return action
+    return _run(s, action)
+
+
+def _run(s: Session, action: RunSession) -> SessionResult:
+    ws, plan = s.ws, s.trusted
+    if gitwork.is_dirty(ws.repo):
+        raise PlanRunnerError(
+            what=f"the work tree {ws.repo} has uncommitted changes",
+            why="plan-runner checks out the work branch and commits the agent's leftovers; your changes would mix in",
+            fix="commit or stash them (`git stash -u`), then run again")
+    base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote)
+    work_remote_sha = gitwork.ref_sha(ws.repo, f"{ws.remote}/{plan.work_branch}") if ws.remote else None
+    plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
+    tracked = with_tracker(plan, plan_text)
+    n = max([0] + [getattr(e, "n", 0) for e in s.entries]) + 1
+    started_at = ws.clock()
+    started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
+                             base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id)
+    try:
+        s.write([started])
+    except StateConflict:
+        return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
+    fault_point(ws, "after-start")
+    ws.on_event("session", f"{n} {action.kind.value} {action.checkpoint or ''}".strip())
+
+    handoff_path = handoff_path_of(plan)
+    transcripts = ws.scratch_dir / plan.id / "transcripts"
+    shutil.rmtree(transcripts, ignore_errors=True)
+    unpack_dir(s.d.store.read_file(plan.id, TRANSCRIPTS_FILE), transcripts)
+    agent_env = build_agent_env(ws.env, allow=plan.config.agent.env)
+    request = SessionRequest(
+        workdir=ws.repo, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
+        env=agent_env, transcript_dir=transcripts, resume_session_id=action.resume_session_id,
+        plan_path=ws.repo / plan.path, handoff_path=ws.repo / handoff_path, on_event=ws.on_event)
+    signals = get_backend(plan.config.agent.backend).run(request)
+    fault_point(ws, "after-agent")
+    ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
+
+    scene = SessionScene(repo=ws.repo, plan=tracked, plan_text=plan_text, base_sha=base_sha,
+                         handoff_path=handoff_path, started_at=started_at, session_number=n,
+                         session_kind=action.kind.value, checkpoint=action.checkpoint)
+    evidence = collect_evidence(scene, signals, env=agent_env, observed_at=ws.clock(),
+                                cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
+                                on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
+                                checks_runner=s.d.checks_runner)
+    fault_point(ws, "after-gates")
+    verdict = classify(evidence)
+    head = revert_rejected_flips(scene, evidence, verdict.rejected_flips)
+    s.plan = with_tracker(plan, gitwork.read_file_at(ws.repo, head, plan.path) or plan_text)
+    stage = plan.stage_of(action.checkpoint) if action.checkpoint else None
+    record = SessionRecord(
+        n=n, kind=action.kind, checkpoint=action.checkpoint, stage=stage.number if stage else None,
+        started_at=started_at, finished_at=evidence.observed_at, outcome=verdict.outcome, blame=verdict.blame,
+        rule=verdict.rule, reasons=verdict.reasons, fingerprint=verdict.fingerprint, zero_output=verdict.zero_output,
+        advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id, backend=signals.backend,
+        tokens=signals.total_tokens, cost_usd=signals.cost_usd, base_sha=base_sha, head_sha=head,
+        work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
+        resume_session_id=action.resume_session_id, instructions=action.instructions)
+    next_action = decide_next(verdict, fold(s.entries + [record]), s.plan)
+    record = record.model_copy(update={"next_action": next_action})
+    ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
+
+    fault_point(ws, "before-push")
+    if ws.remote:
+        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, work_remote_sha)
+    fault_point(ws, "after-push")
+    fault_point(ws, "before-ledger")
+    s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode(),
+                             TRANSCRIPTS_FILE: pack_dir(transcripts)})
+    fault_point(ws, "after-ledger")
+    result = apply_action(s, next_action, evidence, verdict)
+    return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
+                         result.message, verdict=verdict, evidence=evidence, record=record,
+                         report=result.report or s.report(f"session {n}: {verdict.outcome.value}", result.action,
+                                                          evidence, verdict), url=result.url)
+
+
+def apply_action(s: Session, action, evidence=None, verdict=None) -> SessionResult:
+    """Apply the decided next action: the one place that changes the world after a decision."""
+    ws = s.ws
+    while isinstance(action, ConsultAdvisor):
+        action = s.consult(action)
+    if isinstance(action, Park):
+        fault_point(ws, "before-park")
+        result = s.apply_park(action, evidence, verdict)
+        fault_point(ws, "after-park")
+        return result
+    if isinstance(action, Finish):
+        return s.apply_finish(action, evidence, verdict)
+    if isinstance(action, RunSession) or (isinstance(action, Wait) and action.until <= ws.clock()):
+        return dispatch(s, action)
+    return SessionResult("waiting", s.plan, s.state, action, describe(action))
+
+
+def dispatch(s: Session, action) -> SessionResult:
+    """Dispatch the next run once: the intent is in the ledger before the call, the confirmation after."""
+    n = s.state.sessions + 1
+    if s.state.last_dispatch >= n:
+        return SessionResult("ran", s.plan, s.state, action, f"next run already dispatched: {describe(action)}")
+    key = f"{s.trusted.id}#{n}"
+    fault_point(s.ws, "before-dispatch")
+    s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
+    s.d.dispatcher.dispatch_next(s.trusted.path, key)
+    fault_point(s.ws, "after-dispatch")
+    return SessionResult("ran", s.plan, s.state, action, describe(action))
