@@ -349,3 +349,16 @@ def test_evidence_never_walks_history_beyond_the_session(tmp_path):
     commit_files(root, {"plans/p.md": "- [ ] 1.1\n"}, "plan-runner: revert rejected flip")
     assert not is_dirty(root)
     repo.close()
+
+
+def test_push_refused_by_the_remote_is_not_a_conflict(tmp_path):
+    """A push the remote declines (hook, protection) is a PlanRunnerError with a fix, not StateConflict."""
+    bare, a, _b = clone_pair(tmp_path)
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho protected branch >&2\nexit 1\n")
+    hook.chmod(0o755)
+    ensure_work_branch(a, "plan-runner/p", "main", "origin")
+    with pytest.raises(PlanRunnerError) as info:
+        push_branch(a, "plan-runner/p", "origin", None)
+    assert not isinstance(info.value, StateConflict) and "permission" in info.value.fix
+    assert remote_head(bare, "plan-runner/p") is None

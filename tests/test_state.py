@@ -373,3 +373,19 @@ def test_read_does_not_walk_state_history(tmp_path):
     assert got == version and [e.reason for e in entries] == ["0", "1", "2", "3"]
     store.append("p", [parked("4")], version)
     assert len(store.read("p")[0]) == 5
+
+
+def test_declined_push_leaves_no_local_state(tmp_path):
+    """When the remote declines the state push, the error is not a conflict and the local ref is unmoved."""
+    bare, a, _b = make_remote_pair(tmp_path)
+    store = GitStateStore(a)
+    v1 = store.append("p", [parked("one")], None)
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\nexit 1\n")
+    hook.chmod(0o755)
+    with pytest.raises(PlanRunnerError) as info:
+        store.append("p", [parked("two")], v1)
+    assert not isinstance(info.value, StateConflict)
+    with git.Repo(a) as ra:
+        assert ra.git.rev_parse("refs/heads/plan-runner/state") == v1
+    assert store.read("p")[1] == v1 == remote_state(bare)
