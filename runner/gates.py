@@ -30,7 +30,16 @@ from runner.fingerprint import fingerprint
 from runner.plan import GateConfig
 from runner.tail import BoundedTail
 
-__all__ = ["GateCache", "GateEvent", "body_failure", "run_gate", "run_gates"]
+__all__ = [
+    "GateCache",
+    "GateEvent",
+    "body_failure",
+    "gate_definition_hash",
+    "run_command_gate",
+    "run_gate",
+    "run_gates",
+    "run_http_gate",
+]
 
 TAIL_BYTES = 16384
 _READ_CHUNK = 65536
@@ -83,10 +92,7 @@ def run_gates(
             second = run_gate(gate, workdir=workdir, env=env, checks_runner=checks_runner, tail_bytes=tail_bytes)
             if second.passed:
                 # Keep the first failure's tail: it is the evidence that the gate is flaky.
-                result = second.model_copy(
-                    update={"reran": True, "flaky": True, "output_tail": result.output_tail,
-                            "fingerprint": result.fingerprint}
-                )
+                result = second.model_copy(update={"reran": True, "flaky": True, "output_tail": result.output_tail})
             else:
                 result = second.model_copy(update={"reran": True})
         if cache and tree_hash and gate.kind == "command" and result.passed and not result.timed_out:

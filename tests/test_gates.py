@@ -113,7 +113,7 @@ def test_flaky_required_gate_is_green_and_marked(tmp_path: Path) -> None:
     cmd = "if [ -f first-done ]; then echo ok; else touch first-done; echo 'boom'; exit 1; fi"
     events: list[GateEvent] = []
     (result,) = run([gate(run=cmd)], tmp_path, on_event=events.append)
-    assert result.passed and result.flaky and result.reran
+    assert result.passed and result.flaky and result.reran and result.fingerprint == ""
     assert "boom" in result.output_tail  # the first failure is the evidence of flakiness
     assert [e.kind for e in events] == ["start", "rerun", "finish"]
 
