@@ -192,3 +192,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                       str(r["sessions"]), r["last_outcome"] or "-", r["next"])
     out.print(table)
     return 0
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, default=None, help="where to create the demo repository (default: a temp dir)")
+
+
+@command("demo", help="run a complete, offline, realistic plan in a temporary repository", arguments=_demo_arguments)
+def cmd_demo(args: argparse.Namespace) -> int:
+    from runner.demo import run_demo
+
+    return run_demo(args.dir)

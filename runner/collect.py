@@ -120,6 +120,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     gitwork.commit_leftovers(repo)
     head = gitwork.git_text(repo, "rev-parse", "HEAD")
     handoff = gitwork.read_file_at(repo, head, scene.handoff_path)
+    if handoff == gitwork.read_file_at(repo, scene.base_sha, scene.handoff_path):
+        handoff = None  # an earlier session's handoff, already read; only this session's words count
     tampering, head = _repair_tampering(scene, head)
     final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
     flips = _verify(_flips(scene, agent_text, final_text), scene.plan, repo, env)
