@@ -1,0 +1,226 @@
+"""The built-in agent's tools: files and a shell, confined to the work tree.
+
+Every path the model gives is resolved (symlinks and `..` included) before it is
+used; one that lands outside the work tree is refused with an error result and
+never touched. A refusal, a missing file or a non-zero shell exit is a *failed*
+tool call: the model gets `is_error: true` and the backend counts it, because a
+result that says it did not succeed is a failure whatever else it says.
+
+The shell runs in the work tree with the agent's allow-listed environment; it is
+not a sandbox (bash can `cd /`), which is why plan-runner never gives the agent
+credentials beyond its own API key and why the verdict comes from evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OUTPUT_LIMIT = 16 * 1024  # bytes of one tool result the model sees
+_LIST_LIMIT = 500  # entries of one list_files call
+_SKIP_DIRS = {".git"}
+
+
+class ToolError(Exception):
+    """A tool call that failed; the message goes back to the model as the result."""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    ok: bool
+    text: str
+
+
+TOOL_SPECS: list[dict[str, Any]] = [
+    {
+        "name": "list_files",
+        "description": "List files under a directory of the work tree (recursive, .git skipped).",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "Directory relative to the work tree; default '.'"}},
+        },
+    },
+    {
+        "name": "read_file",
+        "description": "Read a text file of the work tree.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+    {
+        "name": "write_file",
+        "description": "Create or overwrite a file of the work tree with the given content.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+    {
+        "name": "edit_file",
+        "description": "Replace exactly one occurrence of old_string with new_string in a file.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "old_string": {"type": "string"},
+                "new_string": {"type": "string"},
+            },
+            "required": ["path", "old_string", "new_string"],
+        },
+    },
+    {
+        "name": "run_shell",
+        "description": "Run a bash command in the work tree; returns exit code and output.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string"},
+                "timeout_s": {"type": "number", "description": "Seconds before the command is killed."},
+            },
+            "required": ["command"],
+        },
+    },
+]
+
+TOOL_NAMES = frozenset(spec["name"] for spec in TOOL_SPECS)
+
+
+def bound_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
+    """Head and tail of `text` within `limit` bytes: errors tend to be at the end, context at the start."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= limit:
+        return text
+    half = limit // 2
+    head = data[:half].decode("utf-8", errors="ignore")
+    tail = data[-half:].decode("utf-8", errors="ignore")
+    return f"{head}\n[... {len(data) - 2 * half} bytes omitted ...]\n{tail}"
+
+
+class Workspace:
+    """The work tree as the tools see it."""
+
+    def __init__(self, root: Path, env: Mapping[str, str], *, shell_timeout_s: float = 300.0) -> None:
+        self.root = Path(root).resolve()
+        self.env = dict(env)
+        self.shell_timeout_s = shell_timeout_s
+
+    def resolve(self, path: object) -> Path:
+        """The real path of `path` inside the work tree, or ToolError: symlinks and `..` cannot escape."""
+        if not isinstance(path, str) or not path.strip():
+            raise ToolError("a non-empty `path` string is required")
+        if "\x00" in path:
+            raise ToolError("the path contains a NUL byte")
+        candidate = (self.root / path).resolve()
+        if candidate != self.root and self.root not in candidate.parents:
+            raise ToolError(f"refused: {path!r} is outside the work tree")
+        return candidate
+
+    def _rel(self, path: Path) -> str:
+        return str(path.relative_to(self.root)) if path != self.root else "."
+
+    # -- the tools --
+
+    def list_files(self, path: object = ".") -> str:
+        base = self.resolve(path)
+        if not base.is_dir():
+            raise ToolError(f"{path!r} is not a directory")
+        entries: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(base):  # does not follow symlinked directories
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            for name in sorted(filenames):
+                entries.append(self._rel(Path(dirpath) / name))
+                if len(entries) >= _LIST_LIMIT:
+                    return "\n".join(entries) + f"\n[... listing stopped at {_LIST_LIMIT} entries ...]"
+        return "\n".join(entries) if entries else "(no files)"
+
+    def read_file(self, path: object) -> str:
+        target = self.resolve(path)
+        if not target.is_file():
+            raise ToolError(f"no such file: {path!r}")
+        return target.read_bytes().decode("utf-8", errors="replace")
+
+    def write_file(self, path: object, content: object) -> str:
+        if not isinstance(content, str):
+            raise ToolError("`content` must be a string")
+        target = self.resolve(path)
+        if target.is_dir():
+            raise ToolError(f"{path!r} is a directory")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return f"wrote {len(content.encode('utf-8'))} bytes to {self._rel(target)}"
+
+    def edit_file(self, path: object, old_string: object, new_string: object) -> str:
+        if not isinstance(old_string, str) or not isinstance(new_string, str) or not old_string:
+            raise ToolError("`old_string` (non-empty) and `new_string` must be strings")
+        text = self.read_file(path)
+        count = text.count(old_string)
+        if count != 1:
+            raise ToolError(f"old_string occurs {count} times in {path!r}; it must occur exactly once")
+        self.resolve(path).write_text(text.replace(old_string, new_string, 1), encoding="utf-8")
+        return f"edited {path}"
+
+    def run_shell(self, command: object, timeout_s: object = None, *, limit_s: float | None = None) -> tuple[bool, str]:
+        if not isinstance(command, str) or not command.strip():
+            raise ToolError("a non-empty `command` string is required")
+        timeout = self.shell_timeout_s
+        if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0:
+            timeout = min(timeout, float(timeout_s))
+        if limit_s is not None:
+            timeout = max(0.1, min(timeout, limit_s))
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=self.root,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a timeout kills everything the command started
+        )
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            out, _ = proc.communicate()
+            text = out.decode("utf-8", errors="replace")
+            return False, f"killed after {timeout:g}s (timeout)\n{text}"
+        finally:
+            _kill_group(proc.pid, signal.SIGKILL)  # whatever it left running in the background
+        text = out.decode("utf-8", errors="replace")
+        return proc.returncode == 0, f"exit code {proc.returncode}\n{text}"
+
+    def run(self, name: str, args: Any, *, time_left_s: float | None = None) -> ToolOutcome:
+        """Run one tool call; never raises for a bad call, it becomes a failed outcome."""
+        if not isinstance(args, dict):
+            return ToolOutcome(False, "tool input must be a JSON object")
+        try:
+            if name == "list_files":
+                return ToolOutcome(True, bound_output(self.list_files(args.get("path", "."))))
+            if name == "read_file":
+                return ToolOutcome(True, bound_output(self.read_file(args.get("path"))))
+            if name == "write_file":
+                return ToolOutcome(True, self.write_file(args.get("path"), args.get("content")))
+            if name == "edit_file":
+                return ToolOutcome(True, self.edit_file(args.get("path"), args.get("old_string"), args.get("new_string")))
+            if name == "run_shell":
+                ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
+                return ToolOutcome(ok, bound_output(text))
+            return ToolOutcome(False, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOL_NAMES))}")
+        except ToolError as exc:
+            return ToolOutcome(False, str(exc))
+        except (OSError, UnicodeError) as exc:
+            return ToolOutcome(False, f"{type(exc).__name__}: {exc}")
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

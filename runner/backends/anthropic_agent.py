@@ -1,0 +1,375 @@
+"""The `anthropic` backend: a compact agent loop on the Messages API, in-process.
+
+The loop owns the end of a session: it stops when the model calls no more tools,
+on a refusal, or on a bound (turns, tokens, time, stall); the same tool call
+failing with the same error twice is a stop, not a re-plan. What the model says
+about its work (stop reason, "done", "all tests pass") is normalised into
+`Hints` and decides nothing. The conversation is written to
+`<transcript_dir>/<session id>.json` after every turn so a later job resumes it.
+
+Retries: the SDK's own retries are off (`max_retries=0` on the client) and this
+loop retries transient failures itself, `max_retries` times with exponential
+backoff honouring `retry-after`, so the bound is one number and a hanging
+server costs one stall timeout, not one per SDK retry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+from runner.backends.agent_tools import TOOL_SPECS, Workspace
+from runner.backends.anthropic_errors import ApiFailure, classify_api_error
+from runner.backends.base import SessionRequest, register_backend
+from runner.backends.claims import parse_claims
+from runner.evidence import ExitKind, Hints, SessionSignals
+from runner.fingerprint import normalise_error
+from runner.supervise import NUDGE_TEXT, TokenMeter
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+_FINAL_TEXT_LIMIT = 2000
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_STOP_REASONS = ("end_turn", "max_tokens", "tool_use", "pause_turn", "refusal", "stop_sequence")
+
+SYSTEM_PROMPT = (
+    "You are a coding agent working unattended in a git work tree. Use the tools to read, change and run "
+    "things; paths are relative to the work tree and cannot leave it. Commit your work with git through "
+    "run_shell. When you have nothing left to do, stop calling tools and say briefly what you did."
+)
+
+# USD per million tokens (input, output); cache reads 0.1x input, cache writes 1.25x input.
+_PRICES: tuple[tuple[str, float, float], ...] = (
+    ("opus-4-5", 5.0, 25.0), ("opus", 15.0, 75.0), ("sonnet", 3.0, 15.0),
+    ("haiku-4", 1.0, 5.0), ("haiku-3-5", 0.8, 4.0), ("haiku", 0.25, 1.25),
+)
+
+
+def estimate_cost(model: str, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> float | None:
+    """A list-price estimate; None for a model the table does not know."""
+    for key, price_in, price_out in _PRICES:
+        if key in model:
+            plain = max(0, input_tokens - cache_read - cache_write)
+            total = plain * price_in + cache_read * price_in * 0.1 + cache_write * price_in * 1.25
+            return round((total + output_tokens * price_out) / 1e6, 6)
+    return None
+
+
+# ---- the saved conversation ---------------------------------------------------------------------
+
+
+def transcript_path(transcript_dir: Path, session_id: str) -> Path:
+    return Path(transcript_dir) / f"{session_id}.json"
+
+
+def load_transcript(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list):
+        raise ValueError("no `messages` list")
+    return messages
+
+
+def write_transcript(path: Path, session_id: str, model: str, messages: list[dict[str, Any]]) -> None:
+    """Atomically: a job killed mid-write must not leave half a conversation."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    payload = {"version": 1, "session_id": session_id, "model": model, "messages": messages}
+    tmp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
+
+
+def resume_messages(saved: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """The saved conversation made valid again, with `prompt` as the next user turn.
+
+    A job killed after the model asked for tools left tool_use blocks without results;
+    the API rejects that, so each gets a result saying it was not run. Empty assistant
+    turns are dropped and consecutive user turns merged, for the same reason.
+    """
+    out: list[dict[str, Any]] = []
+    for msg in saved:
+        content = msg.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == msg["role"]:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": msg["role"], "content": blocks})
+    new_turn: list[dict[str, Any]] = []
+    if out and out[-1]["role"] == "assistant":
+        for block in out[-1]["content"]:
+            if block.get("type") == "tool_use":
+                new_turn.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                                 "content": "not run: the previous session ended before this tool call ran"})
+    new_turn.append({"type": "text", "text": prompt})
+    if out and out[-1]["role"] == "user":
+        out[-1]["content"].extend(new_turn)
+    else:
+        out.append({"role": "user", "content": new_turn})
+    return out
+
+
+def _block_dict(block: Any) -> dict[str, Any]:
+    """The minimal form of a response block that the API accepts back as input."""
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return {"type": "text", "text": block.text}
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    return block.model_dump(mode="json", exclude_none=True)
+
+
+# ---- the loop -----------------------------------------------------------------------------------
+
+
+class _End(Exception):
+    def __init__(self, kind: ExitKind, error: str | None = None, reset_at: datetime | None = None) -> None:
+        super().__init__(error or kind.value)
+        self.kind, self.error, self.reset_at = kind, error, reset_at
+
+
+@dataclass
+class _Tally:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output_bytes: int = 0
+    tool_calls: int = 0
+    tool_failures: int = 0
+    nudges: int = 0
+    last_tool: str | None = None
+    stop_reason: str | None = None
+    final_text: str = ""
+    final_empty: bool = False
+    texts: list[str] = field(default_factory=list)
+    failures: dict[tuple[str, str], str] = field(default_factory=dict)  # (tool, input) -> normalised error
+
+
+ClientFactory = Callable[..., anthropic.Anthropic]
+
+
+class AnthropicAgentBackend:
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        max_retries: int = 2,
+        backoff_s: float = 2.0,
+        max_backoff_s: float = 60.0,
+        max_turns: int = 200,
+        max_tokens: int = 8192,
+        shell_timeout_s: float = 300.0,
+        client_factory: ClientFactory | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.shell_timeout_s = shell_timeout_s
+        self.client_factory = client_factory or anthropic.Anthropic
+        self.sleep = sleep
+
+    def run(self, request: SessionRequest) -> SessionSignals:
+        started = time.monotonic()
+        model = request.agent.model or DEFAULT_MODEL
+        tally = _Tally()
+        session_id = request.resume_session_id or uuid.uuid4().hex
+        kind, error, reset_at = ExitKind.FINISHED, None, None
+        try:
+            if not _SESSION_ID.match(session_id):
+                raise _End(ExitKind.CRASHED, f"cannot resume: {session_id!r} is not a session id")
+            path = transcript_path(request.transcript_dir, session_id)
+            messages = self._start(request, path)
+            write_transcript(path, session_id, model, messages)
+            self._loop(request, model, session_id, path, messages, tally, started)
+        except _End as end:
+            kind, error, reset_at = end.kind, end.error, end.reset_at
+        claims, claimed_done = parse_claims(tally.texts[-1:])
+        total_in = tally.input_tokens + tally.cache_read + tally.cache_write
+        cost = estimate_cost(model, total_in, tally.output_tokens, tally.cache_read, tally.cache_write)
+        return SessionSignals(
+            backend=self.name,
+            exit_kind=kind,
+            exit_code=0 if kind is ExitKind.FINISHED else None,
+            agent_session_id=session_id,
+            input_tokens=total_in,
+            output_tokens=tally.output_tokens,
+            total_tokens=total_in + tally.output_tokens,
+            cost_usd=cost,
+            cost_estimated=cost is not None,
+            reset_at=reset_at,
+            error=error,
+            output_bytes=tally.output_bytes,
+            nudges=tally.nudges,
+            tool_calls=tally.tool_calls,
+            tool_failures=tally.tool_failures,
+            last_tool=tally.last_tool,
+            duration_s=time.monotonic() - started,
+            hints=Hints(
+                claimed_done=claimed_done,
+                stop_reason=tally.stop_reason,
+                final_text=tally.final_text[-_FINAL_TEXT_LIMIT:],
+                claims=claims,
+                empty_output=tally.final_empty,
+                empty_plan=tally.tool_calls == 0,
+            ),
+        )
+
+    def _start(self, request: SessionRequest, path: Path) -> list[dict[str, Any]]:
+        if request.resume_session_id is None:
+            return [{"role": "user", "content": [{"type": "text", "text": request.prompt}]}]
+        try:
+            saved = load_transcript(path)
+        except FileNotFoundError:
+            raise _End(ExitKind.CRASHED, f"cannot resume session {request.resume_session_id}: no saved conversation at {path}") from None
+        except (OSError, ValueError) as exc:
+            raise _End(ExitKind.CRASHED, f"cannot resume session {request.resume_session_id}: {path} is unreadable ({exc})") from None
+        return resume_messages(saved, request.prompt)
+
+    def _client(self, request: SessionRequest) -> anthropic.Anthropic:
+        key = request.env.get("ANTHROPIC_API_KEY")
+        token = request.env.get("ANTHROPIC_AUTH_TOKEN")
+        if not key and not token:
+            raise _End(ExitKind.AUTH, "no ANTHROPIC_API_KEY in the agent's environment")
+        return self.client_factory(
+            api_key=key or None,
+            auth_token=None if key else token,
+            base_url=request.env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
+            max_retries=0,
+        )
+
+    def _loop(self, request: SessionRequest, model: str, session_id: str, path: Path,
+              messages: list[dict[str, Any]], tally: _Tally, started: float) -> None:
+        agent = request.agent
+        meter = TokenMeter(agent.session_tokens)
+        workspace = Workspace(request.workdir, request.env, shell_timeout_s=min(self.shell_timeout_s, agent.stall_minutes))
+
+        def time_left() -> float:
+            return agent.time_limit_minutes - (time.monotonic() - started)
+
+        with self._client(request) as client:
+            for _turn in range(self.max_turns):
+                if time_left() <= 0:
+                    raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached")
+                message = self._call(client, model, messages, request, time_left)
+                blocks = [_block_dict(b) for b in message.content]
+                self._observe(message, blocks, tally)
+                if blocks:
+                    messages.append({"role": "assistant", "content": blocks})
+                    write_transcript(path, session_id, model, messages)
+                usage = message.usage
+                verdict = meter.add(usage.input_tokens + usage.output_tokens + (usage.cache_read_input_tokens or 0)
+                                    + (usage.cache_creation_input_tokens or 0))
+                request.on_event("tokens", str(meter.used))
+                if verdict == "stop":
+                    raise _End(ExitKind.TOKEN_BUDGET, f"token budget reached ({meter.used} of {meter.budget})")
+                calls = [b for b in blocks if b["type"] == "tool_use"]
+                if message.stop_reason == "refusal":
+                    return  # a refused step ends the session; the evidence says what it amounts to
+                if not calls:
+                    if message.stop_reason == "pause_turn" and blocks:
+                        continue  # the API paused a long turn: sending it back lets the model go on
+                    return
+                results, spin = self._run_tools(workspace, calls, tally, request, time_left)
+                if verdict == "nudge":
+                    results.append({"type": "text", "text": NUDGE_TEXT})
+                    tally.nudges += 1
+                messages.append({"role": "user", "content": results})
+                write_transcript(path, session_id, model, messages)
+                if spin:
+                    raise _End(ExitKind.CRASHED, spin)
+            raise _End(ExitKind.TIME_LIMIT, f"the agent loop reached its bound of {self.max_turns} turns")
+
+    def _call(self, client: anthropic.Anthropic, model: str, messages: list[dict[str, Any]],
+              request: SessionRequest, time_left: Callable[[], float]) -> Any:
+        stall_s = request.agent.stall_minutes
+        last: ApiFailure | None = None
+        for attempt in range(self.max_retries + 1):
+            left = time_left()
+            if left <= 0:
+                raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached")
+            wait = min(stall_s, left)
+            try:
+                with client.messages.stream(
+                    model=model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT, tools=TOOL_SPECS,
+                    messages=messages, timeout=anthropic.Timeout(wait, connect=min(wait, 30.0)),
+                ) as stream:
+                    return stream.get_final_message()
+            except Exception as exc:  # noqa: BLE001 - classified below; anything unknown re-raises
+                failure = classify_api_error(exc, datetime.now(timezone.utc))
+                if failure is None:
+                    raise
+            if failure.action == "stall":
+                if wait < stall_s:
+                    raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached while waiting for the API")
+                raise _End(ExitKind.STALLED, f"{failure.error} ({stall_s:g}s)")
+            if failure.action == "end":
+                raise _End(failure.kind, failure.error, failure.reset_at)
+            last = failure
+            if attempt < self.max_retries:
+                delay = failure.retry_after_s if failure.retry_after_s is not None else self.backoff_s * 2**attempt
+                self.sleep(max(0.0, min(delay, self.max_backoff_s, time_left())))
+        assert last is not None
+        raise _End(last.kind, f"{last.error} (after {self.max_retries + 1} attempts)")
+
+    def _observe(self, message: Any, blocks: list[dict[str, Any]], tally: _Tally) -> None:
+        usage = message.usage
+        tally.input_tokens += usage.input_tokens
+        tally.output_tokens += usage.output_tokens
+        tally.cache_read += usage.cache_read_input_tokens or 0
+        tally.cache_write += usage.cache_creation_input_tokens or 0
+        reason = message.stop_reason
+        tally.stop_reason = reason if reason in _STOP_REASONS else (str(reason) if reason else None)
+        text = "\n".join(b["text"] for b in blocks if b["type"] == "text").strip()
+        produced = len(text.encode()) + sum(len(json.dumps(b.get("input", {}))) for b in blocks if b["type"] == "tool_use")
+        tally.output_bytes += produced
+        tally.final_text = text
+        tally.final_empty = produced == 0
+        if text:
+            tally.texts.append(text)
+
+    def _run_tools(self, workspace: Workspace, calls: list[dict[str, Any]], tally: _Tally,
+                   request: SessionRequest, time_left: Callable[[], float]) -> tuple[list[dict[str, Any]], str | None]:
+        results: list[dict[str, Any]] = []
+        spin: str | None = None
+        for call in calls:
+            name, args = call["name"], call.get("input")
+            tally.tool_calls += 1
+            tally.last_tool = name
+            request.on_event("tool", name)
+            if spin is not None:  # the session is ending; later calls of the same turn are not run
+                outcome_ok, text = False, "not run: the session stopped (the same tool call failed twice)"
+            else:
+                outcome = workspace.run(name, args, time_left_s=max(0.1, time_left()))
+                outcome_ok, text = outcome.ok, outcome.text
+            results.append({"type": "tool_result", "tool_use_id": call["id"], "content": text, "is_error": not outcome_ok})
+            if outcome_ok:
+                continue
+            tally.tool_failures += 1
+            key = (name, json.dumps(args, sort_keys=True, default=str))
+            error = normalise_error(text)
+            if spin is None and tally.failures.get(key) == error:
+                spin = f"same tool call failed twice: {name} {_short(key[1], 200)}: {_short(error, 300)}"
+            tally.failures[key] = error
+        return results, spin
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+register_backend("anthropic", AnthropicAgentBackend)
