@@ -16,7 +16,7 @@ import yaml
 from runner.errors import PlanError, PlanRunnerError, Problem
 from runner.evidence import CheckpointState, Flip
 from runner.plan import Plan, PlanConfig, Stage
-from runner.planfile_body import Body, Item, rewrite_state, scan_body
+from runner.planfile_body import Body, Item, rewrite_state, scan_body, split_notes
 from runner.planfile_front import FORMAT_DOC, FrontMatter, load_yaml, split_front_matter, validate_config
 
 __all__ = [
@@ -40,7 +40,7 @@ def plan_id_from_path(path: str) -> str:
     name = PurePosixPath(path.replace("\\", "/")).name
     stem = name[:-3] if name.lower().endswith(".md") else name
     cleaned = re.sub(r"[^a-z0-9._-]+", "-", stem.lower())
-    cleaned = re.sub(r"\.{2,}", ".", cleaned).strip(".-_")
+    cleaned = re.sub(r"-{2,}", "-", re.sub(r"\.{2,}", ".", cleaned)).strip(".-_")
     return cleaned[:100]
 
 
@@ -298,19 +298,30 @@ def restore_protected(base_text: str, head_text: str) -> str:
         elif head_items[item.key] is item:
             orphan.setdefault(last, []).extend(head_notes.get(item.key, []))
 
+    # Free text that would end a stage or open an unclosed fence moves to the end, so it
+    # cannot cut the base's checkpoints off from their stage.
+    moved: list[str] = []
+
+    def place(notes: list[str], last: bool, headings: bool = True) -> list[str]:
+        if last:
+            return notes
+        keep, rest = split_notes(notes, headings)
+        moved.extend(rest)
+        return keep
+
     out = list(base_lines[:base_start]) if base_fm is not None else []
-    out += head_pre + orphan.get(None, [])
-    for item in base.items:
+    out += place(head_pre + orphan.get(None, []), not base.items, headings=False)
+    for n, item in enumerate(base.items):
+        last = n == len(base.items) - 1
         line = base_lines[item.index]
         mine = head_items.get(item.key)
         if mine is not None:
             if item.kind == "checkpoint":
                 line = rewrite_state(line, mine.state, mine.blocked_reason)
-            out.append(line)
-            out += head_notes.get(item.key, []) + orphan.get(item.key, [])
+            out += [line] + place(head_notes.get(item.key, []) + orphan.get(item.key, []), last)
         else:
-            out.append(line)
-            out += base_notes.get(item.key, [])
+            out += [line] + place(base_notes.get(item.key, []), last)
+    out += moved
     out = [line if line.endswith(("\n", "\r")) or n == len(out) - 1 else line + "\n" for n, line in enumerate(out)]
     return "".join(out)
 

@@ -233,6 +233,28 @@ def _scan_checkpoint(cid: str, rest: str, box: str, index: int, number: int, sta
                 verify=verify, blocked_reason=reason)
 
 
+def split_notes(lines: list[str], headings: bool = True) -> tuple[list[str], list[str]]:
+    """Split free text where it would end a stage (a `#`/`##` heading) or hide what follows (an unclosed fence).
+
+    Returns (the part that can stay under its checkpoint, the rest).
+    """
+    fence: str | None = None
+    fence_at = 0
+    for n, raw in enumerate(lines):
+        text = raw.rstrip("\r\n")
+        m = _FENCE.match(text)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+        elif m:
+            fence, fence_at = m.group(1), n
+        elif headings and text.startswith("#") and _OTHER_HEADING.match(text):
+            return lines[:n], lines[n:]
+    if fence is not None:
+        return lines[:fence_at], lines[fence_at:]
+    return lines, []
+
+
 def rewrite_state(line: str, state: CheckpointState, reason: str | None = None) -> str:
     """A checkpoint line with its state set; everything else on the line is kept."""
     ending = line[len(line.rstrip("\r\n")) :]

@@ -58,8 +58,9 @@ def split_front_matter(lines: list[str], path: str) -> tuple[FrontMatter | None,
 
 def load_yaml(fm: FrontMatter, path: str) -> tuple[object, dict[Path_, int], list[Problem]]:
     """Load the YAML and map every key / list item to its file line."""
-    loader = yaml.SafeLoader(fm.yaml_text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(fm.yaml_text)
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as e:
@@ -74,7 +75,8 @@ def load_yaml(fm: FrontMatter, path: str) -> tuple[object, dict[Path_, int], lis
     except RecursionError:
         return None, {}, [Problem(path, fm.first_line, "YAML nested too deeply", "flatten the front matter")]
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     lines: dict[Path_, int] = {}
     problems: list[Problem] = []
     if node is not None:
