@@ -1,0 +1,148 @@
+"""The PyGithub client plan-runner uses: bounded retries and one translation of failures.
+
+Retries follow GitHub's rules (PyGithub's `GithubRetry`): 5xx and connection
+errors back off exponentially, a secondary rate limit waits `Retry-After` (or
+`secondary_rate_wait`), a primary one waits until `x-ratelimit-reset`. Every
+wait is bounded by `max_rate_limit_wait`; past the budget the call raises
+`ServiceUnavailable`, never hangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from github import Auth, Github, GithubException, GithubRetry
+from github.GithubException import BadCredentialsException, RateLimitExceededExceedsMaxWait
+from github.Requester import Requester
+
+from runner.errors import PlanRunnerError, ServiceUnavailable
+
+PERMISSIONS_FIX = """\
+give the workflow the permissions plan-runner needs:
+  permissions:
+    contents: write
+    issues: write
+    pull-requests: write
+    actions: write
+    checks: read
+    statuses: read"""
+STATUS_FIX = ("re-run the job later (plan-runner's state is unchanged); "
+              "https://www.githubstatus.com shows GitHub's own incidents")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try one GitHub call. `fast()` is the testing switch: near-zero waits."""
+
+    total: int = 6
+    backoff_factor: float = 1.0  # waits factor * 2**(n-1) seconds between 5xx retries
+    backoff_max: float = 60.0
+    secondary_rate_wait: float = 60.0  # a secondary rate limit without Retry-After
+    max_rate_limit_wait: float = 15 * 60.0  # longer waits give up instead
+    timeout: int = 30  # per request, whole seconds (PyGithub insists on an int)
+    # GitHub asks integrators to space writes; this is PyGithub's own default.
+    seconds_between_requests: float = 0.25
+    seconds_between_writes: float = 1.0
+
+    @classmethod
+    def fast(cls, **overrides: Any) -> RetryPolicy:
+        values: dict[str, Any] = dict(total=3, backoff_factor=0.01, backoff_max=0.05, secondary_rate_wait=0.05,
+                                      max_rate_limit_wait=5.0, timeout=5, seconds_between_requests=0.0,
+                                      seconds_between_writes=0.0)
+        return cls(**{**values, **overrides})
+
+
+class BoundedRetry(GithubRetry):
+    """GithubRetry that also bounds a `Retry-After` wait (urllib3 would sleep any length)."""
+
+    def get_retry_after(self, response: Any) -> float | None:
+        wait = super().get_retry_after(response)
+        if wait is not None and self.max_rate_limit_wait is not None and wait > self.max_rate_limit_wait:
+            raise RateLimitExceededExceedsMaxWait(response.status, None, dict(response.headers), wait=wait)
+        return wait
+
+
+def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
+    if not token:
+        raise PlanRunnerError(
+            what="no GitHub token was given",
+            why="plan-runner needs a token to dispatch runs and open issues and pull requests",
+            fix="pass the job's token to the action:\n  with:\n    github-token: ${{ github.token }}",
+        )
+    retry = BoundedRetry(
+        total=policy.total,
+        backoff_factor=policy.backoff_factor,
+        backoff_max=policy.backoff_max,
+        secondary_rate_wait=policy.secondary_rate_wait,
+        max_rate_limit_wait=policy.max_rate_limit_wait,
+        status_forcelist=[429, *range(500, 600)],
+    )
+    return Github(
+        base_url=api_url,
+        auth=Auth.Token(token),
+        retry=retry,
+        timeout=max(1, int(policy.timeout)),
+        seconds_between_requests=policy.seconds_between_requests or None,
+        seconds_between_writes=policy.seconds_between_writes or None,
+        lazy=True,
+    )
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        extra = data.get("errors")
+        details = ""
+        if isinstance(extra, list):
+            details = "; ".join(str(e.get("message") or e.get("code")) for e in extra if isinstance(e, dict))
+        return data["message"] + (f" ({details})" if details else "")
+    return str(exc.message or data or "")
+
+
+@contextmanager
+def github_call(action: str) -> Iterator[None]:
+    """Translate any failure of the GitHub calls inside into plan-runner's user-facing errors."""
+    try:
+        yield
+    except RateLimitExceededExceedsMaxWait as exc:
+        raise ServiceUnavailable(
+            what=f"GitHub rate limit while {action}",
+            why=f"the limit lifts in {exc.wait or 0:.0f} s, longer than plan-runner waits in one job",
+            fix=STATUS_FIX,
+        ) from None
+    except BadCredentialsException:
+        raise PlanRunnerError(
+            what=f"GitHub rejected the token while {action} (401 Bad credentials)",
+            why="the token is missing, expired or revoked",
+            fix="pass a valid token: `github-token: ${{ github.token }}` (or a secret holding a PAT)",
+        ) from None
+    except GithubException as exc:
+        message = _message(exc)
+        if exc.status >= 500 or exc.status == 429 or Requester.isRateLimitError(message):
+            raise ServiceUnavailable(
+                what=f"GitHub stayed unavailable while {action} ({exc.status})",
+                why=f"{message or 'no message'}; retries were exhausted", fix=STATUS_FIX) from None
+        if exc.status == 403:
+            raise PlanRunnerError(what=f"GitHub refused {action} (403)", why=message or "the token lacks a permission",
+                                  fix=PERMISSIONS_FIX) from None
+        if exc.status == 404:
+            raise PlanRunnerError(
+                what=f"GitHub found nothing while {action} (404)",
+                why=f"{message}: the repository, workflow or object does not exist, or the token cannot see it",
+                fix="check GITHUB_REPOSITORY and the workflow file name; " + PERMISSIONS_FIX) from None
+        raise PlanRunnerError(what=f"GitHub answered {exc.status} while {action}", why=message,
+                              fix="see the message above; the request plan-runner made was refused") from None
+    except requests.exceptions.RequestException as exc:
+        # RetryError (5xx past the budget), ConnectionError, Timeout: all "GitHub is not answering".
+        raise ServiceUnavailable(
+            what=f"GitHub stayed unavailable while {action}",
+            why=f"{type(exc).__name__}: {_short(exc)}", fix=STATUS_FIX) from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 300 else text[:300] + "..."
