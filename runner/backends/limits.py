@@ -4,6 +4,7 @@ Pure functions: the caller passes the text and the current time. Reset times in
 CLI messages come in many shapes ("try again in 3 days 6 hours", Codex's "Try
 again at Jun 3rd, 2025 3:28 PM", Claude Code's "limit reached|1735689600" and
 "resets 3pm (Europe/Berlin)", ISO timestamps); `parse_reset_hint` knows them all.
+`parse_hints` normalises what the agent claims about itself (a hint, never evidence).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from runner.backends.claims import parse_claims
+from runner.evidence import Hints
 
 DEFAULT_LIMIT_PATTERNS: tuple[str, ...] = (
     r"rate[ _-]?limit(?!er)",
@@ -184,3 +188,18 @@ def parse_reset_with_pattern(text: str, pattern: str, now: datetime) -> datetime
     if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", value) and not _EPOCH.fullmatch(value.strip()):
         return now + timedelta(seconds=float(value))
     return parse_reset_hint(value, now) or parse_reset_hint(f"in {value}", now) or parse_reset_hint(f"at {value}", now)
+
+
+FINAL_TEXT_LIMIT = 2000
+
+
+def parse_hints(texts: list[str], output_bytes: int) -> Hints:
+    """What an agent said about itself ("all tests pass", "done"); shown in the report, never decisive."""
+    claims, claimed_done = parse_claims(texts)
+    final = texts[-1] if texts else ""
+    return Hints(
+        claimed_done=claimed_done,
+        final_text=final[-FINAL_TEXT_LIMIT:],
+        claims=claims,
+        empty_output=output_bytes == 0,
+    )

@@ -10,7 +10,6 @@ format is documented in docs/script-backend.md.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,13 +20,13 @@ import yaml
 
 from runner.backends import script_agent
 from runner.backends.base import SessionRequest, register_backend
+from runner.backends.limits import parse_hints
 from runner.errors import PlanRunnerError
 from runner.evidence import ExitKind, Hints, SessionSignals
 from runner.supervise import NUDGE_TEXT, Controller, ProcessExit, TokenMeter, supervise
 
 CURSOR_FILE = "script-cursor.json"
 _TRANSCRIPT_LIMIT = 5 * 2**20
-_FINAL_TEXT_LIMIT = 2000
 
 
 def _is_num(v: object) -> bool:
@@ -168,28 +167,6 @@ def _take_session(transcript_dir: Path, script_path: Path) -> int:
     return index
 
 
-_CLAIMS = re.compile(r"all tests pass(?:ed|ing)?|tests? (?:are )?(?:passing|green)|\bdone\b|\bcompleted?\b"
-                     r"|\bfinished\b|ready for review", re.IGNORECASE)
-_DONE_CLAIM = re.compile(r"\bdone\b|\bcompleted?\b|\bfinished\b", re.IGNORECASE)
-
-
-def collect_hints(texts: list[str], output_bytes: int) -> Hints:
-    """What the agent said about itself; shown in the report, never decisive."""
-    claims: list[str] = []
-    for text in texts:
-        for m in _CLAIMS.finditer(text):
-            claim = m.group(0).lower()
-            if claim not in claims:
-                claims.append(claim)
-    final = texts[-1] if texts else ""
-    return Hints(
-        claimed_done=True if any(_DONE_CLAIM.search(t) for t in texts) else None,
-        final_text=final[-_FINAL_TEXT_LIMIT:],
-        claims=tuple(claims),
-        empty_output=output_bytes == 0,
-    )
-
-
 class _Session:
     """Folds the child's JSON lines into the facts SessionSignals needs."""
 
@@ -271,7 +248,7 @@ class _Session:
             tool_failures=self.tool_failures,
             last_tool=self.last_tool,
             duration_s=result.duration_s,
-            hints=collect_hints(self.texts, result.output_bytes),
+            hints=parse_hints(self.texts, result.output_bytes),
         )
 
     def _exit_kind(self, result: ProcessExit) -> tuple[ExitKind, str | None]:
