@@ -417,6 +417,7 @@ def _check_parse(text: str) -> None:
         assert isinstance(result, Plan)
 
 
+@pytest.mark.timeout(120)
 @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=400))
 def test_fuzz_arbitrary_text(text: str) -> None:
@@ -424,6 +425,7 @@ def test_fuzz_arbitrary_text(text: str) -> None:
     _check_parse(text)
 
 
+@pytest.mark.timeout(120)
 @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(_LINES, st.text(max_size=30)), max_size=25))
 def test_fuzz_plan_shaped_text(lines: list[str]) -> None:
