@@ -18,6 +18,7 @@ import requests
 from github import Auth, Github, GithubException, GithubRetry
 from github.GithubException import BadCredentialsException, RateLimitExceededExceedsMaxWait
 from github.Requester import Requester
+from urllib3 import Retry
 
 from runner.errors import PlanRunnerError, ServiceUnavailable
 
@@ -80,6 +81,8 @@ def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
         secondary_rate_wait=policy.secondary_rate_wait,
         max_rate_limit_wait=policy.max_rate_limit_wait,
         status_forcelist=[429, *range(500, 600)],
+        # PATCH (edit/close an issue) is idempotent; urllib3 leaves it out by default.
+        allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"GET", "POST", "PATCH"},
     )
     return Github(
         base_url=api_url,

@@ -282,6 +282,15 @@ def test_two_502s_then_success_is_retried(srv: GitHubServer, driver: GitHubDrive
     assert len(srv.dispatches) == 1
 
 
+def test_patch_is_retried_too(srv: GitHubServer, driver: GitHubDriver) -> None:
+    """Closing an issue (a PATCH) survives a 502 like every other call."""
+    number = srv.add_issue("park")
+    srv.fail_next(1, status=502)
+    driver.close_issue(number)
+    assert srv.issues[number]["state"] == "closed"
+    assert [c.status for c in srv.calls] == [502, 200]
+
+
 def test_secondary_rate_limit_waits_retry_after(srv: GitHubServer, driver: GitHubDriver) -> None:
     """A secondary rate limit with Retry-After: 1 is waited out, then the call succeeds."""
     srv.secondary_rate_limit(1, retry_after=1)

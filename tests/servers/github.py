@@ -354,7 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
         fault = srv.take_fault(method, path)
         if fault is not None and fault.kind == "reset":
             self._reset()
-            srv.calls.append(Call(method, path, query, None, 0))
+            with srv.lock:
+                srv.calls.append(Call(method, path, query, None, 0))
             return
         if fault is not None and fault.kind == "delay":
             time.sleep(fault.seconds)
