@@ -166,9 +166,7 @@ def scan_body(lines: list[str], start: int, path: str) -> Body:
             continue
         seen_checkpoint[item.checkpoint_id] = number
         body.items.append(item)
-    close_stage()
-    if fence is not None:
-        pass  # an unclosed fence hides the rest of the file, as in any Markdown renderer
+    close_stage()  # an unclosed fence hides the rest of the file, as in any Markdown renderer
     if not seen_stage:
         problem(start + 1 if start < len(lines) else max(1, len(lines)), "the plan has no stages",
                 "add at least one `## Stage 1: Title` heading followed by checkpoints `- [ ] 1.1 Title`")

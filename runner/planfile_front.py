@@ -20,7 +20,7 @@ from runner.errors import Problem
 from runner.plan import PlanConfig
 
 FORMAT_DOC = "docs/plan-format.md"
-Path_ = tuple  # a location inside the YAML document: keys (str) and list indexes (int)
+YamlPath = tuple  # a location inside the YAML document: keys (str) and list indexes (int)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def split_front_matter(lines: list[str], path: str) -> tuple[FrontMatter | None,
     return None, len(lines), [problem]
 
 
-def load_yaml(fm: FrontMatter, path: str) -> tuple[object, dict[Path_, int], list[Problem]]:
+def load_yaml(fm: FrontMatter, path: str) -> tuple[object, dict[YamlPath, int], list[Problem]]:
     """Load the YAML and map every key / list item to its file line."""
     loader = None
     try:
@@ -77,7 +77,7 @@ def load_yaml(fm: FrontMatter, path: str) -> tuple[object, dict[Path_, int], lis
     finally:
         if loader is not None:
             loader.dispose()
-    lines: dict[Path_, int] = {}
+    lines: dict[YamlPath, int] = {}
     problems: list[Problem] = []
     if node is not None:
         _index_lines(node, (), fm.first_line, lines, problems, path, set())
@@ -92,7 +92,7 @@ def _yaml_fix(what: str) -> str:
     return "check the indentation and quoting on this line and the one above it"
 
 
-def _index_lines(node, at: Path_, base: int, out: dict, problems: list[Problem], path: str, seen: set) -> None:
+def _index_lines(node, at: YamlPath, base: int, out: dict, problems: list[Problem], path: str, seen: set) -> None:
     # Aliases share nodes; visiting each node once keeps a "billion laughs" document linear.
     if id(node) in seen:
         return
@@ -116,7 +116,7 @@ def _index_lines(node, at: Path_, base: int, out: dict, problems: list[Problem],
             _index_lines(item, at + (i,), base, out, problems, path, seen)
 
 
-def line_of(lines: dict[Path_, int], loc: Path_, default: int) -> int:
+def line_of(lines: dict[YamlPath, int], loc: YamlPath, default: int) -> int:
     """The line of the longest prefix of `loc` that the YAML mentions."""
     for n in range(len(loc), 0, -1):
         key = tuple(x if isinstance(x, int) else str(x) for x in loc[:n])
@@ -125,7 +125,7 @@ def line_of(lines: dict[Path_, int], loc: Path_, default: int) -> int:
     return default
 
 
-def dotted(loc: Path_) -> str:
+def dotted(loc: YamlPath) -> str:
     text = ""
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
@@ -151,7 +151,7 @@ _EXPECTS = {
 }
 
 
-def _model_at(loc: Path_) -> type[BaseModel] | None:
+def _model_at(loc: YamlPath) -> type[BaseModel] | None:
     """The pydantic model whose field `loc[-1]` is (walks annotations, unwrapping tuples and Optionals)."""
     model: object = PlanConfig
     for part in loc[:-1]:
@@ -174,14 +174,14 @@ def _unwrap(annotation: object) -> object:
             return annotation
 
 
-def _field_help(loc: Path_) -> str:
+def _field_help(loc: YamlPath) -> str:
     model = _model_at(loc)
     if model is None or not loc or not isinstance(loc[-1], str) or loc[-1] not in model.model_fields:
         return ""
     return model.model_fields[loc[-1]].description or ""
 
 
-def problem_from_error(err: dict, lines: dict[Path_, int], path: str, default_line: int) -> Problem:
+def problem_from_error(err: dict, lines: dict[YamlPath, int], path: str, default_line: int) -> Problem:
     loc = tuple(err["loc"])
     kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
     line = line_of(lines, loc, default_line)
@@ -217,7 +217,7 @@ def problem_from_error(err: dict, lines: dict[Path_, int], path: str, default_li
 _GATE_VALIDATOR_MESSAGES = ("exactly one of", "command is empty")
 
 
-def validate_config(data: object, lines: dict[Path_, int], path: str, first_line: int) -> tuple[PlanConfig | None, list[Problem]]:
+def validate_config(data: object, lines: dict[YamlPath, int], path: str, first_line: int) -> tuple[PlanConfig | None, list[Problem]]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -263,10 +263,10 @@ def ref_name_problem(name: str) -> str | None:
     return None
 
 
-def check_semantics(data: dict, lines: dict[Path_, int], path: str, default: int) -> list[Problem]:
+def check_semantics(data: dict, lines: dict[YamlPath, int], path: str, default: int) -> list[Problem]:
     problems: list[Problem] = []
 
-    def add(loc: Path_, what: str, fix: str) -> None:
+    def add(loc: YamlPath, what: str, fix: str) -> None:
         problems.append(Problem(path, line_of(lines, loc, default), what, fix))
 
     for key in ("branch", "base"):
@@ -293,7 +293,7 @@ def check_semantics(data: dict, lines: dict[Path_, int], path: str, default: int
     return problems
 
 
-def _check_gates(gates: list, lines: dict[Path_, int], path: str, default: int) -> list[Problem]:
+def _check_gates(gates: list, lines: dict[YamlPath, int], path: str, default: int) -> list[Problem]:
     problems: list[Problem] = []
     names: dict[str, int] = {}
     for i, gate in enumerate(gates):
