@@ -1,0 +1,172 @@
+"""The `codex` backend: `codex exec --json` under supervision; resume with `codex exec resume <thread id>`.
+
+Codex keeps its sessions (rollouts) under `CODEX_HOME`; it is pointed into the
+transcript directory so the state keeps them and a later job can resume. With
+`OPENAI_API_KEY` in the agent's environment a provider is configured on the
+command line (`OPENAI_BASE_URL` or the public endpoint, Responses wire API), so
+no login or config file is needed. Codex reports usage only when a turn ends, so
+no token nudge can reach it mid-turn; the stall watchdog and time limit bound it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+
+from runner.backends.base import SessionRequest, register_backend
+from runner.backends.claims import parse_claims
+from runner.backends.codexjson import CodexFold, classify_codex_error, estimate_cost
+from runner.evidence import ExitKind, Hints, SessionSignals
+from runner.fingerprint import normalise_error
+from runner.supervise import Controller, supervise
+
+PROVIDER = "plan_runner"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_FINAL_TEXT_LIMIT = 2000
+_THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# Options that choose Codex's own sandbox; without one the job itself is the sandbox (see docs/backends.md).
+_SANDBOX_FLAGS = ("-s", "--sandbox", "--full-auto", "--dangerously-bypass-approvals-and-sandbox")
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string literal is a valid TOML basic string
+
+
+def build_codex_argv(
+    executable: str,
+    *,
+    model: str | None,
+    workdir: Path,
+    env: dict[str, str],
+    resume_thread_id: str | None,
+    extra_args: tuple[str, ...] = (),
+    request_max_retries: int = 2,
+    stream_max_retries: int = 2,
+) -> list[str]:
+    """The command line; the prompt goes on stdin (`-`), so its size never meets an argv limit."""
+    options = ["--json", "--skip-git-repo-check", "-C", str(workdir)]
+    if model:
+        options += ["-m", model]
+    if env.get("OPENAI_API_KEY"):
+        base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        provider = f"model_providers.{PROVIDER}"
+        options += [
+            "-c", f"model_provider={_toml_string(PROVIDER)}",
+            "-c", f"{provider}.name={_toml_string('plan-runner')}",
+            "-c", f"{provider}.base_url={_toml_string(base_url)}",
+            "-c", f"{provider}.env_key={_toml_string('OPENAI_API_KEY')}",
+            "-c", f"{provider}.wire_api={_toml_string('responses')}",
+            "-c", f"{provider}.request_max_retries={int(request_max_retries)}",
+            "-c", f"{provider}.stream_max_retries={int(stream_max_retries)}",
+        ]
+    if not any(a in _SANDBOX_FLAGS or a.startswith("--sandbox=") for a in extra_args):
+        options.append("--dangerously-bypass-approvals-and-sandbox")
+    options += list(extra_args)
+    if resume_thread_id:
+        # `resume` takes its own options after the subcommand; the shared ones are accepted before it
+        return [executable, "exec", *options, "resume", resume_thread_id, "-"]
+    return [executable, "exec", *options, "-"]
+
+
+def find_codex(request: SessionRequest) -> str:
+    """`agent.executable`, else PLAN_RUNNER_CODEX, else `codex` on the agent's PATH."""
+    if request.agent.executable:
+        return request.agent.executable
+    return os.environ.get("PLAN_RUNNER_CODEX") or "codex"
+
+
+class CodexBackend:
+    name = "codex"
+
+    def __init__(self, *, request_max_retries: int = 2, stream_max_retries: int = 2, kill_grace_s: float = 2.0) -> None:
+        self.request_max_retries = request_max_retries
+        self.stream_max_retries = stream_max_retries
+        self.kill_grace_s = kill_grace_s
+
+    def run(self, request: SessionRequest) -> SessionSignals:
+        agent = request.agent
+        resume = request.resume_session_id
+        if resume is not None and not _THREAD_ID.match(resume):
+            return SessionSignals(backend=self.name, exit_kind=ExitKind.CRASHED,
+                                  error=f"cannot resume: {resume!r} is not a Codex thread id")
+        env = dict(request.env)
+        if "CODEX_HOME" not in env:
+            home = Path(request.transcript_dir) / "codex-home"
+            home.mkdir(parents=True, exist_ok=True)
+            env["CODEX_HOME"] = str(home)
+        argv = build_codex_argv(
+            find_codex(request), model=agent.model, workdir=request.workdir, env=env, resume_thread_id=resume,
+            extra_args=agent.args, request_max_retries=self.request_max_retries,
+            stream_max_retries=self.stream_max_retries,
+        )
+        fold = CodexFold()
+        transcript = Path(request.transcript_dir) / "codex-events.jsonl"
+        transcript.parent.mkdir(parents=True, exist_ok=True)
+
+        with transcript.open("a", encoding="utf-8") as log:
+            def on_line(line: str, ctl: Controller) -> None:
+                log.write(line + "\n")
+                event = fold.feed(line)
+                if event is None:
+                    return
+                kind = event["type"]
+                if kind == "item.started" and fold.last_tool:
+                    request.on_event("tool", fold.last_tool)
+                elif kind == "turn.completed":
+                    request.on_event("tokens", str(fold.input_tokens + fold.output_tokens))
+
+            exit_ = supervise(
+                argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes,
+                on_line=on_line, stdin_text=request.prompt, kill_grace_s=self.kill_grace_s,
+            )
+
+        kind, error, reset_at = ExitKind.FINISHED, None, None
+        if exit_.reason == "stalled":
+            kind, error = ExitKind.STALLED, f"no output for {agent.stall_minutes:g}s"
+        elif exit_.reason == "time_limit":
+            kind, error = ExitKind.TIME_LIMIT, f"time limit of {agent.time_limit_minutes:g}s reached"
+        elif fold.error is not None:
+            kind, reset_at = classify_codex_error(fold.error, datetime.now().astimezone())
+            error = normalise_error(fold.error)
+        elif exit_.returncode != 0:
+            stderr = exit_.stderr_tail.strip()
+            kind, reset_at = classify_codex_error(stderr, datetime.now().astimezone()) if stderr else (ExitKind.CRASHED, None)
+            error = normalise_error(stderr or f"codex exited with code {exit_.returncode}")
+        elif fold.events == 0 or fold.turns_completed == 0:
+            kind, error = ExitKind.CRASHED, "codex printed no completed turn (is this `codex exec --json` output?)"
+
+        claims, claimed_done = parse_claims(fold.messages[-1:])
+        cost = estimate_cost(agent.model, fold.input_tokens, fold.cached_input_tokens, fold.output_tokens)
+        return SessionSignals(
+            backend=self.name,
+            exit_kind=kind,
+            exit_code=exit_.returncode,
+            agent_session_id=fold.thread_id or resume,
+            input_tokens=fold.input_tokens,
+            output_tokens=fold.output_tokens,
+            total_tokens=fold.input_tokens + fold.output_tokens,
+            cost_usd=cost,
+            cost_estimated=cost is not None,
+            reset_at=reset_at,
+            error=error,
+            output_bytes=exit_.output_bytes,
+            tool_calls=fold.tool_calls,
+            tool_failures=fold.tool_failures,
+            last_tool=fold.last_tool,
+            duration_s=exit_.duration_s,
+            hints=Hints(
+                claimed_done=claimed_done,
+                stop_reason="turn.failed" if fold.turn_failed else ("turn.completed" if fold.turns_completed else None),
+                is_error=True if fold.turn_failed else None,
+                final_text=fold.final_text[-_FINAL_TEXT_LIMIT:],
+                claims=claims,
+                empty_output=not fold.messages and fold.tool_calls == 0,
+                empty_plan=fold.plan_items == 0 or fold.tool_calls == 0,
+            ),
+        )
+
+
+register_backend("codex", CodexBackend)
