@@ -192,30 +192,10 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     _killpg(pgid, signal.SIGKILL)
 
 
-def supervise(
-    argv: list[str],
-    *,
-    cwd: Path,
-    env: dict[str, str],
-    stall_s: float,
-    time_limit_s: float,
-    on_line: Callable[[str, Controller], None],
-    stdin_text: str | None = None,
-    keep_stdin_open: bool = False,
-    max_line_bytes: int = 16 * 2**20,
-    on_start: Callable[[Controller], None] | None = None,
-    kill_grace_s: float = 2.0,
-    on_stderr_line: Callable[[str], None] | None = None,
-) -> ProcessExit:
-    """Run `argv` with exactly `env` and feed each stdout line to `on_line` until the process ends.
-
-    Any output on stdout or stderr resets the stall watchdog. The process group is
-    killed on stall, time limit, `Controller.stop()`, any exception, and also after
-    a normal exit (so nothing the agent started outlives its session).
-    """
-    want_stdin = stdin_text is not None or keep_stdin_open
+def _start(argv: list[str], cwd: Path, env: dict[str, str], want_stdin: bool) -> subprocess.Popen[bytes]:
+    """Popen in a new session; a missing or non-executable program is a user error with a fix."""
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             cwd=cwd,
             env=env,
@@ -245,6 +225,29 @@ def supervise(
             fix=f"chmod +x {argv[0]}, or point `agent.executable` at the real binary",
         ) from None
 
+
+def supervise(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    stall_s: float,
+    time_limit_s: float,
+    on_line: Callable[[str, Controller], None],
+    stdin_text: str | None = None,
+    keep_stdin_open: bool = False,
+    max_line_bytes: int = 16 * 2**20,
+    on_start: Callable[[Controller], None] | None = None,
+    kill_grace_s: float = 2.0,
+    on_stderr_line: Callable[[str], None] | None = None,
+) -> ProcessExit:
+    """Run `argv` with exactly `env` and feed each stdout line to `on_line` until the process ends.
+
+    Any output on stdout or stderr resets the stall watchdog. The process group is
+    killed on stall, time limit, `Controller.stop()`, any exception, and also after
+    a normal exit (so nothing the agent started outlives its session).
+    """
+    proc = _start(argv, cwd, env, stdin_text is not None or keep_stdin_open)
     started = time.monotonic()
     ctl = Controller(proc, started)
     splitter = _LineSplitter(max(1, max_line_bytes))

@@ -309,3 +309,14 @@ def test_nudge_text_asks_to_commit_and_hand_off():
     """The nudge tells the agent to stop new work, commit, and write the handoff."""
     text = NUDGE_TEXT.lower()
     assert "commit" in text and "handoff" in text and "stop" in text
+
+
+def test_non_executable_file_raises_user_error(tmp_path):
+    """A program file without execute permission is a PlanRunnerError suggesting chmod."""
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    with pytest.raises(PlanRunnerError) as info:
+        supervise([str(script)], cwd=tmp_path, env=_env(), stall_s=1, time_limit_s=1, on_line=lambda line, ctl: None)
+    assert "not executable" in info.value.what
+    assert "chmod +x" in info.value.fix
