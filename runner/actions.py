@@ -109,3 +109,12 @@ def describe(action: RunSession | Wait | ConsultAdvisor | Park | Finish) -> str:
     if isinstance(action, Park):
         return f"park for a human: {action.reason}"
     return f"finish: {action.reason}"
+
+
+def short(action: RunSession | Wait | ConsultAdvisor | Park | Finish) -> str:
+    """A few words for narrow table columns."""
+    if isinstance(action, RunSession):
+        return f"{action.kind.value} {action.checkpoint or ''}".strip()
+    if isinstance(action, Wait):
+        return f"wait, then {short(action.then)}"
+    return {"advise": "ask advisor", "park": "park", "finish": "finish"}[action.action]

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from runner.actions import Wait, describe
+from runner.actions import Wait, describe, short
 from runner.cli import command
 from runner.local import EXIT_FINISHED, EXIT_PARKED, local_drivers, local_workspace, run_loop
 from runner.policy import decide_start
@@ -19,6 +19,8 @@ from runner.status import plan_statuses
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
+if not out.is_terminal:
+    out = Console(highlight=False, soft_wrap=True, width=120)  # logs and pipes: no need to squeeze tables
 
 
 class Progress:
@@ -140,12 +142,13 @@ def print_sessions_table(state_entries, title: str) -> None:
 
     table = Table(title=title)
     for col in ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "gates", "next"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("outcome", "kind"))
     for e in state_entries:
         if isinstance(e, SessionRecord):
-            gates = " ".join(("✓" if g.passed else "✗") + g.name for g in e.gates) or "-"
+            red = [g.name for g in e.gates if g.required and not g.passed]
+            gates = ("red: " + ", ".join(red)) if red else ("green" if e.gates else "-")
             table.add_row(str(e.n), e.kind.value, e.checkpoint or "-", e.outcome.value, e.blame.value,
-                          str(e.tokens), gates, describe(e.next_action) if e.next_action else "-")
+                          str(e.tokens), gates, short(e.next_action) if e.next_action else "-")
     out.print(table)
 
 
