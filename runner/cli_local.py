@@ -12,10 +12,10 @@ from rich.table import Table
 
 from runner.actions import Wait, describe, short
 from runner.cli import command
-from runner.local import EXIT_FINISHED, EXIT_PARKED, local_drivers, local_workspace, run_loop
-from runner.policy import decide_start
-from runner.session import Session, SessionResult
-from runner.status import plan_statuses
+
+# The session machinery (git, httpx, jinja2...) is imported inside the commands that need it,
+# so `plan-runner validate` and `--help` start fast.
+EXIT_FINISHED, EXIT_PARKED = 0, 3
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
@@ -67,7 +67,7 @@ def _plan_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan", type=Path, help="the plan file, e.g. plans/add-auth.md")
 
 
-def session_json(result: SessionResult) -> dict:
+def session_json(result) -> dict:
     r, s, plan = result.record, result.state, result.plan
     attempts = {}
     for stage in plan.stages:
@@ -89,7 +89,7 @@ def session_json(result: SessionResult) -> dict:
     }
 
 
-def _print_result(result: SessionResult) -> None:
+def _print_result(result) -> None:
     if result.record is None:
         console.print(result.message)
         return
@@ -108,6 +108,10 @@ def _session_arguments(parser: argparse.ArgumentParser) -> None:
 @command("session", help="run exactly one session of a plan (locally, or as a GitHub Actions job)",
          arguments=_session_arguments)
 def cmd_session(args: argparse.Namespace) -> int:
+    from runner.local import local_drivers, local_workspace
+    from runner.policy import decide_start
+    from runner.session import Session
+
     ws = local_workspace(args.plan)
     drivers = local_drivers(ws)
     if args.dry_run:
@@ -134,7 +138,7 @@ def cmd_session(args: argparse.Namespace) -> int:
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
     _plan_argument(parser)
     parser.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
-                        help=f"stop (exit 4) instead of waiting out a backoff longer than this")
+                        help="stop (exit 4) instead of waiting out a backoff longer than this")
 
 
 def print_sessions_table(state_entries, title: str) -> None:
@@ -155,6 +159,8 @@ def print_sessions_table(state_entries, title: str) -> None:
 @command("run", help="run a plan's sessions until it finishes or parks (exit 0 finished, 3 parked, 4 waiting)",
          arguments=_run_arguments)
 def cmd_run(args: argparse.Namespace) -> int:
+    from runner.local import local_drivers, local_workspace, run_loop
+
     ws = local_workspace(args.plan)
     drivers = local_drivers(ws)
     progress = Progress()
@@ -183,6 +189,8 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
 @command("status", help="every plan's stage, checkpoints, attempts left, last outcome and what happens next",
          arguments=_status_arguments)
 def cmd_status(args: argparse.Namespace) -> int:
+    from runner.status import plan_statuses
+
     rows = plan_statuses(args.plans or sorted(p for p in Path("plans").glob("*.md") if not p.name.endswith(".handoff.md")))
     if args.json:
         print(json.dumps(rows, indent=2))

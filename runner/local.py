@@ -20,7 +20,7 @@ from runner.session import Drivers, SessionResult, Workspace
 from runner.state import GitStateStore
 from runner.step import run_session
 
-EXIT_FINISHED = 0
+EXIT_FINISHED = 0  # also in runner.cli_local
 EXIT_PARKED = 3
 EXIT_WAITING = 4  # a backoff longer than --max-wait: run again later
 

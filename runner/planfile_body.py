@@ -185,7 +185,7 @@ def _comment_problems(comments: list[str], allowed: tuple[str, ...], other: tupl
             values[key] = m.group(2)
         elif key in other:
             problem(number, f"`{key}:` does not apply to a {where}",
-                    f"`sessions:` goes on a stage heading, `verify:` at the end of a checkpoint line")
+                    "`sessions:` goes on a stage heading, `verify:` at the end of a checkpoint line")
         elif guess := difflib.get_close_matches(key, allowed, n=1, cutoff=0.7):
             problem(number, f"unknown annotation `{key}:` on a {where}", f"did you mean `<!-- {guess[0]}: ... -->`?")
     return values

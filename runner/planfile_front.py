@@ -272,7 +272,7 @@ def check_semantics(data: dict, lines: dict[YamlPath, int], path: str, default: 
     for key in ("branch", "base"):
         value = data.get(key)
         if isinstance(value, str) and (why := ref_name_problem(value)):
-            add((key,), f"`{key}: {_short(value)}` is not a safe branch name: it {why}", f"use a name like `plan-runner/add-auth`")
+            add((key,), f"`{key}: {_short(value)}` is not a safe branch name: it {why}", "use a name like `plan-runner/add-auth`")
     handoff = data.get("handoff")
     if isinstance(handoff, str) and (
         not handoff.strip() or handoff.startswith(("/", "~")) or "\\" in handoff or ".." in handoff.split("/")

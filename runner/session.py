@@ -22,7 +22,6 @@ from runner.agentenv import secret_values
 from runner.errors import PlanRunnerError, StateConflict
 from runner.evidence import Evidence
 from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord
-from runner.outcome import classify
 from runner.plan import Plan
 from runner.planfile import parse_plan, with_tracker
 from runner.policy import AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold

@@ -8,7 +8,6 @@ next action is applied only after the ledger says what it is.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 from runner import gitwork
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe

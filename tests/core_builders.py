@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from runner.actions import Blame, Outcome, SessionKind
 from runner.evidence import (
-    CheckpointState, CommitInfo, Evidence, ExitKind, Flip, GateResult, Hints, SessionSignals,
+    CheckpointState, CommitInfo, Evidence, ExitKind, Flip, GateResult, SessionSignals,
 )
 from runner.ledger import SessionRecord
 from runner.plan import BudgetConfig, Checkpoint, Plan, PlanConfig, Stage
