@@ -12,7 +12,13 @@ from runner.advisor import AdvisorAnswer, consult_advisor, parse_advice, render_
 from runner.evidence import Hints
 from runner.ledger import GateSummary
 from tests.core_builders import record
-from tests.servers.messages import MessagesServer, error_turn, reply, server_error, unauthorized
+from tests.servers.messages import (
+    MessagesServer,
+    error_turn,
+    reply,
+    server_error,
+    unauthorized,
+)
 
 QUESTION = "stage 1 has spent its 4 attempts on checkpoint 1.2"
 

@@ -19,7 +19,16 @@ from runner.evidence import ExitKind
 from runner.supervise import NUDGE_TEXT
 from tests.agent_helpers import fast_backend, make_request, tool_results, user_texts
 from tests.servers.messages import (
-    MessagesServer, cut, error_turn, hang, overloaded, rate_limited, reply, server_error, tool_use, unauthorized,
+    MessagesServer,
+    cut,
+    error_turn,
+    hang,
+    overloaded,
+    rate_limited,
+    reply,
+    server_error,
+    tool_use,
+    unauthorized,
 )
 
 # ---- tools, without a server ---------------------------------------------------------------------

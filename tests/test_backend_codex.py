@@ -13,11 +13,22 @@ import pytest
 
 from runner.backends.base import SessionRequest, get_backend
 from runner.backends.codex import CodexBackend, build_codex_argv
-from runner.backends.codexjson import classify_codex_error, estimate_cost, parse_codex_stream
+from runner.backends.codexjson import (
+    classify_codex_error,
+    estimate_cost,
+    parse_codex_stream,
+)
 from runner.evidence import ExitKind
 from runner.plan import AgentConfig
 from tests.agent_helpers import make_repo
-from tests.servers.responses import ResponsesServer, hang, reply, shell, unauthorized, usage_limit
+from tests.servers.responses import (
+    ResponsesServer,
+    hang,
+    reply,
+    shell,
+    unauthorized,
+    usage_limit,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "codex"
 ROOT = Path(__file__).resolve().parent.parent

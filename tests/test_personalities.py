@@ -113,6 +113,7 @@ def test_ticks_the_box_and_claims_done(tmp_path: Path) -> None:
 def test_empty_answer(tmp_path: Path) -> None:
     """(b) An empty plan / empty text: nothing claimed, nothing done, the same NoProgress."""
     signals, evidence, verdict = _run(tmp_path, reply())
+    assert evidence.commits == ()
     assert signals.hints.empty_output is True and signals.hints.empty_plan is True
     assert signals.hints.final_text == "" and signals.hints.claimed_done is None
     assert signals.exit_kind is ExitKind.FINISHED and signals.output_bytes == 0
@@ -123,6 +124,7 @@ def test_empty_answer(tmp_path: Path) -> None:
 def test_only_a_stop_reason(tmp_path: Path, stop_reason: str) -> None:
     """(c) A model that only sets a stop reason: the reason is a hint; the loop ends; NoProgress."""
     signals, evidence, verdict = _run(tmp_path, reply(stop_reason=stop_reason))
+    assert evidence.commits == ()
     assert signals.hints.stop_reason == stop_reason
     assert signals.exit_kind is ExitKind.FINISHED and signals.tool_calls == 0
     assert verdict.outcome is Outcome.NO_PROGRESS
@@ -140,7 +142,7 @@ def test_confident_summary_after_every_call_failed(tmp_path: Path) -> None:
     assert signals.hints.claimed_done is True and "all tests pass" in signals.hints.claims
     assert signals.tool_calls == 3 and signals.tool_failures == signals.tool_calls
     assert signals.exit_kind is ExitKind.FINISHED
-    assert not (tmp_path / "hello.py").exists()
+    assert not (tmp_path / "hello.py").exists() and evidence.commits == ()
     assert verdict.outcome is Outcome.NO_PROGRESS and verdict.all_failed is True
 
 
@@ -148,6 +150,7 @@ def test_spins_on_the_same_failing_call(tmp_path: Path) -> None:
     """(e) The same call failing with the same error twice ends the session: CRASHED, then AgentError."""
     call = tool_use("run_shell", {"command": "python3 -c 'import hello'"})
     signals, evidence, verdict = _run(tmp_path, reply(call), reply("Let me try that again.", call))
+    assert evidence.commits == ()
     assert signals.exit_kind is ExitKind.CRASHED
     assert (signals.error or "").startswith("same tool call failed twice: run_shell")
     assert (signals.tool_calls, signals.tool_failures) == (2, 2)

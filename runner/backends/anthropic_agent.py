@@ -309,7 +309,7 @@ class AnthropicAgentBackend:
                     messages=messages, timeout=anthropic.Timeout(wait, connect=min(wait, 30.0)),
                 ) as stream:
                     return stream.get_final_message()
-            except Exception as exc:  # noqa: BLE001 - classified below; anything unknown re-raises
+            except Exception as exc:
                 failure = classify_api_error(exc, datetime.now(timezone.utc))
                 if failure is None:
                     raise

@@ -20,7 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from runner.backends.limits import (
-    DEFAULT_AUTH_PATTERNS, DEFAULT_LIMIT_PATTERNS, DEFAULT_TRANSIENT_PATTERNS, first_match, parse_reset_hint,
+    DEFAULT_AUTH_PATTERNS,
+    DEFAULT_LIMIT_PATTERNS,
+    DEFAULT_TRANSIENT_PATTERNS,
+    first_match,
+    parse_reset_hint,
 )
 from runner.evidence import ExitKind
 
