@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print figures (not timed tests). Entry point: `python benchmarks/run.py`."""

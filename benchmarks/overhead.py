@@ -1,0 +1,115 @@
+"""1. Overhead per session: what `plan-runner session` costs beyond the agent and the gates.
+
+Each repetition runs `python -m runner session plans/bench-NN.md --json` as a child
+process on a real repository, with a scripted agent that makes one commit and flips
+one checkpoint, and one trivial gate (`true`). Overhead = wall time of the whole
+command - the agent's own wall time (SessionSignals.duration_s, read from the
+evidence on the state branch) - the gates' wall time (GateResult.duration_s from
+the session's JSON). Every repetition uses its own plan, so each starts from a
+fresh plan state and work branch, as a real first session would.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.common import child_env, median, run_child
+from benchmarks.repos import build_repo, git
+
+TARGET_MEDIAN_S = 0.5
+TARGET_SCALE_RATIO = 1.5
+
+SCRIPT = """\
+sessions:
+  - - write: {path: app/feature.py, content: "def feature():\\n    return 42\\n"}
+    - commit: "Add the feature"
+    - check: "1.1"
+    - commit: "Tick 1.1"
+    - say: "Done with 1.1"
+"""
+
+
+def plan_text(n: int, script: Path) -> str:
+    return f"""\
+---
+agent: {{backend: script, script: {script}, stall_minutes: 10s, time_limit_minutes: 2m}}
+gates:
+  - name: trivial
+    run: "true"
+---
+# Bench plan {n}
+
+## Stage 1: Feature <!-- sessions: 1 -->
+- [ ] 1.1 Add the feature
+- [ ] 1.2 Document it
+"""
+
+
+def project(reps: int, script: Path) -> dict[str, str]:
+    files = {"app/__init__.py": "", "app/core.py": "def core():\n    return 1\n",
+             "README.md": "# bench project\n"}
+    for n in range(reps + 1):  # plan 0 is the warm-up
+        files[f"plans/bench-{n:02d}.md"] = plan_text(n, script)
+    return files
+
+
+def run_one(repo: Path, n: int, env: dict[str, str]) -> dict[str, float]:
+    plan_id = f"bench-{n:02d}"
+    run = run_child([sys.executable, "-m", "runner", "session", f"plans/{plan_id}.md", "--json"], cwd=repo, env=env)
+    if run.returncode != 0:
+        raise RuntimeError(f"plan-runner session failed ({run.returncode}):\n{run.stderr[-3000:]}")
+    result = json.loads(run.stdout)
+    if result["outcome"] != "Advanced":
+        raise RuntimeError(f"expected Advanced, got {result['outcome']}: {result['reasons']}")
+    evidence = json.loads(git(repo, "show", f"plan-runner/state:{plan_id}/files/last-evidence.json"))
+    agent_s = float(evidence["signals"]["duration_s"])
+    gates_s = sum(float(g["duration_s"]) for g in result["gates"])
+    return {"wall_s": run.wall_s, "agent_s": agent_s, "gates_s": gates_s,
+            "overhead_s": run.wall_s - agent_s - gates_s, "maxrss_mb": run.maxrss_mb, "cpu_s": run.cpu_s}
+
+
+def dry_run(repo: Path, env: dict[str, str], reps: int) -> float:
+    """Wall time of `session --dry-run`: interpreter start, imports, plan and state load, the decision."""
+    argv = [sys.executable, "-m", "runner", "session", f"plans/bench-{reps:02d}.md", "--dry-run", "--json"]
+    return median([run_child(argv, cwd=repo, env=env).wall_s for _ in range(3)])
+
+
+def bench_overhead(workdir: Path, sizes: list[int], reps: int) -> dict:
+    env = child_env()
+    script = workdir / "agent-script.yaml"
+    script.write_text(SCRIPT, encoding="utf-8")
+    rows = []
+    for size in sizes:
+        repo = workdir / f"repo-{size}"
+        build_repo(repo, size, project(reps, script), env=env)
+        run_one(repo, 0, env)  # warm-up: bytecode caches, page cache
+        runs = [run_one(repo, n, env) for n in range(1, reps + 1)]
+        commits = int(git(repo, "rev-list", "--count", "main", env=env))
+        rows.append({
+            "commits": commits,
+            "sessions": reps,
+            "overhead_median_s": round(median([r["overhead_s"] for r in runs]), 3),
+            "overhead_min_s": round(min(r["overhead_s"] for r in runs), 3),
+            "overhead_max_s": round(max(r["overhead_s"] for r in runs), 3),
+            "wall_median_s": round(median([r["wall_s"] for r in runs]), 3),
+            "agent_median_s": round(median([r["agent_s"] for r in runs]), 3),
+            "gates_median_s": round(median([r["gates_s"] for r in runs]), 3),
+            "peak_rss_mb_median": round(median([r["maxrss_mb"] for r in runs]), 1),
+            "peak_rss_mb_max": round(max(r["maxrss_mb"] for r in runs), 1),
+            "cpu_median_s": round(median([r["cpu_s"] for r in runs]), 3),
+            "dry_run_s": round(dry_run(repo, env, reps), 3),
+        })
+    small, big = rows[0]["overhead_median_s"], rows[-1]["overhead_median_s"]
+    ratio = round(big / small, 2) if small > 0 else float("nan")
+    worst = max(r["overhead_median_s"] for r in rows)
+    return {
+        "rows": rows,
+        "scale_ratio": ratio,
+        "targets": {
+            "median_overhead_s": {"target": f"< {TARGET_MEDIAN_S}", "worst": worst, "met": worst < TARGET_MEDIAN_S},
+            "scale_ratio": {"target": f"<= {TARGET_SCALE_RATIO} ({rows[-1]['commits']} vs {rows[0]['commits']} commits)",
+                            "value": ratio, "met": ratio <= TARGET_SCALE_RATIO},
+        },
+    }

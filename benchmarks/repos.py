@@ -1,0 +1,45 @@
+"""Real repositories with long histories, built in seconds with `git fast-import`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+_EPOCH = 1_700_000_000
+
+
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _history(commits: int, files: int) -> bytes:
+    """A fast-import stream: `commits` commits on main, each changing one of `files` files."""
+    out = []
+    for i in range(commits):
+        body = f"line {i}\n".encode()
+        msg = f"History commit {i}\n".encode()
+        stamp = f"{_EPOCH + i} +0000"
+        out.append(b"commit refs/heads/main\nmark :%d\n" % (i + 1))
+        out.append(f"author Hist <hist@example.invalid> {stamp}\ncommitter Hist <hist@example.invalid> {stamp}\n".encode())
+        out.append(b"data %d\n%s" % (len(msg), msg))
+        if i:
+            out.append(b"from :%d\n" % i)
+        out.append(b"M 100644 inline history/f%03d.txt\ndata %d\n%s\n" % (i % files, len(body), body))
+    return b"".join(out)
+
+
+def build_repo(path: Path, commits: int, project: dict[str, str], *, env: dict[str, str]) -> None:
+    """A repository with `commits` commits on main: the history, then one commit with `project`."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main", env=env)
+    if commits > 1:
+        subprocess.run(["git", "fast-import", "--quiet"], cwd=path, env=env, check=True,
+                       input=_history(commits - 1, files=min(200, commits)), capture_output=True)
+        git(path, "reset", "-q", "--hard", "main", env=env)
+    for rel, text in project.items():
+        target = path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    git(path, "add", "-A", env=env)
+    git(path, "commit", "-q", "-m", "Add the project and its plans", env=env)

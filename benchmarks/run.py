@@ -1,0 +1,183 @@
+"""Run plan-runner's benchmarks, print a table, write benchmarks/results/latest.json.
+
+    python benchmarks/run.py            # full: about 5-10 minutes on a 2-core machine
+    python benchmarks/run.py --quick    # the same figures on smaller inputs, under a minute
+    python benchmarks/run.py --only loop,github
+
+Parts: overhead (1), volume (2), loop (3), github (4), action (5). These are
+benchmarks, not tests: they print figures and say which targets were met; the
+exit code is 0 unless a part crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import ROOT, machine  # noqa: E402
+
+PARTS = ("overhead", "volume", "loop", "github", "action")
+SIZES = {
+    # part: (quick, full)
+    "overhead": ({"sizes": [100, 10_000], "reps": 3}, {"sizes": [100, 10_000, 100_000], "reps": 7}),
+    "volume": ({"gate_bytes": 50 * 2**20, "stream_bytes": 50 * 2**20}, {"gate_bytes": 2**30, "stream_bytes": 2**30}),
+    "loop": ({"plans": 300}, {"plans": 2000}),
+}
+
+
+def run_part(name: str, quick: bool, workdir: Path) -> dict:
+    size = SIZES.get(name, ({}, {}))[0 if quick else 1]
+    if name == "overhead":
+        from benchmarks.overhead import bench_overhead
+
+        return bench_overhead(workdir, size["sizes"], size["reps"])
+    if name == "volume":
+        from benchmarks.volume import bench_gate_output, bench_stream_output
+
+        return {"gate": bench_gate_output(workdir, size["gate_bytes"]),
+                "stream": bench_stream_output(workdir, size["stream_bytes"])}
+    if name == "loop":
+        from benchmarks.simulate import bench_loop
+
+        return bench_loop(size["plans"])
+    if name == "github":
+        from benchmarks.github_calls import bench_github_calls
+
+        return bench_github_calls(workdir)
+    if name == "action":
+        return {"measured": False,
+                "why": "not measured yet: needs the act end-to-end harness (tests/e2e_act) to time job start "
+                       "to the agent's first output, cold and warm"}
+    raise ValueError(name)
+
+
+# ---- the table ---------------------------------------------------------------------------
+
+def _mark(met: object) -> str:
+    return {True: "met", False: "MISSED", None: "-"}.get(met, "-")  # type: ignore[arg-type]
+
+
+def rows_for(name: str, r: dict) -> list[tuple[str, str, str, str]]:
+    if "error" in r:
+        return [(name, "crashed", r["error"].splitlines()[-1][:70], "MISSED")]
+    out: list[tuple[str, str, str, str]] = []
+    if name == "overhead":
+        for row in r["rows"]:
+            out.append((name, f"{row['commits']:,} commits: overhead median (min-max)",
+                        f"{row['overhead_median_s']:.3f} s ({row['overhead_min_s']:.3f}-{row['overhead_max_s']:.3f})",
+                        "< 0.5 s"))
+            out.append((name, f"{row['commits']:,} commits: wall / agent / gates / dry-run",
+                        f"{row['wall_median_s']:.2f} / {row['agent_median_s']:.2f} / {row['gates_median_s']:.3f} / "
+                        f"{row['dry_run_s']:.2f} s", ""))
+            out.append((name, f"{row['commits']:,} commits: CPU of the whole command", f"{row['cpu_median_s']:.2f} s", ""))
+            out.append((name, f"{row['commits']:,} commits: peak RSS", f"{row['peak_rss_mb_max']:.0f} MB", ""))
+        t = r["targets"]
+        out.append((name, "median overhead, worst size", f"{t['median_overhead_s']['worst']:.3f} s",
+                    _mark(t["median_overhead_s"]["met"])))
+        out.append((name, "overhead ratio, biggest/smallest repo", f"{r['scale_ratio']}x",
+                    _mark(t["scale_ratio"]["met"])))
+    elif name == "volume":
+        g = r["gate"]
+        mb = g["bytes"] / 2**20
+        out.append((name, f"gate printing {mb:,.0f} MB: peak RSS (idle)", f"{g['peak_rss_mb']:.0f} MB ({g['idle_peak_rss_mb']:.0f} MB)",
+                    _mark(g["targets"]["extra_memory_mb"]["met"])))
+        out.append((name, "gate: read throughput", f"{g['throughput_mb_s']} MB/s", ""))
+        out.append((name, "gate: tail and fingerprint right", str(g["tail_right"] and g["fingerprint_right"]),
+                    _mark(g["targets"]["tail_and_fingerprint"]["met"])))
+        s = r["stream"]
+        if not s.get("measured", True):
+            out.append((name, "agent stream-json", "not measured yet", "-"))
+        else:
+            for key, label in s.get("table", []):
+                out.append((name, label, str(s[key]), _mark(s.get("targets", {}).get(key, {}).get("met"))))
+    elif name == "loop":
+        for loop, v in r["loops"].items():
+            out.append((name, f"{loop}: finished (of finishable)",
+                        f"{v['plans_finished_truly']}/{v['plans']} ({v['finishable_finished']}/{v['finishable_plans']})", ""))
+            out.append((name, f"{loop}: false done / env-burned attempts",
+                        f"{v['false_done']} / {v['attempts_burned_by_environment']}", ""))
+            out.append((name, f"{loop}: sessions, tokens per finished checkpoint",
+                        f"{v['sessions_per_finished_checkpoint']}, {v['tokens_per_finished_checkpoint']:,}", ""))
+            out.append((name, f"{loop}: parks (needed)", f"{v['parks']} ({v['parks_needed']})", ""))
+        for key, t in r["targets"].items():
+            out.append((name, f"target: {key.replace('_', ' ')}", str(t["value"]), _mark(t["met"])))
+    elif name == "github":
+        out.append((name, "dispatching session", f"{r['dispatching_session']['calls']} calls",
+                    _mark(r["targets"]["dispatching_session_calls"]["met"])))
+        out.append((name, "park (new issue) / park again", f"{r['parking_session_first']['calls']} / "
+                    f"{r['parking_session_again']['calls']} calls", ""))
+        rep = r["reply"]
+        out.append((name, "reply (accepted)", f"{rep['calls']} calls" if rep.get("measured") else "not measured", ""))
+        tick = r["tick_20_plans"]
+        if tick.get("measured"):
+            first, second = tick["ticks"]
+            out.append((name, f"tick over 20 plans ({tick['due']} due), then again",
+                        f"{first['calls']} then {second['calls']} calls", _mark(tick["met"])))
+        else:
+            out.append((name, "tick over 20 plans", "not measured", "-"))
+    elif name == "action":
+        out.append((name, "job start to first agent output (cold, warm)", "not measured yet", "-"))
+    return out
+
+
+def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    widths = [max(len(r[i]) for r in rows + [("part", "figure", "value", "target")]) for i in range(4)]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    print(line.format("part", "figure", "value", "target"))
+    print(line.format(*("-" * w for w in widths)))
+    for r in rows:
+        print(line.format(*r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller inputs, under a minute")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts: {', '.join(PARTS)}")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
+    args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    started = time.perf_counter()
+    report = {"mode": "quick" if args.quick else "full", "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine(), "load_average_start": os.getloadavg(), "parts": {}}
+    crashed = False
+    with tempfile.TemporaryDirectory(prefix="plan-runner-bench-") as tmp:
+        for name in parts:
+            part_started = time.perf_counter()
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            workdir = Path(tmp) / name
+            workdir.mkdir()
+            try:
+                result = run_part(name, args.quick, workdir)
+            except Exception:  # noqa: BLE001 - one broken part must not hide the others' figures
+                crashed = True
+                result = {"error": traceback.format_exc()}
+                print(result["error"], file=sys.stderr)
+            result["seconds"] = round(time.perf_counter() - part_started, 1)
+            report["parts"][name] = result
+    report["load_average_end"] = os.getloadavg()
+    report["duration_s"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    rows = [row for name in parts for row in rows_for(name, report["parts"][name])]
+    print_table(rows)
+    m = report["machine"]
+    print(f"\n{report['mode']} run in {report['duration_s']} s on {m['cpu']} ({m['cores']} cores, {m['memory_gb']} GB), "
+          f"Python {m['python']}, {m['git']}; load average {report['load_average_start'][0]:.1f} at start")
+    print(f"figures: {args.out}")
+    return 1 if crashed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""2. Output volume: a gate that prints a gigabyte, and an agent that streams one.
+
+The gate runs inside a real `plan-runner session` (child process, peak memory from
+`wait4`); the idle footprint is the same command on the same repository with a
+trivial gate. The gate is optional (`required: false`) so it runs exactly once.
+Its tail and fingerprint (from the evidence on the state branch) must equal those
+of the same gate printing only a little filler: the last 16 KB are the same bytes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.common import child_env, run_child
+from benchmarks.repos import build_repo, git
+
+GEN = Path(__file__).resolve().parent / "gen_output.py"
+TARGET_EXTRA_MB = 100
+SCRIPT = """\
+sessions:
+  - - write: {path: app/feature.py, content: "def feature():\\n    return 42\\n"}
+    - commit: "Add the feature"
+    - say: "Working on it"
+"""
+
+
+def _plan(script: Path, gate_cmd: str) -> str:
+    return f"""\
+---
+agent: {{backend: script, script: {script}, stall_minutes: 30s, time_limit_minutes: 10m}}
+gates:
+  - name: big
+    run: {json.dumps(gate_cmd)}
+    required: false
+    timeout_minutes: 10m
+---
+# Volume
+
+## Stage 1: Feature <!-- sessions: 1 -->
+- [ ] 1.1 Add the feature
+"""
+
+
+def _session(repo: Path, plan_id: str, env: dict[str, str]) -> tuple[dict, dict, float]:
+    run = run_child([sys.executable, "-m", "runner", "session", f"plans/{plan_id}.md", "--json"], cwd=repo, env=env,
+                    timeout_s=900)
+    if run.returncode != 0:
+        raise RuntimeError(f"plan-runner session failed ({run.returncode}):\n{run.stderr[-3000:]}")
+    evidence = json.loads(git(repo, "show", f"plan-runner/state:{plan_id}/files/last-evidence.json"))
+    return json.loads(run.stdout), evidence, run.maxrss_mb
+
+
+def bench_gate_output(workdir: Path, size_bytes: int) -> dict:
+    env = child_env()
+    script = workdir / "volume-script.yaml"
+    script.write_text(SCRIPT, encoding="utf-8")
+    gen = f"{sys.executable} {GEN}"
+    plans = {"vol-idle": "true", "vol-ref": f"{gen} 1000000", "vol-big": f"{gen} {size_bytes}"}
+    repo = workdir / "repo-volume"
+    build_repo(repo, 100, {f"plans/{p}.md": _plan(script, cmd) for p, cmd in plans.items()}, env=env)
+    _, _, idle_mb = _session(repo, "vol-idle", env)
+    _, ref_ev, _ = _session(repo, "vol-ref", env)
+    big_json, big_ev, big_mb = _session(repo, "vol-big", env)
+    ref_gate, big_gate = ref_ev["gates"][0], big_ev["gates"][0]
+    tail_ok = big_gate["output_tail"] == ref_gate["output_tail"] and big_gate["output_tail"].endswith("END-OF-OUTPUT\n")
+    fp_ok = bool(big_gate["fingerprint"]) and big_gate["fingerprint"] == ref_gate["fingerprint"]
+    duration = float(big_gate["duration_s"])
+    extra = big_mb - idle_mb
+    return {
+        "bytes": size_bytes,
+        "idle_peak_rss_mb": round(idle_mb, 1),
+        "peak_rss_mb": round(big_mb, 1),
+        "extra_mb": round(extra, 1),
+        "gate_duration_s": round(duration, 2),
+        "throughput_mb_s": round(size_bytes / 2**20 / duration, 1) if duration else None,
+        "tail_right": tail_ok,
+        "fingerprint_right": fp_ok,
+        "outcome": big_json["outcome"],
+        "targets": {
+            "extra_memory_mb": {"target": f"<= {TARGET_EXTRA_MB}", "value": round(extra, 1), "met": extra <= TARGET_EXTRA_MB},
+            "tail_and_fingerprint": {"value": tail_ok and fp_ok, "met": tail_ok and fp_ok},
+        },
+    }
+
+
+def bench_stream_output(workdir: Path, size_bytes: int) -> dict:
+    """The Claude Code stream-json parser over `size_bytes` of stream, against a bare json.loads loop."""
+    if importlib.util.find_spec("runner.backends.streamjson") is None:
+        return {"measured": False,
+                "why": "runner/backends/streamjson.py does not exist yet (the Claude Code stream-json parser)"}
+    from benchmarks.stream import bench_stream  # written against the parser's API once it exists
+
+    return bench_stream(workdir, size_bytes)
