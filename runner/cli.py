@@ -24,7 +24,7 @@ from runner import __version__
 from runner.errors import PlanError, PlanRunnerError
 
 DEBUG_ENV = "PLAN_RUNNER_DEBUG"
-_COMMAND_MODULES: tuple[str, ...] = ("runner.cli_local",)  # each registers with @command on import
+_COMMAND_MODULES: tuple[str, ...] = ("runner.cli_local", "runner.cli_action")  # each registers with @command on import
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,268 @@
+"""`plan-runner action`: the GitHub Actions job, in one of three modes (SPEC section 8).
+
+* `session`: one session of the plan (`runner.step.run_session`) with the GitHub driver.
+* `tick` (schedule): wake plans whose wait is over, reconcile orphans; `runner.action_tick`.
+* `reply` (issue_comment): a maintainer's `/plan-runner ...` on a park issue; `runner.action_reply`.
+
+Inputs come only from the environment (the composite action maps its inputs to
+`env:`), never from the command line of a `run:` script. Every mode ends the same
+way: step outputs, a job summary, annotations; secrets masked before anything prints.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TextIO
+
+from runner import gitwork
+from runner.action_io import Reporter, basic_auth, parse_bool
+from runner.actions import Finish, Park, Wait, describe
+from runner.errors import PlanRunnerError, StateConflict
+from runner.events import GitHubContext, WorkflowDispatch
+from runner.ledger import SessionRecord
+from runner.policy import decide_start
+from runner.report import render_summary
+from runner.session import Drivers, Session, SessionResult, Workspace
+from runner.state import GitStateStore
+
+MODES = ("session", "tick", "reply")
+REMOTE = "origin"
+PLANS_DIR = "plans"
+
+
+@dataclass
+class ModeResult:
+    """What a mode reports; `run_action` turns it into outputs, a summary and annotations."""
+
+    outcome: str
+    next_action: str = ""
+    issue_url: str = ""
+    pull_request_url: str = ""
+    summary: str = ""
+    annotations: list[tuple[str, str, str]] = field(default_factory=list)  # (level, message, title)
+    exit_code: int = 0
+
+
+# --- the environment --------------------------------------------------------------------------
+
+
+def workspace_root(env: Mapping[str, str]) -> Path:
+    root = env.get("GITHUB_WORKSPACE") or ""
+    if not root or not Path(root, ".git").exists():
+        raise PlanRunnerError(
+            what=f"GITHUB_WORKSPACE is {root!r}, not a git checkout",
+            why="plan-runner works on the repository checked out in the job",
+            fix="add `- uses: actions/checkout@<sha>` with `fetch-depth: 0` and `persist-credentials: false` "
+                "before the plan-runner step")
+    return Path(root)
+
+
+def normalise_plan_path(raw: str) -> str:
+    """A repository-relative POSIX path, or a PlanRunnerError for an absolute or escaping one."""
+    text = raw.strip().replace("\\", "/")
+    path = PurePosixPath(text)
+    if not text or path.is_absolute() or ".." in path.parts:
+        raise PlanRunnerError(
+            what=f"the plan input {raw!r} is not a path inside the repository",
+            why="plans live in the repository the job checked out; absolute paths and `..` are refused",
+            fix="pass a repository-relative path such as `plans/add-auth.md`")
+    return path.as_posix()
+
+
+def plan_input(env: Mapping[str, str], ctx: GitHubContext) -> str:
+    raw = env.get("PLAN_RUNNER_PLAN", "")
+    if not raw.strip() and isinstance(ctx.event, WorkflowDispatch):
+        raw = ctx.event.inputs.get("plan", "")
+    if not raw.strip():
+        raise PlanRunnerError(
+            what="no plan given",
+            why="`mode: session` runs one plan: the `plan` input of the action (or of workflow_dispatch) is empty",
+            fix="pass `plan: ${{ inputs.plan }}` to the action and start the workflow with a plan path")
+    return normalise_plan_path(raw)
+
+
+def github_workspace(env: Mapping[str, str], plan_path: str) -> Workspace:
+    repo = workspace_root(env)
+    if not (repo / plan_path).is_file():
+        raise PlanRunnerError(
+            what=f"no plan file {plan_path} in the checked-out repository",
+            why=f"{repo / plan_path} does not exist on the ref this workflow runs on",
+            fix="commit the plan on the default branch, or pass the right path as the `plan` input")
+    return Workspace(repo=repo, plan_path=plan_path, env=dict(env), remote=REMOTE,
+                     job=env.get("GITHUB_RUN_ID", "") or "actions")
+
+
+def plan_files(repo: Path) -> list[str]:
+    folder = repo / PLANS_DIR
+    return sorted(p.relative_to(repo).as_posix() for p in folder.glob("*.md")
+                  if p.is_file() and not p.name.endswith(".handoff.md")) if folder.is_dir() else []
+
+
+def fetch_work_branch(ws: Workspace, branch: str) -> None:
+    """Bring the remote's work branch in, so checkpoint states are read from the work, not the base."""
+    try:
+        gitwork.run_git(ws.repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", REMOTE,
+                        f"+refs/heads/{branch}:refs/remotes/{REMOTE}/{branch}")
+    except Exception as exc:  # noqa: BLE001 - absent branch (never pushed) is normal; the tracker then is the base
+        if "couldn't find remote ref" not in str(getattr(exc, "stderr", "") or exc):
+            raise PlanRunnerError(what=f"could not fetch the work branch {branch!r}", why=str(exc),
+                                  fix="check that the remote is reachable and the token may read it") from None
+
+
+@contextmanager
+def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
+    """plan-runner's own git commands (fetch, push) authenticate with the token through
+    `GIT_CONFIG_*` variables of this process only: nothing is written to `.git/config`, where
+    the agent, working in the same tree, could read it; the agent's allow-listed environment
+    never carries these variables."""
+    if not token or not server_url.startswith("https://"):
+        yield
+        return
+    names = ("GIT_CONFIG_COUNT",)
+    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    names += (f"GIT_CONFIG_KEY_{n}", f"GIT_CONFIG_VALUE_{n}")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ[f"GIT_CONFIG_KEY_{n}"] = f"http.{server_url.rstrip('/')}/.extraheader"
+    os.environ[f"GIT_CONFIG_VALUE_{n}"] = f"AUTHORIZATION: basic {basic_auth(token)}"
+    os.environ["GIT_CONFIG_COUNT"] = str(n + 1)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
+    from runner.github import GitHubDriver  # PyGithub is loaded only when a mode needs the API
+
+    token = env.get("GITHUB_TOKEN", "")
+    if not token:
+        raise PlanRunnerError(
+            what="GITHUB_TOKEN is empty",
+            why="plan-runner dispatches runs, opens issues and pull requests through the GitHub API",
+            fix="pass `github-token: ${{ github.token }}` (the default) and grant the job the permissions "
+                "listed in docs/github-actions.md")
+    return GitHubDriver(ctx, token)
+
+
+def head_checks_runner(driver, repo: Path) -> Callable:
+    """A `checks:` gate runner asking GitHub about the commit the gates see (the work tree's HEAD)."""
+    return lambda gate: driver.checks_gate(gate, gitwork.ref_sha(repo, "HEAD") or "HEAD")
+
+
+# --- session ----------------------------------------------------------------------------------
+
+
+def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Reporter) -> ModeResult:
+    ws = github_workspace(env, plan_input(env, ctx))
+    ws.on_event = lambda kind, detail: rep.log(f"plan-runner {kind}: {detail}")
+    drivers = Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
+                      checks_runner=head_checks_runner(driver, ws.repo))
+    if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):
+        s = Session(ws, drivers)
+        action = decide_start(s.state, s.plan)
+        return ModeResult(outcome="dry-run", next_action=describe(action),
+                          summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
+                                                 f"{s.plan.id}: dry run", s.state.skipped))
+    from runner.step import run_session
+
+    return session_mode_result(run_session(ws, drivers))
+
+
+def session_mode_result(result: SessionResult) -> ModeResult:
+    record: SessionRecord | None = result.record
+    action = result.action
+    outcome = record.outcome.value if record else result.status
+    headline = (f"{result.plan.id} session {record.n}: {outcome}" if record
+                else f"{result.plan.id}: {result.message}")
+    mr = ModeResult(outcome=outcome, next_action=describe(action) if action is not None else "")
+    if result.status == "parked" or isinstance(action, Park):
+        mr.issue_url = result.url or result.state.park_issue or ""
+        mr.annotations.append(("warning", f"{result.plan.id} parked: {getattr(action, 'reason', result.message)}"
+                               + (f" ({mr.issue_url})" if mr.issue_url else ""), "plan-runner parked"))
+    if result.status == "finished" or isinstance(action, Finish):
+        mr.pull_request_url = result.url or result.state.pull_request or ""
+        mr.annotations.append(("notice", f"{result.plan.id} finished: {mr.pull_request_url}", "plan-runner finished"))
+    if isinstance(action, Wait):
+        mr.annotations.append(("notice", describe(action), "plan-runner waiting"))
+    for gate in result.evidence.gates if result.evidence else ():
+        if gate.required and not gate.passed:
+            detail = f"exit {gate.exit_code}" if gate.exit_code is not None else (gate.error or "red")
+            mr.annotations.append(("error", f"required gate {gate.name} is red ({detail})", f"gate {gate.name}"))
+    for claim in record.rejected_flips if record else ():
+        mr.annotations.append(("warning", f"rejected claim: {claim}", "plan-runner"))
+    body = result.report or result.message
+    mr.summary = render_summary(result.plan, body, headline, result.state.skipped)
+    return mr
+
+
+# --- the one entry point ----------------------------------------------------------------------
+
+
+def _modes() -> dict[str, Callable[..., ModeResult]]:
+    from runner.action_reply import mode_reply
+    from runner.action_tick import mode_tick
+
+    return {"session": mode_session, "tick": mode_tick, "reply": mode_reply}
+
+
+def parse_mode(raw: str | None) -> str:
+    mode = (raw or "session").strip().lower()
+    if mode not in MODES:
+        raise PlanRunnerError(what=f"unknown mode {raw!r}", why="the action runs one of: " + ", ".join(MODES),
+                              fix="set `mode: session` (workflow_dispatch), `mode: tick` (schedule) or "
+                                  "`mode: reply` (issue_comment)")
+    return mode
+
+
+def error_summary(err: PlanRunnerError) -> str:
+    return f"# plan-runner: {err.what}\n\n```text\n{err.render()}\n```\n"
+
+
+def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,
+               driver_factory: Callable[[GitHubContext, Mapping[str, str]], object] = open_driver) -> int:
+    """Run one mode as a job step; returns the step's exit code. Never raises."""
+    env = dict(env)
+    rep = Reporter(env, out or sys.stdout)
+    rep.mask()
+    try:
+        chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
+        ctx = GitHubContext.from_env(env)
+        with git_credentials(env.get("GITHUB_TOKEN"), ctx.server_url), driver_factory(ctx, env) as driver:
+            result = _modes()[chosen](ctx, env, driver, rep)
+    except StateConflict as err:  # another job won the compare-and-swap: nothing is wrong
+        result = ModeResult(outcome="superseded", summary=error_summary(err),
+                            annotations=[("notice", err.what, "plan-runner")], exit_code=err.exit_code)
+    except PlanRunnerError as err:
+        result = ModeResult(outcome="error", summary=error_summary(err),
+                            annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the job must still leave a summary and fail visibly
+        trace = traceback.format_exc()
+        result = ModeResult(outcome="error", exit_code=1,
+                            summary=f"# plan-runner: unexpected error\n\n`{type(exc).__name__}: {exc}`\n\n"
+                                    f"Please report this with the trace below.\n\n```text\n{trace}\n```\n",
+                            annotations=[("error", f"unexpected error: {type(exc).__name__}: {exc}", "plan-runner")])
+    publish(rep, result)
+    return result.exit_code
+
+
+def publish(rep: Reporter, result: ModeResult) -> None:
+    for level, message, title in result.annotations:
+        rep.annotate(level, message, title)
+    rep.set_output("outcome", result.outcome)
+    rep.set_output("next-action", result.next_action)
+    rep.set_output("issue-url", result.issue_url)
+    rep.set_output("pull-request-url", result.pull_request_url)
+    rep.log(f"plan-runner: {result.outcome}" + (f"; next: {result.next_action}" if result.next_action else ""))
+    rep.write_outputs()
+    if result.summary:
+        rep.write_summary(result.summary)
