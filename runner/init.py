@@ -82,7 +82,9 @@ def _path() -> str:
 def pin_action_ref(text: str, server: str = DEFAULT_SERVER) -> tuple[str, str, bool]:
     """(the `uses:` value, a trailing comment, pinned?) for an action reference."""
     repo, ref = parse_action_ref(text)
-    if repo == text or _SHA.fullmatch(ref):
+    if repo == text:  # the action in this very repository: `./` is what GitHub, actionlint and act all read
+        return text, "  # zizmor: ignore[self-repository]", True
+    if _SHA.fullmatch(ref):
         return text, "", True
     owner_repo = "/".join(repo.split("/")[:2])
     sha = resolve_ref(f"{server.rstrip('/')}/{owner_repo}" if "://" in server else f"{server}/{owner_repo}", ref)
@@ -92,6 +94,7 @@ def pin_action_ref(text: str, server: str = DEFAULT_SERVER) -> tuple[str, str, b
 
 
 def render_workflow(opts: InitOptions = InitOptions()) -> str:
+    """The workflow text; `opts.action_ref` as given (see `pin_action_ref` for pinning)."""
     parse_action_ref(opts.action_ref)
     return _ENV.get_template("workflow.yml.j2").render(
         action_ref=opts.action_ref, action_comment=opts.action_comment, example_plan=EXAMPLE_PLAN_PATH,

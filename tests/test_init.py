@@ -1,0 +1,117 @@
+"""`plan-runner init`: the workflow and example plan it writes, pinning, and refusing to overwrite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runner.errors import PlanRunnerError
+from runner.init import parse_action_ref, pin_action_ref, resolve_ref, write_init
+from runner.planfile import load_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+SHA_REF = "octo-org/plan-runner@0123456789abcdef0123456789abcdef01234567"
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+
+
+def test_init_writes_a_workflow_with_three_triggers_and_least_permissions(tmp_path):
+    """The workflow has the three triggers, no top-level permissions, and per-job write scopes only where needed."""
+    write_init(tmp_path, action_ref=SHA_REF)
+    wf = yaml.safe_load((tmp_path / ".github/workflows/plan-runner.yml").read_text())
+    on = wf[True]  # YAML 1.1 reads the key `on` as True
+    assert set(on) == {"workflow_dispatch", "schedule", "issue_comment"}
+    assert on["workflow_dispatch"]["inputs"]["plan"]["default"] == "plans/example.md"
+    assert on["issue_comment"]["types"] == ["created"]
+    assert wf["permissions"] == {}
+    jobs = wf["jobs"]
+    assert jobs["session"]["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write",
+                                              "actions": "write"}
+    assert jobs["tick"]["permissions"] == {"contents": "write", "actions": "write"}
+    assert jobs["reply"]["permissions"] == {"contents": "write", "issues": "write", "actions": "write"}
+    assert jobs["session"]["concurrency"] == {"group": "plan-runner-${{ inputs.plan }}", "cancel-in-progress": False}
+    for name, job in jobs.items():
+        checkout, action = job["steps"]
+        assert checkout["with"]["persist-credentials"] is False, name
+        assert action["uses"] == SHA_REF and action["with"]["mode"] == name
+    assert jobs["session"]["steps"][1]["with"]["anthropic-api-key"] == "${{ secrets.ANTHROPIC_API_KEY }}"
+    assert "github-token" not in jobs["session"]["steps"][1]["with"]  # the default, never a broader secret
+
+
+def test_init_example_plan_is_valid(tmp_path):
+    """The example plan passes `plan-runner validate`'s checks, with `base` the repository's branch."""
+    subprocess.run(["git", "init", "-q", "-b", "trunk", str(tmp_path)], check=True)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert plan.config.base == "trunk" and len(plan.checkpoints) == 3
+    assert plan.config.gates[0].run == "python -m pytest -q"
+
+
+def test_init_refuses_to_overwrite_without_force(tmp_path):
+    """A second init fails with a clear error and leaves edited files alone; --force overwrites."""
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = tmp_path / "plans/example.md"
+    plan.write_text("my edits")
+    with pytest.raises(PlanRunnerError) as err:
+        write_init(tmp_path, action_ref=SHA_REF)
+    assert "refusing to overwrite" in err.value.what and "--force" in err.value.fix
+    assert plan.read_text() == "my edits"
+    write_init(tmp_path, action_ref=SHA_REF, force=True)
+    assert plan.read_text() != "my edits"
+
+
+@pytest.mark.integration
+def test_init_cli_writes_files_and_exits_2_on_a_second_run(tmp_path):
+    """`plan-runner init DIR` prints what it wrote; a second run exits 2 with the error on stderr."""
+    first = _cli("init", str(tmp_path), "--action-ref", SHA_REF, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert ".github/workflows/plan-runner.yml" in first.stdout
+    second = _cli("init", str(tmp_path), "--action-ref", SHA_REF, cwd=tmp_path)
+    assert second.returncode == 2 and "refusing to overwrite" in second.stderr and "Traceback" not in second.stderr
+
+
+@pytest.mark.integration
+def test_a_tag_is_pinned_to_its_commit_sha(tmp_path):
+    """A tag in --action-ref is resolved with `git ls-remote` and written as `@sha # tag`."""
+    repo = tmp_path / "octo-org" / "plan-runner"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q",
+                    "--allow-empty", "-m", "release"], check=True)
+    subprocess.run(["git", "-C", str(repo), "tag", "-a", "v0", "-m", "v0"], check=True)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert resolve_ref(str(repo), "v0") == sha  # the peeled commit, not the tag object
+    assert pin_action_ref("octo-org/plan-runner@v0", server=str(tmp_path)) == (
+        f"octo-org/plan-runner@{sha}", " # v0", True)
+    assert pin_action_ref("octo-org/plan-runner@nope", server=str(tmp_path))[2] is False
+
+
+def test_unresolvable_tag_warns(tmp_path):
+    """When the tag cannot be resolved, the tag is written as given and the user is told to pin it."""
+    warnings = []
+    write_init(tmp_path, action_ref="octo-org/plan-runner@v9", server=str(tmp_path / "none"), warn=warnings.append)
+    assert "uses: octo-org/plan-runner@v9" in (tmp_path / ".github/workflows/plan-runner.yml").read_text()
+    assert warnings and "Pin it" in warnings[0]
+
+
+def test_bad_action_refs_are_user_errors():
+    """An action reference without a version is refused with a fix."""
+    for bad in ("plan-runner", "a/b@", "@v1"):
+        with pytest.raises(PlanRunnerError):
+            parse_action_ref(bad)
+
+
+def test_this_repository_dogfoods_the_workflow_init_writes(tmp_path):
+    """.github/workflows/plan-runner.yml is exactly `plan-runner init --action-ref ./` output."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git/HEAD").write_text("ref: refs/heads/main\n")
+    write_init(tmp_path, action_ref="./")
+    assert ((ROOT / ".github/workflows/plan-runner.yml").read_text()
+            == (tmp_path / ".github/workflows/plan-runner.yml").read_text())
