@@ -140,7 +140,7 @@ def test_crash_without_output_names_exit_code(tmp_path):
 def test_silent_cli_stalls(tmp_path):
     """A CLI that goes quiet is killed and reported STALLED."""
     _cli(tmp_path, "print('thinking', flush=True)\ntime.sleep(30)\n")
-    signals = _run(_request(tmp_path, stall_minutes="0.5s"))
+    signals = _run(_request(tmp_path, stall_minutes="1s"))
     assert signals.exit_kind is ExitKind.STALLED
     assert signals.duration_s < 5
 
@@ -149,7 +149,7 @@ def test_silent_cli_stalls(tmp_path):
 def test_chatty_cli_hits_time_limit(tmp_path):
     """A CLI that keeps printing is still stopped at the time limit."""
     _cli(tmp_path, "while True:\n    print('.', flush=True)\n    time.sleep(0.05)\n")
-    signals = _run(_request(tmp_path, stall_minutes="0.5s", time_limit_minutes="0.8s"))
+    signals = _run(_request(tmp_path, stall_minutes="3s", time_limit_minutes="1s"))
     assert signals.exit_kind is ExitKind.TIME_LIMIT
 
 

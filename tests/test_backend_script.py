@@ -195,7 +195,7 @@ def test_exit_zero_ends_session_early_as_finished(repo):
 
 def test_silent_step_stalls(repo):
     """A silent step longer than the stall limit is killed and reported STALLED."""
-    signals = _run(_request(repo, "- [{say: hi}, {silent: 10}]\n", stall_minutes="0.6s"))
+    signals = _run(_request(repo, "- [{say: hi}, {silent: 10}]\n", stall_minutes="1s"))
     assert signals.exit_kind is ExitKind.STALLED
     assert signals.exit_code is None
     assert signals.duration_s < 5
@@ -203,7 +203,7 @@ def test_silent_step_stalls(repo):
 
 def test_busy_sleep_hits_time_limit_not_stall(repo):
     """A sleep step keeps printing, so only the time limit stops it."""
-    signals = _run(_request(repo, "- [{sleep: 10}]\n", stall_minutes="0.5s", time_limit_minutes="1s"))
+    signals = _run(_request(repo, "- [{sleep: 10}]\n", stall_minutes="3s", time_limit_minutes="1.2s"))
     assert signals.exit_kind is ExitKind.TIME_LIMIT
 
 
