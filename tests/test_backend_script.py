@@ -275,3 +275,16 @@ def test_missing_script_file_is_a_user_error(repo):
     with pytest.raises(PlanRunnerError) as info:
         _run(request)
     assert "agent.script" in info.value.fix
+
+
+def test_rate_limit_at_a_given_time_and_front_matter_line(repo):
+    """rate_limit with reset_at reports exactly that time; edit_front_matter with a string adds a config line."""
+    signals = _run(_request(repo, """\
+        - - edit_front_matter: "budget: {max_sessions: 99}"
+          - rate_limit: {reset_at: "2031-01-02T03:04:05+00:00", message: "usage limit"}
+        """))
+    assert signals.exit_kind is ExitKind.RATE_LIMIT
+    assert signals.reset_at == datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert signals.error == "usage limit"
+    front = (Path(repo.working_tree_dir) / "plans" / "demo.md").read_text().split("\n---", 1)[0]
+    assert front.endswith("budget: {max_sessions: 99}")
