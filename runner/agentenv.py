@@ -24,8 +24,8 @@ OPENAI_VARS: tuple[str, ...] = ("OPENAI_*", "CODEX_*")
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
 _GITHUB_CREDENTIALS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN"})
 _GITHUB_PREFIXES = ("GITHUB_", "GH_", "ACTIONS_")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|^KEY$|APIKEY|API_KEY|AUTH(?!OR)", re.I)
-_RESTRICTED_NAME = re.compile(r"TOKEN|SECRET|PASSWORD", re.I)  # only passed when named exactly
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|^KEY$|APIKEY|API_KEY|AUTH(?!OR)", re.IGNORECASE)
+_RESTRICTED_NAME = re.compile(r"TOKEN|SECRET|PASSWORD", re.IGNORECASE)  # only passed when named exactly
 
 
 def is_github_credential(name: str) -> bool:
@@ -72,13 +72,10 @@ def build_agent_env(
     for name, value in parent.items():
         if is_github_credential(name):
             continue
-        if name in exact:
+        if name in exact or _matches(name, api_key_vars):
             env[name] = value
-        elif _matches(name, api_key_vars):
+        elif (_matches(name, BASE_VARS) or _matches(name, patterns)) and not _RESTRICTED_NAME.search(name):
             env[name] = value
-        elif _matches(name, BASE_VARS) or _matches(name, patterns):
-            if not _RESTRICTED_NAME.search(name):
-                env[name] = value
     for name, value in (extra or {}).items():
         if is_github_credential(name):
             raise PlanRunnerError(

@@ -7,7 +7,13 @@ import sys
 
 import pytest
 
-from runner.agentenv import OPENAI_VARS, build_agent_env, is_github_credential, redact, secret_values
+from runner.agentenv import (
+    OPENAI_VARS,
+    build_agent_env,
+    is_github_credential,
+    redact,
+    secret_values,
+)
 from runner.errors import PlanRunnerError
 from runner.supervise import supervise
 

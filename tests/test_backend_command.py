@@ -7,7 +7,7 @@ import os
 import stat
 import sys
 import textwrap
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -76,7 +76,7 @@ def test_prompt_through_file(tmp_path, args):
 def test_rate_limit_with_reset_time(tmp_path):
     """A non-zero exit with a limit message is RATE_LIMIT, with the reset time read from it."""
     _cli(tmp_path, "sys.stderr.write('Error: 429 rate limit exceeded. Try again in 45 seconds.\\n')\nsys.exit(1)\n")
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     signals = _run(_request(tmp_path))
     assert signals.exit_kind is ExitKind.RATE_LIMIT
     assert before + timedelta(seconds=44) <= signals.reset_at <= before + timedelta(seconds=50)
@@ -87,7 +87,7 @@ def test_rate_limit_with_reset_time(tmp_path):
 def test_plan_limit_and_reset_patterns(tmp_path):
     """The plan's own limit_patterns and reset_pattern replace the defaults."""
     _cli(tmp_path, "print('QUOTA_HIT cooldown=120')\nsys.exit(2)\n")
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     signals = _run(_request(tmp_path, limit_patterns=("QUOTA_HIT",), reset_pattern=r"cooldown=(\d+)"))
     assert signals.exit_kind is ExitKind.RATE_LIMIT
     assert before + timedelta(seconds=119) <= signals.reset_at <= before + timedelta(seconds=125)
@@ -192,7 +192,7 @@ def _exit(code, reason="exited", stderr=""):
                        stderr_tail=stderr, duration_s=1.0)
 
 
-NOW = datetime(2025, 6, 3, 14, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 6, 3, 14, 0, tzinfo=UTC)
 
 
 def test_classify_killed_processes():
@@ -207,7 +207,7 @@ def test_classify_limit_in_stdout_of_failed_run_reads_clock_time():
     agent = AgentConfig(backend="command", executable="x")
     verdict = classify_command_exit(_exit(1), ["usage limit reached, try again at 3:28 PM"], agent, NOW)
     assert verdict.kind is ExitKind.RATE_LIMIT
-    assert verdict.reset_at == datetime(2025, 6, 3, 15, 28, tzinfo=timezone.utc)
+    assert verdict.reset_at == datetime(2025, 6, 3, 15, 28, tzinfo=UTC)
 
 
 def test_classify_limit_without_time_has_no_reset():

@@ -6,7 +6,7 @@ import json
 import os
 import textwrap
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import git
@@ -167,7 +167,7 @@ def test_delete_and_failed_run(repo):
 
 def test_rate_limit_reports_reset_time(repo):
     """A rate_limit step ends the session as RATE_LIMIT with a reset time reset_in seconds ahead."""
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     signals = _run(_request(repo, "- [{say: working}, {rate_limit: {reset_in: 3}}]\n"))
     assert signals.exit_kind is ExitKind.RATE_LIMIT
     assert before + timedelta(seconds=2) < signals.reset_at < before + timedelta(seconds=10)
@@ -284,7 +284,7 @@ def test_rate_limit_at_a_given_time_and_front_matter_line(repo):
           - rate_limit: {reset_at: "2031-01-02T03:04:05+00:00", message: "usage limit"}
         """))
     assert signals.exit_kind is ExitKind.RATE_LIMIT
-    assert signals.reset_at == datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert signals.reset_at == datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert signals.error == "usage limit"
     front = (Path(repo.working_tree_dir) / "plans" / "demo.md").read_text().split("\n---", 1)[0]
     assert front.endswith("budget: {max_sessions: 99}")

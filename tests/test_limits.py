@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -16,7 +16,7 @@ from runner.backends.limits import (
     parse_reset_with_pattern,
 )
 
-NOW = datetime(2025, 6, 3, 14, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 6, 3, 14, 0, 0, tzinfo=UTC)
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
@@ -29,17 +29,17 @@ BERLIN = ZoneInfo("Europe/Berlin")
         ("Try again in ~5 min.", NOW + timedelta(minutes=5)),
         ("try again in 1 hour and 20 minutes", NOW + timedelta(hours=1, minutes=20)),
         ("429 Too Many Requests; retry-after: 30", NOW + timedelta(seconds=30)),
-        ("You've hit your usage limit. Try again at 3:28 PM.", datetime(2025, 6, 3, 15, 28, tzinfo=timezone.utc)),
-        ("Try again at 9:05 AM.", datetime(2025, 6, 4, 9, 5, tzinfo=timezone.utc)),  # already past: tomorrow
-        ("try again at 16:45", datetime(2025, 6, 3, 16, 45, tzinfo=timezone.utc)),
+        ("You've hit your usage limit. Try again at 3:28 PM.", datetime(2025, 6, 3, 15, 28, tzinfo=UTC)),
+        ("Try again at 9:05 AM.", datetime(2025, 6, 4, 9, 5, tzinfo=UTC)),  # already past: tomorrow
+        ("try again at 16:45", datetime(2025, 6, 3, 16, 45, tzinfo=UTC)),
         ("You've hit your usage limit. Try again at Jun 5th, 2025 3:28 PM.",
-         datetime(2025, 6, 5, 15, 28, tzinfo=timezone.utc)),
+         datetime(2025, 6, 5, 15, 28, tzinfo=UTC)),
         ("5-hour limit reached - resets 3pm (Europe/Berlin)", datetime(2025, 6, 4, 15, 0, tzinfo=BERLIN)),
         ("Your limit will reset at 5pm (Europe/Berlin)", datetime(2025, 6, 3, 17, 0, tzinfo=BERLIN)),
-        ("limit resets at 2025-06-03T18:30:00Z", datetime(2025, 6, 3, 18, 30, tzinfo=timezone.utc)),
-        ("reset_at=2025-06-03 18:30:00+02:00", datetime(2025, 6, 3, 16, 30, tzinfo=timezone.utc)),
-        ("Claude AI usage limit reached|1748970000", datetime.fromtimestamp(1748970000, tz=timezone.utc)),
-        ("x-ratelimit-reset: 1748970000000", datetime.fromtimestamp(1748970000, tz=timezone.utc)),
+        ("limit resets at 2025-06-03T18:30:00Z", datetime(2025, 6, 3, 18, 30, tzinfo=UTC)),
+        ("reset_at=2025-06-03 18:30:00+02:00", datetime(2025, 6, 3, 16, 30, tzinfo=UTC)),
+        ("Claude AI usage limit reached|1748970000", datetime.fromtimestamp(1748970000, tz=UTC)),
+        ("x-ratelimit-reset: 1748970000000", datetime.fromtimestamp(1748970000, tz=UTC)),
     ],
 )
 def test_parse_reset_hint_table(text, expected):
@@ -78,7 +78,7 @@ def test_reset_pattern_from_plan():
     assert parse_reset_with_pattern("cooldown=120", r"cooldown=(\d+)", NOW) == NOW + timedelta(seconds=120)
     assert parse_reset_with_pattern("wait: 2 hours", r"wait: (.+)", NOW) == NOW + timedelta(hours=2)
     assert parse_reset_with_pattern("back at 4:15 PM", r"back at (.+)", NOW) == datetime(
-        2025, 6, 3, 16, 15, tzinfo=timezone.utc)
+        2025, 6, 3, 16, 15, tzinfo=UTC)
     assert parse_reset_with_pattern("nothing", r"cooldown=(\d+)", NOW) is None
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.backends.base import SessionRequest, register_backend
@@ -172,7 +172,7 @@ class CommandBackend:
                 stdin_text=request.prompt if agent.prompt_via == "stdin" else None,
             )
         # CLIs print reset clock times in the machine's local zone
-        verdict = classify_command_exit(result, list(tail), agent, datetime.now(timezone.utc).astimezone())
+        verdict = classify_command_exit(result, list(tail), agent, datetime.now(UTC).astimezone())
         texts = [line for line in tail if line.strip()]
         return SessionSignals(
             backend=self.name,

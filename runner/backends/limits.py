@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runner.backends.claims import parse_claims
@@ -106,7 +106,7 @@ def _iso(text: str, now: datetime) -> datetime | None:
     if re.search(r"[+-]\d{4}$", raw):
         raw = raw[:-2] + ":" + raw[-2:]
     try:
-        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        value = datetime.fromisoformat(raw)  # 3.11 reads a trailing Z
     except ValueError:
         return None
     return value if value.tzinfo else value.replace(tzinfo=now.tzinfo)
@@ -114,7 +114,7 @@ def _iso(text: str, now: datetime) -> datetime | None:
 
 def _zone(name: str | None, utc: str | None, default: tzinfo | None) -> tzinfo | None:
     if utc:
-        return timezone.utc
+        return UTC
     if name:
         try:
             return ZoneInfo(name)
@@ -157,7 +157,7 @@ def _clock(text: str, now: datetime) -> datetime | None:
 def _epoch(text: str, now: datetime) -> datetime | None:
     for m in _EPOCH.finditer(text):
         seconds = int(m.group(1)) / (1000 if len(m.group(1)) == 13 else 1)
-        value = datetime.fromtimestamp(seconds, tz=timezone.utc)
+        value = datetime.fromtimestamp(seconds, tz=UTC)
         # a bare number is only a reset time if it is a plausible one (not a request id)
         if now - timedelta(days=1) <= value <= now + timedelta(days=60):
             return value.astimezone(now.tzinfo) if now.tzinfo else value
@@ -171,7 +171,7 @@ def parse_reset_hint(text: str, now: datetime) -> datetime | None:
     in `now`'s zone (CLIs print the machine's local time) and means the next such time.
     """
     if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
+        now = now.replace(tzinfo=UTC)
     for parse in (_iso, _relative, _clock, _epoch):
         value = parse(text, now)
         if value is not None:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 _print_lock = threading.Lock()
@@ -109,7 +109,7 @@ class Agent:
     # --- shell and git -------------------------------------------------------------------
     def run(self, arg: str) -> None:
         proc = subprocess.run(arg, shell=True, cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, check=False)
         out = proc.stdout.decode("utf-8", errors="replace")
         for line in out.splitlines()[-40:]:
             emit("tool_output", text=line)
@@ -118,12 +118,12 @@ class Agent:
     def commit(self, message: str) -> None:
         git = ["git"]
         if not subprocess.run(["git", "config", "--get", "user.email"], cwd=self.workdir,
-                              capture_output=True).stdout.strip() and "GIT_AUTHOR_EMAIL" not in os.environ:
+                              capture_output=True, check=False).stdout.strip() and "GIT_AUTHOR_EMAIL" not in os.environ:
             git += ["-c", "user.name=script agent", "-c", "user.email=script-agent@plan-runner.invalid"]
-        subprocess.run(git + ["add", "-A"], cwd=self.workdir, check=False, capture_output=True)
-        proc = subprocess.run(git + ["commit", "-q", "-m", message], cwd=self.workdir, capture_output=True)
+        subprocess.run(git + ["add", "-A"], cwd=self.workdir, capture_output=True, check=False)
+        proc = subprocess.run(git + ["commit", "-q", "-m", message], cwd=self.workdir, capture_output=True, check=False)
         if proc.returncode == 0:
-            sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=self.workdir, capture_output=True, text=True)
+            sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=self.workdir, capture_output=True, text=True, check=False)
             self.tool("commit", message, sha=sha.stdout.strip())
         else:
             error = (proc.stdout + proc.stderr).decode("utf-8", errors="replace").strip()
@@ -135,7 +135,7 @@ class Agent:
             self.tool(name, cid, ok=False, error="no plan file was given to the agent")
             return
         text = self.plan.read_text(encoding="utf-8")
-        line_re = re.compile(rf"^( {{0,3}}[-*+][ \t]+\[)[ xX](\][ \t]+{re.escape(cid)})(?=\s|$)(.*)$", re.M)
+        line_re = re.compile(rf"^( {{0,3}}[-*+][ \t]+\[)[ xX](\][ \t]+{re.escape(cid)})(?=\s|$)(.*)$", re.MULTILINE)
         m = line_re.search(text)
         if not m:
             self.tool(name, cid, ok=False, error=f"checkpoint {cid} not found in the plan")
@@ -207,7 +207,7 @@ def play(steps: list[dict], agent: Agent) -> int:
             if "reset_at" in arg:
                 reset_at = str(arg["reset_at"])
             else:
-                reset_at = (datetime.now(timezone.utc) + timedelta(seconds=float(arg.get("reset_in", 300)))).isoformat()
+                reset_at = (datetime.now(UTC) + timedelta(seconds=float(arg.get("reset_in", 300)))).isoformat()
             emit("limit", reset_at=reset_at, message=str(arg.get("message", "rate limit reached")))
             return 1
         elif kind == "transient":
