@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LAUNCHER = Path(__file__).resolve().parent / "measure_child.py"
 
 
 @dataclass(frozen=True)
@@ -26,32 +28,30 @@ class ChildRun:
 
 
 def run_child(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 600) -> ChildRun:
-    """Run a command and return its wall time and peak memory.
+    """Run a command through `measure_child.py` and return its wall time, CPU time and peak memory.
 
-    `os.wait4` gives the rusage of this one child (with the descendants it reaped),
-    where `getrusage(RUSAGE_CHILDREN)` would be the maximum over every child so far.
+    The launcher reaps the command with `os.wait4`, so the rusage is this one command's
+    (with the descendants it reaped), measured from a small parent (see measure_child.py).
     Output goes to files, so a chatty child can never block on a full pipe.
     """
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-        deadline = started + timeout_s
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.002)
-        wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; tell Popen so it does not warn
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "rusage.json"
+        proc = subprocess.Popen([sys.executable, str(LAUNCHER), str(result), *argv], cwd=cwd, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"{' '.join(argv)} did not finish within {timeout_s:g} s") from None
         out.seek(0)
         err.seek(0)
-        return ChildRun(wall, proc.returncode, out.read().decode("utf-8", "replace"),
-                        err.read().decode("utf-8", "replace"), usage.ru_maxrss / 1024,
-                        usage.ru_utime + usage.ru_stime)
+        stdout, stderr = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+        if not result.exists():
+            raise RuntimeError(f"the launcher failed ({proc.returncode}):\n{stderr[-3000:]}")
+        m = json.loads(result.read_text(encoding="utf-8"))
+        return ChildRun(m["wall_s"], m["returncode"], stdout, stderr, m["maxrss_kb"] / 1024, m["cpu_s"])
 
 
 def child_env(**extra: str) -> dict[str, str]:

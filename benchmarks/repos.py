@@ -13,10 +13,14 @@ def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
                           text=True).stdout.strip()
 
 
-def _history(commits: int, files: int) -> bytes:
-    """A fast-import stream: `commits` commits on main, each changing one of `files` files."""
-    out = []
+def _history(commits: int, files: int):
+    """A fast-import stream in chunks: `commits` commits on main, each changing one of `files` files.
+    Streamed, so the benchmark process stays small (its size would show in every child it forks)."""
+    out: list[bytes] = []
     for i in range(commits):
+        if len(out) >= 5000:
+            yield b"".join(out)
+            out = []
         body = f"line {i}\n".encode()
         msg = f"History commit {i}\n".encode()
         stamp = f"{_EPOCH + i} +0000"
@@ -26,7 +30,7 @@ def _history(commits: int, files: int) -> bytes:
         if i:
             out.append(b"from :%d\n" % i)
         out.append(b"M 100644 inline history/f%03d.txt\ndata %d\n%s\n" % (i % files, len(body), body))
-    return b"".join(out)
+    yield b"".join(out)
 
 
 def build_repo(path: Path, commits: int, project: dict[str, str], *, env: dict[str, str]) -> None:
@@ -34,8 +38,13 @@ def build_repo(path: Path, commits: int, project: dict[str, str], *, env: dict[s
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main", env=env)
     if commits > 1:
-        subprocess.run(["git", "fast-import", "--quiet"], cwd=path, env=env, check=True,
-                       input=_history(commits - 1, files=min(200, commits)), capture_output=True)
+        with subprocess.Popen(["git", "fast-import", "--quiet"], cwd=path, env=env, stdin=subprocess.PIPE) as proc:
+            assert proc.stdin is not None
+            for chunk in _history(commits - 1, files=min(200, commits)):
+                proc.stdin.write(chunk)
+            proc.stdin.close()
+            if proc.wait() != 0:
+                raise RuntimeError(f"git fast-import failed with exit code {proc.returncode}")
         git(path, "reset", "-q", "--hard", "main", env=env)
     for rel, text in project.items():
         target = path / rel

@@ -99,6 +99,8 @@ def rows_for(name: str, r: dict) -> list[tuple[str, str, str, str]]:
         else:
             for key, label in s.get("table", []):
                 out.append((name, label, str(s[key]), _mark(s.get("targets", {}).get(key, {}).get("met"))))
+            out.append((name, "stream: Claude Code parser", "not measured yet" if "not measured" in s["parser"]
+                        else s["parser"], "-"))
     elif name == "loop":
         for loop, v in r["loops"].items():
             out.append((name, f"{loop}: finished (of finishable)",

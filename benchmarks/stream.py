@@ -1,0 +1,162 @@
+"""2b. An agent that streams Claude Code stream-json: how fast and how lean plan-runner reads it.
+
+A generator child prints realistic stream-json (init, assistant text and tool
+uses with usage, tool results of a few KB, a final `result` line) until SIZE
+bytes. Measured in a fresh child process each (clean peak memory):
+
+* `bare`: a `json.loads` loop over the same lines, in memory: the speed limit;
+* `supervise`: `runner.supervise.supervise` reading the generator through a pipe,
+  `json.loads` per line in `on_line` (what every stream backend sits on);
+* `parser`: the same, with the Claude Code stream-json parser from
+  `runner.backends.streamjson` in `on_line`, when that module exists.
+
+Run as `python -m benchmarks.stream MODE SIZE` (prints one JSON line) or through run.py.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+SESSION = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+COST = 1.2345
+
+
+def _lines() -> list[str]:
+    """One turn of a session: about 10 KB of stream-json."""
+    usage = {"input_tokens": 1200, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 24000,
+             "output_tokens": 180, "service_tier": "standard"}
+    out = []
+    for i in range(3):
+        tool_id = f"toolu_01ABCDEF{i:06d}"
+        out.append(json.dumps({"type": "assistant", "session_id": SESSION, "parent_tool_use_id": None, "message": {
+            "id": f"msg_01XYZ{i:06d}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "Running the tests to see what fails. " * 4},
+                        {"type": "tool_use", "id": tool_id, "name": "Bash",
+                         "input": {"command": "python -m pytest -q tests/test_app.py", "description": "run tests"}}],
+            "stop_reason": None, "usage": usage}}))
+        result = "\n".join(f"tests/test_app.py::test_case_{k} PASSED [{k}%]" for k in range(60))
+        out.append(json.dumps({"type": "user", "session_id": SESSION, "parent_tool_use_id": None, "message": {
+            "role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": result,
+                                         "is_error": False}]}}))
+    return out
+
+
+def _final() -> str:
+    return json.dumps({"type": "result", "subtype": "success", "is_error": False, "duration_ms": 1234567,
+                       "num_turns": 999, "result": "Done.", "session_id": SESSION, "total_cost_usd": COST,
+                       "usage": {"input_tokens": 123, "output_tokens": 456}})
+
+
+def generate(size: int) -> None:
+    """The agent: stream-json on stdout until `size` bytes, then the final result line."""
+    init = json.dumps({"type": "system", "subtype": "init", "session_id": SESSION, "model": "claude-sonnet-4-5",
+                       "tools": ["Bash", "Read", "Edit"], "cwd": "/work"}) + "\n"
+    block = ("\n".join(_lines()) + "\n").encode()
+    out = sys.stdout.buffer
+    out.write(init.encode())
+    written = len(init)
+    batch = block * max(1, 2**20 // len(block))
+    while written + len(batch) <= size:
+        out.write(batch)
+        written += len(batch)
+    while written + len(block) <= size:
+        out.write(block)
+        written += len(block)
+    out.write((_final() + "\n").encode())
+    out.flush()
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(mode: str, size: int) -> dict:
+    idle = _rss_mb()
+    if mode == "bare":
+        lines = [line.encode() for line in _lines()]
+        per = sum(len(line) + 1 for line in lines)
+        rounds = max(1, size // per)
+        started = time.perf_counter()
+        for _ in range(rounds):
+            for line in lines:
+                json.loads(line)
+        last = json.loads(_final())
+        seconds = time.perf_counter() - started
+        total = rounds * per
+    else:
+        from runner.supervise import supervise
+
+        handle = _parser() if mode == "parser" else None
+        seen = {"n": 0, "last": None}
+
+        def on_line(line: str, ctl) -> None:
+            seen["n"] += 1
+            if handle is not None:
+                handle(line)
+            else:
+                seen["last"] = json.loads(line)
+
+        argv = [sys.executable, "-m", "benchmarks.stream", "generate", str(size)]
+        started = time.perf_counter()
+        result = supervise(argv, cwd=Path(__file__).resolve().parent.parent, env=_env(), stall_s=60,
+                           time_limit_s=3600, on_line=on_line)
+        seconds = time.perf_counter() - started
+        total = result.output_bytes
+        last = seen["last"] if handle is None else getattr(handle, "final", None)
+    right = isinstance(last, dict) and last.get("type") == "result" and last.get("total_cost_usd") == COST
+    return {"mode": mode, "bytes": total, "seconds": round(seconds, 3), "mb_s": round(total / 2**20 / seconds, 1),
+            "idle_rss_mb": round(idle, 1), "peak_rss_mb": round(_rss_mb(), 1), "final_result_right": right}
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "SYSTEMROOT")}
+
+
+def _parser():
+    """The Claude Code parser's line handler; adapt here when runner/backends/streamjson.py settles."""
+    raise NotImplementedError("runner.backends.streamjson has no agreed line-parsing API yet")
+
+
+def bench_stream(workdir: Path, size: int) -> dict:
+    from benchmarks.common import ROOT, child_env, run_child
+
+    env = child_env()
+    rows = {}
+    for mode in ("bare", "supervise"):
+        run = run_child([sys.executable, "-m", "benchmarks.stream", mode, str(size)], cwd=ROOT, env=env, timeout_s=900)
+        if run.returncode != 0:
+            raise RuntimeError(f"stream {mode} failed:\n{run.stderr[-3000:]}")
+        rows[mode] = {**json.loads(run.stdout.strip().splitlines()[-1]), "tree_peak_rss_mb": round(run.maxrss_mb, 1)}
+    ratio = rows["supervise"]["mb_s"] / rows["bare"]["mb_s"]
+    extra = rows["supervise"]["peak_rss_mb"] - rows["supervise"]["idle_rss_mb"]
+    return {
+        "measured": True,
+        "parser": "not measured yet: runner/backends/streamjson.py has no line-parsing API to call",
+        "bytes": size,
+        "bare_mb_s": rows["bare"]["mb_s"],
+        "supervise_mb_s": rows["supervise"]["mb_s"],
+        "speed_ratio": round(ratio, 2),
+        "extra_rss_mb": round(extra, 1),
+        "final_result_right": rows["supervise"]["final_result_right"],
+        "rows": rows,
+        "table": [("bare_mb_s", "stream: bare json.loads loop, MB/s"),
+                  ("supervise_mb_s", "stream: supervise + json.loads per line, MB/s"),
+                  ("speed_ratio", "stream: speed vs bare (>= 0.5)"),
+                  ("extra_rss_mb", "stream: peak RSS above idle, MB"),
+                  ("final_result_right", "stream: final result line parsed")],
+        "targets": {"speed_ratio": {"met": ratio >= 0.5}, "extra_rss_mb": {"met": extra <= 100},
+                    "final_result_right": {"met": rows["supervise"]["final_result_right"]}},
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "generate":
+        generate(int(sys.argv[2]))
+    else:
+        print(json.dumps(measure(sys.argv[1], int(sys.argv[2]))))
