@@ -1,0 +1,386 @@
+"""Claude Code's `--output-format stream-json`, read one line at a time.
+
+`StreamJsonParser.feed` is called for every stdout line while the CLI runs, so it
+must be cheap: one `json.loads`, a few dict lookups, no regexes and no models per
+line. Text matching (claims) runs once, on the bounded final text, when the
+signals are built. A malformed line is counted and skipped; nothing here raises
+for bad input.
+
+What counts, and why:
+* usage and cost come from the final `result` message only: assistant lines repeat
+  the usage of the API message they belong to (one line per content block);
+* the live token count (for the budget meter) is per API message id, deduplicated,
+  taking the largest usage seen for each id;
+* a `result` with `is_error: true` is a failure whatever its `subtype` says
+  (`"subtype":"success","is_error":true,"api_error_status":429` is a rate limit).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from runner.evidence import ExitKind, Hints, SessionSignals
+
+FINAL_TEXT_CHARS = 2000
+ERROR_CHARS = 300
+STOP_TOKEN_BUDGET = "token budget"  # Controller.stop detail used by the backend
+STOP_AUTH = "auth"  # the backend stops a CLI that retries an authentication failure
+
+# The CLI's normalised `error` codes (assistant `error`, api_retry `error`).
+_RATE_LIMIT_CODES = frozenset({"rate_limit"})
+_AUTH_CODES = frozenset({"authentication_failed", "billing_error", "oauth_org_not_allowed", "permission_error"})
+_TRANSIENT_CODES = frozenset({"server_error", "overloaded", "overloaded_error", "api_error", "connection_error"})
+
+# (phrase, normalised claim); matched on the lower-cased final text only.
+CLAIM_PHRASES: tuple[tuple[str, str], ...] = (
+    ("all tests pass", "all tests pass"),
+    ("tests pass", "tests pass"),
+    ("tests are passing", "tests pass"),
+    ("all done", "done"),
+    ("done", "done"),
+    ("complete", "complete"),
+    ("finished", "finished"),
+    ("implemented", "implemented"),
+    ("fixed", "fixed"),
+)
+_DONE_CLAIMS = frozenset({"done", "complete", "finished"})
+
+
+def classify_api_error(status: int | None, code: str | None) -> ExitKind | None:
+    """What an API failure means for the session; None when it is not a recognised API failure."""
+    if status == 429 or code in _RATE_LIMIT_CODES:
+        return ExitKind.RATE_LIMIT
+    if status in (401, 403) or code in _AUTH_CODES:
+        return ExitKind.AUTH
+    if (status is not None and status >= 500) or code in _TRANSIENT_CODES:
+        return ExitKind.TRANSIENT
+    return None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_tokens(usage: Any) -> tuple[int, int]:
+    """(input incl. cache creation and cache reads, output) from an API usage object."""
+    if not isinstance(usage, dict):
+        return 0, 0
+    get = usage.get
+    inp = _int(get("input_tokens")) + _int(get("cache_creation_input_tokens")) + _int(get("cache_read_input_tokens"))
+    return inp, _int(get("output_tokens"))
+
+
+def _utc(epoch: Any) -> datetime | None:
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or epoch <= 0:
+        return None
+    if epoch > 1e11:  # milliseconds
+        epoch = epoch / 1000
+    try:
+        return datetime.fromtimestamp(epoch, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+class StreamJsonParser:
+    """Accumulates what a session's stream says. `clock` dates api_retry lines (the CLI gives a delay, not a time)."""
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self.lines = 0
+        self.malformed = 0
+        self.session_id: str | None = None
+        self.model: str | None = None
+        self.live_tokens = 0  # deduplicated per API message id
+        self._usage_by_message: dict[str, int] = {}
+        self._tool_ids: set[str] = set()
+        self.tool_calls = 0
+        self.tool_failures = 0
+        self.last_tool: str | None = None
+        self.last_text = ""
+        self.result: dict[str, Any] | None = None  # the last `result` message
+        self.results = 0
+        # the latest API failure the CLI reported (synthetic assistant message or error result),
+        # cleared by a real model message after it
+        self.api_error_status: int | None = None
+        self.api_error_code: str | None = None
+        self.api_error_text: str | None = None
+        self.retry_status: int | None = None  # latest api_retry, cleared likewise
+        self.retry_code: str | None = None
+        self.retry_attempts = 0
+        self.reset_at: datetime | None = None
+        self.rate_limit_status: str | None = None
+
+    # -- per line --
+
+    def feed(self, line: str) -> tuple[tuple[str, str], ...]:
+        """Take one stdout line; return progress events ((kind, detail), ...) for the live display."""
+        if not line or line.isspace():
+            return ()
+        self.lines += 1
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            self.malformed += 1
+            return ()
+        if not isinstance(msg, dict):
+            self.malformed += 1
+            return ()
+        kind = msg.get("type")
+        if kind == "assistant":
+            return self._assistant(msg)
+        if kind == "user":
+            self._user(msg)
+            return ()
+        if kind == "result":
+            return self._result(msg)
+        if kind == "system":
+            return self._system(msg)
+        if kind == "rate_limit_event":
+            return self._rate_limit(msg)
+        return ()
+
+    def _assistant(self, msg: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        if self.session_id is None:
+            self.session_id = msg.get("session_id")
+        message = msg.get("message")
+        if not isinstance(message, dict):
+            self.malformed += 1
+            return ()
+        events: tuple[tuple[str, str], ...] = ()
+        error = msg.get("error")
+        if error is not None or message.get("model") == "<synthetic>":
+            if error is not None or msg.get("api_error_status") is not None:
+                self.api_error_code = error if isinstance(error, str) else None
+                status = msg.get("api_error_status")
+                self.api_error_status = status if isinstance(status, int) else None
+                self.api_error_text = _first_text(message.get("content"))
+                return (("error", str(error or status)),)
+        else:
+            self.api_error_status = self.api_error_code = self.api_error_text = None
+            self.retry_status = self.retry_code = None
+            self.rate_limit_status = None
+        msg_id = message.get("id")
+        inp, out = usage_tokens(message.get("usage"))
+        tokens = inp + out
+        if tokens and isinstance(msg_id, str):
+            seen = self._usage_by_message.get(msg_id, 0)
+            if tokens > seen:
+                self._usage_by_message[msg_id] = tokens
+                self.live_tokens += tokens - seen
+                events = (("tokens", str(self.live_tokens)),)
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                btype = block.get("type")
+                if btype == "text":
+                    value = block.get("text")
+                    if isinstance(value, str) and value.strip():
+                        self.last_text = value[-FINAL_TEXT_CHARS:]
+                elif btype == "tool_use":
+                    tool_id = block.get("id")
+                    if isinstance(tool_id, str):
+                        if tool_id in self._tool_ids:
+                            continue
+                        self._tool_ids.add(tool_id)
+                    name = block.get("name")
+                    self.last_tool = name if isinstance(name, str) else "?"
+                    self.tool_calls += 1
+                    events = (*events, ("tool", self.last_tool))
+        return events
+
+    def _user(self, msg: dict[str, Any]) -> None:
+        message = msg.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error") is True:
+                    self.tool_failures += 1
+
+    def _result(self, msg: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        self.result = msg
+        self.results += 1
+        sid = msg.get("session_id")
+        if isinstance(sid, str):
+            self.session_id = self.session_id or sid
+        if msg.get("is_error") is True:
+            status = msg.get("api_error_status")
+            if isinstance(status, int):
+                self.api_error_status = status
+            text = msg.get("result")
+            if isinstance(text, str) and not self.api_error_text:
+                self.api_error_text = text
+        return (("result", str(msg.get("subtype"))),)
+
+    def _system(self, msg: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        subtype = msg.get("subtype")
+        if subtype == "init":
+            sid = msg.get("session_id")
+            if isinstance(sid, str):
+                self.session_id = sid
+            model = msg.get("model")
+            self.model = model if isinstance(model, str) else self.model
+            return (("session", str(sid)),)
+        if subtype == "api_retry":
+            status = msg.get("error_status")
+            self.retry_status = status if isinstance(status, int) else None
+            code = msg.get("error")
+            self.retry_code = code if isinstance(code, str) else None
+            self.retry_attempts += 1
+            delay = msg.get("retry_delay_ms")
+            if classify_api_error(self.retry_status, self.retry_code) is ExitKind.RATE_LIMIT and isinstance(delay, (int, float)):
+                self.reset_at = self._clock() + timedelta(milliseconds=delay)
+            return (("retry", f"{status} {code}"),)
+        return ()
+
+    def _rate_limit(self, msg: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        info = msg.get("rate_limit_info")
+        if not isinstance(info, dict):
+            self.malformed += 1
+            return ()
+        status = info.get("status")
+        self.rate_limit_status = status if isinstance(status, str) else None
+        if status == "rejected":
+            reset = _utc(info.get("resetsAt"))
+            if reset is not None:
+                self.reset_at = reset
+            return (("rate_limit", str(status)),)
+        return ()
+
+    # -- after the process ended --
+
+    def api_failure(self, *, include_retry: bool) -> ExitKind | None:
+        """The API failure that ended the session, if any. `include_retry`: the process was
+        killed while the CLI was still retrying, so its last retry reason counts."""
+        if self.result is not None and self.result.get("is_error") is True or self.api_error_code or self.api_error_status:
+            kind = classify_api_error(self.api_error_status, self.api_error_code)
+            if kind is not None:
+                return kind
+        if self.rate_limit_status == "rejected":
+            return ExitKind.RATE_LIMIT
+        if include_retry and (self.retry_status is not None or self.retry_code is not None):
+            return classify_api_error(self.retry_status, self.retry_code)
+        return None
+
+    def usage(self) -> tuple[int, int]:
+        """(input, output) tokens: from the result message; the live count if the CLI never sent one."""
+        if self.result is not None:
+            return usage_tokens(self.result.get("usage"))
+        return self.live_tokens, 0
+
+    def hints(self) -> Hints:
+        result = self.result or {}
+        text = result.get("result")
+        final = (text if isinstance(text, str) else self.last_text)[-FINAL_TEXT_CHARS:]
+        claims = find_claims(final)
+        subtype = result.get("subtype")
+        stop = result.get("stop_reason")
+        is_error = result.get("is_error")
+        return Hints(
+            claimed_done=bool(_DONE_CLAIMS.intersection(claims)) if final else None,
+            stop_reason=stop if isinstance(stop, str) else None,
+            result_subtype=subtype if isinstance(subtype, str) else None,
+            is_error=is_error if isinstance(is_error, bool) else None,
+            empty_output=self.lines == 0,
+            final_text=final,
+            claims=claims,
+        )
+
+
+def find_claims(text: str) -> tuple[str, ...]:
+    lowered = text.lower()
+    found: list[str] = []
+    for phrase, claim in CLAIM_PHRASES:
+        if claim not in found and phrase in lowered:
+            found.append(claim)
+    return tuple(found)
+
+
+def _first_text(content: Any) -> str | None:
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                return block["text"]
+    return None
+
+
+def decide_exit(
+    parser: StreamJsonParser, *, reason: str, returncode: int | None, stop_detail: str = "", stderr_tail: str = ""
+) -> tuple[ExitKind, str | None]:
+    """How the session ended, from the supervisor's reason and what the stream said. Pure."""
+    if reason == "stopped" and stop_detail == STOP_TOKEN_BUDGET:
+        return ExitKind.TOKEN_BUDGET, None
+    api = parser.api_failure(include_retry=reason != "exited")
+    if api is not None:
+        status = parser.api_error_status or parser.retry_status
+        code = parser.api_error_code or parser.retry_code
+        text = parser.api_error_text or ""
+        return api, f"api error {status or ''} {code or ''}: {text}".replace("  ", " ")[:ERROR_CHARS]
+    if reason == "stalled":
+        return ExitKind.STALLED, "no output from claude within the stall limit"
+    if reason == "time_limit":
+        return ExitKind.TIME_LIMIT, "session time limit reached"
+    if reason == "stopped":
+        return ExitKind.CRASHED, f"stopped: {stop_detail}"[:ERROR_CHARS]
+    result = parser.result
+    if result is None:
+        tail = stderr_tail.strip().splitlines()[-1:] or [""]
+        return ExitKind.CRASHED, f"claude exited {returncode} without a result message {tail[0]}".strip()[:ERROR_CHARS]
+    if result.get("is_error") is True or result.get("subtype") != "success":
+        text = result.get("result")
+        detail = text if isinstance(text, str) else ""
+        return ExitKind.CRASHED, f"error result {result.get('subtype')}: {detail}"[:ERROR_CHARS]
+    if returncode != 0:
+        return ExitKind.CRASHED, f"claude exited {returncode}"
+    return ExitKind.FINISHED, None
+
+
+def build_signals(
+    parser: StreamJsonParser,
+    *,
+    backend: str,
+    reason: str,
+    returncode: int | None,
+    stop_detail: str = "",
+    stderr_tail: str = "",
+    output_bytes: int = 0,
+    duration_s: float = 0.0,
+    nudges: int = 0,
+) -> SessionSignals:
+    kind, error = decide_exit(parser, reason=reason, returncode=returncode, stop_detail=stop_detail, stderr_tail=stderr_tail)
+    inp, out = parser.usage()
+    cost = parser.result.get("total_cost_usd") if parser.result else None
+    return SessionSignals(
+        backend=backend,
+        exit_kind=kind,
+        exit_code=returncode,
+        agent_session_id=parser.session_id,
+        input_tokens=inp,
+        output_tokens=out,
+        total_tokens=inp + out,
+        cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        reset_at=parser.reset_at if kind is ExitKind.RATE_LIMIT else None,
+        error=error,
+        output_bytes=output_bytes,
+        nudges=nudges,
+        tool_calls=parser.tool_calls,
+        tool_failures=parser.tool_failures,
+        last_tool=parser.last_tool,
+        duration_s=duration_s,
+        hints=parser.hints(),
+    )
+
+
+def parse_stream(lines: Any, **signal_kw: Any) -> SessionSignals:
+    """Parse a whole stream (an iterable of lines) into signals; for fixtures and tests."""
+    parser = StreamJsonParser()
+    for line in lines:
+        parser.feed(line)
+    signal_kw.setdefault("backend", "claude-code")
+    signal_kw.setdefault("reason", "exited")
+    signal_kw.setdefault("returncode", 0)
+    return build_signals(parser, **signal_kw)
