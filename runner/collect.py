@@ -7,6 +7,7 @@ and agent edits of protected configuration are reverted (and reported).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,9 @@ from runner.plan import GateConfig, Plan
 from runner.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
 
 PROTECTED_PATHS = [".github/workflows/", ".github/actions/", "action.yml"]
+# What looks like a test file in the common layouts; deleting one can turn a red gate green.
+_TEST_FILE = re.compile(r"(^|/)(tests?|__tests__|specs?)/|(^|/)test_[^/]*$|_test\.[^/]+$|\.(test|spec)\.[^/]+$"
+                        r"|(^|/)[^/]*Tests?\.(java|kt|cs|swift)$")
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,10 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
     found: list[str] = []
     changes: dict[str, str | None] = {}
     head_text = gitwork.read_file_at(repo, head, path)
-    if head_text is None:
+    if head_text is not None and gitwork.is_symlink_at(repo, head, path):
+        found.append(f"the plan file {path} was replaced by a symbolic link")
+        changes[path] = scene.plan_text
+    elif head_text is None:
         found.append(f"the plan file {path} was deleted")
         changes[path] = scene.plan_text
     else:
@@ -67,8 +74,14 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
         if problems:
             found += [f"{path}: {p}" for p in problems]
             changes[path] = restore_protected(scene.plan_text, head_text)
-    for changed in gitwork.protected_paths_changed(repo, scene.base_sha, head, PROTECTED_PATHS):
+    # Files, not patterns: a pattern such as ".github/workflows/" names a folder, which cannot be restored.
+    for changed in gitwork.files_changed(repo, scene.base_sha, head, PROTECTED_PATHS):
         found.append(f"{changed} (workflow/action files are not the agent's to change)")
+        changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
+    for changed in gitwork.files_changed(repo, scene.base_sha, head, list(scene.plan.config.protected)):
+        if changed in changes:
+            continue
+        found.append(f"{changed} (listed under `protected:` in the plan)")
         changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
     if not changes:
         return found, head
@@ -126,6 +139,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
     flips = _verify(_flips(scene, agent_text, final_text), scene.plan, repo, env)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
+    deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
     gates: tuple[GateResult, ...] = run_gates(
         scene.plan.config.gates, workdir=repo, env=env, tree_hash=gitwork.tree_hash(repo, head),
         cache=cache, on_event=on_gate, checks_runner=checks_runner)
@@ -134,6 +148,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,
         started_at=scene.started_at, observed_at=observed_at, base_sha=scene.base_sha, head_sha=head,
         commits=commits, flips=flips, tampering=tuple(extra_tampering) + tuple(tampering), gates=gates,
+        deleted_tests=deleted_tests,
         signals=signals, handoff=handoff, next_checkpoint=scene.checkpoint,
     )
 

@@ -126,6 +126,7 @@ class Evidence(Record):
     commits: tuple[CommitInfo, ...] = ()
     flips: tuple[Flip, ...] = ()
     tampering: tuple[str, ...] = ()  # human-readable: what protected file the agent changed
+    deleted_tests: tuple[str, ...] = ()  # test files the session deleted: reported, a human judges
     gates: tuple[GateResult, ...] = ()
     signals: SessionSignals
     handoff: str | None = None

@@ -229,9 +229,14 @@ def commit_leftovers(repo: Path, message_prefix: str = "plan-runner: WIP") -> st
 
 
 def _safe_path(repo: Path, path: str) -> Path:
-    target = (repo / path).resolve()
+    # The folder is resolved, not the file: a file the agent replaced by a symlink (even one pointing out of
+    # the repository) is itself inside the work tree, and plan-runner replaces the link, never its target.
+    parent = (repo / path).parent.resolve()
     root = repo.resolve()
-    if path.startswith("/") or not target.is_relative_to(root) or target == root or ".git" in Path(path).parts:
+    name = Path(path).name
+    target = parent / name
+    if (path.startswith("/") or not parent.is_relative_to(root) or name in ("", ".", "..") or target == root
+            or ".git" in Path(path).parts):
         raise PlanRunnerError(
             what=f"refusing to write {path!r}: it is outside the repository's work tree",
             why="plan-runner only writes files inside the repository it works on",
@@ -249,9 +254,9 @@ def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> st
     """
     for path, text in changes.items():
         target = _safe_path(repo, path)
-        if text is None:
+        if text is None or target.is_symlink():
             target.unlink(missing_ok=True)
-        else:
+        if text is not None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(text.encode("utf-8"))
     paths = sorted(changes)
@@ -331,6 +336,12 @@ def read_file_at(repo: Path, rev: str, path: str) -> str | None:
     return rest[: int(size)].decode("utf-8", "replace")
 
 
+def is_symlink_at(repo: Path, rev: str, path: str) -> bool:
+    """True when `path` at `rev` is a symbolic link (mode 120000), whose blob is a link target, not content."""
+    out = run_git(repo, "ls-tree", "-z", _resolve(repo, rev), "--", path)
+    return out.startswith(b"120000 ")
+
+
 def tree_hash(repo: Path, rev: str = "HEAD") -> str:
     return git_text(repo, "rev-parse", "--verify", f"{_resolve(repo, rev)}^{{tree}}")
 
@@ -351,6 +362,28 @@ def protected_paths_changed(repo: Path, base_sha: str, head: str, paths: list[st
     return [p for p in paths if any(_matches(c, [p]) for c in changed)]
 
 
+def _diff_status(repo: Path, base_sha: str, head: str) -> list[tuple[str, str]]:
+    """(status letter, path) for every file that differs between two commits, renames as delete + add."""
+    try:
+        raw = run_git(repo, "diff", "--name-status", "--no-renames", "-z", base_sha, head, "--")
+    except GitCommandError as exc:
+        raise _fail(f"could not diff {base_sha[:12]}..{head}", exc,
+                    "make sure both commits exist locally (fetch the work branch)") from None
+    fields = raw.decode("utf-8", "surrogateescape").split("\0")
+    return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
+
+
+def files_changed(repo: Path, base_sha: str, head: str, patterns: list[str]) -> list[str]:
+    """The files (not the patterns) matching `patterns` ("dir/" is a prefix) that differ between base and head."""
+    if not patterns:
+        return []
+    return [path for _status, path in _diff_status(repo, base_sha, head) if _matches(path, patterns)]
+
+
+def deleted_files(repo: Path, base_sha: str, head: str) -> list[str]:
+    return [path for status, path in _diff_status(repo, base_sha, head) if status == "D"]
+
+
 def current_branch(repo: Path) -> str | None:
     try:
         return git_text(repo, "symbolic-ref", "--quiet", "--short", "HEAD") or None
@@ -359,7 +392,8 @@ def current_branch(repo: Path) -> str | None:
 
 
 __all__ = [
-    "collect_commits", "commit_files", "commit_leftovers", "current_branch", "ensure_work_branch",
+    "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
+    "files_changed",
     "is_dirty", "protected_paths_changed", "push_branch", "push_ref", "read_file_at", "ref_sha",
     "run_git", "tree_hash",
 ]

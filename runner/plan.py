@@ -130,6 +130,9 @@ class PlanConfig(Config):
     gates: tuple[GateConfig, ...] = ()
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     advisor: AdvisorConfig | None = None
+    protected: tuple[str, ...] = Field(
+        (), description="Paths the agent must not change (a trailing / protects a folder), e.g. tests the gates "
+                        "rely on: a change is reverted and parks the plan, like an edit of the gates.")
 
 
 class Checkpoint(Config):
