@@ -29,6 +29,10 @@ from runner.ports import Dispatcher, Parker, StateStore
 from runner.report import render_park_issue, render_report
 
 Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
+# Where crash-consistency tests kill plan-runner (PLAN_RUNNER_FAULT=<point>), in the order a session passes them.
+FAULT_POINTS = ("after-start", "after-agent", "after-gates", "before-push", "after-push",
+                "before-ledger", "after-ledger", "before-dispatch", "dispatch-recorded", "after-dispatch",
+                "before-park", "park-opened", "after-park")
 EVIDENCE_FILE = "last-evidence.json"
 TRANSCRIPTS_FILE = "transcripts.tar.gz"
 
@@ -71,6 +75,15 @@ class SessionResult:
     record: SessionRecord | None = None
     report: str = ""
     url: str | None = None
+
+
+def fault_point(ws: Workspace, name: str) -> None:
+    """Crash-consistency tests set PLAN_RUNNER_FAULT=<point> to be killed exactly here (SIGKILL:
+    no cleanup, no finally, as when a runner is lost)."""
+    if ws.env.get("PLAN_RUNNER_FAULT") == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
@@ -165,6 +178,7 @@ class Session:
         checkpoint = self.state.last.checkpoint if self.state.last else None
         body = render_park_issue(self.plan, report, checkpoint)
         url = self.d.parker.open_park(self.plan.id, f"plan-runner: {self.plan.id} needs a human", body)
+        fault_point(self.ws, "park-opened")
         self.write([Parked(at=self.ws.clock(), reason=action.reason, issue_url=url)])
         return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report=body, url=url)
 

@@ -138,6 +138,31 @@ class GitStateStore:
             run_git(self.repo, "update-ref", self.tracking, new)
         return new
 
+    def restore_version(self, expected: str | None) -> list[str]:
+        """Put the state branch back at `expected` wherever an agent (same repository, same
+        remote) may have moved it: the local ref, the tracking ref, the remote. Called after
+        the agent exits and before plan-runner writes its verdict; returns what was moved."""
+        found: list[str] = []
+        refs = [self.ref] + ([self.tracking] if self.tracking else [])
+        for ref in refs:
+            current = ref_sha(self.repo, ref)
+            if current == expected:
+                continue
+            found.append(f"{ref} was moved ({(expected or 'absent')[:12]} -> {(current or 'deleted')[:12]}); "
+                         "the state branch is plan-runner's record, not the agent's: restored")
+            if expected is None:
+                run_git(self.repo, "update-ref", "-d", ref)
+            else:
+                run_git(self.repo, "update-ref", "-m", "plan-runner: undo a move of the state branch", ref, expected)
+        if self.remote is not None:
+            remote_sha = self._fetch()
+            if remote_sha != expected and expected is not None:
+                found.append(f"{self.branch} on {self.remote!r} was moved to {(remote_sha or 'deleted')[:12]}; restored")
+                push_ref(self.repo, self.remote, expected, self.ref, remote_sha, what=f"the state branch {self.branch!r}")
+            if expected is not None:
+                run_git(self.repo, "update-ref", self.tracking, expected)
+        return found
+
     def _remote_had(self) -> bool:
         return self.tracking is not None and ref_sha(self.repo, self.tracking) is not None
 

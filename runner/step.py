@@ -9,34 +9,23 @@ from __future__ import annotations
 
 import shutil
 
-from runner import gitwork
+from runner import gitwork, guard
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
 from runner.agentenv import build_agent_env
 from runner.backends import SessionRequest, get_backend
 from runner.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.errors import PlanRunnerError, StateConflict
 from runner.gates import GateCache
+from runner.guard import redact_text
 from runner.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
 from runner.outcome import classify
 from runner.planfile import with_tracker
 from runner.policy import decide_next, fold
 from runner.prompts import PromptContext, render_handoff_from_evidence, render_prompt
-from runner.session import (
-    EVIDENCE_FILE, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, pack_dir, unpack_dir,
+from runner.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
+    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, fault_point, pack_dir,
+    unpack_dir,
 )
-
-FAULT_POINTS = ("after-start", "after-agent", "after-gates", "before-push", "after-push",
-                "before-ledger", "after-ledger", "before-dispatch", "after-dispatch", "before-park", "after-park")
-
-
-def fault_point(ws: Workspace, name: str) -> None:
-    """Crash-consistency tests set PLAN_RUNNER_FAULT=<point> to be killed exactly here."""
-    if ws.env.get("PLAN_RUNNER_FAULT") == name:
-        import os
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-
 
 def _prompt(s: Session, action: RunSession, plan_text: str, handoff_path: str) -> str:
     last = s.last_evidence()
@@ -94,8 +83,15 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     request = SessionRequest(
         workdir=ws.repo, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
         env=agent_env, transcript_dir=transcripts, resume_session_id=action.resume_session_id,
-        plan_path=ws.repo / plan.path, handoff_path=ws.repo / handoff_path, on_event=ws.on_event)
+        plan_path=ws.repo / plan.path, handoff_path=ws.repo / handoff_path,
+        on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)))  # its words may hold a key
+    control = guard.snapshot(ws.repo)
     signals = get_backend(plan.config.agent.backend).run(request)
+    # First thing after the agent: undo what it may have done to git itself, before any git command of ours.
+    moved = guard.restore(control)
+    restore_state = getattr(s.d.store, "restore_version", None)
+    if restore_state is not None:
+        moved += restore_state(s.version)
     fault_point(ws, "after-agent")
     ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
 
@@ -105,7 +101,10 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     evidence = collect_evidence(scene, signals, env=agent_env, observed_at=ws.clock(),
                                 cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
                                 on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
-                                checks_runner=s.d.checks_runner)
+                                checks_runner=s.d.checks_runner, extra_tampering=tuple(moved))
+    evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
+    guard.redact_tree(transcripts, s.secrets)
+    signals = evidence.signals
     fault_point(ws, "after-gates")
     verdict = classify(evidence)
     head = revert_rejected_flips(scene, evidence, verdict.rejected_flips)
@@ -163,6 +162,7 @@ def dispatch(s: Session, action) -> SessionResult:
     key = f"{s.trusted.id}#{n}"
     fault_point(s.ws, "before-dispatch")
     s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
+    fault_point(s.ws, "dispatch-recorded")
     s.d.dispatcher.dispatch_next(s.trusted.path, key)
     fault_point(s.ws, "after-dispatch")
     return SessionResult("ran", s.plan, s.state, action, describe(action))

@@ -1,0 +1,166 @@
+"""A small world for the reliability and security tests: a repository with a bare remote,
+a plan driven by a scripted agent, the real CLI in a child process, and readers for what
+plan-runner left behind (the ledger, reports, every git object).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from runner.ledger import parse_entry
+from runner.policy import fold
+
+PLAN = """\
+---
+agent:
+  backend: script
+  script: {script}
+  stall_minutes: 5s
+  time_limit_minutes: 30s
+  session_tokens: 100000{agent_extra}
+{front_extra}gates:
+  - name: tests
+    run: {gate}
+budget:
+  max_sessions: 12
+---
+# Calc
+
+## Stage 1: Arithmetic <!-- sessions: 2 -->
+- [ ] 1.1 Multiplication
+- [ ] 1.2 Division
+
+## Stage 2: Docs <!-- sessions: 1 -->
+- [ ] 2.1 README
+"""
+
+def script(*sessions: list[dict]) -> str:
+    """A script-backend YAML from Python steps: no quoting by hand."""
+    return yaml.safe_dump({"sessions": [list(s) for s in sessions]}, sort_keys=False, width=10_000)
+
+
+MUL = '{path: calc/mul.py, content: "def mul(a, b):\\n    return a * b\\n"}'
+MUL_STEP = {"write": {"path": "calc/mul.py", "content": "def mul(a, b):\n    return a * b\n"}}
+DIV = '{path: calc/div.py, content: "def div(a, b):\\n    return a / b\\n"}'
+TEST_MUL = ('{path: tests/test_mul.py, content: "import unittest\\nfrom calc.mul import mul\\n\\n\\n'
+            'class T(unittest.TestCase):\\n    def test_mul(self):\\n        self.assertEqual(mul(2, 3), 6)\\n"}')
+
+
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    proc = subprocess.run(["git", *args], cwd=repo, check=check, capture_output=True, text=True, env=env)
+    return proc.stdout.strip()
+
+
+def make_repo(tmp: Path, script: str, *, remote: bool = True, gate: str | None = None, agent_extra: str = "",
+              front_extra: str = "", files: dict[str, str] | None = None) -> Path:
+    """A clone with `plans/calc.md` committed on main; with `remote`, `origin` is a bare repository."""
+    repo = tmp / "repo"
+    for d in ("calc", "tests", "plans"):
+        (repo / d).mkdir(parents=True, exist_ok=True)
+    (repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_add.py").write_text(
+        "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n")
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    for name, text in (files or {}).items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    script_path = tmp / "script.yaml"
+    script_path.write_text(textwrap.dedent(script))
+    gate = gate or f"{sys.executable} -m unittest discover -s tests -q"
+    (repo / "plans" / "calc.md").write_text(PLAN.format(script=script_path, gate=gate, agent_extra=agent_extra,
+                                                                 front_extra=front_extra))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
+    if remote:
+        bare = tmp / "origin.git"
+        git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))
+        git(repo, "remote", "add", "origin", str(bare))
+        git(repo, "push", "-q", "origin", "main")
+    return repo
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
+    return {**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **extra}
+
+
+def run_session(repo: Path, *, fault: str | None = None, env: dict[str, str] | None = None,
+                plan: str = "plans/calc.md") -> subprocess.CompletedProcess:
+    """`plan-runner session <plan> --json` as a child process; with `fault`, it is killed at that point."""
+    e = cli_env(**(env or {}))
+    if fault:
+        e["PLAN_RUNNER_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "runner", "session", plan, "--json"], cwd=repo,
+                          capture_output=True, text=True, env=e, timeout=120)
+
+
+def result_json(proc: subprocess.CompletedProcess) -> dict:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+def ledger_lines(repo: Path, plan_id: str = "calc", ref: str = "plan-runner/state") -> list[str]:
+    text = git(repo, "show", f"{ref}:{plan_id}/ledger.jsonl", check=False)
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def ledger(repo: Path, plan_id: str = "calc", ref: str = "plan-runner/state") -> list[dict]:
+    return [json.loads(line) for line in ledger_lines(repo, plan_id, ref)]
+
+
+def fold_ledger(repo: Path, plan_id: str = "calc", ref: str = "plan-runner/state"):
+    """Parse every line as a ledger entry and fold them: raises if the ledger is corrupt."""
+    return fold([parse_entry(line) for line in ledger_lines(repo, plan_id, ref)])
+
+
+def all_git_text(repo: Path) -> bytes:
+    """Every object in the repository, decompressed (blobs, trees, commits, tags), plus the
+    transcripts tarballs unpacked: the place to search for a secret."""
+    out = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True,
+                         check=True).stdout
+    return out + b"\n" + _unpacked_tarballs(repo)
+
+
+def _unpacked_tarballs(repo: Path) -> bytes:
+    import io
+    import tarfile
+
+    found = b""
+    listing = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)"],
+                             cwd=repo, capture_output=True, text=True, check=True).stdout
+    for line in listing.splitlines():
+        sha, kind = line.split()
+        if kind != "blob":
+            continue
+        data = subprocess.run(["git", "cat-file", "blob", sha], cwd=repo, capture_output=True, check=True).stdout
+        if data[:2] == b"\x1f\x8b":
+            try:
+                with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                    for member in tar.getmembers():
+                        fh = tar.extractfile(member)
+                        if fh is not None:
+                            found += fh.read() + b"\n"
+            except (tarfile.TarError, OSError, EOFError):
+                found += data
+    return found
+
+
+def files_text(root: Path) -> bytes:
+    """Every regular file under `root` (reports, summaries, scratch), concatenated."""
+    out = b""
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out += path.read_bytes() + b"\n"
+    return out
