@@ -17,7 +17,6 @@ from runner.backends.streamjson import (
     build_signals,
     classify_api_error,
     decide_exit,
-    find_claims,
     parse_stream,
 )
 from runner.evidence import ExitKind
@@ -105,7 +104,7 @@ def test_current_cli_success_fixture_counts_tools_and_failures() -> None:
     assert (sig.tool_calls, sig.tool_failures) == (2, 1)
     result = json.loads(_lines("v2.1.332-tool-use-success.jsonl")[-1])
     assert sig.input_tokens == result["usage"]["input_tokens"] and sig.output_tokens == result["usage"]["output_tokens"]
-    assert sig.hints.claims == ("all tests pass", "tests pass", "done")
+    assert "all tests pass" in sig.hints.claims and sig.hints.claimed_done is True
 
 
 def test_killed_while_retrying_auth_is_auth() -> None:
@@ -157,7 +156,7 @@ def test_malformed_lines_are_counted_and_ignored() -> None:
     assert parser.session_id == "1a7ad00a-983e-46d2-ad06-7c80ff842a16"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(st.text(max_size=50), st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=10),
     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
@@ -189,9 +188,3 @@ def test_classify_api_error_table() -> None:
     assert classify_api_error(529, None) is ExitKind.TRANSIENT
     assert classify_api_error(500, "server_error") is ExitKind.TRANSIENT
     assert classify_api_error(400, "invalid_request") is None
-
-
-def test_claims_are_found_in_text() -> None:
-    """Claims are normalised phrases found case-insensitively."""
-    assert find_claims("Fixed it. ALL TESTS PASS.") == ("all tests pass", "tests pass", "fixed")
-    assert find_claims("working on it") == ()

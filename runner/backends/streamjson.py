@@ -2,7 +2,7 @@
 
 `StreamJsonParser.feed` is called for every stdout line while the CLI runs, so it
 must be cheap: one `json.loads`, a few dict lookups, no regexes and no models per
-line. Text matching (claims) runs once, on the bounded final text, when the
+line. Text matching (claims, `runner.backends.claims`) runs once, on the bounded final text, when the
 signals are built. A malformed line is counted and skipped; nothing here raises
 for bad input.
 
@@ -22,7 +22,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from runner.backends.claims import parse_claims
 from runner.evidence import ExitKind, Hints, SessionSignals
+from runner.fingerprint import normalise_error
 
 FINAL_TEXT_CHARS = 2000
 ERROR_CHARS = 300
@@ -33,21 +35,6 @@ STOP_AUTH = "auth"  # the backend stops a CLI that retries an authentication fai
 _RATE_LIMIT_CODES = frozenset({"rate_limit"})
 _AUTH_CODES = frozenset({"authentication_failed", "billing_error", "oauth_org_not_allowed", "permission_error"})
 _TRANSIENT_CODES = frozenset({"server_error", "overloaded", "overloaded_error", "api_error", "connection_error"})
-
-# (phrase, normalised claim); matched on the lower-cased final text only.
-CLAIM_PHRASES: tuple[tuple[str, str], ...] = (
-    ("all tests pass", "all tests pass"),
-    ("tests pass", "tests pass"),
-    ("tests are passing", "tests pass"),
-    ("all done", "done"),
-    ("done", "done"),
-    ("complete", "complete"),
-    ("finished", "finished"),
-    ("implemented", "implemented"),
-    ("fixed", "fixed"),
-)
-_DONE_CLAIMS = frozenset({"done", "complete", "finished"})
-
 
 def classify_api_error(status: int | None, code: str | None) -> ExitKind | None:
     """What an API failure means for the session; None when it is not a recognised API failure."""
@@ -276,12 +263,12 @@ class StreamJsonParser:
         result = self.result or {}
         text = result.get("result")
         final = (text if isinstance(text, str) else self.last_text)[-FINAL_TEXT_CHARS:]
-        claims = find_claims(final)
+        claims, claimed_done = parse_claims([final])  # the shared wording, same for every backend
         subtype = result.get("subtype")
         stop = result.get("stop_reason")
         is_error = result.get("is_error")
         return Hints(
-            claimed_done=bool(_DONE_CLAIMS.intersection(claims)) if final else None,
+            claimed_done=claimed_done,
             stop_reason=stop if isinstance(stop, str) else None,
             result_subtype=subtype if isinstance(subtype, str) else None,
             is_error=is_error if isinstance(is_error, bool) else None,
@@ -289,15 +276,6 @@ class StreamJsonParser:
             final_text=final,
             claims=claims,
         )
-
-
-def find_claims(text: str) -> tuple[str, ...]:
-    lowered = text.lower()
-    found: list[str] = []
-    for phrase, claim in CLAIM_PHRASES:
-        if claim not in found and phrase in lowered:
-            found.append(claim)
-    return tuple(found)
 
 
 def _first_text(content: Any) -> str | None:
@@ -364,7 +342,7 @@ def build_signals(
         total_tokens=inp + out,
         cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
         reset_at=parser.reset_at if kind is ExitKind.RATE_LIMIT else None,
-        error=error,
+        error=normalise_error(error, max_chars=ERROR_CHARS) if error else None,
         output_bytes=output_bytes,
         nudges=nudges,
         tool_calls=parser.tool_calls,

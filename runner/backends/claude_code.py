@@ -1,0 +1,153 @@
+"""The `claude-code` backend: the real Claude Code CLI in stream-json mode, under supervision.
+
+`claude -p --input-format stream-json --output-format stream-json --verbose`: the
+prompt goes in as a stream-json user message and stdin stays open, so the token
+nudge can be written as another user message while the agent works. When a turn
+ends (a `result` line) stdin is closed and the CLI exits.
+
+Permissions: plan-runner runs as root in CI, where `--dangerously-skip-permissions`
+(and `--permission-mode bypassPermissions`) are refused. We use
+`--permission-mode dontAsk` with an explicit `--allowedTools` list: the listed tools
+run without a prompt, anything else is denied at once instead of waiting for an
+approval nobody can give. See docs/claude-code.md.
+
+The CLI's configuration and transcripts live in `CLAUDE_CONFIG_DIR`, pointed into
+`request.transcript_dir`, so the state keeps `projects/<cwd-slug>/<session-id>.jsonl`
+and a later job (even in another checkout path) can `--resume <session-id>`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from runner.backends.base import SessionRequest, register_backend
+from runner.backends.streamjson import STOP_AUTH, STOP_TOKEN_BUDGET, StreamJsonParser, build_signals, classify_api_error
+from runner.evidence import ExitKind, SessionSignals
+from runner.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+
+NAME = "claude-code"
+# Work-tree tools only: no web access unless the plan adds it through `agent.args`.
+ALLOWED_TOOLS = ("Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "NotebookEdit", "TodoWrite", "Task")
+# Quiet, reproducible runs: no updater, no telemetry or error reports, no non-essential calls.
+QUIET_ENV = {
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
+CONFIG_SUBDIR = "claude-config"
+STREAM_LOG = "claude-stream.jsonl"
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_PERMISSION_FLAGS = ("--permission-mode", "--dangerously-skip-permissions", "--allow-dangerously-skip-permissions")
+
+
+def user_message(text: str) -> str:
+    """One stream-json input line carrying a user message."""
+    return json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
+
+
+def build_claude_argv(
+    executable: str, *, model: str | None, resume_session_id: str | None, extra_args: tuple[str, ...] = ()
+) -> list[str]:
+    argv = [executable, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
+    if not any(a in _PERMISSION_FLAGS or a.startswith("--permission-mode=") for a in extra_args):
+        argv += ["--permission-mode", "dontAsk", "--allowedTools", ",".join(ALLOWED_TOOLS)]
+    if model:
+        argv += ["--model", model]
+    if resume_session_id:
+        argv += ["--resume", resume_session_id]
+    return argv + list(extra_args)
+
+
+def build_claude_env(request: SessionRequest) -> dict[str, str]:
+    """`request.env` as given (already allow-listed), plus the config dir and the quiet switches."""
+    env = dict(request.env)
+    config = Path(request.transcript_dir).resolve() / CONFIG_SUBDIR
+    config.mkdir(parents=True, exist_ok=True)
+    env["CLAUDE_CONFIG_DIR"] = str(config)
+    env.setdefault("HOME", str(config))  # the CLI needs one; the allow-list normally passes the real HOME
+    for name, value in QUIET_ENV.items():
+        env.setdefault(name, value)
+    return env
+
+
+def find_claude(request: SessionRequest) -> str:
+    """`agent.executable`, else PLAN_RUNNER_CLAUDE, else `claude` on the PATH."""
+    return request.agent.executable or os.environ.get("PLAN_RUNNER_CLAUDE") or "claude"
+
+
+def collect_transcript(transcript_dir: Path, session_id: str) -> Path | None:
+    """Where the CLI saved a session's conversation (`projects/<cwd-slug>/<id>.jsonl`), if it did."""
+    projects = Path(transcript_dir) / CONFIG_SUBDIR / "projects"
+    found = sorted(projects.glob(f"*/{session_id}.jsonl")) if _SESSION_ID.match(session_id) else []
+    return found[0] if found else None
+
+
+class ClaudeCodeBackend:
+    name = NAME
+
+    def __init__(self, *, kill_grace_s: float = 2.0) -> None:
+        self.kill_grace_s = kill_grace_s
+
+    def run(self, request: SessionRequest) -> SessionSignals:
+        agent = request.agent
+        resume = request.resume_session_id
+        if resume is not None and not _SESSION_ID.match(resume):
+            return SessionSignals(
+                backend=NAME, exit_kind=ExitKind.CRASHED, error=f"cannot resume: {resume!r} is not a Claude Code session id"
+            )
+        env = build_claude_env(request)
+        argv = build_claude_argv(find_claude(request), model=agent.model, resume_session_id=resume, extra_args=agent.args)
+        parser = StreamJsonParser()
+        meter = TokenMeter(agent.session_tokens)
+        nudges = 0
+
+        def on_line(line: str, ctl: Controller) -> None:
+            nonlocal nudges
+            log.write(line + "\n")
+            for kind, detail in parser.feed(line):
+                request.on_event(kind, detail)
+                if kind == "result":
+                    ctl.close_stdin()  # the turn is over: let the CLI exit
+                elif kind == "retry" and classify_api_error(parser.retry_status, parser.retry_code) is ExitKind.AUTH:
+                    ctl.stop(STOP_AUTH)  # retrying a rejected key only burns the session's time
+            verdict = meter.set_used(parser.live_tokens)
+            if verdict == "stop":
+                ctl.stop(STOP_TOKEN_BUDGET)
+            elif verdict == "nudge" and ctl.send(user_message(NUDGE_TEXT)):
+                nudges += 1
+                request.on_event("nudge", str(meter.used))
+
+        log_path = Path(request.transcript_dir) / STREAM_LOG
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a", encoding="utf-8") as log:
+            exit_ = supervise(
+                argv,
+                cwd=request.workdir,
+                env=env,
+                stall_s=agent.stall_minutes,
+                time_limit_s=agent.time_limit_minutes,
+                on_line=on_line,
+                stdin_text=user_message(request.prompt),
+                keep_stdin_open=True,
+                kill_grace_s=self.kill_grace_s,
+            )
+        if parser.session_id is None and resume is not None:
+            parser.session_id = resume  # killed before the init line: the session is still the resumed one
+        return build_signals(
+            parser,
+            backend=NAME,
+            reason=exit_.reason,
+            returncode=exit_.returncode,
+            stop_detail=exit_.stop_detail,
+            stderr_tail=exit_.stderr_tail,
+            output_bytes=exit_.output_bytes,
+            duration_s=exit_.duration_s,
+            nudges=nudges,
+        )
+
+
+register_backend(NAME, ClaudeCodeBackend)
