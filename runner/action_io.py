@@ -10,9 +10,8 @@ from __future__ import annotations
 import base64
 import sys
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
 from runner.agentenv import secret_values
@@ -120,8 +119,3 @@ def parse_bool(value: str | None, default: bool = False) -> bool:
     if value is None or not value.strip():
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def write_lines(path: Path, lines: Iterable[str]) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.writelines(line + "\n" for line in lines)

@@ -7,6 +7,7 @@ unless every file can be.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -63,7 +64,7 @@ def resolve_ref(url: str, ref: str, timeout_s: float = 15.0) -> str | None:
     try:
         proc = subprocess.run(["git", "ls-remote", url, f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}",
                                f"refs/heads/{ref}"], capture_output=True, text=True, timeout=timeout_s,
-                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": _path()})
+                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     except (OSError, subprocess.TimeoutExpired):
         return None
     refs = dict(reversed(line.split("\t", 1)) for line in proc.stdout.splitlines() if "\t" in line)
@@ -71,12 +72,6 @@ def resolve_ref(url: str, ref: str, timeout_s: float = 15.0) -> str | None:
         if _SHA.fullmatch(refs.get(name, "")):
             return refs[name]
     return None
-
-
-def _path() -> str:
-    import os
-
-    return os.environ.get("PATH", "/usr/bin:/bin")
 
 
 def pin_action_ref(text: str, server: str = DEFAULT_SERVER) -> tuple[str, str, bool]:
