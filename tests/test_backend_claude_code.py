@@ -26,7 +26,7 @@ from runner.backends.claude_code import (
 from runner.evidence import ExitKind
 from runner.plan import AgentConfig
 from runner.supervise import NUDGE_TEXT
-from tests.servers.messages import MessagesServer, hang, rate_limited, reply, tool_use, unauthorized
+from tests.servers.messages import MessagesServer, cut, hang, rate_limited, reply, tool_use, unauthorized
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = "# Demo\n\n- [ ] write hello\n"
@@ -218,3 +218,12 @@ def test_agent_environment_has_no_github_token(srv: MessagesServer, repo: git.Re
     assert "CLAUDE_CONFIG_DIR=" in dump and "DISABLE_AUTOUPDATER=1" in dump  # the dump really is there
     assert "GITHUB_TOKEN" not in dump and "ghp_parent_secret_123" not in dump and "GH_TOKEN" not in dump
     assert all("ghp_parent_secret_123" not in json.dumps(r.headers) for r in srv.requests)
+
+
+@pytest.mark.e2e
+def test_dropped_connection_is_transient(srv: MessagesServer, repo: git.Repo, tmp_path: Path) -> None:
+    """The API connection drops mid-stream every time: the CLI gives up and the session is TRANSIENT."""
+    srv.responder = lambda body: cut(reply("a reply that never completes"), after_events=3)
+    sig = get_backend("claude-code").run(_request(srv, repo, tmp_path, extra_env={"CLAUDE_CODE_MAX_RETRIES": "0"}))
+    assert sig.exit_kind is ExitKind.TRANSIENT, sig.error
+    assert sig.hints.is_error is True

@@ -178,3 +178,11 @@ def test_count_tokens_and_unknown_endpoints() -> None:
             resp = http.get(srv.url + "/v1/whatever")
         assert resp.status_code == 404 and resp.json()["error"]["type"] == "not_found_error"
         assert [r.path for r in srv.requests][-1] == "/v1/whatever"
+
+
+def test_cut_without_stream_drops_the_connection() -> None:
+    """A cut turn asked for without streaming closes the connection with no answer."""
+    with MessagesServer() as srv, _client(srv) as client:
+        srv.enqueue(cut(reply("never sent"), after_events=0))
+        with pytest.raises(anthropic.APIConnectionError):
+            _ask(client)

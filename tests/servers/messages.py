@@ -32,7 +32,7 @@ class Turn:
     error_type: str | None = None  # set for error turns: rate_limit_error, overloaded_error...
     error_message: str = ""
     headers: tuple[tuple[str, str], ...] = ()
-    cut_after_events: int | None = None  # streaming only: drop the connection after N events
+    cut_after_events: int | None = None  # drop the connection after N SSE events (non-streaming: at once)
     hang: bool = False  # never answer (after cut_after_events events, if set) until released
     delay_s: float = 0.0  # wait before answering (still interrupted by release/close)
 
@@ -324,6 +324,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(turn.status, turn.error_type, turn.error_message, turn.headers)
             return
         message = _message(owner, body, turn)
+        if turn.cut_after_events is not None and not body.get("stream"):
+            self.close_connection = True  # nothing to cut into: the connection drops with no answer
+            return
         if body.get("stream"):
             self._stream(message, turn)
         else:
