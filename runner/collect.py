@@ -122,7 +122,8 @@ def _discard_gate_byproducts(repo: Path) -> None:
 def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mapping[str, str],
                      observed_at: datetime, cache: GateCache | None = None,
                      on_gate: Callable[[GateEvent], None] | None = None,
-                     checks_runner=None, extra_tampering: tuple[str, ...] = ()) -> Evidence:
+                     checks_runner=None, extra_tampering: tuple[str, ...] = (),
+                     before_gates: Callable[[str], None] | None = None) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff."""
     repo, path = scene.repo, scene.plan.path
     agent_head = gitwork.git_text(repo, "rev-parse", "HEAD")
@@ -140,6 +141,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     flips = _verify(_flips(scene, agent_text, final_text), scene.plan, repo, env)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
+    if before_gates is not None:
+        before_gates(head)  # remote `checks:` gates judge the pushed commit
     gates: tuple[GateResult, ...] = run_gates(
         scene.plan.config.gates, workdir=repo, env=env, tree_hash=gitwork.tree_hash(repo, head),
         cache=cache, on_event=on_gate, checks_runner=checks_runner)

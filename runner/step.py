@@ -44,6 +44,16 @@ def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
                              fingerprint=g.fingerprint) for g in evidence.gates)
 
 
+def _push_for_checks(ws: Workspace, plan, expected_remote_sha: str | None):
+    """With `checks:` gates the repository's own CI judges the commit, so it must be pushed first."""
+    if not ws.remote or not any(g.kind == "checks" for g in plan.config.gates):
+        return None
+
+    def push(head: str) -> None:
+        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
+    return push
+
+
 def run_session(ws: Workspace, drivers: Drivers) -> SessionResult:
     """Run at most one session of the plan and apply what follows from it."""
     s = Session(ws, drivers)
@@ -101,7 +111,8 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     evidence = collect_evidence(scene, signals, env=agent_env, observed_at=ws.clock(),
                                 cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
                                 on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
-                                checks_runner=s.d.checks_runner, extra_tampering=tuple(moved))
+                                checks_runner=s.d.checks_runner, extra_tampering=tuple(moved),
+                                before_gates=_push_for_checks(ws, plan, work_remote_sha))
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     guard.redact_tree(transcripts, s.secrets)
     signals = evidence.signals
@@ -124,7 +135,8 @@ def _run(s: Session, action: RunSession) -> SessionResult:
 
     fault_point(ws, "before-push")
     if ws.remote:
-        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, work_remote_sha)
+        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote,
+                            gitwork.ref_sha(ws.repo, f"{ws.remote}/{plan.work_branch}"))
     fault_point(ws, "after-push")
     fault_point(ws, "before-ledger")
     s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode(),
