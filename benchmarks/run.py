@@ -42,9 +42,10 @@ def run_part(name: str, quick: bool, workdir: Path) -> dict:
 
         return bench_overhead(workdir, size["sizes"], size["reps"])
     if name == "volume":
-        from benchmarks.volume import bench_gate_output, bench_stream_output
+        from benchmarks.volume import bench_agent_stream, bench_gate_output, bench_stream_output
 
         return {"gate": bench_gate_output(workdir, size["gate_bytes"]),
+                "agent": bench_agent_stream(workdir, size["stream_bytes"]),
                 "stream": bench_stream_output(workdir, size["stream_bytes"])}
     if name == "loop":
         from benchmarks.simulate import bench_loop
@@ -95,14 +96,21 @@ def rows_for(name: str, r: dict) -> list[tuple[str, str, str, str]]:
         out.append((name, "gate: read throughput", f"{g['throughput_mb_s']} MB/s", ""))
         out.append((name, "gate: tail and fingerprint right", str(g["tail_right"] and g["fingerprint_right"]),
                     _mark(g["targets"]["tail_and_fingerprint"]["met"])))
+        a = r["agent"]
+        out.append((name, f"claude-code agent streaming {a['bytes'] / 2**20:,.0f} MB: peak RSS (idle)",
+                    f"{a['peak_rss_mb']:.0f} MB ({a['idle_peak_rss_mb']:.0f} MB)", _mark(a["targets"]["extra_memory_mb"]["met"])))
+        out.append((name, "claude-code agent: read throughput, state transcript size",
+                    f"{a['throughput_mb_s']} MB/s, {a['transcripts_in_state_bytes'] / 2**20:.1f} MB", ""))
+        out.append((name, "claude-code agent: usage, cost, session id right", str(a["signals_right"]),
+                    _mark(a["targets"]["signals_right"]["met"])))
         s = r["stream"]
         if not s.get("measured", True):
             out.append((name, "agent stream-json", "not measured yet", "-"))
         else:
             for key, label in s.get("table", []):
                 out.append((name, label, str(s[key]), _mark(s.get("targets", {}).get(key, {}).get("met"))))
-            out.append((name, "stream: Claude Code parser", "not measured yet" if "not measured" in s["parser"]
-                        else s["parser"], "-"))
+            if "not measured" in s["parser"]:
+                out.append((name, "stream: Claude Code parser", "not measured yet", "-"))
     elif name == "loop":
         for loop, v in r["loops"].items():
             out.append((name, f"{loop}: finished (of finishable)",

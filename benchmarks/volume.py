@@ -9,7 +9,6 @@ of the same gate printing only a little filler: the last 16 KB are the same byte
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -90,7 +89,57 @@ def bench_stream_output(workdir: Path, size_bytes: int) -> dict:
     """Stream-json through the supervisor (and the Claude Code parser, once it exists) vs a bare json.loads loop."""
     from benchmarks.stream import bench_stream
 
-    result = bench_stream(workdir, size_bytes)
-    if importlib.util.find_spec("runner.backends.streamjson") is None:
-        result["parser"] = "not measured yet: runner/backends/streamjson.py does not exist"
-    return result
+    return bench_stream(workdir, size_bytes)
+
+
+def _claude_plan(executable: Path) -> str:
+    return f"""\
+---
+agent: {{backend: claude-code, executable: {executable}, stall_minutes: 30s, time_limit_minutes: 10m}}
+gates:
+  - name: trivial
+    run: "true"
+---
+# Stream
+
+## Stage 1: Feature <!-- sessions: 1 -->
+- [ ] 1.1 Add the feature
+"""
+
+
+def bench_agent_stream(workdir: Path, size_bytes: int) -> dict:
+    """The real claude-code backend in a real `plan-runner session`, with a stand-in CLI that streams
+    `size_bytes` of stream-json (benchmarks/stream.py). Idle: the same with a 10 KB stream."""
+    from benchmarks.stream import COST
+
+    env = child_env()
+    stream_py = Path(__file__).resolve().parent / "stream.py"
+    fakes = {}
+    for name, size in (("idle", 10_000), ("big", size_bytes)):
+        fake = workdir / f"claude-{name}"
+        fake.write_text(f"#!/bin/sh\nexec {sys.executable} {stream_py} generate {size}\n", encoding="utf-8")
+        fake.chmod(0o755)
+        fakes[name] = fake
+    repo = workdir / "repo-agent-stream"
+    build_repo(repo, 100, {f"plans/cc-{n}.md": _claude_plan(f) for n, f in fakes.items()}, env=env)
+    _, _, idle_mb = _session(repo, "cc-idle", env)
+    big_json, big_ev, big_mb = _session(repo, "cc-big", env)
+    sig = big_ev["signals"]
+    right = (sig.get("cost_usd") == COST and sig.get("total_tokens") == 123 + 456
+             and sig.get("output_bytes", 0) >= 0.99 * size_bytes)
+    duration = float(sig["duration_s"])
+    state_bytes = int(git(repo, "cat-file", "-s", "plan-runner/state:cc-big/files/transcripts.tar.gz"))
+    extra = big_mb - idle_mb
+    return {
+        "bytes": size_bytes,
+        "idle_peak_rss_mb": round(idle_mb, 1),
+        "peak_rss_mb": round(big_mb, 1),
+        "extra_mb": round(extra, 1),
+        "agent_duration_s": round(duration, 2),
+        "throughput_mb_s": round(size_bytes / 2**20 / duration, 1) if duration else None,
+        "signals_right": right,
+        "outcome": big_json["outcome"],
+        "transcripts_in_state_bytes": state_bytes,
+        "targets": {"extra_memory_mb": {"value": round(extra, 1), "met": extra <= TARGET_EXTRA_MB},
+                    "signals_right": {"value": right, "met": right}},
+    }
