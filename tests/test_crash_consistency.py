@@ -1,0 +1,244 @@
+"""Crash consistency: plan-runner SIGKILLed at every named point of a session loses no work,
+leaves a ledger that parses and folds, classifies the interrupted session, and never double-acts."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from runner.action import run_action
+from runner.action_tick import tick_plan
+from runner.events import GitHubContext
+from runner.github import GitHubDriver
+from runner.github_api import RetryPolicy
+from runner.session import FAULT_POINTS, Drivers, Workspace
+from runner.state import GitStateStore
+from tests.e2e_act import world as w
+from tests.reliability_world import (
+    MUL_STEP, cli_env, fold_ledger, git, ledger, make_repo, result_json, run_session, script,
+)
+from tests.servers.github import GitHubServer
+
+pytestmark = pytest.mark.integration
+
+PARK_POINTS = ("before-park", "park-opened", "after-park")
+RUN_POINTS = tuple(p for p in FAULT_POINTS if p not in PARK_POINTS)
+
+
+def _work_script(shas: Path, park: bool) -> str:
+    """Session 1 does real work (and asks a human when `park`); later sessions do more work. Every agent
+    commit's sha is appended to `shas`, outside the repository, so the test knows what must survive."""
+    record = {"run": f"git rev-parse HEAD >> {shas}"}
+    first = [MUL_STEP, {"commit": "Add mul"}, record, {"check": "1.1"}, {"commit": "Tick 1.1"}, record,
+             {"write": {"path": "notes.txt", "content": "left uncommitted\n"}}]
+    if park:
+        first.append({"handoff": "HUMAN: should division by zero raise or return None?"})
+    later = [{"write": {"path": "calc/div.py", "content": "def div(a, b):\n    return a / b\n"}},
+             {"commit": "Add div"}, record, {"check": "1.2"}, {"commit": "Tick 1.2"}, record]
+    return script(first, later, later, later)
+
+
+def _agent_commits(shas: Path) -> list[str]:
+    return sorted(set(shas.read_text().split())) if shas.exists() else []
+
+
+def _reachable(repo: Path, sha: str, refs: list[str]) -> bool:
+    for ref in refs:
+        if subprocess.run(["git", "merge-base", "--is-ancestor", sha, ref], cwd=repo).returncode == 0:
+            return True
+    return False
+
+
+def _check_ledger(where: Path) -> list[dict]:
+    """The ledger parses and folds; every started session has exactly one record; one dispatch per session."""
+    state = fold_ledger(where)
+    entries = ledger(where)
+    started = Counter(e["n"] for e in entries if e["type"] == "started")
+    records = Counter(e["n"] for e in entries if e["type"] == "session")
+    assert all(c == 1 for c in started.values()), f"a session number was started twice: {started}"
+    assert all(c == 1 for c in records.values()), f"a session was recorded twice: {records}"
+    assert set(records) == set(started), f"interrupted session left unclassified: {started} vs {records}"
+    assert state.open_session is None
+    dispatches = Counter(e["for_session"] for e in entries if e["type"] == "dispatch")
+    assert all(c == 1 for c in dispatches.values()), f"a run was dispatched twice: {dispatches}"
+    return entries
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_sigkill_at_each_point_loses_nothing_and_the_next_session_carries_on(tmp_path, point):
+    """Killed at `point`, the next session reconciles or continues: commits survive, the ledger folds, one of
+    everything (record per session, dispatch per session, park report per plan)."""
+    shas = tmp_path / "agent-commits"
+    park = point in PARK_POINTS
+    repo = make_repo(tmp_path, _work_script(shas, park))
+    bare = tmp_path / "origin.git"
+
+    killed = run_session(repo, fault=point)
+    assert killed.returncode == -signal.SIGKILL, f"fault point {point} was never reached: {killed.stderr}"
+    assert fold_ledger(repo) is not None  # whatever the moment, what is on the state branch parses
+
+    nxt = run_session(repo)
+    out = result_json(nxt)
+    assert nxt.returncode in (0, 3), nxt.stderr
+    if point in ("after-start", "after-agent", "after-gates", "before-push", "after-push", "before-ledger"):
+        first = [e for e in ledger(repo) if e["type"] == "session" and e["n"] == 1][0]
+        assert first["reconciled"] is True and first["outcome"] == "TimedOut", first
+    else:
+        first = [e for e in ledger(repo) if e["type"] == "session" and e["n"] == 1][0]
+        assert not first.get("reconciled"), first  # the verdict was recorded before the kill: kept as it was
+
+    for where in (repo, bare):
+        entries = _check_ledger(where)
+    assert git(repo, "rev-parse", "plan-runner/state") == git(bare, "rev-parse", "plan-runner/state")
+
+    commits = _agent_commits(shas)
+    if point != "after-start":
+        assert commits, "the agent ran and committed before this point"
+    lost = [c for c in commits if not _reachable(bare, c, ["refs/heads/plan-runner/calc"])]
+    assert not lost, f"agent commits not on the pushed work branch after a kill at {point}: {lost}"
+    if point not in ("after-start",):
+        # the file the agent left uncommitted was saved as a marked WIP commit, never lost
+        assert git(bare, "show", "plan-runner/calc:notes.txt") == "left uncommitted"
+        assert "Plan-Runner-WIP: true" in git(bare, "log", "--format=%B", "plan-runner/calc")
+
+    reports = sorted(p.name for p in (repo / ".git" / "plan-runner" / "reports").glob("*")) \
+        if (repo / ".git" / "plan-runner" / "reports").exists() else []
+    parked = [e for e in entries if e["type"] == "park"]
+    if park:
+        assert out["status"] == "parked" and reports == ["calc-park.md"] and len(parked) == 1, (out, reports, parked)
+        again = result_json(run_session(repo))  # run once more: still one park, nothing new
+        assert again["status"] == "parked" and len([e for e in ledger(repo) if e["type"] == "park"]) == 1
+    else:
+        assert parked == [] and reports == []
+
+
+def test_sigkill_of_the_whole_job_while_the_agent_works_keeps_its_commits_and_leftovers(tmp_path):
+    """The job and its agent killed mid-session: the commit and the uncommitted file both survive as work/WIP,
+    and the session is reconciled TimedOut."""
+    shas = tmp_path / "agent-commits"
+    stop = tmp_path / "stop"  # the replayed session (its cursor died with the job) must not wait again
+    repo = make_repo(tmp_path, script(
+        [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},
+         {"write": {"path": "calc/half.py", "content": "x = 1\n"}},
+         {"run": f"while [ ! -e {stop} ]; do sleep 0.1; done"}],
+        [{"say": "resumed"}]))
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
+                            env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (repo / "calc" / "half.py").exists():
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    stop.touch()
+    out = result_json(run_session(repo))
+    assert out["outcome"] is not None
+    entries = _check_ledger(tmp_path / "origin.git")
+    assert entries[1]["type"] == "session" and entries[1]["reconciled"] and entries[1]["outcome"] == "TimedOut"
+    bare = tmp_path / "origin.git"
+    assert all(_reachable(bare, c, ["refs/heads/plan-runner/calc"]) for c in _agent_commits(shas))
+    assert git(bare, "show", "plan-runner/calc:calc/half.py") == "x = 1"
+
+
+# --- the same on GitHub: a job killed, the next job on a fresh checkout -------------------------------------
+
+
+class GitHubJobs:
+    def __init__(self, root: Path, srv: GitHubServer, script_text: str) -> None:
+        self.root, self.srv, self.n = root, srv, 0
+        self.bare = w.make_remote(root, {"plans/greeter.md": w.PLAN, "plans/greeter.script.yaml": script_text,
+                                         ".gitignore": "__pycache__/\n"})
+        srv.branches = w.BareBranches(self.bare)
+
+    def env(self, event_name: str = "workflow_dispatch", event: dict | None = None) -> dict[str, str]:
+        self.n += 1
+        ws = w.checkout(self.bare, self.root / f"job{self.n}")
+        mode = {"schedule": "tick"}.get(event_name, "session")
+        return {**w.job_env(self.srv, ws, self.root / "runner", event_name,
+                            event or w.dispatch_event("plans/greeter.md"), self.n), "PLAN_RUNNER_MODE": mode}
+
+    def killed_session(self, point: str) -> None:
+        env = {**self.env(), "PLAN_RUNNER_FAULT": point, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        proc = subprocess.run([sys.executable, "-m", "runner", "action"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == -signal.SIGKILL, f"{point} not reached: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+
+    def session(self) -> dict[str, str]:
+        env = self.env()
+        assert run_action(env, out=io.StringIO()) in (0, 3)
+        return w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
+
+    def tick(self, shift: timedelta = timedelta()) -> str:
+        """One tick over the plan, with the clock moved by `shift` (orphans and lost dispatches age)."""
+        env = self.env("schedule", w.schedule_event())
+        repo = Path(env["GITHUB_WORKSPACE"])
+        ws = Workspace(repo=repo, plan_path="plans/greeter.md", env=env, remote="origin", job=env["GITHUB_RUN_ID"],
+                       clock=lambda: __import__("datetime").datetime.now(__import__("datetime").timezone.utc) + shift)
+        with GitHubDriver(GitHubContext.from_env(env), self.srv.token, retry=RetryPolicy.fast()) as driver:
+            return tick_plan(ws, Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver, parker=driver))
+
+    def ledger(self) -> list[dict]:
+        return w.ledger(self.bare, "greeter")
+
+
+GH_SCRIPT = w.SCRIPT.replace("  - id: s-limited\n    steps:\n      - rate_limit: {reset_in: 2, message: \"429 "
+                             "rate_limit_error: too many requests\"}\n", "")
+PARK_SCRIPT = "sessions:\n  - - write: {path: a.py, content: x}\n    - commit: a\n    - handoff: 'HUMAN: which?'\n"
+
+
+@pytest.mark.parametrize("point", ["after-agent", "before-push", "after-push", "before-ledger", "after-ledger",
+                                   "before-dispatch", "dispatch-recorded", "after-dispatch"])
+def test_github_job_killed_at_each_point_is_reconciled_and_dispatched_at_most_once(tmp_path, point):
+    """A session job killed at `point`: the tick reconciles or redoes the dispatch, exactly one run per session
+    is dispatched (counted at the server), and the next job continues on what was pushed."""
+    with GitHubServer() as srv:
+        jobs = GitHubJobs(tmp_path, srv, GH_SCRIPT)
+        jobs.killed_session(point)
+        before = len(srv.dispatches)
+        assert before == (1 if point == "after-dispatch" else 0)
+        seen = jobs.tick()  # right away: a session that may still run is never touched, nothing is dispatched twice
+        recorded_undispatched = point in ("after-ledger", "before-dispatch")  # finished, next run not yet asked for
+        assert len(srv.dispatches) == before + recorded_undispatched, seen
+        if not srv.dispatches:  # an orphan, or an intent whose call never happened: the tick acts once they age
+            later = jobs.tick(timedelta(hours=3))
+            assert len(srv.dispatches) == 1, (seen, later, jobs.ledger())
+        assert len(srv.dispatches) == 1
+        records = [e for e in jobs.ledger() if e["type"] == "session"]
+        assert len(records) == 1 and records[0]["n"] == 1
+        if point in ("after-agent", "before-push", "after-push", "before-ledger"):
+            assert records[0]["reconciled"] and records[0]["outcome"] == "TimedOut"
+        outputs = jobs.session()  # the dispatched run
+        assert outputs["outcome"] not in ("error", "superseded"), outputs
+        jobs.tick()  # session 3 is already dispatched: the tick adds nothing
+        entries = jobs.ledger()
+        started = Counter(e["n"] for e in entries if e["type"] == "started")
+        assert set(started) == {1, 2} and all(c == 1 for c in started.values())
+        intents = {e["for_session"] for e in entries if e["type"] == "dispatch"}
+        assert len(srv.dispatches) == 2 and intents == {2, 3}, (entries, srv.dispatches)  # one call per session
+        assert fold_ledger(jobs.bare, "greeter").open_session is None
+
+
+@pytest.mark.parametrize("point", PARK_POINTS)
+def test_github_job_killed_around_the_park_issue_opens_exactly_one(tmp_path, point):
+    """Killed before, during or after opening the park issue: after the next job there is exactly one open park
+    issue for the plan and one `parked` entry."""
+    with GitHubServer() as srv:
+        jobs = GitHubJobs(tmp_path, srv, PARK_SCRIPT)
+        jobs.killed_session(point)
+        outputs = jobs.session()
+        assert outputs["outcome"] == "parked", outputs
+        jobs.session()  # and once more, as a duplicate dispatch would
+        issues = [i for i in srv.issues.values() if not i.get("pull")]
+        assert len(issues) == 1 and issues[0]["state"] == "open", issues
+        assert "<!-- plan-runner:park plan=greeter -->" in issues[0]["body"]
+        assert len([e for e in jobs.ledger() if e["type"] == "park"]) == 1
+        assert srv.dispatches == []
