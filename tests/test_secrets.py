@@ -1,0 +1,127 @@
+"""Secrets: the agent never gets the GitHub token or unlisted secrets, and no known secret value is published
+anywhere plan-runner writes (logs, summaries, outputs, issue bodies, reports, the ledger), even when the agent
+or a gate prints it."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.action import run_action
+from tests.e2e_act import world as w
+from tests.reliability_world import (
+    MUL_STEP, all_git_text, files_text, make_repo, result_json, run_session, script,
+)
+from tests.servers.github import GitHubServer
+
+pytestmark = pytest.mark.integration
+
+API_KEY = "sk-ant-api-key-value-7f3a9"
+GITHUB_TOKEN = "ghs_jobtoken0123456789abcdef"
+UNLISTED = {
+    "GITHUB_TOKEN": GITHUB_TOKEN,
+    "GH_TOKEN": "gho_personaltoken_55aa77",
+    "ACTIONS_RUNTIME_TOKEN": "runtime-token-value-9911",
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "oidc-request-token-8822",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-value-4455",
+    "DEPLOY_PASSWORD": "deploy-password-value-3366",
+    "NPM_TOKEN": "npm_tokenvalue_778899",
+}
+LISTED = {"DATABASE_URL": "postgres://db.invalid/app", "PUBLIC_FLAG": "on"}
+ALL_SECRETS = [API_KEY, *UNLISTED.values()]
+
+
+def _env() -> dict[str, str]:
+    return {**UNLISTED, **LISTED, "ANTHROPIC_API_KEY": API_KEY}
+
+
+def test_the_agent_environment_holds_only_the_allow_list(tmp_path):
+    """An agent that dumps its environment sees its API key and the plan's listed names, never a token or an
+    unlisted secret; a gate gets the same allow-listed environment."""
+    dump, gate_dump = tmp_path / "agent-env.json", tmp_path / "gate-env.txt"
+    repo = make_repo(tmp_path, script([{"env_dump": str(dump)}, MUL_STEP, {"commit": "Add mul"}]),
+                     agent_extra="\n  env: [DATABASE_URL, PUBLIC_FLAG]",
+                     gate=f"env > {gate_dump}")
+    out = result_json(run_session(repo, env=_env()))
+    assert out["outcome"] == "Progress", out
+    seen = json.loads(dump.read_text())
+    assert seen["ANTHROPIC_API_KEY"] == API_KEY  # the backend's own credential
+    assert seen["DATABASE_URL"] == LISTED["DATABASE_URL"] and seen["PUBLIC_FLAG"] == "on"
+    for name, value in UNLISTED.items():
+        assert name not in seen and value not in json.dumps(seen), name
+    gate_env = gate_dump.read_text()
+    assert all(value not in gate_env for value in UNLISTED.values())
+
+
+def test_a_plan_cannot_hand_the_github_token_to_the_agent(tmp_path):
+    """`agent.env: [GITHUB_TOKEN]` is refused with a clear error before any agent runs."""
+    repo = make_repo(tmp_path, script([{"env_dump": str(tmp_path / "env.json")}]),
+                     agent_extra="\n  env: [GITHUB_TOKEN]")
+    proc = run_session(repo, env=_env())
+    assert proc.returncode != 0 and "GITHUB_TOKEN" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "env.json").exists()
+
+
+def _printing_script(tmp_path: Path) -> str:
+    return script(
+        [{"say": f"my key is {API_KEY}"},
+         {"run": "echo key=$ANTHROPIC_API_KEY; echo db=$DEPLOY_PASSWORD"},
+         {"say": json.dumps({"text": f"json-quoted {API_KEY}"})},
+         MUL_STEP, {"commit": "Add mul"}, {"tokens": 100}],
+        [{"say": f"again {API_KEY}"}], [{"say": f"again {API_KEY}"}])
+
+
+def test_secrets_printed_by_the_agent_or_a_gate_appear_nowhere_plan_runner_writes(tmp_path):
+    """Local mode: the terminal, the --json record, the ledger and its files, the transcripts, the report
+    and every git object on both sides carry no secret value, though the agent and the gate printed them."""
+    gate = "echo gate sees $ANTHROPIC_API_KEY; exit 1"
+    repo = make_repo(tmp_path, _printing_script(tmp_path), gate=gate)
+    outputs = []
+    for _ in range(3):  # GatesRed, then more sessions until the circuit breaker parks with a report
+        proc = run_session(repo, env={**_env(), "DEPLOY_PASSWORD": UNLISTED["DEPLOY_PASSWORD"]})
+        outputs.append(proc.stdout + proc.stderr)
+        if result_json(proc).get("status") == "parked":
+            break
+    assert result_json(proc)["status"] == "parked", proc.stdout
+    published = ("\n".join(outputs)).encode() + all_git_text(repo) + all_git_text(tmp_path / "origin.git")
+    scratch = repo / ".git" / "plan-runner"
+    published += files_text(scratch / "reports") + files_text(scratch / "calc" / "transcripts")
+    assert b"***" in published  # the secret was printed, and redacted
+    for secret in ALL_SECRETS:
+        assert secret.encode() not in published, secret
+    report = (scratch / "reports" / "calc-park.md").read_text()
+    assert "gate sees ***" in report
+
+
+def test_secrets_never_reach_github_the_job_log_or_the_summary(tmp_path):
+    """GitHub mode: every request body sent to the API (issues, comments), the job log, the outputs, the summary
+    and the pushed ledger are free of the API key and the token, while the agent and a gate print the key."""
+    # the script is committed to the repository: it names the variable, never the value
+    script_text = ("sessions:\n  - - run: 'echo key $ANTHROPIC_API_KEY; echo token $GITHUB_TOKEN'\n"
+                   "    - write: {path: a.py, content: x}\n    - commit: a\n    - handoff: 'HUMAN: which?'\n")
+    plan = w.PLAN.replace("run: python3 -m unittest -q", "run: echo gate sees $ANTHROPIC_API_KEY")
+    with GitHubServer(token=GITHUB_TOKEN) as srv:
+        bare = w.make_remote(tmp_path, {"plans/greeter.md": plan, "plans/greeter.script.yaml": script_text})
+        srv.branches = w.BareBranches(bare)
+        ws = w.checkout(bare, tmp_path / "job1")
+        env = {**w.job_env(srv, ws, tmp_path / "runner", "workflow_dispatch", w.dispatch_event("plans/greeter.md")),
+               **{k: v for k, v in UNLISTED.items() if k != "GITHUB_TOKEN"},
+               "ANTHROPIC_API_KEY": API_KEY, "PLAN_RUNNER_MODE": "session"}
+        out = io.StringIO()
+        rc = run_action(env, out=out)
+        sent = json.dumps([c.body for c in srv.calls]) + json.dumps(list(srv.issues.values()), default=str) \
+            + json.dumps(list(srv.comments.values()), default=str)
+    outputs = w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
+    assert rc == 0 and outputs["outcome"] == "NeedsHuman", outputs
+    log = out.getvalue()
+    masks = [line for line in log.splitlines() if line.startswith("::add-mask::")]
+    assert f"::add-mask::{API_KEY}" in masks and f"::add-mask::{GITHUB_TOKEN}" in masks
+    log_after_masks = "\n".join(line for line in log.splitlines() if not line.startswith("::add-mask::"))
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    published = (sent + log_after_masks + summary + json.dumps(outputs)).encode() + all_git_text(bare)
+    assert b"gate sees ***" in published
+    for secret in ALL_SECRETS:
+        assert secret.encode() not in published, secret
