@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class Record(BaseModel):
     """Base for every record: immutable, strict about unknown fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class CheckpointState(str, Enum):

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import httpx
 
 from runner.evidence import GateResult
 from runner.fingerprint import fingerprint
@@ -249,6 +248,8 @@ _JSON_PARSE_LIMIT = 1 << 20  # bodies larger than this are judged by status alon
 def run_http_gate(gate: GateConfig, *, tail_bytes: int = TAIL_BYTES) -> GateResult:
     """GET ``gate.http``: green only for a 2xx whose body does not report failure."""
     assert gate.http is not None
+    import httpx  # only HTTP gates need it; importing it costs every session a quarter second
+
     base = {"name": gate.name, "required": gate.required, "kind": "http"}
     tail = BoundedTail(tail_bytes)
     head = bytearray()

@@ -58,7 +58,7 @@ Duration = Annotated[
 
 
 class Config(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 Backend = Literal["claude-code", "anthropic", "codex", "command", "script"]

@@ -73,8 +73,16 @@ class SessionResult:
     verdict: Verdict | None = None
     evidence: Evidence | None = None
     record: SessionRecord | None = None
-    report: str = ""
+    report_text: str = ""
     url: str | None = None
+    # Rendering a report costs template work; most callers (--json, the loop) never read it.
+    report_fn: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def report(self) -> str:
+        if self.report_text or self.report_fn is None:
+            return self.report_text
+        return self.report_fn()
 
 
 def fault_point(ws: Workspace, name: str) -> None:
@@ -180,7 +188,7 @@ class Session:
         url = self.d.parker.open_park(self.plan.id, f"plan-runner: {self.plan.id} needs a human", body)
         fault_point(self.ws, "park-opened")
         self.write([Parked(at=self.ws.clock(), reason=action.reason, issue_url=url)])
-        return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report=body, url=url)
+        return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report_text=body, url=url)
 
     def apply_finish(self, action: Finish, evidence: Evidence | None = None, verdict: Verdict | None = None) -> SessionResult:
         if self.state.finished:
@@ -189,7 +197,7 @@ class Session:
         url = self.d.parker.open_finish(self.plan.id, self.plan.work_branch, self.trusted.config.base,
                                         f"plan-runner: {self.plan.title or self.plan.id}", report)
         self.write([Finished(at=self.ws.clock(), reason=action.reason, pull_request_url=url)])
-        return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report=report, url=url)
+        return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report_text=report, url=url)
 
     def consult(self, action: ConsultAdvisor) -> AnyAction:
         answer, reason, valid, model = self._ask_advisor(action.reason)

@@ -145,8 +145,9 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     result = apply_action(s, next_action, evidence, verdict)
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
                          result.message, verdict=verdict, evidence=evidence, record=record,
-                         report=result.report or s.report(f"session {n}: {verdict.outcome.value}", result.action,
-                                                          evidence, verdict), url=result.url)
+                         report_text=result.report_text, url=result.url,
+                         report_fn=lambda: s.report(f"session {n}: {verdict.outcome.value}", result.action,
+                                                    evidence, verdict))
 
 
 def apply_action(s: Session, action, evidence=None, verdict=None) -> SessionResult:
