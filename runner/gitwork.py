@@ -325,10 +325,11 @@ def collect_commits(repo: Path, base_sha: str, head: str, bookkeeping_paths: set
 
 def read_file_at(repo: Path, rev: str, path: str) -> str | None:
     """The text of `path` at `rev`; None when the file does not exist there."""
-    sha = _resolve(repo, rev)
-    out = run_git(repo, "cat-file", "--batch", data=f"{sha}:{path}\n".encode())
+    # One process in the common case; only a miss pays for telling "no such file" from "no such revision".
+    out = run_git(repo, "cat-file", "--batch", data=f"{rev}:{path}\n".encode())
     header, _, rest = out.partition(b"\n")
     if header.endswith(b" missing") or header.endswith(b" ambiguous"):
+        _resolve(repo, rev)
         return None
     _oid, kind, size = header.decode().rsplit(" ", 2)
     if kind != "blob":
