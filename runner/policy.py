@@ -88,6 +88,8 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
         streak=state.streak + 1 if same else (1 if r.fingerprint else 0),
         instructions=state.instructions if r.blame is Blame.ENVIRONMENT else None,
         pending=r.next_action,
+        park_issue=None,  # a session ran: any earlier park is over
+        parked_at=None,
     ))
 
 

@@ -178,7 +178,7 @@ class Session:
         return Evidence.model_validate_json(raw) if raw else None
 
     def apply_park(self, action: Park, evidence: Evidence | None = None, verdict: Verdict | None = None) -> SessionResult:
-        if self.state.park_issue and self.state.parked_at and self.state.last and self.state.parked_at >= self.state.last.finished_at:
+        if self.state.park_issue:  # this park was published already: never a second issue or report
             return SessionResult("parked", self.plan, self.state, action, f"parked, waiting for a human: {self.state.park_issue}",
                                  url=self.state.park_issue)
         evidence = evidence or self.last_evidence()

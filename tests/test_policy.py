@@ -229,3 +229,11 @@ def test_decide_start_first_session_and_pending():
                                                         reason="first session of the plan")
     park = Park(reason="p")
     assert decide_start(fold([record(1, Outcome.NEEDS_HUMAN, next_action=park)]), plan()) == park
+
+
+def test_a_new_session_ends_an_earlier_park():
+    """After a park was published, a later session clears it, so the next park is published again."""
+    park = Park(reason="x")
+    h = [record(1, Outcome.NEEDS_HUMAN, next_action=park), Parked(at=T0, reason="x", issue_url="u")]
+    assert fold(h).park_issue == "u"
+    assert fold(h + [record(2, Outcome.PROGRESS)]).park_issue is None
