@@ -60,6 +60,16 @@ class RetryPolicy:
 class BoundedRetry(GithubRetry):
     """GithubRetry that also bounds a `Retry-After` wait (urllib3 would sleep any length)."""
 
+    def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
+                  error: Exception | None = None, _pool: Any = None, _stacktrace: Any = None) -> Any:
+        # A POST sent but never answered (timeout, reset mid-answer) may have been carried out: a dispatch,
+        # a new issue. Retrying it could act twice, so it fails instead (ServiceUnavailable); the ledger's
+        # intent and the park issue lookup make the next job finish the act exactly once.
+        if error is not None and (method or "").upper() == "POST" and self._is_read_error(error):
+            raise error.with_traceback(_stacktrace)
+        return super().increment(method=method, url=url, response=response, error=error, _pool=_pool,
+                                 _stacktrace=_stacktrace)
+
     def get_retry_after(self, response: Any) -> float | None:
         wait = super().get_retry_after(response)
         if wait is not None and self.max_rate_limit_wait is not None and wait > self.max_rate_limit_wait:
