@@ -5,17 +5,29 @@ plan-runner left behind (the ledger, reports, every git object).
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
 
+from runner.action import run_action
+from runner.action_tick import tick_plan
+from runner.events import GitHubContext
+from runner.github import GitHubDriver
+from runner.github_api import RetryPolicy
 from runner.ledger import parse_entry
 from runner.policy import fold
+from runner.session import Drivers, Workspace
+from runner.state import GitStateStore
+from tests.e2e_act import world as w
+from tests.servers.github import GitHubServer
 
 PLAN = """\
 ---
@@ -164,3 +176,56 @@ def files_text(root: Path) -> bytes:
         if path.is_file() and not path.is_symlink():
             out += path.read_bytes() + b"\n"
     return out
+
+
+# --- GitHub jobs: each one a fresh checkout of the bare remote, as on a runner ------------------------------
+
+
+class GitHubJobs:
+    def __init__(self, root: Path, srv: GitHubServer, script_text: str) -> None:
+        self.root, self.srv, self.n = root, srv, 0
+        self.bare = w.make_remote(root, {"plans/greeter.md": w.PLAN, "plans/greeter.script.yaml": script_text,
+                                         ".gitignore": "__pycache__/\n"})
+        srv.branches = w.BareBranches(self.bare)
+
+    def env(self, event_name: str = "workflow_dispatch", event: dict | None = None) -> dict[str, str]:
+        self.n += 1
+        ws = w.checkout(self.bare, self.root / f"job{self.n}")
+        mode = {"schedule": "tick"}.get(event_name, "session")
+        return {**w.job_env(self.srv, ws, self.root / "runner", event_name,
+                            event or w.dispatch_event("plans/greeter.md"), self.n), "PLAN_RUNNER_MODE": mode}
+
+    def killed_session(self, point: str) -> None:
+        env = {**self.env(), "PLAN_RUNNER_FAULT": point, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        proc = subprocess.run([sys.executable, "-m", "runner", "action"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == -signal.SIGKILL, f"{point} not reached: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+
+    def session(self, expect: tuple[int, ...] = (0, 3), fast_retries: bool = False) -> dict[str, str]:
+        """One session job in-process; `fast_retries`: the real driver with near-zero retry waits."""
+        env = self.env()
+        self.log = io.StringIO()
+        factory = {"driver_factory": lambda ctx, e: GitHubDriver(ctx, e["GITHUB_TOKEN"], retry=RetryPolicy.fast())} \
+            if fast_retries else {}
+        rc = run_action(env, out=self.log, **factory)
+        assert rc in expect, (rc, self.log.getvalue()[-3000:])
+        outputs = w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
+        outputs["summary"] = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+        return outputs
+
+    def tick(self, shift: timedelta = timedelta()) -> str:
+        """One tick over the plan, with the clock moved by `shift` (orphans and lost dispatches age)."""
+        env = self.env("schedule", w.schedule_event())
+        repo = Path(env["GITHUB_WORKSPACE"])
+        ws = Workspace(repo=repo, plan_path="plans/greeter.md", env=env, remote="origin", job=env["GITHUB_RUN_ID"],
+                       clock=lambda: datetime.now(UTC) + shift)
+        with GitHubDriver(GitHubContext.from_env(env), self.srv.token, retry=RetryPolicy.fast()) as driver:
+            return tick_plan(ws, Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver, parker=driver))
+
+    def ledger(self) -> list[dict]:
+        return w.ledger(self.bare, "greeter")
+
+
+GH_SCRIPT = w.SCRIPT.replace("  - id: s-limited\n    steps:\n      - rate_limit: {reset_in: 2, message: \"429 "
+                             "rate_limit_error: too many requests\"}\n", "")
+PARK_SCRIPT = "sessions:\n  - - write: {path: a.py, content: x}\n    - commit: a\n    - handoff: 'HUMAN: which?'\n"

@@ -3,8 +3,6 @@ leaves a ledger that parses and folds, classifies the interrupted session, and n
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import signal
 import subprocess
@@ -16,16 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from runner.action import run_action
-from runner.action_tick import tick_plan
-from runner.events import GitHubContext
-from runner.github import GitHubDriver
-from runner.github_api import RetryPolicy
-from runner.session import FAULT_POINTS, Drivers, Workspace
-from runner.state import GitStateStore
-from tests.e2e_act import world as w
+from runner.session import FAULT_POINTS
 from tests.reliability_world import (
-    MUL_STEP, cli_env, fold_ledger, git, ledger, make_repo, result_json, run_session, script,
+    GH_SCRIPT,
+    MUL_STEP,
+    PARK_SCRIPT,
+    GitHubJobs,
+    cli_env,
+    fold_ledger,
+    git,
+    ledger,
+    make_repo,
+    result_json,
+    run_session,
+    script,
 )
 from tests.servers.github import GitHubServer
 
@@ -150,49 +152,6 @@ def test_sigkill_of_the_whole_job_while_the_agent_works_keeps_its_commits_and_le
 
 
 # --- the same on GitHub: a job killed, the next job on a fresh checkout -------------------------------------
-
-
-class GitHubJobs:
-    def __init__(self, root: Path, srv: GitHubServer, script_text: str) -> None:
-        self.root, self.srv, self.n = root, srv, 0
-        self.bare = w.make_remote(root, {"plans/greeter.md": w.PLAN, "plans/greeter.script.yaml": script_text,
-                                         ".gitignore": "__pycache__/\n"})
-        srv.branches = w.BareBranches(self.bare)
-
-    def env(self, event_name: str = "workflow_dispatch", event: dict | None = None) -> dict[str, str]:
-        self.n += 1
-        ws = w.checkout(self.bare, self.root / f"job{self.n}")
-        mode = {"schedule": "tick"}.get(event_name, "session")
-        return {**w.job_env(self.srv, ws, self.root / "runner", event_name,
-                            event or w.dispatch_event("plans/greeter.md"), self.n), "PLAN_RUNNER_MODE": mode}
-
-    def killed_session(self, point: str) -> None:
-        env = {**self.env(), "PLAN_RUNNER_FAULT": point, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-        proc = subprocess.run([sys.executable, "-m", "runner", "action"], env=env, capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == -signal.SIGKILL, f"{point} not reached: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
-
-    def session(self) -> dict[str, str]:
-        env = self.env()
-        assert run_action(env, out=io.StringIO()) in (0, 3)
-        return w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
-
-    def tick(self, shift: timedelta = timedelta()) -> str:
-        """One tick over the plan, with the clock moved by `shift` (orphans and lost dispatches age)."""
-        env = self.env("schedule", w.schedule_event())
-        repo = Path(env["GITHUB_WORKSPACE"])
-        ws = Workspace(repo=repo, plan_path="plans/greeter.md", env=env, remote="origin", job=env["GITHUB_RUN_ID"],
-                       clock=lambda: __import__("datetime").datetime.now(__import__("datetime").timezone.utc) + shift)
-        with GitHubDriver(GitHubContext.from_env(env), self.srv.token, retry=RetryPolicy.fast()) as driver:
-            return tick_plan(ws, Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver, parker=driver))
-
-    def ledger(self) -> list[dict]:
-        return w.ledger(self.bare, "greeter")
-
-
-GH_SCRIPT = w.SCRIPT.replace("  - id: s-limited\n    steps:\n      - rate_limit: {reset_in: 2, message: \"429 "
-                             "rate_limit_error: too many requests\"}\n", "")
-PARK_SCRIPT = "sessions:\n  - - write: {path: a.py, content: x}\n    - commit: a\n    - handoff: 'HUMAN: which?'\n"
 
 
 @pytest.mark.parametrize("point", ["after-agent", "before-push", "after-push", "before-ledger", "after-ledger",
