@@ -86,6 +86,9 @@ def collect_transcript(transcript_dir: Path, session_id: str) -> Path | None:
     return found[0] if found else None
 
 
+STREAM_LOG_LIMIT = 5 * 2**20
+
+
 class ClaudeCodeBackend:
     name = NAME
 
@@ -105,9 +108,15 @@ class ClaudeCodeBackend:
         meter = TokenMeter(agent.session_tokens)
         nudges = 0
 
+        logged = 0
+
         def on_line(line: str, ctl: Controller) -> None:
-            nonlocal nudges
-            log.write(line + "\n")
+            nonlocal nudges, logged
+            # The log is for humans and is kept with the state: bounded, so a runaway stream
+            # cannot grow the state branch (resuming uses the CLI's own session file).
+            if logged < STREAM_LOG_LIMIT:
+                log.write(line[: STREAM_LOG_LIMIT - logged] + "\n")
+                logged += len(line) + 1
             for kind, detail in parser.feed(line):
                 request.on_event(kind, detail)
                 if kind == "result":
