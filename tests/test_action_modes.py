@@ -299,3 +299,23 @@ def test_decide_tick_leaves_finished_and_unstarted_plans_alone(jobs):
     ws = Workspace(repo=clone, plan_path=PLAN, env={}, remote="origin")
     seen, action = decide_tick(Session(ws, local_drivers(ws)), datetime.now(timezone.utc))
     assert action is None and "not started" in seen
+
+
+EVENTS = Path(__file__).parent / "fixtures" / "events"
+
+
+def test_real_shaped_issue_comment_and_schedule_payloads_drive_reply_and_tick(jobs):
+    """GitHub's own payload shapes (fixtures) are read as they come: a maintainer's reply resumes, a tick is calm."""
+    issue = _park(jobs)
+    payload = json.loads((EVENTS / "issue_comment_created.json").read_text())
+    body = "/plan-runner retry\nUse plain English."
+    cid = jobs.srv.add_comment(issue["number"], body, user="maintainer")
+    payload["issue"]["number"] = issue["number"]
+    payload["comment"].update(id=cid, body=body)
+    payload["comment"]["user"]["login"] = payload["sender"]["login"] = "maintainer"
+    rc, _, outputs, _, _ = jobs.run("issue_comment", payload)
+    assert rc == 0 and outputs["outcome"] == "accepted"
+    assert [e["command"] for e in jobs.ledger() if e["type"] == "reply"] == ["retry"]
+    tick = json.loads((EVENTS / "schedule.json").read_text())
+    rc, _, outputs, _, _ = jobs.run("schedule", tick)
+    assert rc == 0 and len(jobs.srv.dispatches) == 1  # the reply dispatched; the tick adds none
