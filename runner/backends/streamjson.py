@@ -130,8 +130,9 @@ class StreamJsonParser:
         return ()
 
     def _assistant(self, msg: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-        if self.session_id is None:
-            self.session_id = msg.get("session_id")
+        sid = msg.get("session_id")
+        if self.session_id is None and isinstance(sid, str):  # malformed ids (a list, a number) are not ids
+            self.session_id = sid
         message = msg.get("message")
         if not isinstance(message, dict):
             self.malformed += 1
