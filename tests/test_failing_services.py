@@ -5,7 +5,7 @@ the state intact and the plan resumable; nothing is done twice."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,7 +14,14 @@ from runner.events import GitHubContext
 from runner.github import GitHubDriver
 from runner.github_api import RetryPolicy
 from tests.reliability_world import (
-    GH_SCRIPT, PARK_SCRIPT, GitHubJobs, fold_ledger, ledger, make_repo, result_json, run_session,
+    GH_SCRIPT,
+    PARK_SCRIPT,
+    GitHubJobs,
+    fold_ledger,
+    ledger,
+    make_repo,
+    result_json,
+    run_session,
 )
 from tests.servers import messages as m
 from tests.servers.github import GitHubServer
@@ -192,7 +199,7 @@ def test_messages_api_rate_limit_waits_until_the_reset_the_headers_give(tmp_path
     """429 with reset headers 10 minutes out: LimitBackoff until that time, read from the headers."""
     repo = _anthropic_repo(tmp_path)
     _with_backend(repo)
-    reset = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=10)
+    reset = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=10)
     with m.MessagesServer() as srv:
         srv.responder = lambda body: m.rate_limited(retry_after_s=600, reset_at=reset)
         out = result_json(run_session(repo, env=_api_env(srv)))
