@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.e2e_act import world as w
-from tests.reliability_world import MUL_STEP, cli_env, fold_ledger, git, ledger, make_repo, script
+from tests.reliability_world import (
+    MUL_STEP,
+    cli_env,
+    fold_ledger,
+    git,
+    ledger,
+    make_repo,
+    script,
+)
 from tests.servers.github import GitHubServer
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,13 @@ import pytest
 from runner.action import run_action
 from tests.e2e_act import world as w
 from tests.reliability_world import (
-    MUL_STEP, all_git_text, files_text, make_repo, result_json, run_session, script,
+    MUL_STEP,
+    all_git_text,
+    files_text,
+    make_repo,
+    result_json,
+    run_session,
+    script,
 )
 from tests.servers.github import GitHubServer
 

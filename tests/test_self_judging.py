@@ -11,7 +11,17 @@ import pytest
 from runner.action import run_action
 from tests.e2e_act import world as w
 from tests.reliability_world import (
-    DIV, MUL, MUL_STEP, TEST_MUL, fold_ledger, git, ledger, make_repo, result_json, run_session, script,
+    DIV,
+    MUL,
+    MUL_STEP,
+    TEST_MUL,
+    fold_ledger,
+    git,
+    ledger,
+    make_repo,
+    result_json,
+    run_session,
+    script,
 )
 from tests.servers.github import GitHubServer
 
@@ -20,10 +30,10 @@ pytestmark = pytest.mark.integration
 
 def test_editing_the_gates_is_reverted_parks_and_the_real_gate_still_runs(tmp_path):
     """An agent that swaps the gate for `true` is reverted, parked as NeedsHuman, and the real gate ran."""
-    repo = make_repo(tmp_path, f"""
+    repo = make_repo(tmp_path, """
         sessions:
-          - - write: {{path: calc/__init__.py, content: "def add(a, b):\\n    return 0\\n"}}
-            - edit_front_matter: {{replace: "-m unittest discover -s tests -q", with: "-c 'print(1)'"}}
+          - - write: {path: calc/__init__.py, content: "def add(a, b):\\n    return 0\\n"}
+            - edit_front_matter: {replace: "-m unittest discover -s tests -q", with: "-c 'print(1)'"}
             - commit: "make the gate easy"
         """)
     out = result_json(run_session(repo))
