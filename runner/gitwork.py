@@ -197,6 +197,15 @@ def push_ref(repo: Path | str, remote: str, sha: str, ref: str, expected: str | 
     )
 
 
+def delete_remote_ref(repo: Path | str, remote: str, ref: str) -> bool:
+    """Best effort: a leftover ref is harmless, so a failure here must not fail a finished session."""
+    try:
+        run_git(repo, "push", "--porcelain", "--no-verify", remote, f":{ref}")
+        return True
+    except GitCommandError:
+        return False
+
+
 # --- leftovers and plan-runner's own commits -------------------------------------------------
 
 

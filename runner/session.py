@@ -235,7 +235,9 @@ class Session:
         now = self.ws.clock()
         verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
                           reasons=(f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
-                                   f"by job {open_.job or '?'} and never finished (the job was killed or lost)",),
+                                   f"by job {open_.job or '?'} and never finished (the job was killed or lost)"
+                                   + (f"; if it got past the agent's exit, the agent's commits are kept on {self.ws.remote} at "
+                                      f"refs/plan-runner/sessions/{self.trusted.id}/{open_.n}" if self.ws.remote else ""),),
                           agent_session_id=open_.resume_session_id)
         stage = self.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
         record = SessionRecord(n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint,

@@ -44,13 +44,22 @@ def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
                              fingerprint=g.fingerprint) for g in evidence.gates)
 
 
-def _push_for_checks(ws: Workspace, plan, expected_remote_sha: str | None):
-    """With `checks:` gates the repository's own CI judges the commit, so it must be pushed first."""
-    if not ws.remote or not any(g.kind == "checks" for g in plan.config.gates):
+def session_ref(plan_id: str, n: int) -> str:
+    return f"refs/plan-runner/sessions/{plan_id}/{n}"
+
+
+def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
+    """Right after the agent (leftovers committed, tampering reverted): its commits go to the
+    remote under a session ref, so a job killed before the final push loses none of them.
+    With `checks:` gates the work branch goes too: the repository's own CI judges that commit."""
+    if not ws.remote:
         return None
+    checks = any(g.kind == "checks" for g in plan.config.gates)
 
     def push(head: str) -> None:
-        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
+        gitwork.push_ref(ws.repo, ws.remote, head, session_ref(plan.id, n), None, what="the session's commits")
+        if checks:
+            gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
     return push
 
 
@@ -112,7 +121,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
                                 cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
                                 on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
                                 checks_runner=s.d.checks_runner, extra_tampering=tuple(moved),
-                                before_gates=_push_for_checks(ws, plan, work_remote_sha))
+                                before_gates=_push_early(ws, plan, n, work_remote_sha))
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     guard.redact_tree(transcripts, s.secrets)
     signals = evidence.signals
@@ -142,6 +151,8 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode(),
                              TRANSCRIPTS_FILE: pack_dir(transcripts)})
     fault_point(ws, "after-ledger")
+    if ws.remote:  # the work branch and the ledger hold it all now
+        gitwork.delete_remote_ref(ws.repo, ws.remote, session_ref(plan.id, n))
     result = apply_action(s, next_action, evidence, verdict)
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
                          result.message, verdict=verdict, evidence=evidence, record=record,

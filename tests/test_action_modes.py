@@ -88,8 +88,14 @@ def test_secrets_are_masked_first_and_redacted_from_everything_published(tmp_pat
     assert "::error title=gate tests::required gate tests is red (exit 1)" in out
 
 
-def test_rate_limit_waits_then_tick_dispatches_exactly_once(jobs):
+def test_rate_limit_waits_then_tick_dispatches_exactly_once(tmp_path):
     """A rate-limited session waits; a tick before the reset does nothing, after it dispatches once, then no more."""
+    with GitHubServer() as srv:
+        # A reset far enough away that a loaded machine still ticks before it.
+        _rate_limit_then_tick(Jobs(tmp_path, srv, script=w.SCRIPT.replace("reset_in: 2,", "reset_in: 10,")))
+
+
+def _rate_limit_then_tick(jobs: Jobs) -> None:
     jobs.session()
     rc, _, outputs, _, _ = jobs.session()
     assert outputs["outcome"] == "LimitBackoff" and outputs["next-action"].startswith("wait until")
@@ -98,7 +104,8 @@ def test_rate_limit_waits_then_tick_dispatches_exactly_once(jobs):
     rc, _, outputs, summary, _ = jobs.run("schedule", w.schedule_event())
     assert rc == 0 and outputs["outcome"] == "idle" and "waiting until" in summary, summary
     assert len(jobs.srv.calls) == calls  # a plan that is not due costs no API call
-    time.sleep(2.2)  # the scripted limit resets after 2 s
+    until = datetime.fromisoformat([e for e in jobs.ledger() if e["type"] == "session"][-1]["next_action"]["until"])
+    time.sleep(max(0.0, (until - datetime.now(timezone.utc)).total_seconds()) + 0.2)
     rc, _, outputs, summary, _ = jobs.run("schedule", w.schedule_event())
     assert outputs["outcome"] == "dispatched" and len(jobs.srv.dispatches) == 2
     rc, _, outputs, _, _ = jobs.run("schedule", w.schedule_event())
