@@ -29,7 +29,7 @@ from runner.errors import PlanRunnerError
 ExitReason = Literal["exited", "stalled", "time_limit", "stopped"]
 
 STDERR_TAIL_BYTES = 8 * 1024
-_READ_CHUNK = 64 * 1024
+_READ_CHUNK = 1024 * 1024
 _TICK_S = 0.05  # how often the watchdog looks at the clock when the child is quiet
 _DRAIN_AFTER_EXIT_S = 2.0  # a grandchild that escaped the group may hold the pipes open
 
@@ -144,6 +144,8 @@ class _LineSplitter:
                 break
             if self.skipping:
                 self.skipping = False
+            elif not self.buf:  # the common case: a whole line inside this chunk, one copy
+                out.append(data[start:min(nl, start + self.limit)])
             else:
                 self.buf += data[start:nl]
                 out.append(bytes(self.buf[: self.limit]))
