@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -103,11 +104,18 @@ def _session_arguments(parser: argparse.ArgumentParser) -> None:
     _plan_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the session record as JSON on stdout")
     parser.add_argument("--dry-run", action="store_true", help="print the next action instead of running it")
+    parser.add_argument("--local", action="store_true",
+                        help="inside GitHub Actions, run locally anyway (no dispatch, issue or pull request)")
 
 
 @command("session", help="run exactly one session of a plan (locally, or as a GitHub Actions job)",
          arguments=_session_arguments)
 def cmd_session(args: argparse.Namespace) -> int:
+    if os.environ.get("GITHUB_ACTIONS") == "true" and not args.local and not args.dry_run:
+        # In a job, a session is the action's session mode: GitHub drives dispatch, parking, the PR.
+        from runner.action import run_action
+
+        return run_action(dict(os.environ, PLAN_RUNNER_PLAN=str(args.plan)), mode="session")
     from runner.local import local_drivers, local_workspace
     from runner.policy import decide_start
     from runner.session import Session

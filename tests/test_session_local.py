@@ -262,3 +262,17 @@ def test_run_loop_reaches_the_end_and_status_reports_it(tmp_path):
     status = json.loads(subprocess.run([sys.executable, "-m", "runner", "status", "--json"], cwd=repo,
                                        capture_output=True, text=True, check=True).stdout)
     assert status[0]["finished"] and status[0]["done"] == 3 and status[0]["sessions"] == 3
+
+
+def test_session_inside_github_actions_is_the_action_session(tmp_path):
+    """With GITHUB_ACTIONS=true, `session` runs the GitHub job (here: a clear error for a missing repository);
+    `--local` runs locally anyway."""
+    repo = make_repo(tmp_path, f"sessions:\n  - - write: {MUL}\n    - commit: 'Add mul'\n")
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path / "nowhere"),
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "GITHUB_OUTPUT": str(tmp_path / "out.txt")}
+    proc = subprocess.run([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "::error title=plan-runner::GITHUB_REPOSITORY" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    code, out, _ = session(repo, "--local", env=env)
+    assert code == 0 and out["outcome"] == "Progress"
