@@ -27,6 +27,7 @@ from runner.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re
     unpack_dir,
 )
 
+
 def _prompt(s: Session, action: RunSession, plan_text: str, handoff_path: str) -> str:
     last = s.last_evidence()
     previous_handoff = last.handoff if last else None
@@ -179,7 +180,8 @@ def apply_action(s: Session, action, evidence=None, verdict=None) -> SessionResu
 
 
 def dispatch(s: Session, action) -> SessionResult:
-    """Dispatch the next run once: the intent is in the ledger before the call, the confirmation after."""
+    """Dispatch the next run once: the intent is in the ledger before the call, so a crash after it never
+    dispatches twice; a call lost to a crash before it is redone by the tick after a while."""
     n = s.state.sessions + 1
     if s.state.last_dispatch >= n:
         return SessionResult("ran", s.plan, s.state, action, f"next run already dispatched: {describe(action)}")
