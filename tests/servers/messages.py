@@ -7,16 +7,14 @@ error bodies, the same rate-limit headers, so the real clients take their real c
 
 from __future__ import annotations
 
-import itertools
 import json
-import socket
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .scripted import ScriptedServer
 
 DEFAULT_MODEL = "claude-test-1"
 
@@ -134,75 +132,21 @@ def estimate_tokens(value: Any) -> int:
 Responder = Callable[[dict[str, Any]], "Turn | None"]
 
 
-class MessagesServer:
+class MessagesServer(ScriptedServer):
     """`with MessagesServer() as srv:` serve on `srv.url` until the block ends."""
+
+    thread_name = "messages-server"
 
     def __init__(self, *, model: str = DEFAULT_MODEL, default: Turn | None = None) -> None:
         self.model = model
-        # Served when nothing is scripted: a plain final answer, so a client never loops on errors.
-        self.default = default or reply("(no scripted turn)")
         self.responder: Responder | None = None
-        self.requests: list[RecordedRequest] = []
         self.unscripted = 0  # /v1/messages calls answered with `default`
-        self._queue: deque[Turn] = deque()
-        self._lock = threading.Lock()
-        self._released = threading.Event()
-        self._ids = itertools.count(1)
-        self._connections: set[socket.socket] = set()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="messages-server", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        super().__init__(default=default or reply("(no scripted turn)"))
 
     @property
     def message_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.is_messages]
-
-    def enqueue(self, *turns: Turn) -> None:
-        with self._lock:
-            self._queue.extend(turns)
-
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._queue)
-
-    def release(self) -> None:
-        """End every hanging response (their connections close without an answer)."""
-        self._released.set()
-
-    def close(self) -> None:
-        self._released.set()
-        self._httpd.shutdown()
-        with self._lock:
-            conns = list(self._connections)
-        for conn in conns:  # unblock handler threads waiting on idle keep-alive connections
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self._httpd.server_close()  # joins the handler threads
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> MessagesServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- used by the handler --
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(request)
 
     def _next_turn(self, body: dict[str, Any]) -> Turn:
         responder = self.responder
@@ -216,31 +160,9 @@ class MessagesServer:
             self.unscripted += 1
         return self.default
 
-    def _new_id(self, prefix: str) -> str:
-        return f"{prefix}_{next(self._ids):06d}"
-
-    def _wait_released(self, seconds: float | None) -> bool:
-        return self._released.wait(seconds)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # joined on close, so no handler outlives the test
-    owner: MessagesServer
-
-    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
-        with self.owner._lock:
-            self.owner._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request):  # type: ignore[no-untyped-def]
-        with self.owner._lock:
-            self.owner._connections.discard(request)
-        super().shutdown_request(request)
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
@@ -407,3 +329,6 @@ def _sse_events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
     yield "message_delta", {"type": "message_delta", "delta": delta, "usage": usage}
     yield "message_stop", {"type": "message_stop"}
+
+
+MessagesServer.handler = _Handler

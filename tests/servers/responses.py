@@ -9,15 +9,13 @@ Turns are the real shapes: `response.created`, `response.output_item.added/.done
 
 from __future__ import annotations
 
-import itertools
 import json
-import socket
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .scripted import ScriptedServer
 
 
 @dataclass(frozen=True)
@@ -83,90 +81,27 @@ def _tokens(value: Any) -> int:
     return max(1, len(json.dumps(value, separators=(",", ":"))) // 4)
 
 
-class ResponsesServer:
+class ResponsesServer(ScriptedServer):
     """`with ResponsesServer() as srv:` serve on `srv.url` (the `/v1` base URL) until the block ends."""
 
-    def __init__(self, *, default: Turn | None = None) -> None:
-        self.default = default or reply("(no scripted turn)")
-        self.requests: list[RecordedRequest] = []
-        self._queue: deque[Turn] = deque()
-        self._lock = threading.Lock()
-        self._released = threading.Event()
-        self._ids = itertools.count(1)
-        self._connections: set[socket.socket] = set()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="responses-server", daemon=True)
-        self._thread.start()
+    thread_name = "responses-server"
+    url_path = "/v1"
 
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+    def __init__(self, *, default: Turn | None = None) -> None:
+        super().__init__(default=default or reply("(no scripted turn)"))
 
     @property
     def response_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.is_responses]
 
-    def enqueue(self, *turns: Turn) -> None:
-        with self._lock:
-            self._queue.extend(turns)
-
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._queue)
-
-    def release(self) -> None:
-        self._released.set()
-
-    def close(self) -> None:
-        self._released.set()
-        self._httpd.shutdown()
-        with self._lock:
-            conns = list(self._connections)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> ResponsesServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _next(self) -> Turn:
         with self._lock:
             return self._queue.popleft() if self._queue else self.default
 
-    def _new_id(self, prefix: str) -> str:
-        return f"{prefix}_{next(self._ids):06d}"
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False
-    owner: ResponsesServer
-
-    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
-        with self.owner._lock:
-            self.owner._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request):  # type: ignore[no-untyped-def]
-        with self.owner._lock:
-            self.owner._connections.discard(request)
-        super().shutdown_request(request)
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -254,3 +189,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+
+ResponsesServer.handler = _Handler
