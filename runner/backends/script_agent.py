@@ -39,8 +39,21 @@ def say(text: str) -> None:
     emit("text", text=text)
 
 
+def _read_prompt() -> None:
+    """Take the prompt (the first line the backend sends) before any step runs, so the transcript
+    always records it, however short the session."""
+    raw = sys.stdin.readline().strip()
+    if not raw:
+        return
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        message = {"type": "prompt", "text": raw}
+    emit("prompt", characters=len(str(message.get("text", ""))))
+
+
 def _read_stdin() -> None:
-    """Log every message the backend sends (the prompt first, then nudges)."""
+    """Log every further message the backend sends (nudges)."""
     for raw in sys.stdin:
         raw = raw.strip()
         if not raw:
@@ -245,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resumed", action="store_true")
     args = parser.parse_args(argv)
     steps = json.loads(args.steps.read_text(encoding="utf-8"))
+    _read_prompt()
     threading.Thread(target=_read_stdin, name="stdin", daemon=True).start()
     emit("start", session_id=args.session_id, resumed=args.resumed, steps=len(steps))
     say(f"{'Resuming' if args.resumed else 'Starting'} scripted session {args.session_id}")
