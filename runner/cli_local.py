@@ -8,20 +8,13 @@ import os
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from runner.actions import Wait, describe, short
 from runner.cli import command
+from runner.term import err, out
 
 # The session machinery (git, httpx, jinja2...) is imported inside the commands that need it,
 # so `plan-runner validate` and `--help` start fast.
 EXIT_FINISHED, EXIT_PARKED = 0, 3
-
-console = Console(stderr=True, highlight=False)
-out = Console(highlight=False, soft_wrap=True)
-if not out.is_terminal:
-    out = Console(highlight=False, soft_wrap=True, width=120)  # logs and pipes: no need to squeeze tables
 
 
 class Progress:
@@ -32,22 +25,20 @@ class Progress:
         self.session = ""
         self.tokens = "0"
         self.tool = "-"
-        self.status = console.status("starting") if console.is_terminal else None
-        if self.status:
-            self.status.start()
+        self.status = err.status("starting")
 
     def event(self, kind: str, detail: str) -> None:
         if kind == "session":
             self.started, self.session, self.tokens, self.tool = time.monotonic(), detail, "0", "-"
-            console.print(f"[bold]session {detail}[/bold]")
+            err.say(f"session {detail}", "bold")
         elif kind == "tokens":
             self.tokens = detail
         elif kind == "tool":
             self.tool = detail
         elif kind == "gate":
-            console.print(f"  gate {detail}")
+            err.say(f"  gate {detail}")
         elif kind in ("outcome", "agent", "advisor", "reconciled"):
-            console.print(f"  {kind}: {detail}")
+            err.say(f"  {kind}: {detail}")
         if self.status:
             elapsed = time.monotonic() - self.started
             self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · last tool {self.tool}")
@@ -57,7 +48,7 @@ class Progress:
         if self.status:
             self.status.update(text)
         elif int(left) % 10 == 0 or left < 1:
-            console.print(text)
+            err.say(text)
 
     def stop(self) -> None:
         if self.status:
@@ -92,12 +83,12 @@ def session_json(result) -> dict:
 
 def _print_result(result) -> None:
     if result.record is None:
-        console.print(result.message)
+        err.say(result.message)
         return
     r = result.record
-    console.print(f"[bold]session {r.n}: {r.outcome.value}[/bold] (blame {r.blame.value}) → {result.message}")
+    err.say(f"session {r.n}: {r.outcome.value} (blame {r.blame.value}) → {result.message}", "bold")
     for reason in r.reasons:
-        console.print(f"  - {reason}")
+        err.say(f"  - {reason}")
 
 
 def _session_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,16 +143,15 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 def print_sessions_table(state_entries, title: str) -> None:
     from runner.ledger import SessionRecord
 
-    table = Table(title=title)
-    for col in ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "gates", "next"):
-        table.add_column(col, no_wrap=col in ("outcome", "kind"))
+    rows = []
     for e in state_entries:
         if isinstance(e, SessionRecord):
             red = [g.name for g in e.gates if g.required and not g.passed]
             gates = ("red: " + ", ".join(red)) if red else ("green" if e.gates else "-")
-            table.add_row(str(e.n), e.kind.value, e.checkpoint or "-", e.outcome.value, e.blame.value,
-                          str(e.tokens), gates, short(e.next_action) if e.next_action else "-")
-    out.print(table)
+            rows.append((str(e.n), e.kind.value, e.checkpoint or "-", e.outcome.value, e.blame.value,
+                         str(e.tokens), gates, short(e.next_action) if e.next_action else "-"))
+    out.table(title, ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "gates", "next"), rows,
+              no_wrap=("outcome", "kind"))
 
 
 @command("run", help="run a plan's sessions until it finishes or parks (exit 0 finished, 3 parked, 4 waiting)",
@@ -180,12 +170,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     entries, _ = drivers.store.read(result.plan.id)
     print_sessions_table(entries, f"plan {result.plan.id}")
     if code == EXIT_PARKED:
-        out.print(result.report or "")
-        console.print(f"[bold red]parked[/bold red]: {result.message}\nreport: {result.url}")
+        out.say(result.report or "")
+        err.say(f"parked: {result.message}\nreport: {result.url}", "bold red")
     elif code == EXIT_FINISHED:
-        console.print(f"[bold green]{result.message}[/bold green]" + (f"\nreport: {result.url}" if result.url else ""))
+        err.say(result.message + (f"\nreport: {result.url}" if result.url else ""), "bold green")
     else:
-        console.print(f"stopped: {result.message}; run again later (the state is saved)")
+        err.say(f"stopped: {result.message}; run again later (the state is saved)")
     return code
 
 
@@ -203,13 +193,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table(title="plan-runner status")
-    for col in ("plan", "stage", "done", "attempts left", "sessions", "last outcome", "next"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["plan"], r["stage"], f"{r['done']}/{r['checkpoints']}", str(r["attempts_left"]),
-                      str(r["sessions"]), r["last_outcome"] or "-", r["next"])
-    out.print(table)
+    out.table("plan-runner status", ("plan", "stage", "done", "attempts left", "sessions", "last outcome", "next"),
+              [(r["plan"], r["stage"], f"{r['done']}/{r['checkpoints']}", str(r["attempts_left"]),
+                str(r["sessions"]), r["last_outcome"] or "-", r["next"]) for r in rows])
     return 0
 
 

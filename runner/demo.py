@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runner.errors import PlanRunnerError
+
 PLAN = """\
 ---
 agent:
@@ -135,6 +137,11 @@ def _git(repo: Path, *args: str) -> None:
 def create_demo_repo(root: Path) -> tuple[Path, Path]:
     """A repository with the project, the plan and the agent script; returns (repo, plan path)."""
     repo = root / "textstats"
+    if repo.exists():
+        raise PlanRunnerError(
+            what=f"{repo} exists already",
+            why="the demo creates a fresh repository there and will not touch an existing one",
+            fix=f"pass another --dir, delete {repo}, or leave --dir out to use a new temporary directory")
     (repo / "textstats").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "plans").mkdir()
@@ -158,14 +165,15 @@ def create_demo_repo(root: Path) -> tuple[Path, Path]:
 
 
 def run_demo(directory: Path | None = None) -> int:
-    from runner.cli_local import Progress, console, print_sessions_table, out, _print_result
+    from runner.cli_local import Progress, _print_result, print_sessions_table
+    from runner.term import err, out
     from runner.local import EXIT_FINISHED, local_drivers, local_workspace, run_loop
 
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="plan-runner-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     repo, plan = create_demo_repo(root)
-    console.print(f"[bold]plan-runner demo[/bold]: a real repository at {repo}\n"
-                  "The agent is scripted; gates, git and every verdict are real.\n")
+    err.say(f"plan-runner demo: a real repository at {repo}\n"
+            "The agent is scripted; gates, git and every verdict are real.\n", "bold")
     ws = local_workspace(plan)
     drivers = local_drivers(ws)
     progress = Progress()
@@ -176,8 +184,8 @@ def run_demo(directory: Path | None = None) -> int:
         progress.stop()
     entries, _ = drivers.store.read(result.plan.id)
     print_sessions_table(entries, "demo: every session and its verdict")
-    console.print(f"\n{result.message}\nreport: {result.url}\nrepository: {repo} "
-                  f"(work branch {result.plan.work_branch}, state branch plan-runner/state)")
+    err.say(f"\n{result.message}\nreport: {result.url}\nrepository: {repo} "
+            f"(work branch {result.plan.work_branch}, state branch plan-runner/state)")
     if code != EXIT_FINISHED:
-        out.print(result.report)
+        out.say(result.report or "")
     return code
