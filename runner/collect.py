@@ -126,13 +126,13 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
                      before_gates: Callable[[str], None] | None = None) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff."""
     repo, path = scene.repo, scene.plan.path
-    agent_head = gitwork.git_text(repo, "rev-parse", "HEAD")
+    agent_head = gitwork.head_sha(repo)
     agent_text = gitwork.read_file_at(repo, agent_head, path)
     if not _is_ancestor(repo, scene.base_sha, agent_head):
         extra_tampering += (f"the work branch was rewritten: the session base {scene.base_sha[:12]} "
                             "is no longer in its history",)
     gitwork.commit_leftovers(repo)
-    head = gitwork.git_text(repo, "rev-parse", "HEAD")
+    head = gitwork.head_sha(repo)
     handoff = gitwork.read_file_at(repo, head, scene.handoff_path)
     if handoff == gitwork.read_file_at(repo, scene.base_sha, scene.handoff_path):
         handoff = None  # an earlier session's handoff, already read; only this session's words count

@@ -12,70 +12,72 @@ from __future__ import annotations
 import hashlib
 import re
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
+from runner.lazyre import LazyPattern
+
+_ANSI = LazyPattern(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
 
 # Order matters: specific shapes before the generic number rules that would eat them.
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
+_RULES: tuple[tuple[LazyPattern, str], ...] = (
+    (LazyPattern(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
     # ISO 8601 / RFC 3339 and "2024-05-01 12:03:04,123" log stamps
     (
-        re.compile(
+        LazyPattern(
             r"\b\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b"
         ),
         "<ts>",
     ),
     # "Mon, 01 May 2024 12:00:00 GMT", "May 1 12:00:00"
     (
-        re.compile(
+        LazyPattern(
             r"\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),?\s+)?(?:\d{1,2}\s+)?"
             r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:,?\s+\d{4})?"
             r"(?:\s+\d{1,2}:\d{2}(?::\d{2})?)?(?:\s+\d{4})?(?:\s+(?:GMT|UTC|[A-Z]{3,4}))?\b"
         ),
         "<date>",
     ),
-    (re.compile(r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b|\b\d{1,2}[/.]\d{1,2}[/.]\d{2,4}\b"), "<date>"),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\b\d{1,2}:\d{2}\s?(?:[AaPp][Mm])\b"), "<time>"),
+    (LazyPattern(r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b|\b\d{1,2}[/.]\d{1,2}[/.]\d{2,4}\b"), "<date>"),
+    (LazyPattern(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b|\b\d{1,2}:\d{2}\s?(?:[AaPp][Mm])\b"), "<time>"),
     # temp paths, pytest's tmp_path included (/tmp/pytest-of-u/pytest-12/test_x0/...)
     (
-        re.compile(
+        LazyPattern(
             r"(?:/private)?/var/folders/[^\s'\":]*|/(?:tmp|var/tmp|dev/shm)/[^\s'\":]*"
             r"|[A-Za-z]:\\(?:[^\s'\"]*\\)?(?:Temp|TEMP|tmp)\\[^\s'\":]*"
         ),
         "<tmp>",
     ),
-    (re.compile(r"\b(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\]):\d+\b"), "<local>:<port>"),
-    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "0x<hex>"),
-    (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{12,}\b"), "<hex>"),
-    (re.compile(r"\b((?:req|msg|toolu|run|sess|session|request|trace|span)[_-])[A-Za-z0-9]{8,}\b", re.I), r"\1<id>"),
-    (re.compile(r"\b(pid|process|thread|tid|worker)([\s=:#]+)\d+\b", re.I), r"\1\2<pid>"),
-    (re.compile(r"(?<=[\w)])\[\d+\](?=:)"), "[<pid>]"),  # syslog style "python[12345]:"
+    (LazyPattern(r"\b(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\]):\d+\b"), "<local>:<port>"),
+    (LazyPattern(r"\b0x[0-9a-f]+\b", re.I), "0x<hex>"),
+    (LazyPattern(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{12,}\b"), "<hex>"),
+    (LazyPattern(r"\b((?:req|msg|toolu|run|sess|session|request|trace|span)[_-])[A-Za-z0-9]{8,}\b", re.I), r"\1<id>"),
+    (LazyPattern(r"\b(pid|process|thread|tid|worker)([\s=:#]+)\d+\b", re.I), r"\1\2<pid>"),
+    (LazyPattern(r"(?<=[\w)])\[\d+\](?=:)"), "[<pid>]"),  # syslog style "python[12345]:"
     # durations: "in 0.53s", "12ms", "1.2 seconds", "3m 2s", "(0:00:01.23)"
     (
-        re.compile(
+        LazyPattern(
             r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hrs?|hours?)\b"
             r"(?:\s?\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds?))?"
         ),
         "<dur>",
     ),
-    (re.compile(r"\b\d+:\d{2}:\d{2}\.\d+\b"), "<dur>"),
-    (re.compile(r"\d+(?:\.\d+)?\s?%"), "<pct>"),
+    (LazyPattern(r"\b\d+:\d{2}:\d{2}\.\d+\b"), "<dur>"),
+    (LazyPattern(r"\d+(?:\.\d+)?\s?%"), "<pct>"),
     # counts that change when unrelated tests are added; the failure count stays
     (
-        re.compile(r"\b\d+ (passed|skipped|deselected|warnings?|xfailed|xpassed|selected|items?|tests? ran)\b"),
+        LazyPattern(r"\b\d+ (passed|skipped|deselected|warnings?|xfailed|xpassed|selected|items?|tests? ran)\b"),
         r"<n> \1",
     ),
-    (re.compile(r"(?<![:\w.])\d{5,}(?![\w.])"), "<n>"),  # seeds, sizes; `file:12345` is kept
+    (LazyPattern(r"(?<![:\w.])\d{5,}(?![\w.])"), "<n>"),  # seeds, sizes; `file:12345` is kept
 )
 
 # A line that says which failure this is. When a text has such lines, only they are hashed.
-_MEANINGFUL = re.compile(
+_MEANINGFUL = LazyPattern(
     r"error|exception|traceback|fail|fatal|panic|assert|denied|refused|not found|no such|"
     r"cannot|can't|could not|unable|invalid|undefined|missing|timed? ?out|abort|segmentation|"
     r"expected|::|\w\.\w+:\d+|^\s*E\s|^\s*>\s|line \d+",
     re.I,
 )
 # Progress noise: pytest's "..F..s [ 40%]", spinners, bare percentage lines.
-_PROGRESS = re.compile(
+_PROGRESS = LazyPattern(
     "|".join(
         (
             r"^[\s.FEsxX]*\[\s*<pct>\s*\]\s*$",  # "..F.. [ 40%]"

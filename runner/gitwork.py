@@ -16,8 +16,9 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from git import Git
-from git.exc import GitCommandError, GitCommandNotFound
+from git import Git, Repo
+from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
+from git.refs import SymbolicReference
 
 from runner.errors import PlanRunnerError, StateConflict
 from runner.evidence import CommitInfo
@@ -72,12 +73,81 @@ def stderr_of(exc: GitCommandError) -> str:
     return (err or "").strip().removeprefix("stderr:").strip().strip("'").strip()
 
 
+# Branch-like refs are read from the ref files by GitPython (loose, then packed-refs) instead of a
+# `git rev-parse` process each: a session asks for them a dozen times. Anything else (a sha to
+# verify, `main`, a tag to peel), an odd name, or a reftable repository goes to git itself.
+_PLAIN_REF = re.compile(r"HEAD|refs/(?:heads|remotes|plan-runner)(?:/[A-Za-z0-9_][A-Za-z0-9._+-]*)+")
+_repos: dict[str, Repo | None] = {}
+
+
+def _ref_reader(repo: Path | str) -> Repo | None:
+    key = str(Path(repo).resolve())
+    if key not in _repos:
+        try:
+            handle: Repo | None = Repo(key)
+        except (InvalidGitRepositoryError, NoSuchPathError):
+            return None  # not cached: it may become a repository; git will say what is wrong
+        if (Path(handle.common_dir) / "reftable").is_dir():
+            handle = None
+        _repos[key] = handle
+    return _repos[key]
+
+
+def _read_ref(repo: Path | str, ref: str) -> str | None | bool:
+    """The sha of a plain ref read from its file; None when absent; False when git must be asked."""
+    if not _PLAIN_REF.fullmatch(ref) or ref.endswith(".lock") or "/." in ref or ".." in ref:
+        return False
+    handle = _ref_reader(repo)
+    if handle is None:
+        return False
+    try:
+        return SymbolicReference.dereference_recursive(handle, ref)
+    except ValueError:  # absent, or HEAD on an unborn branch
+        return None
+    except (OSError, TypeError):
+        return False
+
+
+def objects_dir(repo: Path | str) -> Path:
+    """The object store of `repo` (shared by all its worktrees)."""
+    handle = _ref_reader(repo)
+    if handle is not None:
+        return Path(handle.common_dir) / "objects"
+    return Path(repo) / git_text(repo, "rev-parse", "--git-path", "objects")
+
+
+# Objects never change: a sha once verified as a commit, and a file read at a full sha, are
+# remembered for the rest of the process (a session asks for the same few several times).
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+_known_commits: set[tuple[str, str]] = set()
+_files_at: dict[tuple[str, str, str], str | None] = {}
+_FILES_AT_MAX, _FILE_AT_MAX_CHARS = 64, 1 << 20
+
+
+def _key(repo: Path | str) -> str:
+    return str(Path(repo).resolve())
+
+
 def ref_sha(repo: Path | str, ref: str) -> str | None:
     """The commit a ref points at, or None when it does not exist."""
+    fast = _read_ref(repo, ref)
+    if fast is not False:
+        return fast  # type: ignore[return-value]
+    full = _FULL_SHA.fullmatch(ref) is not None
+    if full and (_key(repo), ref) in _known_commits:
+        return ref
     try:
-        return git_text(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") or None
+        sha = git_text(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") or None
     except GitCommandError:
         return None
+    if full and sha == ref:
+        _known_commits.add((_key(repo), ref))
+    return sha
+
+
+def head_sha(repo: Path | str) -> str:
+    """The commit HEAD points at (an error when there is none)."""
+    return _resolve(Path(repo), "HEAD")
 
 
 def _fail(what: str, exc: GitCommandError, fix: str) -> PlanRunnerError:
@@ -334,6 +404,20 @@ def collect_commits(repo: Path, base_sha: str, head: str, bookkeeping_paths: set
 
 def read_file_at(repo: Path, rev: str, path: str) -> str | None:
     """The text of `path` at `rev`; None when the file does not exist there."""
+    if _FULL_SHA.fullmatch(rev) is None:
+        return _read_file_at(repo, rev, path)
+    key = (_key(repo), rev, path)
+    if key not in _files_at:
+        text = _read_file_at(repo, rev, path)
+        if text is not None and len(text) > _FILE_AT_MAX_CHARS:
+            return text
+        if len(_files_at) >= _FILES_AT_MAX:
+            _files_at.clear()
+        _files_at[key] = text
+    return _files_at[key]
+
+
+def _read_file_at(repo: Path, rev: str, path: str) -> str | None:
     # One process in the common case; only a miss pays for telling "no such file" from "no such revision".
     out = run_git(repo, "cat-file", "--batch", data=f"{rev}:{path}\n".encode())
     header, _, rest = out.partition(b"\n")

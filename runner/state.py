@@ -5,8 +5,11 @@ Layout of the state branch (default `plan-runner/state`)::
     <plan_id>/ledger.jsonl      one `runner.ledger` entry per line
     <plan_id>/files/<name>      kept with the state, e.g. agent transcripts
 
-Writes use plumbing only (blobs, trees, commit-tree, update-ref), so the user's
-work tree and index are never touched. Every write is a compare-and-swap: the
+Writes use plumbing only, so the user's work tree and index are never touched:
+the blobs, trees and the commit of a write are stored as loose objects by
+GitPython's object database (gitdb), and the ref moves with `git update-ref`.
+Reads of one write come from a single `git cat-file --batch`: a write costs two
+or three git processes, not a dozen. Every write is a compare-and-swap: the
 local ref moves with `update-ref <ref> <new> <expected>` and, with a remote, the
 push carries `--force-with-lease=<ref>:<expected>`. The version token is the
 state ref's commit sha. Reads go ref -> tree -> blob and never walk history, so
@@ -15,20 +18,25 @@ they cost the size of one plan's ledger whatever the age of the repository.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from io import BytesIO
 from pathlib import Path
 
 from git.exc import GitCommandError
+from git.objects.fun import tree_entries_from_data, tree_to_stream
+from gitdb.base import IStream
+from gitdb.db.loose import LooseObjectDB
 from pydantic import ValidationError
 
 from runner.errors import PlanRunnerError, StateConflict
-from runner.gitwork import push_ref, ref_sha, run_git, stderr_of
+from runner.gitwork import BOT_EMAIL, BOT_NAME, objects_dir, push_ref, ref_sha, run_git, stderr_of
 from runner.ledger import Entry, dump_entry, parse_entry
 
 LEDGER = "ledger.jsonl"
 FILES = "files"
-_TREE_MODE = "040000"
-_BLOB_MODE = "100644"
+_TREE_MODE = 0o040000
+_BLOB_MODE = 0o100644
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -60,6 +68,7 @@ class GitStateStore:
         # "origin" is the default; a repository without it works locally (section 7).
         self.remote = remote if remote in configured else None
         self.tracking = f"refs/remotes/{self.remote}/{branch}" if self.remote else None
+        self._odb: LooseObjectDB | None = None
 
     # --- reading ------------------------------------------------------------------------
 
@@ -81,7 +90,8 @@ class GitStateStore:
         version = self._sync()
         if version is None:
             return []
-        return sorted(name for mode, _sha, name in self._ls_tree(version) if mode == _TREE_MODE)
+        (root,) = self._cat(f"{version}^{{tree}}")
+        return sorted(name for name, (mode, _sha) in _tree(root).items() if mode == _TREE_MODE)
 
     def version(self) -> str | None:
         """The state ref's sha as last synced, without fetching."""
@@ -188,28 +198,34 @@ class GitStateStore:
 
     def _commit(self, plan_id: str, entries: Sequence[Entry], parent: str | None,
                 files: dict[str, bytes]) -> str:
-        root = {name: (mode, sha) for mode, sha, name in self._ls_tree(parent)} if parent else {}
-        plan_tree = root.get(plan_id, (None, None))[1]
-        plan = {name: (mode, sha) for mode, sha, name in self._ls_tree(plan_tree)} if plan_tree else {}
-        old = self._blob(plan_tree, LEDGER) if plan_tree else b""
+        if parent:
+            root_data, plan_data, old, files_data = self._cat(
+                f"{parent}^{{tree}}", f"{parent}:{plan_id}", f"{parent}:{plan_id}/{LEDGER}",
+                f"{parent}:{plan_id}/{FILES}")
+            if root_data is None:
+                raise PlanRunnerError(
+                    what=f"the state branch {self.branch!r} points at {parent[:12]}, which is not a readable commit",
+                    why="the repository is missing objects (a shallow or partial clone, or a damaged object store)",
+                    fix=f"fetch the branch in full (`git fetch origin {self.branch}`) or run `git fsck`")
+        else:
+            root_data = plan_data = old = files_data = None
+        root, plan = _tree(root_data), _tree(plan_data)
         old = old or b""
         if old and not old.endswith(b"\n"):
             old += b"\n"
         lines = "".join(dump_entry(e) + "\n" for e in entries).encode()
-        plan[LEDGER] = (_BLOB_MODE, self._hash(old + lines))
+        plan[LEDGER] = (_BLOB_MODE, self._store(b"blob", old + lines))
         if files:
-            files_tree = plan.get(FILES, (None, None))[1]
-            kept = {name: (mode, sha) for mode, sha, name in self._ls_tree(files_tree)} if files_tree else {}
+            kept = _tree(files_data) if FILES in plan else {}
             for name, data in files.items():
-                kept[name] = (_BLOB_MODE, self._hash(data))
-            plan[FILES] = (_TREE_MODE, self._mktree(kept))
-        root[plan_id] = (_TREE_MODE, self._mktree(plan))
+                kept[name] = (_BLOB_MODE, self._store(b"blob", data))
+            plan[FILES] = (_TREE_MODE, self._write_tree(kept))
+        root[plan_id] = (_TREE_MODE, self._write_tree(plan))
         kinds = ", ".join(dict.fromkeys(getattr(e, "type", "?") for e in entries)) or "files"
-        message = f"plan-runner: {plan_id}: {kinds}\n"
-        args = ["-c", "commit.gpgsign=false", "commit-tree", self._mktree(root)]
-        if parent:
-            args += ["-p", parent]
-        return run_git(self.repo, *args, data=message.encode()).decode().strip()
+        stamp = f"{BOT_NAME} <{BOT_EMAIL}> {int(time.time())} +0000"
+        commit = f"tree {self._write_tree(root)}\n" + (f"parent {parent}\n" if parent else "")
+        commit += f"author {stamp}\ncommitter {stamp}\n\nplan-runner: {plan_id}: {kinds}\n"
+        return self._store(b"commit", commit.encode("utf-8", "surrogateescape"))
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -255,30 +271,43 @@ class GitStateStore:
                               why=stderr_of(last) if last else "", fix="run again")
 
     def _blob(self, tree_ish: str, path: str) -> bytes | None:
-        out = run_git(self.repo, "cat-file", "--batch", data=f"{tree_ish}:{path}\n".encode())
-        header, _, rest = out.partition(b"\n")
-        parts = header.split(b" ")
-        if len(parts) != 3 or parts[1] != b"blob":
-            return None
-        return rest[: int(parts[2])]
+        (data,) = self._cat(f"{tree_ish}:{path}")
+        return data
 
-    def _ls_tree(self, tree_ish: str) -> list[tuple[str, str, str]]:
-        out = run_git(self.repo, "ls-tree", "-z", tree_ish)
-        rows = []
-        for record in out.split(b"\0"):
-            if record:
-                meta, _, name = record.decode("utf-8", "surrogateescape").partition("\t")
-                mode, _kind, sha = meta.split(" ")
-                rows.append((mode, sha, name))
-        return rows
+    def _cat(self, *specs: str) -> list[bytes | None]:
+        """The contents of several objects (`<rev>:<path>` and the like) from one `git cat-file`
+        process; None for each that does not exist."""
+        out = run_git(self.repo, "cat-file", "--batch", data="".join(f"{spec}\n" for spec in specs).encode())
+        found: list[bytes | None] = []
+        at = 0
+        for _spec in specs:
+            end = out.index(b"\n", at)
+            parts = out[at:end].split(b" ")
+            at = end + 1
+            if len(parts) == 3 and parts[2].isdigit():  # "<sha> <type> <size>", else "<spec> missing"
+                size = int(parts[2])
+                found.append(out[at: at + size])
+                at += size + 1
+            else:
+                found.append(None)
+        return found
 
-    def _hash(self, data: bytes) -> str:
-        return run_git(self.repo, "hash-object", "-w", "--stdin", data=data).decode().strip()
+    def _store(self, kind: bytes, data: bytes) -> str:
+        if self._odb is None:
+            self._odb = LooseObjectDB(str(objects_dir(self.repo)))
+        return self._odb.store(IStream(kind, len(data), BytesIO(data))).hexsha.decode()
 
-    def _mktree(self, entries: dict[str, tuple[str, str]]) -> str:
-        lines = []
-        for name, (mode, sha) in entries.items():
-            kind = "tree" if mode == _TREE_MODE else "blob"
-            lines.append(f"{mode} {kind} {sha}\t{name}\0")
-        data = "".join(lines).encode("utf-8", "surrogateescape")
-        return run_git(self.repo, "mktree", "-z", data=data).decode().strip()
+    def _write_tree(self, entries: dict[str, tuple[int, str]]) -> str:
+        # git's order: by name, a tree's name compared as if it ended with "/"
+        ordered = sorted(entries.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape")
+                         + (b"/" if item[1][0] == _TREE_MODE else b""))
+        buf = BytesIO()
+        tree_to_stream([(bytes.fromhex(sha), mode, name) for name, (mode, sha) in ordered], buf.write)
+        return self._store(b"tree", buf.getvalue())
+
+
+def _tree(data: bytes | None) -> dict[str, tuple[int, str]]:
+    """A raw tree object as {name: (mode, sha)}."""
+    if not data:
+        return {}
+    return {name: (mode, binsha.hex()) for binsha, mode, name in tree_entries_from_data(data)}

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runner.backends.claims import parse_claims
 from runner.evidence import Hints
+from runner.lazyre import LazyPattern
 
 DEFAULT_LIMIT_PATTERNS: tuple[str, ...] = (
     r"rate[ _-]?limit(?!er)",
@@ -62,20 +63,20 @@ _UNIT_SECONDS = {
 }
 _UNIT = r"(?:weeks?|wks?|w|days?|d|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s|milliseconds?|ms)"
 _AMOUNT = rf"\d+(?:\.\d+)?\s*{_UNIT}\b"
-_RELATIVE = re.compile(
+_RELATIVE = LazyPattern(
     rf"\b(?:in|after|wait(?:ing)?(?:\s+for)?|retry[- ]after:?|for)\s+(?:~\s*|about\s+|approximately\s+)?"
     rf"((?:{_AMOUNT}[\s,]*(?:and\s+)?)+)",
     re.IGNORECASE,
 )
-_PAIR = re.compile(rf"(\d+(?:\.\d+)?)\s*({_UNIT})\b", re.IGNORECASE)
-_RETRY_AFTER_BARE = re.compile(r"\bretry[- ]after:?\s*(\d+(?:\.\d+)?)\s*(?![\d.:]|\s*[a-z])", re.IGNORECASE)
+_PAIR = LazyPattern(rf"(\d+(?:\.\d+)?)\s*({_UNIT})\b", re.IGNORECASE)
+_RETRY_AFTER_BARE = LazyPattern(r"\bretry[- ]after:?\s*(\d+(?:\.\d+)?)\s*(?![\d.:]|\s*[a-z])", re.IGNORECASE)
 
-_ISO = re.compile(
+_ISO = LazyPattern(
     r"\b(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)(?!\d)"
 )
 _MONTHS = {m: i for i, m in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], start=1)}
-_CLOCK = re.compile(
+_CLOCK = LazyPattern(
     r"\b(?:at|resets?(?:\s+at)?|until|after)\s+"
     r"(?:(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+"
     r"(?:(?P<year>\d{4}),?\s+)?(?:at\s+)?)?"
@@ -83,7 +84,7 @@ _CLOCK = re.compile(
     r"(?:\s*(?P<utc>UTC|GMT|Z)\b)?(?:\s*\((?P<zone>[A-Za-z_]+(?:/[A-Za-z_+-]+)*)\))?",
     re.IGNORECASE,
 )
-_EPOCH = re.compile(r"(?<![\d.])(\d{10}|\d{13})(?![\d.])")
+_EPOCH = LazyPattern(r"(?<![\d.])(\d{10}|\d{13})(?![\d.])")
 
 
 def _relative(text: str, now: datetime) -> datetime | None:
