@@ -85,6 +85,11 @@ class SessionResult:
         return self.report_fn()
 
 
+def agent_pid_file(ws: Workspace, plan_id: str) -> Path:
+    """Where the running agent's process group is recorded, for the next plan-runner if this one is killed."""
+    return ws.scratch_dir / plan_id / "agent.pid"
+
+
 def fault_point(ws: Workspace, name: str) -> None:
     """Crash-consistency tests set PLAN_RUNNER_FAULT=<point> to be killed exactly here (SIGKILL:
     no cleanup, no finally, as when a runner is lost)."""
@@ -230,12 +235,20 @@ class Session:
             return True
         if _pid_alive(open_.job):
             return False
+        from runner.supervise import reap_leftover
+
+        stopped = reap_leftover(agent_pid_file(self.ws, self.trusted.id))
+        if stopped is not None:  # its plan-runner was killed outright; it must not write while we save its work
+            self.ws.on_event("reconciled", f"stopped the agent of session {open_.n} (process group {stopped}), "
+                                           "still running after its plan-runner was killed")
         if gitwork.current_branch(self.ws.repo) == self.plan.work_branch:
             gitwork.commit_leftovers(self.ws.repo)  # the killed agent's uncommitted work is kept
         now = self.ws.clock()
         verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
                           reasons=(f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
                                    f"by job {open_.job or '?'} and never finished (the job was killed or lost)"
+                                   + (f"; its agent was still running (process group {stopped}) and was stopped "
+                                      "before its work was saved" if stopped is not None else "")
                                    + (f"; if it got past the agent's exit, the agent's commits are kept on {self.ws.remote} at "
                                       f"refs/plan-runner/sessions/{self.trusted.id}/{open_.n}" if self.ws.remote else ""),),
                           agent_session_id=open_.resume_session_id)

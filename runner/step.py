@@ -23,8 +23,8 @@ from runner.planfile import with_tracker
 from runner.policy import decide_next, fold
 from runner.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
-    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, fault_point, pack_dir,
-    unpack_dir,
+    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, agent_pid_file,
+    fault_point, pack_dir, unpack_dir,
 )
 
 
@@ -103,7 +103,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     request = SessionRequest(
         workdir=ws.repo, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
         env=agent_env, transcript_dir=transcripts, resume_session_id=action.resume_session_id,
-        plan_path=ws.repo / plan.path, handoff_path=ws.repo / handoff_path,
+        plan_path=ws.repo / plan.path, handoff_path=ws.repo / handoff_path, pid_file=agent_pid_file(ws, plan.id),
         on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)))  # its words may hold a key
     control = guard.snapshot(ws.repo)
     signals = get_backend(plan.config.agent.backend).run(request)

@@ -11,6 +11,7 @@ that does not read its stdin must never block the supervisor.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import queue
@@ -242,14 +243,19 @@ def supervise(
     on_start: Callable[[Controller], None] | None = None,
     kill_grace_s: float = 2.0,
     on_stderr_line: Callable[[str], None] | None = None,
+    pid_file: Path | None = None,
 ) -> ProcessExit:
     """Run `argv` with exactly `env` and feed each stdout line to `on_line` until the process ends.
 
     Any output on stdout or stderr resets the stall watchdog. The process group is
     killed on stall, time limit, `Controller.stop()`, any exception, and also after
-    a normal exit (so nothing the agent started outlives its session).
+    a normal exit (so nothing the agent started outlives its session). With `pid_file`,
+    the group is recorded there while it runs, so that if this process is killed outright
+    the next plan-runner can stop it (`reap_leftover`).
     """
     proc = _start(argv, cwd, env, stdin_text is not None or keep_stdin_open)
+    if pid_file is not None:
+        _record_group(pid_file, proc.pid)
     started = time.monotonic()
     ctl = Controller(proc, started)
     splitter = _LineSplitter(max(1, max_line_bytes))
@@ -350,6 +356,8 @@ def supervise(
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent
             pass
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
 
     stop_detail = ctl.stop_detail or ""
     if reason == "exited" and killed:
@@ -363,6 +371,70 @@ def supervise(
         stderr_tail=stderr_tail.decode("utf-8", errors="replace"),
         duration_s=time.monotonic() - started,
     )
+
+
+# --- an agent left running by a plan-runner that was killed outright -------------------------
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (Linux /proc); None when there is no such process or no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
+
+
+def _record_group(pid_file: Path, pgid: int) -> None:
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pid_file.with_name(pid_file.name + ".tmp")
+    tmp.write_text(json.dumps({"pgid": pgid, "start": _start_time(pgid), "by": os.getpid()}))
+    tmp.replace(pid_file)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap_leftover(pid_file: Path, grace_s: float = 2.0) -> int | None:
+    """Stop the agent process group recorded in `pid_file` if it still runs; its pgid, else None.
+
+    Only the group plan-runner recorded is touched: its leader must still have the recorded
+    start time (a reused pid is left alone), or, the leader gone, its group must still have
+    members (Linux never hands out a pid that is some live group's id).
+    """
+    try:
+        record = json.loads(pid_file.read_text())
+        pgid, start = int(record["pgid"]), record.get("start")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        pid_file.unlink(missing_ok=True)  # unreadable: written by no plan-runner that finished it
+        return None
+    if start is None or pgid <= 1:
+        pid_file.unlink(missing_ok=True)
+        return None
+    now = _start_time(pgid)
+    ours = now == start if now is not None else _group_alive(pgid)
+    if not ours or not _group_alive(pgid):
+        pid_file.unlink(missing_ok=True)
+        return None
+    _killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.05)
+    _killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _group_alive(pgid):  # the kernel takes a moment to reap
+        time.sleep(0.02)
+    pid_file.unlink(missing_ok=True)
+    return pgid
 
 
 # --- token meter shared by the CLI backends -------------------------------------------------

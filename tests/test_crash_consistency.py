@@ -3,6 +3,7 @@ leaves a ledger that parses and folds, classifies the interrupted session, and n
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -150,6 +151,70 @@ def test_sigkill_of_the_whole_job_while_the_agent_works_keeps_its_commits_and_le
     assert all(_reachable(bare, c, ["refs/heads/plan-runner/calc"]) for c in _agent_commits(shas))
     assert git(bare, "show", "plan-runner/calc:calc/half.py") == "x = 1"
 
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_work_is_saved(tmp_path):
+    """Only plan-runner is SIGKILLed; its agent (a process group of its own) keeps writing. The next session
+    stops exactly that group before it saves the leftovers, says so in the record, and loses no work."""
+    shas, stop = tmp_path / "agent-commits", tmp_path / "stop"
+    late = "calc/late.txt"
+    repo = make_repo(tmp_path, script(
+        [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},
+         {"write": {"path": "calc/half.py", "content": "x = 1\n"}},
+         {"run": f"while [ ! -e {stop} ]; do echo . >> {late}; sleep 0.05; done"}],
+        [{"say": "resumed"}]))
+    pid_file = repo / ".git" / "plan-runner" / "calc" / "agent.pid"
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
+                            env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (repo / late).exists():
+        time.sleep(0.05)
+    agent_group = json.loads(pid_file.read_text())["pgid"]
+    os.kill(proc.pid, signal.SIGKILL)  # plan-runner only: the agent lives on in its own group
+    proc.wait()
+    time.sleep(0.3)
+    assert _group_alive(agent_group), "the agent should have outlived its plan-runner"
+    try:
+        out = result_json(run_session(repo))
+        assert not _group_alive(agent_group), "the leftover agent was not stopped"
+        size = (repo / late).stat().st_size if (repo / late).exists() else 0
+        time.sleep(0.3)
+        assert ((repo / late).stat().st_size if (repo / late).exists() else 0) == size, "something still writes"
+    finally:
+        stop.touch()
+    assert out["outcome"] is not None and not pid_file.exists()
+    entries = _check_ledger(tmp_path / "origin.git")
+    reconciled = entries[1]
+    assert reconciled["reconciled"] and reconciled["outcome"] == "TimedOut"
+    assert f"process group {agent_group}" in " ".join(reconciled["reasons"])
+    bare = tmp_path / "origin.git"
+    assert all(_reachable(bare, c, ["refs/heads/plan-runner/calc"]) for c in _agent_commits(shas))
+    assert git(bare, "show", "plan-runner/calc:calc/half.py") == "x = 1"
+
+
+def test_a_stale_agent_record_never_stops_an_unrelated_process(tmp_path):
+    """A pid file naming a live process that plan-runner did not start (its start time differs) is dropped."""
+    from runner.supervise import reap_leftover
+
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        pid_file = tmp_path / "agent.pid"
+        pid_file.write_text(json.dumps({"pgid": other.pid, "start": "1", "by": 1}))
+        assert reap_leftover(pid_file) is None
+        assert other.poll() is None and not pid_file.exists()
+        pid_file.write_text("not json")
+        assert reap_leftover(pid_file) is None and not pid_file.exists()
+    finally:
+        other.kill()
+        other.wait()
 
 # --- the same on GitHub: a job killed, the next job on a fresh checkout -------------------------------------
 

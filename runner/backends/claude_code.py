@@ -143,6 +143,7 @@ class ClaudeCodeBackend:
                 stdin_text=user_message(request.prompt),
                 keep_stdin_open=True,
                 kill_grace_s=self.kill_grace_s,
+                pid_file=request.pid_file,
             )
         if parser.session_id is None and resume is not None:
             parser.session_id = resume  # killed before the init line: the session is still the resumed one

@@ -121,6 +121,7 @@ class CodexBackend:
             exit_ = supervise(
                 argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes,
                 on_line=on_line, stdin_text=request.prompt, kill_grace_s=self.kill_grace_s,
+                pid_file=request.pid_file,
             )
 
         kind, error, reset_at = ExitKind.FINISHED, None, None

@@ -170,6 +170,7 @@ class CommandBackend:
                 argv, cwd=request.workdir, env=env,
                 stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes, on_line=on_line,
                 stdin_text=request.prompt if agent.prompt_via == "stdin" else None,
+                pid_file=request.pid_file,
             )
         # CLIs print reset clock times in the machine's local zone
         verdict = classify_command_exit(result, list(tail), agent, datetime.now(UTC).astimezone())

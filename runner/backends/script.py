@@ -305,6 +305,7 @@ class ScriptBackend:
                 on_line=state.on_line, keep_stdin_open=True,
                 stdin_text=json.dumps({"type": "prompt", "text": request.prompt}) + "\n",
                 kill_grace_s=1.0,
+                pid_file=request.pid_file,
             )
         except BaseException:
             state.transcript.close()
