@@ -90,7 +90,7 @@ class GitStateStore:
         version = self._sync()
         if version is None:
             return []
-        (root,) = self._cat(f"{version}^{{tree}}")
+        (root,) = self._cat((f"{version}^{{tree}}", b"tree"))
         return sorted(name for name, (mode, _sha) in _tree(root).items() if mode == _TREE_MODE)
 
     def version(self) -> str | None:
@@ -200,8 +200,8 @@ class GitStateStore:
                 files: dict[str, bytes]) -> str:
         if parent:
             root_data, plan_data, old, files_data = self._cat(
-                f"{parent}^{{tree}}", f"{parent}:{plan_id}", f"{parent}:{plan_id}/{LEDGER}",
-                f"{parent}:{plan_id}/{FILES}")
+                (f"{parent}^{{tree}}", b"tree"), (f"{parent}:{plan_id}", b"tree"),
+                (f"{parent}:{plan_id}/{LEDGER}", b"blob"), (f"{parent}:{plan_id}/{FILES}", b"tree"))
             if root_data is None:
                 raise PlanRunnerError(
                     what=f"the state branch {self.branch!r} points at {parent[:12]}, which is not a readable commit",
@@ -271,22 +271,22 @@ class GitStateStore:
                               why=stderr_of(last) if last else "", fix="run again")
 
     def _blob(self, tree_ish: str, path: str) -> bytes | None:
-        (data,) = self._cat(f"{tree_ish}:{path}")
+        (data,) = self._cat((f"{tree_ish}:{path}", b"blob"))
         return data
 
-    def _cat(self, *specs: str) -> list[bytes | None]:
-        """The contents of several objects (`<rev>:<path>` and the like) from one `git cat-file`
-        process; None for each that does not exist."""
-        out = run_git(self.repo, "cat-file", "--batch", data="".join(f"{spec}\n" for spec in specs).encode())
+    def _cat(self, *wanted: tuple[str, bytes]) -> list[bytes | None]:
+        """The contents of several objects, each `(spec, type)` with a spec like `<rev>:<path>`,
+        from one `git cat-file` process; None for each that is missing or of another type."""
+        out = run_git(self.repo, "cat-file", "--batch", data="".join(f"{spec}\n" for spec, _ in wanted).encode())
         found: list[bytes | None] = []
         at = 0
-        for _spec in specs:
+        for _spec, kind in wanted:
             end = out.index(b"\n", at)
             parts = out[at:end].split(b" ")
             at = end + 1
             if len(parts) == 3 and parts[2].isdigit():  # "<sha> <type> <size>", else "<spec> missing"
                 size = int(parts[2])
-                found.append(out[at: at + size])
+                found.append(out[at: at + size] if parts[1] == kind else None)
                 at += size + 1
             else:
                 found.append(None)

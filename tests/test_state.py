@@ -389,3 +389,27 @@ def test_declined_push_leaves_no_local_state(tmp_path):
     with git.Repo(a) as ra:
         assert ra.git.rev_parse("refs/heads/plan-runner/state") == v1
     assert store.read("p")[1] == v1 == remote_state(bare)
+
+
+def test_objects_written_without_git_are_valid_git_objects_in_gits_order(tmp_path):
+    """Names that sort differently as trees ("a" is compared as "a/") and nested files: `git fsck --strict`
+    accepts every object the store wrote, and git itself reads the ledger and files back."""
+    make_repo(tmp_path / "r").close()
+    store = GitStateStore(tmp_path / "r", remote=None)
+    version = None
+    for plan in ("a", "a-b", "a.b", "a0", "b"):
+        version = store.append(plan, [parked(f"why {plan}")], version, files={"t.tar.gz": b"\x00\x01" * 10,
+                                                                            "e.json": b"{}"})
+        version = store.append(plan, [Finished(at=AT, reason="done")], version, files={"e.json": b'{"x": 1}'})
+    fsck = subprocess.run(["git", "fsck", "--strict", "--no-dangling"], cwd=tmp_path / "r",
+                          capture_output=True, text=True)
+    assert fsck.returncode == 0 and not fsck.stderr.strip(), fsck.stderr
+    listed = subprocess.run(["git", "ls-tree", "--name-only", "plan-runner/state"], cwd=tmp_path / "r",
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert listed == ["a-b", "a.b", "a", "a0", "b"]
+    shown = subprocess.run(["git", "show", "plan-runner/state:a.b/files/e.json"], cwd=tmp_path / "r",
+                           capture_output=True, text=True, check=True).stdout
+    assert shown == '{"x": 1}'
+    entries, _ = store.read("a.b")
+    assert [e.type for e in entries] == ["park", "finish"] and store.plans() == ["a", "a-b", "a.b", "a0", "b"]
+    assert store.read_file("a", "t.tar.gz") == b"\x00\x01" * 10
