@@ -76,29 +76,54 @@ def dry_run(repo: Path, env: dict[str, str], reps: int, runs: int) -> float:
     return median([run_child(argv, cwd=repo, env=env).wall_s for _ in range(runs)])
 
 
+# The baselines measured in the same run: what any Python command on this stack pays before
+# plan-runner does anything of its own.
+FLOORS = {
+    "python": "pass",
+    # the names plan-runner imports (pydantic's package is lazy: its parts load when first named)
+    "python + dependencies": "from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, "
+                             "ValidationError, WithJsonSchema, model_validator; import git, yaml, jinja2",
+}
+
+
+def floors(workdir: Path, env: dict[str, str], runs: int) -> dict[str, float]:
+    return {name: round(median([run_child([sys.executable, "-c", code], cwd=workdir, env=env).wall_s
+                                for _ in range(runs)]), 3)
+            for name, code in FLOORS.items()}
+
+
 def bench_overhead(workdir: Path, sizes: list[int], reps: int) -> dict:
     env = child_env()
     script = workdir / "agent-script.yaml"
     script.write_text(SCRIPT, encoding="utf-8")
-    rows = []
+    repos = {}
     for size in sizes:
         repo = workdir / f"repo-{size}"
         build_repo(repo, size, project(reps, script), env=env)
         run_one(repo, 0, env)  # warm-up: bytecode caches, page cache
-        runs = [run_one(repo, n, env) for n in range(1, reps + 1)]
+        repos[size] = repo
+    # Round-robin over the sizes: a machine that slows down mid-run (a neighbour on a shared host)
+    # slows every size alike instead of whichever ran last, so the scale ratio stays honest.
+    runs: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
+    for n in range(1, reps + 1):
+        for size in sizes:
+            runs[size].append(run_one(repos[size], n, env))
+    rows = []
+    for size in sizes:
+        repo, done = repos[size], runs[size]
         commits = int(git(repo, "rev-list", "--count", "main", env=env))
         rows.append({
             "commits": commits,
             "sessions": reps,
-            "overhead_median_s": round(median([r["overhead_s"] for r in runs]), 3),
-            "overhead_min_s": round(min(r["overhead_s"] for r in runs), 3),
-            "overhead_max_s": round(max(r["overhead_s"] for r in runs), 3),
-            "wall_median_s": round(median([r["wall_s"] for r in runs]), 3),
-            "agent_median_s": round(median([r["agent_s"] for r in runs]), 3),
-            "gates_median_s": round(median([r["gates_s"] for r in runs]), 3),
-            "peak_rss_mb_median": round(median([r["maxrss_mb"] for r in runs]), 1),
-            "peak_rss_mb_max": round(max(r["maxrss_mb"] for r in runs), 1),
-            "cpu_median_s": round(median([r["cpu_s"] for r in runs]), 3),
+            "overhead_median_s": round(median([r["overhead_s"] for r in done]), 3),
+            "overhead_min_s": round(min(r["overhead_s"] for r in done), 3),
+            "overhead_max_s": round(max(r["overhead_s"] for r in done), 3),
+            "wall_median_s": round(median([r["wall_s"] for r in done]), 3),
+            "agent_median_s": round(median([r["agent_s"] for r in done]), 3),
+            "gates_median_s": round(median([r["gates_s"] for r in done]), 3),
+            "peak_rss_mb_median": round(median([r["maxrss_mb"] for r in done]), 1),
+            "peak_rss_mb_max": round(max(r["maxrss_mb"] for r in done), 1),
+            "cpu_median_s": round(median([r["cpu_s"] for r in done]), 3),
             "dry_run_s": round(dry_run(repo, env, reps, 1 if reps < 5 else 3), 3),
         })
     small, big = rows[0]["overhead_median_s"], rows[-1]["overhead_median_s"]
@@ -106,8 +131,11 @@ def bench_overhead(workdir: Path, sizes: list[int], reps: int) -> dict:
     # CPU time barely moves with other load on the machine: the steadier view of the same ratio.
     cpu_ratio = round(rows[-1]["cpu_median_s"] / rows[0]["cpu_median_s"], 2) if rows[0]["cpu_median_s"] else float("nan")
     worst = max(r["overhead_median_s"] for r in rows)
+    baseline = floors(workdir, env, max(3, reps))
     return {
         "rows": rows,
+        "floors_s": baseline,
+        "above_dependency_floor_s": round(worst - baseline["python + dependencies"], 3),
         "scale_ratio": ratio,
         "cpu_scale_ratio": cpu_ratio,
         "targets": {

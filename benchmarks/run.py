@@ -85,6 +85,10 @@ def rows_for(name: str, r: dict) -> list[tuple[str, str, str, str]]:
         t = r["targets"]
         out.append((name, "median overhead, worst size", f"{t['median_overhead_s']['worst']:.3f} s",
                     _mark(t["median_overhead_s"]["met"])))
+        for floor, seconds in r.get("floors_s", {}).items():
+            out.append((name, f"baseline: {floor} start and exit", f"{seconds:.3f} s", ""))
+        if "above_dependency_floor_s" in r:
+            out.append((name, "overhead above the dependency baseline", f"{r['above_dependency_floor_s']:.3f} s", ""))
         out.append((name, "overhead ratio, biggest/smallest repo", f"{r['scale_ratio']}x",
                     _mark(t["scale_ratio"]["met"])))
         out.append((name, "CPU ratio, biggest/smallest repo", f"{r['cpu_scale_ratio']}x", ""))
