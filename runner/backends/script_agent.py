@@ -39,35 +39,34 @@ def say(text: str) -> None:
     emit("text", text=text)
 
 
+def _take(raw: str, plain_type: str) -> None:
+    """Log one message from the backend: the prompt, or a nudge (a plain-text line is a `plain_type`)."""
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        message = {"type": plain_type, "text": raw}
+    text = str(message.get("text", "")) if isinstance(message, dict) else raw
+    if isinstance(message, dict) and message.get("type") == "prompt":
+        emit("prompt", characters=len(text))
+        return
+    _nudges.append(text)
+    emit("nudge", text=text, count=len(_nudges))
+    _nudge_event.set()
+
+
 def _read_prompt() -> None:
     """Take the prompt (the first line the backend sends) before any step runs, so the transcript
     always records it, however short the session."""
     raw = sys.stdin.readline().strip()
-    if not raw:
-        return
-    try:
-        message = json.loads(raw)
-    except ValueError:
-        message = {"type": "prompt", "text": raw}
-    emit("prompt", characters=len(str(message.get("text", ""))))
+    if raw:
+        _take(raw, "prompt")
 
 
 def _read_stdin() -> None:
     """Log every further message the backend sends (nudges)."""
     for raw in sys.stdin:
-        raw = raw.strip()
-        if not raw:
-            continue
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            message = {"type": "nudge", "text": raw}
-        if message.get("type") == "prompt":
-            emit("prompt", characters=len(str(message.get("text", ""))))
-            continue
-        _nudges.append(str(message.get("text", "")))
-        emit("nudge", text=str(message.get("text", "")), count=len(_nudges))
-        _nudge_event.set()
+        if raw.strip():
+            _take(raw.strip(), "nudge")
 
 
 class Agent:
