@@ -8,7 +8,7 @@ and agent edits of protected configuration are reverted (and reported).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -123,8 +123,13 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
                      observed_at: datetime, cache: GateCache | None = None,
                      on_gate: Callable[[GateEvent], None] | None = None,
                      checks_runner=None, extra_tampering: tuple[str, ...] = (),
-                     before_gates: Callable[[str], None] | None = None) -> Evidence:
-    """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff."""
+                     before_gates: Callable[[str], None] | None = None,
+                     secrets: Sequence[str] = (), unpushed_from: str | None = None) -> Evidence:
+    """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
+
+    `secrets` are values that must never leave the machine in a commit: everything the work branch
+    would publish (from `unpushed_from`, the remote's head of it, else the session base) is searched
+    for them first, and `before_gates` (the early push) is skipped when one is found."""
     repo, path = scene.repo, scene.plan.path
     agent_head = gitwork.head_sha(repo)
     agent_text = gitwork.read_file_at(repo, agent_head, path)
@@ -141,7 +146,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     flips = _verify(_flips(scene, agent_text, final_text), scene.plan, repo, env)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
-    if before_gates is not None:
+    leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
+    if before_gates is not None and not leaked:
         before_gates(head)  # remote `checks:` gates judge the pushed commit
     gates: tuple[GateResult, ...] = run_gates(
         scene.plan.config.gates, workdir=repo, env=env, tree_hash=gitwork.tree_hash(repo, head),
@@ -151,7 +157,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,
         started_at=scene.started_at, observed_at=observed_at, base_sha=scene.base_sha, head_sha=head,
         commits=commits, flips=flips, tampering=tuple(extra_tampering) + tuple(tampering), gates=gates,
-        deleted_tests=deleted_tests,
+        deleted_tests=deleted_tests, leaked_secrets=leaked,
         signals=signals, handoff=handoff, next_checkpoint=scene.checkpoint,
     )
 

@@ -127,6 +127,9 @@ class Evidence(Record):
     flips: tuple[Flip, ...] = ()
     tampering: tuple[str, ...] = ()  # human-readable: what protected file the agent changed
     deleted_tests: tuple[str, ...] = ()  # test files the session deleted: reported, a human judges
+    # files where the session's commits add the value of a known secret (the paths, never the value);
+    # nothing of such a session is pushed
+    leaked_secrets: tuple[str, ...] = ()
     gates: tuple[GateResult, ...] = ()
     signals: SessionSignals
     handoff: str | None = None

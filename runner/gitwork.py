@@ -402,6 +402,49 @@ def collect_commits(repo: Path, base_sha: str, head: str, bookkeeping_paths: set
     return tuple(reversed(commits))
 
 
+def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -> list[str]:
+    """The files whose lines added from tree `old` to tree `new` contain any of `needles` (secret values).
+
+    The diff is streamed and read in bounded pieces, so memory stays flat however large the
+    change; the needles never appear on a command line (where `ps` would show them)."""
+    wanted = sorted({n.encode() for n in needles if n}, key=len, reverse=True)
+    if not wanted:
+        return []
+    keep = max(len(n) for n in wanted) - 1  # a needle may straddle two pieces of one long line
+    proc = Git(str(repo)).execute(
+        ["git", "-c", "core.quotePath=false", "diff", "--no-color", "--no-ext-diff", "--no-renames", "--text",
+         "--unified=0", old, new, "--"], as_process=True, env={**BOT_ENV})
+    found: list[str] = []
+    current, in_header, adding, continuing, carry = "", False, False, False, b""
+    stream = proc.proc.stdout
+    try:
+        for piece in iter(lambda: stream.readline(1 << 20), b""):
+            if not continuing:
+                carry = b""
+                if piece.startswith(b"diff --git "):
+                    in_header, adding = True, False
+                elif in_header and piece.startswith(b"+++ "):
+                    current = piece[4:].rstrip(b"\n").rstrip(b"\t").decode("utf-8", "replace").removeprefix("b/")
+                elif piece.startswith(b"@@"):
+                    in_header, adding = False, False
+                elif not in_header:
+                    adding = piece.startswith(b"+")
+            if adding and current not in found:
+                text = carry + piece
+                if any(n in text for n in wanted):
+                    found.append(current)
+                carry = text[-keep:] if keep else b""
+            continuing = not piece.endswith(b"\n")
+    finally:
+        stream.close()
+        code = proc.proc.wait()
+    if code != 0:
+        raise PlanRunnerError(what=f"could not compare {old[:12]} with {new[:12]} to look for secrets",
+                              why=f"git diff exited with code {code}",
+                              fix=f"check the repository with `git -C {repo} fsck`, then run again")
+    return found
+
+
 def read_file_at(repo: Path, rev: str, path: str) -> str | None:
     """The text of `path` at `rev`; None when the file does not exist there."""
     if _FULL_SHA.fullmatch(rev) is None:
@@ -487,7 +530,6 @@ def current_branch(repo: Path) -> str | None:
 
 __all__ = [
     "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
-    "files_changed",
-    "is_dirty", "protected_paths_changed", "push_branch", "push_ref", "read_file_at", "ref_sha",
-    "run_git", "tree_hash",
+    "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
+    "push_ref", "read_file_at", "ref_sha", "run_git", "tree_hash",
 ]

@@ -122,7 +122,8 @@ def _run(s: Session, action: RunSession) -> SessionResult:
                                 cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
                                 on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
                                 checks_runner=s.d.checks_runner, extra_tampering=tuple(moved),
-                                before_gates=_push_early(ws, plan, n, work_remote_sha))
+                                before_gates=_push_early(ws, plan, n, work_remote_sha),
+                                secrets=s.secrets, unpushed_from=work_remote_sha)
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     guard.redact_tree(transcripts, s.secrets)
     signals = evidence.signals
@@ -144,7 +145,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
 
     fault_point(ws, "before-push")
-    if ws.remote:
+    if ws.remote and not evidence.leaked_secrets:  # a secret in a commit stays on this machine
         gitwork.push_branch(ws.repo, plan.work_branch, ws.remote,
                             gitwork.ref_sha(ws.repo, f"{ws.remote}/{plan.work_branch}"))
     fault_point(ws, "after-push")
@@ -152,7 +153,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode(),
                              TRANSCRIPTS_FILE: pack_dir(transcripts)})
     fault_point(ws, "after-ledger")
-    if ws.remote:  # the work branch and the ledger hold it all now
+    if ws.remote and not evidence.leaked_secrets:  # the work branch and the ledger hold it all now
         gitwork.delete_remote_ref(ws.repo, ws.remote, session_ref(plan.id, n))
     result = apply_action(s, next_action, evidence, verdict)
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,

@@ -14,6 +14,7 @@ from runner.gitwork import (
     commit_leftovers,
     ensure_work_branch,
     is_dirty,
+    paths_adding,
     protected_paths_changed,
     push_branch,
     read_file_at,
@@ -189,6 +190,20 @@ def test_read_file_at_and_tree_hash(repo):
     assert tree_hash(root, first) == repo.commit(first).tree.hexsha
     with pytest.raises(PlanRunnerError):
         read_file_at(root, "no-such-branch", "README.md")
+
+
+def test_paths_adding_finds_added_secrets_only(repo):
+    """Added lines only (a secret removed, or already there before, is not this change's doing), in any file,
+    however long the line, also where the value straddles the 1 MiB pieces the diff is read in."""
+    secret = "sk-live-0123456789"
+    base = commit(repo, {"old.txt": f"already {secret}\n", "gone.txt": f"{secret}\n"}, "base")
+    edge = "x" * ((1 << 20) - 7) + secret + "\n"  # the value crosses the first piece's end
+    head = commit(repo, {"gone.txt": "clean\n", "edge.txt": edge, "with space.txt": f"+++ {secret}\n",
+                         "plain.txt": "nothing here\n", "old.txt": f"already {secret}\nmore\n"}, "change")
+    found = paths_adding(path_of(repo), base, head, [secret, "not-there-at-all"])
+    assert sorted(found) == ["edge.txt", "with space.txt"]
+    assert paths_adding(path_of(repo), base, head, []) == []
+    assert paths_adding(path_of(repo), head, head, [secret]) == []
 
 
 def test_protected_paths_changed(repo):

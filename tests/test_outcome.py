@@ -37,6 +37,13 @@ def test_row1_tampering_needs_human():
     assert v.outcome is Outcome.NEEDS_HUMAN and "gates changed" in v.reasons[0]
 
 
+def test_row1_a_secret_in_the_commits_needs_human_even_when_everything_advanced():
+    """Green gates, work and a genuine flip do not matter: a commit holding a secret is for a human."""
+    v = classify(evidence(flips=(flip(),), leaked_secrets=("config/settings.py",)))
+    assert (v.outcome, v.blame, v.rule) == (Outcome.NEEDS_HUMAN, Blame.NONE, 1)
+    assert "config/settings.py" in v.reasons[0] and "nothing of this session was pushed" in v.reasons[0]
+
+
 def test_row2_rate_limit_is_limit_backoff_blamed_on_environment():
     """A rate limit is weather: LimitBackoff with the backend's reset time."""
     reset = T0 + timedelta(hours=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,27 @@ def test_secrets_never_reach_github_the_job_log_or_the_summary(tmp_path):
     assert b"gate sees ***" in published
     for secret in ALL_SECRETS:
         assert secret.encode() not in published, secret
+
+
+def test_a_secret_the_agent_commits_never_leaves_the_machine(tmp_path):
+    """The agent writes its API key into a committed file: the session parks (NeedsHuman) naming the file, not
+    the value; neither the session ref nor the work branch is pushed, so the remote holds no object with the
+    key, while the local work branch keeps the commit for the human."""
+    leak = [MUL_STEP, {"commit": "Add mul"},
+            {"write": {"path": "calc/settings.py", "content": f"API_KEY = '{API_KEY}'\n"}},
+            {"commit": "Configure the client"}, {"check": "1.1"}, {"commit": "Tick 1.1"}]
+    repo = make_repo(tmp_path, script(leak, [{"say": "still here"}]))
+    proc = run_session(repo, env=_env())
+    out = result_json(proc)
+    assert out["outcome"] == "NeedsHuman" and out["status"] == "parked", out
+    assert any("calc/settings.py" in r and "nothing of this session was pushed" in r for r in out["reasons"])
+    bare = tmp_path / "origin.git"
+    assert API_KEY.encode() not in all_git_text(bare)
+    local_work = subprocess.run(["git", "show", "plan-runner/calc:calc/settings.py"], cwd=repo,
+                                capture_output=True, text=True).stdout
+    assert API_KEY in local_work  # kept here for the human, not lost
+    remote_refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)"], cwd=bare,
+                                 capture_output=True, text=True, check=True).stdout.split()
+    assert not any(r.startswith("refs/plan-runner/sessions/") for r in remote_refs), remote_refs
+    published = proc.stdout.encode() + proc.stderr.encode() + files_text(repo / ".git" / "plan-runner" / "reports")
+    assert API_KEY.encode() not in published
