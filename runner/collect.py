@@ -149,7 +149,9 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
     if before_gates is not None and not leaked:
         before_gates(head)  # remote `checks:` gates judge the pushed commit
-    gates: tuple[GateResult, ...] = run_gates(
+    # A leaked secret decides the outcome (row 1) and the commit is not pushed, so remote `checks:`
+    # would wait for a commit GitHub never sees: the gates are not run.
+    gates: tuple[GateResult, ...] = () if leaked else run_gates(
         scene.plan.config.gates, workdir=repo, env=env, tree_hash=gitwork.tree_hash(repo, head),
         cache=cache, on_event=on_gate, checks_runner=checks_runner)
     _discard_gate_byproducts(repo)
