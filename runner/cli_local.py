@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -18,16 +19,34 @@ EXIT_FINISHED, EXIT_PARKED = 0, 3
 
 
 class Progress:
-    """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes."""
+    """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes.
+
+    On a terminal the status line is redrawn every second (the elapsed time moves while a quiet
+    agent thinks); elsewhere only the events are printed, one line each."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.session = ""
         self.tokens = "0"
         self.tool = "-"
+        self.waiting: str | None = None
         self.status = err.status("starting")
+        self._stopped = threading.Event()
+        if self.status:
+            threading.Thread(target=self._tick, name="progress", daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(1.0):
+            if self.session and self.waiting is None:
+                self._redraw()
+
+    def _redraw(self) -> None:
+        if self.status and not self._stopped.is_set():
+            elapsed = time.monotonic() - self.started
+            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · last tool {self.tool}")
 
     def event(self, kind: str, detail: str) -> None:
+        self.waiting = None
         if kind == "session":
             self.started, self.session, self.tokens, self.tool = time.monotonic(), detail, "0", "-"
             err.say(f"session {detail}", "bold")
@@ -39,18 +58,18 @@ class Progress:
             err.say(f"  gate {detail}")
         elif kind in ("outcome", "agent", "advisor", "reconciled"):
             err.say(f"  {kind}: {detail}")
-        if self.status:
-            elapsed = time.monotonic() - self.started
-            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · last tool {self.tool}")
+        self._redraw()
 
     def wait(self, action: Wait, left: float) -> None:
         text = f"waiting {left:5.0f}s: {action.reason} (Ctrl-C stops; state is saved)"
+        self.waiting = text
         if self.status:
             self.status.update(text)
         elif int(left) % 10 == 0 or left < 1:
             err.say(text)
 
     def stop(self) -> None:
+        self._stopped.set()
         if self.status:
             self.status.stop()
 

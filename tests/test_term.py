@@ -51,3 +51,21 @@ def test_the_demo_refuses_a_directory_that_holds_a_demo_already(tmp_path):
     with pytest.raises(PlanRunnerError) as err:
         create_demo_repo(tmp_path)
     assert "exists already" in err.value.render() and "--dir" in err.value.render()
+
+
+def test_the_status_line_moves_while_the_agent_is_quiet(monkeypatch):
+    """On a terminal the elapsed time is redrawn every second, with no event from the agent."""
+    from runner import cli_local
+
+    monkeypatch.setattr(sys, "stderr", _Tty())
+    progress = cli_local.Progress()
+    drawn: list[str] = []
+    progress.status.update = drawn.append  # the redraws, as text
+    try:
+        progress.event("session", "1 delivery 1.1")
+        import time
+
+        time.sleep(2.3)
+    finally:
+        progress.stop()
+    assert len(drawn) >= 3 and all(t.startswith("session 1 delivery 1.1 ·") for t in drawn), drawn
