@@ -16,7 +16,7 @@ from pathlib import Path
 from git import GitCommandError
 
 from runner import gitwork
-from runner.evidence import Evidence, Flip, GateResult, SessionSignals
+from runner.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
 from runner.gates import GateCache, GateEvent, run_gates
 from runner.plan import GateConfig, Plan
 from runner.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
@@ -124,12 +124,15 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
                      on_gate: Callable[[GateEvent], None] | None = None,
                      checks_runner=None, extra_tampering: tuple[str, ...] = (),
                      before_gates: Callable[[str], None] | None = None,
-                     secrets: Sequence[str] = (), unpushed_from: str | None = None) -> Evidence:
+                     secrets: Sequence[str] = (), unpushed_from: str | None = None,
+                     carry_from: str | None = None) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
 
     `secrets` are values that must never leave the machine in a commit: everything the work branch
     would publish (from `unpushed_from`, the remote's head of it, else the session base) is searched
-    for them first, and `before_gates` (the early push) is skipped when one is found."""
+    for them first, and `before_gates` (the early push) is skipped when one is found. `carry_from`
+    is where the interrupted sessions before this one began: their commits are carried into the
+    evidence for the verdict to judge."""
     repo, path = scene.repo, scene.plan.path
     agent_head = gitwork.head_sha(repo)
     agent_text = gitwork.read_file_at(repo, agent_head, path)
@@ -145,6 +148,9 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
     flips = _verify(_flips(scene, agent_text, final_text), scene.plan, repo, env)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
+    carried: tuple[CommitInfo, ...] = ()
+    if carry_from and carry_from != scene.base_sha and _is_ancestor(repo, carry_from, scene.base_sha):
+        carried = gitwork.collect_commits(repo, carry_from, scene.base_sha, {path, scene.handoff_path})
     deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
     leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
     if before_gates is not None and not leaked:
@@ -159,7 +165,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,
         started_at=scene.started_at, observed_at=observed_at, base_sha=scene.base_sha, head_sha=head,
         commits=commits, flips=flips, tampering=tuple(extra_tampering) + tuple(tampering), gates=gates,
-        deleted_tests=deleted_tests, leaked_secrets=leaked,
+        deleted_tests=deleted_tests, leaked_secrets=leaked, carried_commits=carried,
         signals=signals, handoff=handoff, next_checkpoint=scene.checkpoint,
     )
 

@@ -130,6 +130,9 @@ class Evidence(Record):
     # files where the session's commits add the value of a known secret (the paths, never the value);
     # nothing of such a session is pushed
     leaked_secrets: tuple[str, ...] = ()
+    # work commits of the interrupted sessions just before this one on the same checkpoint (stalled, timed
+    # out, limited, rolled over, crashed): no verdict has judged them yet, so they back this session's flips
+    carried_commits: tuple[CommitInfo, ...] = ()
     gates: tuple[GateResult, ...] = ()
     signals: SessionSignals
     handoff: str | None = None
@@ -137,7 +140,17 @@ class Evidence(Record):
 
     @property
     def work_commits(self) -> tuple[CommitInfo, ...]:
+        """This session's own work commits."""
         return tuple(c for c in self.commits if c.counts_as_work and not c.wip)
+
+    @property
+    def carried_work(self) -> tuple[CommitInfo, ...]:
+        return tuple(c for c in self.carried_commits if c.counts_as_work and not c.wip)
+
+    @property
+    def credited_work(self) -> tuple[CommitInfo, ...]:
+        """The work a verdict on this session judges: its own, and the interrupted sessions' before it."""
+        return self.carried_work + self.work_commits
 
     @property
     def required_gates(self) -> tuple[GateResult, ...]:

@@ -91,19 +91,26 @@ def _gates_red(e: Evidence) -> list[str]:
             for g in e.required_gates if not g.passed]
 
 
+def _carried(e: Evidence) -> list[str]:
+    n = len(e.carried_work)
+    return [f"counting {n} work commit(s) of the interrupted session(s) before this one, which no verdict "
+            "had judged"] if n else []
+
+
 def _genuine_flips(e: Evidence) -> list[Flip]:
-    if not e.work_commits or not e.gates_green:
+    if not e.credited_work or not e.gates_green:
         return []
     return [f for f in e.flips if _is_done_flip(f) and f.in_session_commits and f.verify_passed is not False]
 
 
 def _advanced(e: Evidence) -> list[str]:
-    return [f"checkpoint {f.checkpoint_id} genuinely flipped to DONE" for f in _genuine_flips(e)]
+    flipped = [f"checkpoint {f.checkpoint_id} genuinely flipped to DONE" for f in _genuine_flips(e)]
+    return flipped + _carried(e) if flipped else []
 
 
 def _progress(e: Evidence) -> list[str]:
-    n = len(e.work_commits)
-    return [f"{n} work commit(s), gates green, no checkpoint flipped"] if n else []
+    n = len(e.credited_work)
+    return [f"{n} work commit(s), gates green, no checkpoint flipped"] + _carried(e) if n else []
 
 
 def _no_progress(e: Evidence) -> list[str]:
@@ -133,7 +140,7 @@ def _rejected_flips(e: Evidence, genuine: list[Flip]) -> tuple[str, ...]:
             continue
         if not f.in_session_commits:
             why = "the flip is not in this session's commits"
-        elif not e.work_commits:
+        elif not e.credited_work:
             why = "no work commits back it"
         elif not e.gates_green:
             why = "required gates are red"

@@ -32,6 +32,8 @@ _FIX_KIND = {
     Outcome.AGENT_ERROR: SessionKind.FIX_ERROR,
 }
 _STALLS = (Outcome.STALLED, Outcome.TIMED_OUT)
+# Sessions cut short before any verdict on their work: what they committed is judged with the next session.
+_UNJUDGED = (Outcome.STALLED, Outcome.TIMED_OUT, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER, Outcome.AGENT_ERROR)
 
 AnyAction = RunSession | Wait | ConsultAdvisor | Park | Finish
 
@@ -57,6 +59,8 @@ class RunState(Record):
     parked_at: datetime | None = None
     finished: bool = False
     pull_request: str | None = None
+    # the base commit of the run of unjudged sessions (see _UNJUDGED) that ends the ledger, if any
+    uncredited_base: str | None = None
 
     @property
     def parked(self) -> bool:
@@ -90,6 +94,7 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
         pending=r.next_action,
         park_issue=None,  # a session ran: any earlier park is over
         parked_at=None,
+        uncredited_base=(state.uncredited_base or r.base_sha or None) if r.outcome in _UNJUDGED else None,
     ))
 
 
@@ -115,13 +120,15 @@ def fold(ledger: Iterable[Entry]) -> RunState:
             state = _note_session(state, entry)
         elif isinstance(entry, Advice):
             skipped = state.skipped | {entry.checkpoint} if entry.answer == "skip" and entry.checkpoint else state.skipped
-            state = _fresh_budgets(state, pending=entry.next_action, skipped=skipped)
+            state = _fresh_budgets(state, pending=entry.next_action, skipped=skipped,
+                                   uncredited_base=None if entry.answer == "skip" else state.uncredited_base)
         elif isinstance(entry, Reply):
             checkpoint = state.last.checkpoint if state.last else None
             skipped = state.skipped | {checkpoint} if entry.command == "skip" and checkpoint else state.skipped
             state = _fresh_budgets(state, pending=entry.next_action, skipped=skipped,
                                    instructions=entry.text or None, park_issue=None, parked_at=None,
-                                   finished=False)
+                                   finished=False,
+                                   uncredited_base=None if entry.command == "skip" else state.uncredited_base)
         elif isinstance(entry, Dispatched):
             state = state.model_copy(update={"last_dispatch": max(state.last_dispatch, entry.for_session)})
         elif isinstance(entry, Parked):

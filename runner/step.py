@@ -40,6 +40,14 @@ def _prompt(s: Session, action: RunSession, plan_text: str, handoff_path: str) -
     return render_prompt(action, ctx)
 
 
+def _carry_from(s: Session, action: RunSession) -> str | None:
+    """Where the unjudged sessions before this one began, when they worked on the same checkpoint."""
+    last = s.state.last
+    if last is None or last.checkpoint != action.checkpoint:
+        return None
+    return s.state.uncredited_base
+
+
 def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
     return tuple(GateSummary(name=g.name, required=g.required, passed=g.passed, duration_s=g.duration_s,
                              fingerprint=g.fingerprint) for g in evidence.gates)
@@ -123,7 +131,8 @@ def _run(s: Session, action: RunSession) -> SessionResult:
                                 on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
                                 checks_runner=s.d.checks_runner, extra_tampering=tuple(moved),
                                 before_gates=_push_early(ws, plan, n, work_remote_sha),
-                                secrets=s.secrets, unpushed_from=work_remote_sha)
+                                secrets=s.secrets, unpushed_from=work_remote_sha,
+                                carry_from=_carry_from(s, action))
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     guard.redact_tree(transcripts, s.secrets)
     signals = evidence.signals

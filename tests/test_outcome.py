@@ -138,6 +138,21 @@ def test_row10_work_without_flip_is_progress():
     assert (v.outcome, v.blame, v.rule) == (Outcome.PROGRESS, Blame.NONE, 10)
 
 
+def test_rows9_to_11_count_the_unjudged_work_of_interrupted_sessions_before():
+    """A session resumed after a stall that only ticks the checkpoint is backed by the stalled session's
+    commits (no verdict judged them); the reasons say so. Carried WIP alone backs nothing."""
+    carried = (work_commit("s1", "Add sessions table"), wip_commit("s2"))
+    v = classify(evidence(commits=(tracker_commit(),), flips=(flip(in_session_commits=True),),
+                          carried_commits=carried))
+    assert (v.outcome, v.rule) == (Outcome.ADVANCED, 9) and not v.rejected_flips
+    assert any("1 work commit(s) of the interrupted session(s)" in r for r in v.reasons)
+    v = classify(evidence(commits=(), carried_commits=carried))
+    assert (v.outcome, v.rule) == (Outcome.PROGRESS, 10)
+    v = classify(evidence(commits=(tracker_commit(),), flips=(flip(in_session_commits=True),),
+                          carried_commits=(wip_commit(),)))
+    assert v.outcome is Outcome.NO_PROGRESS and v.rejected_flips == ("1.1: no work commits back it",)
+
+
 def test_row11_no_work_commits_is_no_progress():
     """Commits that only touch the tracker, and WIP commits, are not work."""
     v = classify(evidence(commits=(tracker_commit(), wip_commit()), flips=(flip(),)))

@@ -169,6 +169,27 @@ def test_silent_agent_stalls_and_the_next_session_resumes_it(tmp_path):
     assert out["next_action"]["kind"] == "resume" and out["next_action"]["resume_session_id"]
 
 
+def test_work_committed_before_a_stall_backs_the_resumed_session_that_ticks(tmp_path):
+    """The agent commits its work, then goes quiet; the resumed session only ticks the checkpoint. The stalled
+    session's commit was never judged, so it backs the flip: Advanced, not NoProgress with the tick reverted."""
+    repo = make_repo(tmp_path, """
+        sessions:
+          - id: worker
+            steps:
+              - write: {path: calc/mul.py, content: "def mul(a, b):\\n    return a * b\\n"}
+              - commit: "Add mul"
+              - silent: 20
+          - - check: "1.1"
+            - commit: "Tick 1.1"
+        """)
+    _, first, _ = session(repo)
+    assert first["outcome"] == "Stalled" and first["next_action"]["kind"] == "resume"
+    _, second, _ = session(repo)
+    assert second["outcome"] == "Advanced", second
+    assert second["rejected_flips"] == [] and any("interrupted session" in r for r in second["reasons"])
+    assert "- [x] 1.1" in git(repo, "show", "plan-runner/calc:plans/calc.md")
+
+
 def test_token_budget_rolls_over_without_burning_an_attempt(tmp_path):
     """Past session_tokens the agent is stopped: RolledOver, blamed on the environment."""
     repo = make_repo(tmp_path, f"""
