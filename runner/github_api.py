@@ -4,11 +4,14 @@ Retries follow GitHub's rules (PyGithub's `GithubRetry`): 5xx and connection
 errors back off exponentially, a secondary rate limit waits `Retry-After` (or
 `secondary_rate_wait`), a primary one waits until `x-ratelimit-reset`. Every
 wait is bounded by `max_rate_limit_wait`; past the budget the call raises
-`ServiceUnavailable`, never hangs.
+`ServiceUnavailable`, never hangs. An answer cut off mid-body is asked for again
+when the request was a read (urllib3's retries end when the headers arrive, so
+plan-runner's connection classes add that one); a write is never repeated.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from typing import Any
 import requests
 from github import Auth, Github, GithubException, GithubRetry
 from github.GithubException import BadCredentialsException, RateLimitExceededExceedsMaxWait
-from github.Requester import Requester
+from github.Requester import HTTPRequestsConnectionClass, HTTPSRequestsConnectionClass, Requester
 from urllib3 import Retry
 
 from runner.errors import PlanRunnerError, ServiceUnavailable
@@ -77,6 +80,47 @@ class BoundedRetry(GithubRetry):
         return wait
 
 
+_SAFE_TO_REPEAT = frozenset({"GET", "HEAD"})
+
+
+class ReadRetryAdapter(requests.adapters.HTTPAdapter):
+    """Reads the body of a GET or HEAD answer at once and asks again (bounded by the Retry's total, with
+    its backoff) when it is cut off; other answers are left to requests, so a write is never repeated."""
+
+    def send(self, request: requests.PreparedRequest, stream: bool = False, **kwargs: Any) -> requests.Response:
+        if stream or (request.method or "").upper() not in _SAFE_TO_REPEAT:
+            return super().send(request, stream=stream, **kwargs)
+        retry = self.max_retries
+        attempts = max(1, int(retry.total or 0) + 1)
+        for attempt in range(attempts):
+            response = super().send(request, stream=True, **kwargs)
+            try:
+                response.content  # noqa: B018 - read the whole body now, where a cut can be retried
+                return response
+            except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError):
+                response.close()
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(min(retry.backoff_max, retry.backoff_factor * (2 ** attempt)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Http(HTTPRequestsConnectionClass):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.adapter = ReadRetryAdapter(max_retries=self.retry, pool_connections=self.pool_size,
+                                        pool_maxsize=self.pool_size)
+        self.session.mount("http://", self.adapter)
+
+
+class _Https(HTTPSRequestsConnectionClass):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.adapter = ReadRetryAdapter(max_retries=self.retry, pool_connections=self.pool_size,
+                                        pool_maxsize=self.pool_size)
+        self.session.mount("https://", self.adapter)
+
+
 def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
     if not token:
         raise PlanRunnerError(
@@ -94,6 +138,7 @@ def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
         # PATCH (edit/close an issue) is idempotent; urllib3 leaves it out by default.
         allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"GET", "POST", "PATCH"},
     )
+    Requester.injectConnectionClasses(_Http, _Https)  # PyGithub's hook for its connection classes
     return Github(
         base_url=api_url,
         auth=Auth.Token(token),

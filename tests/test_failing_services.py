@@ -69,6 +69,31 @@ def test_gets_are_retried_after_a_reset_and_a_timeout():
         assert srv.count("GET", r".*/permission") == 3
 
 
+def test_a_post_whose_answer_is_cut_off_is_not_repeated():
+    """The server opened the park issue, but its answer arrives cut short: the POST is not sent again (the
+    call fails as ServiceUnavailable), and the next job finds the issue by its marker: exactly one. (A
+    dispatch answers 204, with no body to cut.)"""
+    with GitHubServer() as srv, _driver(srv) as driver:
+        srv.truncate_next(1, match=NEW_ISSUE)
+        with pytest.raises(ServiceUnavailable):
+            driver.open_park("calc", "plan-runner: calc needs a human", "report")
+        url = driver.open_park("calc", "plan-runner: calc needs a human", "report 2")  # the next job
+        assert len(srv.issues) == 1 and url.endswith("/issues/1") and srv.count("POST", r".*/issues$") == 1
+
+
+def test_gets_whose_answer_is_cut_off_are_retried_then_given_up_clearly():
+    """A read cut off mid-body is repeated and succeeds; one cut off every time ends as ServiceUnavailable after
+    the retry budget (RetryPolicy.fast: 3 retries), never a hang or a traceback."""
+    with GitHubServer() as srv, _driver(srv) as driver:
+        srv.truncate_next(2, match=r"GET .*/permission$")
+        assert driver.permission(srv.owner) == "admin"
+        assert srv.count("GET", r".*/permission") == 3
+        srv.truncate_next(10, match=r"GET .*/permission$")
+        with pytest.raises(ServiceUnavailable, match="unavailable"):
+            driver.permission(srv.owner)
+        assert srv.count("GET", r".*/permission") == 3 + 4
+
+
 @pytest.mark.parametrize("fault", ["502", "429", "secondary"])
 def test_transient_failures_of_the_dispatch_are_retried_with_backoff_honouring_retry_after(fault):
     """5xx, 429 and a secondary rate limit with `retry-after: 1` on the dispatch: retried, the wait honours the

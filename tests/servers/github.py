@@ -5,7 +5,7 @@ JSON shapes, status codes and rate-limit headers, so PyGithub runs against it
 over real HTTP. Tests read and set its state directly (`srv.issues`,
 `srv.dispatches`, `srv.calls`, `srv.set_permission(...)`) and inject faults
 (`srv.fail_next`, `srv.secondary_rate_limit`, `srv.primary_rate_limit`,
-`srv.delay_next`, `srv.reset_next`).
+`srv.delay_next`, `srv.reset_next`, `srv.truncate_next`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Dispatch:
 
 @dataclass
 class Fault:
-    kind: str  # status | secondary | primary | delay | reset
+    kind: str  # status | secondary | primary | delay | reset | truncate
     count: int
     match: re.Pattern[str] | None
     status: int = 502
@@ -249,6 +249,11 @@ class GitHubServer:
         """Close the connection with a TCP reset instead of answering."""
         self._fault(Fault("reset", n, self._pattern(match)))
 
+    def truncate_next(self, n: int = 1, *, match: str | None = None) -> None:
+        """Do the request, then send only half of the answer's body (the full Content-Length) and close:
+        the client cannot know whether what it asked for happened."""
+        self._fault(Fault("truncate", n, self._pattern(match)))
+
     def take_fault(self, method: str, path: str) -> Fault | None:
         with self.lock:
             for fault in self.faults:
@@ -357,8 +362,10 @@ class _Handler(BaseHTTPRequestHandler):
             with srv.lock:
                 srv.calls.append(Call(method, path, query, None, 0))
             return
-        if fault is not None and fault.kind == "delay":
-            time.sleep(fault.seconds)
+        truncate = fault is not None and fault.kind == "truncate"
+        if fault is not None and fault.kind in ("delay", "truncate"):
+            if fault.kind == "delay":
+                time.sleep(fault.seconds)
             fault = None
         body: Any = None
         try:
@@ -379,7 +386,7 @@ class _Handler(BaseHTTPRequestHandler):
             reply = Reply(exc.status, exc.body)
         with srv.lock:
             srv.calls.append(Call(method, path, query, body, reply.status))
-        self._send(method, reply)
+        self._send(method, reply, truncate=truncate)
 
     def _authorised(self) -> bool:
         scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
@@ -405,8 +412,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.close()
         self.close_connection = True
 
-    def _send(self, method: str, reply: Reply) -> None:
+    def _send(self, method: str, reply: Reply, *, truncate: bool = False) -> None:
         data = b"" if reply.body is None else json.dumps(reply.body).encode()
+        if truncate and len(data) < 2:
+            data = b" " * 64 + data  # a body to cut (JSON allows the leading space)
         headers = {**self.srv.rate_headers(), **reply.headers}
         try:
             self.send_response(reply.status)
@@ -420,6 +429,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(key, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if truncate:
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
             self.wfile.write(data)
         except OSError:
             self.close_connection = True  # the client gave up (its timeout); nothing to tell
