@@ -1,0 +1,93 @@
+"""Coverage-guided fuzzing (atheris / libFuzzer) of the parsers that read untrusted bytes.
+
+Run one target: `python tests/fuzz/targets.py <target> -runs=20000 [-max_len=4096] [corpus dirs]`.
+Each target states the contract the hypothesis tests state: any input ends in a result or in the
+documented clear error (PlanRunnerError), never another exception. A violation is an uncaught
+exception: libFuzzer prints the input, writes a crash-* file and exits non-zero.
+`tests/test_fuzz_atheris.py` runs every target for a bounded number of inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    from runner.backends.codexjson import parse_codex_stream
+    from runner.backends.streamjson import parse_stream
+    from runner.errors import PlanRunnerError
+    from runner.events import parse_event
+    from runner.planfile import diff_tracker, parse_plan, with_tracker
+    from runner.replies import parse_reply
+
+VALID_PLAN = """\
+---
+agent:
+  backend: script
+  script: s.yaml
+gates:
+  - name: tests
+    run: python -m unittest
+---
+# Calc
+
+## Stage 1: Arithmetic <!-- sessions: 2 -->
+- [ ] 1.1 Multiplication
+- [x] 1.2 Division <!-- verify: python -c 1 -->
+
+## Stage 2: Docs
+- [ ] 2.1 README BLOCKED: which language?
+"""
+_BASE = parse_plan(VALID_PLAN, "plans/calc.md")
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def plan(data: bytes) -> None:
+    text = _text(data)
+    try:
+        parse_plan(text, "plans/fuzz.md")
+    except PlanRunnerError:
+        pass
+    try:
+        head = with_tracker(_BASE, text)
+    except PlanRunnerError:
+        return
+    for flip in diff_tracker(_BASE, head):
+        assert _BASE.checkpoint(flip.checkpoint_id) is not None
+
+
+def streams(data: bytes) -> None:
+    lines = _text(data).splitlines()
+    assert parse_stream(lines).backend == "claude-code"
+    parse_codex_stream(lines)
+
+
+def reply(data: bytes) -> None:
+    parse_reply(_text(data))
+
+
+def event(data: bytes) -> None:
+    if not data:
+        return
+    name = ("issue_comment", "workflow_dispatch", "schedule", "push", "")[data[0] % 5]  # the first byte
+    try:
+        payload = json.loads(_text(data[1:]))
+    except ValueError:
+        return
+    try:
+        parse_event(name, payload)
+    except PlanRunnerError:
+        pass
+
+
+TARGETS = {"plan": plan, "streams": streams, "reply": reply, "event": event}
+
+if __name__ == "__main__":
+    target = TARGETS[sys.argv[1]]
+    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+    atheris.Fuzz()
