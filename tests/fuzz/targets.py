@@ -1,6 +1,7 @@
 """Coverage-guided fuzzing (atheris / libFuzzer) of the parsers that read untrusted bytes.
 
-Run one target: `python tests/fuzz/targets.py <target> -runs=20000 [-max_len=4096] [corpus dirs]`.
+Run one target: `python tests/fuzz/targets.py <target> -runs=20000 SCRATCH_DIR tests/fuzz/seeds/<target>`
+(libFuzzer writes the inputs it finds into the first folder: never make it the seeds).
 Each target states the contract the hypothesis tests state: any input ends in a result or in the
 documented clear error (PlanRunnerError), never another exception. A violation is an uncaught
 exception: libFuzzer prints the input, writes a crash-* file and exits non-zero.
