@@ -93,6 +93,13 @@ def secret_values(env: Mapping[str, str], *, min_length: int = 6) -> list[str]:
     return sorted(values, key=lambda v: (-len(v), v))
 
 
+def key_like(values: Iterable[str], *, min_length: int = 12) -> list[str]:
+    """The secret values worth searching for in the agent's commits: long, with letters and digits,
+    like a token or key. A short or word-like value (`DB_PASSWORD=postgres`) would find ordinary code
+    and park the plan for nothing; it is still masked and redacted everywhere plan-runner prints."""
+    return [v for v in values if len(v) >= min_length and any(c.isdigit() for c in v) and any(c.isalpha() for c in v)]
+
+
 def redact(text: str, secrets: Iterable[str], mask: str = "***") -> str:
     """Replace every occurrence of each secret; longest first so a secret containing another is masked whole."""
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):

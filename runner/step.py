@@ -11,7 +11,7 @@ import shutil
 
 from runner import gitwork, guard
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
-from runner.agentenv import build_agent_env
+from runner.agentenv import build_agent_env, key_like
 from runner.backends import SessionRequest, get_backend
 from runner.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.errors import PlanRunnerError, StateConflict
@@ -131,7 +131,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
                                 on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
                                 checks_runner=s.d.checks_runner, extra_tampering=tuple(moved),
                                 before_gates=_push_early(ws, plan, n, work_remote_sha),
-                                secrets=s.secrets, unpushed_from=work_remote_sha,
+                                secrets=key_like(s.secrets), unpushed_from=work_remote_sha,
                                 carry_from=_carry_from(s, action))
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     guard.redact_tree(transcripts, s.secrets)

@@ -11,6 +11,7 @@ from runner.agentenv import (
     OPENAI_VARS,
     build_agent_env,
     is_github_credential,
+    key_like,
     redact,
     secret_values,
 )
@@ -122,6 +123,14 @@ def test_secret_values_lists_secret_looking_values_longest_first():
         assert v in values
     assert "octo/repo" not in values and "plan-runner" not in values and "/tmp" not in values
     assert [len(v) for v in values] == sorted((len(v) for v in values), reverse=True)
+
+
+def test_only_key_like_values_are_searched_in_commits():
+    """Tokens and keys are searched for in the agent's commits; a short or word-like password is not (it would
+    find ordinary code and park the plan for nothing), though it is still redacted."""
+    values = ["sk-ant-api03-AbC123xyz", "ghs_0123456789abcdefABCDEF", "postgres", "hunter2", "correcthorsebattery",
+              "123456789012345"]
+    assert key_like(values) == ["sk-ant-api03-AbC123xyz", "ghs_0123456789abcdefABCDEF"]
 
 
 def test_redact_masks_every_occurrence():
