@@ -105,20 +105,22 @@ class ReadRetryAdapter(requests.adapters.HTTPAdapter):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _mount_read_retry(connection: Any, scheme: str) -> None:
+    connection.adapter = ReadRetryAdapter(max_retries=connection.retry, pool_connections=connection.pool_size,
+                                          pool_maxsize=connection.pool_size)
+    connection.session.mount(scheme, connection.adapter)
+
+
 class _Http(HTTPRequestsConnectionClass):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.adapter = ReadRetryAdapter(max_retries=self.retry, pool_connections=self.pool_size,
-                                        pool_maxsize=self.pool_size)
-        self.session.mount("http://", self.adapter)
+        _mount_read_retry(self, "http://")
 
 
 class _Https(HTTPSRequestsConnectionClass):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.adapter = ReadRetryAdapter(max_retries=self.retry, pool_connections=self.pool_size,
-                                        pool_maxsize=self.pool_size)
-        self.session.mount("https://", self.adapter)
+        _mount_read_retry(self, "https://")
 
 
 def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:

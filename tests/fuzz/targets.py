@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import atheris
 
@@ -23,24 +24,8 @@ with atheris.instrument_imports():
     from runner.planfile import diff_tracker, parse_plan, with_tracker
     from runner.replies import parse_reply
 
-VALID_PLAN = """\
----
-agent:
-  backend: script
-  script: s.yaml
-gates:
-  - name: tests
-    run: python -m unittest
----
-# Calc
-
-## Stage 1: Arithmetic <!-- sessions: 2 -->
-- [ ] 1.1 Multiplication
-- [x] 1.2 Division <!-- verify: python -c 1 -->
-
-## Stage 2: Docs
-- [ ] 2.1 README BLOCKED: which language?
-"""
+# the valid plan the tracker diffs are taken against: the plan seed itself
+VALID_PLAN = (Path(__file__).resolve().parent / "seeds" / "plan" / "valid.md").read_text(encoding="utf-8")
 _BASE = parse_plan(VALID_PLAN, "plans/calc.md")
 
 
