@@ -61,11 +61,13 @@ def test_the_status_line_moves_while_the_agent_is_quiet(monkeypatch):
     progress = cli_local.Progress()
     drawn: list[str] = []
     progress.status.update = drawn.append  # the redraws, as text
+    import time
+
     try:
         progress.event("session", "1 delivery 1.1")
-        import time
-
-        time.sleep(2.3)
+        deadline = time.monotonic() + 15  # one redraw a second; a loaded machine may be slower
+        while len(drawn) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         progress.stop()
     assert len(drawn) >= 3 and all(t.startswith("session 1 delivery 1.1 ·") for t in drawn), drawn
