@@ -357,7 +357,7 @@ def supervise(
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent
             pass
         if pid_file is not None:
-            pid_file.unlink(missing_ok=True)
+            _forget_group(pid_file)
 
     stop_detail = ctl.stop_detail or ""
     if reason == "exited" and killed:
@@ -386,10 +386,22 @@ def _start_time(pid: int) -> str | None:
 
 
 def _record_group(pid_file: Path, pgid: int) -> None:
-    pid_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pid_file.with_name(pid_file.name + ".tmp")
-    tmp.write_text(json.dumps({"pgid": pgid, "start": _start_time(pgid), "by": os.getpid()}))
-    tmp.replace(pid_file)
+    """Best effort: the record only helps a later run clean up; failing to write it (a full or read-only
+    disk) must not leave the just-started agent unsupervised."""
+    try:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pid_file.with_name(pid_file.name + ".tmp")
+        tmp.write_text(json.dumps({"pgid": pgid, "start": _start_time(pgid), "by": os.getpid()}))
+        tmp.replace(pid_file)
+    except OSError:
+        pass
+
+
+def _forget_group(pid_file: Path) -> None:
+    try:
+        pid_file.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _group_alive(pgid: int) -> bool:
@@ -415,15 +427,15 @@ def reap_leftover(pid_file: Path, grace_s: float = 2.0) -> int | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):
-        pid_file.unlink(missing_ok=True)  # unreadable: written by no plan-runner that finished it
+        _forget_group(pid_file)  # unreadable: written by no plan-runner that finished it
         return None
     if start is None or pgid <= 1:
-        pid_file.unlink(missing_ok=True)
+        _forget_group(pid_file)
         return None
     now = _start_time(pgid)
     ours = now == start if now is not None else _group_alive(pgid)
     if not ours or not _group_alive(pgid):
-        pid_file.unlink(missing_ok=True)
+        _forget_group(pid_file)
         return None
     _killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -433,7 +445,7 @@ def reap_leftover(pid_file: Path, grace_s: float = 2.0) -> int | None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and _group_alive(pgid):  # the kernel takes a moment to reap
         time.sleep(0.02)
-    pid_file.unlink(missing_ok=True)
+    _forget_group(pid_file)
     return pgid
 
 

@@ -320,3 +320,12 @@ def test_non_executable_file_raises_user_error(tmp_path):
         supervise([str(script)], cwd=tmp_path, env=_env(), stall_s=1, time_limit_s=1, on_line=lambda line, ctl: None)
     assert "not executable" in info.value.what
     assert "chmod +x" in info.value.fix
+
+
+def test_an_unwritable_group_record_does_not_stop_the_supervision(tmp_path):
+    """The pid file is a convenience for a later run: when it cannot be written the agent is still supervised."""
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("x")
+    result = supervise([sys.executable, "-c", "print('hi')"], cwd=tmp_path, env=dict(os.environ), stall_s=10,
+                       time_limit_s=20, on_line=lambda line, ctl: None, pid_file=blocked / "agent.pid")
+    assert result.returncode == 0 and result.stdout_lines == 1
