@@ -11,22 +11,14 @@ import git
 from runner.backends.anthropic_agent import AnthropicAgentBackend
 from runner.backends.base import SessionRequest
 from runner.plan import AgentConfig
+from tests.git_repos import init_repo
 
 PLAN_TEXT = "# Plan\n\n## Stage 1: Greet <!-- sessions: 1 -->\n- [ ] 1.1 Add hello.py\n"
 
 
 def make_repo(root: Path) -> git.Repo:
     """A repository with one commit holding the plan file."""
-    root.mkdir(parents=True, exist_ok=True)
-    repo = git.Repo.init(root, initial_branch="main")
-    with repo.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test Agent")
-        cfg.set_value("user", "email", "agent@example.com")
-        cfg.set_value("commit", "gpgsign", "false")
-    (root / "plan.md").write_text(PLAN_TEXT)
-    repo.index.add(["plan.md"])
-    repo.index.commit("base")
-    return repo
+    return init_repo(root, {"plan.md": PLAN_TEXT}, "base", name="Test Agent", email="agent@example.com")
 
 
 def agent_env(url: str, home: Path) -> dict[str, str]:

@@ -26,6 +26,7 @@ from runner.backends.claude_code import (
 from runner.evidence import ExitKind
 from runner.plan import AgentConfig
 from runner.supervise import NUDGE_TEXT
+from tests.git_repos import init_repo
 from tests.servers.messages import MessagesServer, cut, hang, rate_limited, reply, tool_use, unauthorized
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,14 +44,7 @@ def _claude() -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> git.Repo:
-    work = tmp_path / "work"
-    r = git.Repo.init(work, initial_branch="main")
-    with r.config_writer() as cw:
-        cw.set_value("user", "name", "Agent")
-        cw.set_value("user", "email", "agent@example.com")
-    (work / "PLAN.md").write_text(PLAN)
-    r.index.add(["PLAN.md"])
-    r.index.commit("plan")
+    r = init_repo(tmp_path / "work", {"PLAN.md": PLAN}, "plan", name="Agent", email="agent@example.com")
     yield r
     r.close()
 

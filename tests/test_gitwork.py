@@ -21,32 +21,17 @@ from runner.gitwork import (
     tree_hash,
 )
 
+from tests.git_repos import configure, fast_import_history, init_repo, write
+
 pytestmark = pytest.mark.integration
 
 BOOKKEEPING = {"plans/p.md", "HANDOFF.md"}
-
-
-def configure(repo: git.Repo) -> git.Repo:
-    with repo.config_writer() as cfg:
-        cfg.set_value("user", "name", "Agent")
-        cfg.set_value("user", "email", "agent@example.com")
-        cfg.set_value("commit", "gpgsign", "false")
-        cfg.set_value("gc", "auto", "0")
-    return repo
+AGENT = ("Agent", "agent@example.com")
 
 
 def make_repo(path: Path) -> git.Repo:
-    repo = configure(git.Repo.init(path, initial_branch="main"))
-    write(path, {"README.md": "hello\n", "plans/p.md": "- [ ] 1.1 a\n", ".gitignore": "*.log\n.venv/\n"})
-    repo.git.add("--all")
-    repo.git.commit("-m", "initial")
-    return repo
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
+    return init_repo(path, {"README.md": "hello\n", "plans/p.md": "- [ ] 1.1 a\n", ".gitignore": "*.log\n.venv/\n"},
+                     name=AGENT[0], email=AGENT[1])
 
 
 def commit(repo: git.Repo, files: dict[str, str], message: str) -> str:
@@ -229,7 +214,7 @@ def clone_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
     with make_repo(tmp_path / "seed") as seed:
         seed.create_remote("origin", str(bare)).push("main:main")
     for name in ("a", "b"):
-        configure(git.Repo.clone_from(str(bare), tmp_path / name)).close()
+        configure(git.Repo.clone_from(str(bare), tmp_path / name), *AGENT).close()
     return bare, tmp_path / "a", tmp_path / "b"
 
 
@@ -259,7 +244,7 @@ def test_work_branch_from_remote_base_and_pushed_with_lease(tmp_path):
     base = remote_head(bare, "main")
     assert ensure_work_branch(a, "plan-runner/p", "main", "origin") == base
     with git.Repo(a) as ra:
-        configure(ra)
+        configure(ra, *AGENT)
         one = commit(ra, {"src/a.py": "1\n"}, "a work")
     assert push_branch(a, "plan-runner/p", "origin", None) == one
     assert remote_head(bare, "plan-runner/p") == one
@@ -317,28 +302,10 @@ def test_unknown_base_is_a_clear_error(repo):
 # --- bounded: no history walks -----------------------------------------------------------------
 
 
-def fast_import_history(repo: git.Repo, commits: int) -> None:
-    """`commits` commits on main, written by git fast-import into a single pack."""
-    parts = []
-    for i in range(1, commits + 1):
-        msg = f"commit {i}\n".encode()
-        content = f"line {i}\n".encode()
-        parts.append(f"commit refs/heads/main\nmark :{i}\ncommitter T <t@e.com> {1_700_000_000 + i} +0000\n".encode())
-        parts.append(b"data %d\n%s" % (len(msg), msg))
-        if i > 1:
-            parts.append(f"from :{i - 1}\n".encode())
-        parts.append(b"M 100644 inline counter.txt\ndata %d\n%s\n" % (len(content), content))
-    stream = Path(repo.git_dir) / "import.stream"
-    stream.write_bytes(b"".join(parts))
-    with open(stream, "rb") as fh:
-        repo.git.fast_import("--quiet", istream=fh)
-    stream.unlink()
-
-
 def test_evidence_never_walks_history_beyond_the_session(tmp_path):
     """With 10,000 commits below the session deleted from disk, every evidence function still works."""
     root = tmp_path / "w"
-    repo = configure(git.Repo.init(root, initial_branch="main"))
+    repo = configure(git.Repo.init(root, initial_branch="main"), *AGENT)
     fast_import_history(repo, 10_000)
     repo.git.checkout("-f", "main")
     # The session starts from a commit whose whole content is fresh (loose objects only).

@@ -17,29 +17,16 @@ from runner.errors import PlanRunnerError, StateConflict
 from runner.ledger import Finished, Parked
 from runner.state import GitStateStore
 
+from tests.git_repos import configure, fast_import_history, init_repo
+
 pytestmark = pytest.mark.integration
 
 AT = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 ROOT = Path(runner.__file__).resolve().parents[1]
 
 
-def configure(repo: git.Repo) -> git.Repo:
-    with repo.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test User")
-        cfg.set_value("user", "email", "test@example.com")
-        cfg.set_value("commit", "gpgsign", "false")
-        cfg.set_value("gc", "auto", "0")
-    return repo
-
-
 def make_repo(path: Path, files: dict[str, str] | None = None) -> git.Repo:
-    repo = configure(git.Repo.init(path, initial_branch="main"))
-    for name, text in (files or {"README.md": "hello\n"}).items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text)
-        repo.index.add([name])
-    repo.index.commit("initial")
-    return repo
+    return init_repo(path, files or {"README.md": "hello\n"})
 
 
 def make_remote_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -293,25 +280,6 @@ def test_concurrent_remote_appends_exactly_one_wins(tmp_path):
             entries, version = GitStateStore(clone).read("p")
             assert version == winner and len(entries) == round_ + 2
     assert v1
-
-
-def fast_import_history(repo: git.Repo, commits: int) -> None:
-    """`commits` commits on main, written by git fast-import into a single pack."""
-    parts = []
-    for i in range(1, commits + 1):
-        content = f"line {i}\n".encode()
-        msg = f"commit {i}\n".encode()
-        parts.append(b"commit refs/heads/main\n")
-        parts.append(f"mark :{i}\ncommitter T <t@example.com> {1_700_000_000 + i} +0000\n".encode())
-        parts.append(b"data %d\n%s" % (len(msg), msg))
-        if i > 1:
-            parts.append(f"from :{i - 1}\n".encode())
-        parts.append(b"M 100644 inline counter.txt\ndata %d\n%s\n" % (len(content), content))
-    stream = Path(repo.git_dir) / "import.stream"
-    stream.write_bytes(b"".join(parts))
-    with open(stream, "rb") as fh:
-        repo.git.fast_import("--quiet", istream=fh)
-    stream.unlink()
 
 
 def add_loose_tip(repo: git.Repo) -> None:
