@@ -72,21 +72,26 @@ def git(repo: Path, *args: str, check: bool = True) -> str:
     return proc.stdout.strip()
 
 
+def write_calc_project(repo: Path, files: dict[str, str] | None = None) -> None:
+    """The small project the plans work on: `calc.add` with its unittest, `plans/`, and any extra `files`."""
+    for name, text in {
+        "calc/__init__.py": "def add(a, b):\n    return a + b\n",
+        "tests/__init__.py": "",
+        "tests/test_add.py": "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
+                             "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n",
+        ".gitignore": "__pycache__/\n",
+        **(files or {}),
+    }.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    (repo / "plans").mkdir(exist_ok=True)
+
+
 def make_repo(tmp: Path, script: str, *, remote: bool = True, gate: str | None = None, agent_extra: str = "",
               front_extra: str = "", files: dict[str, str] | None = None) -> Path:
     """A clone with `plans/calc.md` committed on main; with `remote`, `origin` is a bare repository."""
     repo = tmp / "repo"
-    for d in ("calc", "tests", "plans"):
-        (repo / d).mkdir(parents=True, exist_ok=True)
-    (repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (repo / "tests" / "__init__.py").write_text("")
-    (repo / "tests" / "test_add.py").write_text(
-        "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n")
-    (repo / ".gitignore").write_text("__pycache__/\n")
-    for name, text in (files or {}).items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
+    write_calc_project(repo, files)
     script_path = tmp / "script.yaml"
     script_path.write_text(textwrap.dedent(script))
     gate = gate or f"{sys.executable} -m unittest discover -s tests -q"

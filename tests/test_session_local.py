@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability_world import git, write_calc_project
+
 pytestmark = pytest.mark.integration
 
 PLAN = """\
@@ -40,21 +42,9 @@ budget:
 """
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def make_repo(tmp_path: Path, script: str | None = None, agent: str | None = None) -> Path:
     repo = tmp_path / "repo"
-    (repo / "calc").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "plans").mkdir()
-    (repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (repo / "tests" / "__init__.py").write_text("")
-    (repo / "tests" / "test_add.py").write_text(
-        "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n")
-    (repo / ".gitignore").write_text("__pycache__/\n")
+    write_calc_project(repo)
     if script is not None:
         (tmp_path / "script.yaml").write_text(textwrap.dedent(script))
         extra, backend = f"script: {tmp_path / 'script.yaml'}", "script"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from servers.messages import MessagesServer, hang, rate_limited, reply, tool_use
+from tests.reliability_world import git
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +53,6 @@ def shell(backend: str, command: str) -> dict:
     if backend == "claude-code":
         return tool_use("Bash", {"command": command, "description": "run"})
     return tool_use("run_shell", {"command": command})
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def make_repo(tmp_path: Path, backend: str, stall: str = "20s", tokens: int = 600000) -> Path:
