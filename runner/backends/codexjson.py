@@ -26,6 +26,7 @@ from runner.backends.limits import (
     first_match,
     parse_reset_hint,
 )
+from runner.backends.streamjson import token_count
 from runner.evidence import ExitKind
 
 _RECONNECTING = re.compile(r"^\s*(?:Reconnecting|Re-connecting)\.\.\.", re.IGNORECASE)
@@ -100,10 +101,10 @@ class CodexFold:
     def _usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return
-        self.input_tokens += _int(usage.get("input_tokens"))
-        self.cached_input_tokens += _int(usage.get("cached_input_tokens"))
-        self.output_tokens += _int(usage.get("output_tokens"))
-        self.reasoning_tokens += _int(usage.get("reasoning_output_tokens"))
+        self.input_tokens += token_count(usage.get("input_tokens"))
+        self.cached_input_tokens += token_count(usage.get("cached_input_tokens"))
+        self.output_tokens += token_count(usage.get("output_tokens"))
+        self.reasoning_tokens += token_count(usage.get("reasoning_output_tokens"))
 
     def _item(self, kind: str, item: dict[str, Any]) -> None:
         item_type = item.get("type")
@@ -147,10 +148,6 @@ class CodexFold:
     @property
     def final_text(self) -> str:
         return self.messages[-1] if self.messages else ""
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _message(obj: object) -> str | None:

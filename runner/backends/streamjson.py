@@ -47,8 +47,9 @@ def classify_api_error(status: int | None, code: str | None) -> ExitKind | None:
     return None
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def token_count(value: Any) -> int:
+    """A usage count from untrusted JSON: a positive integer, anything else (a string, a bool, a negative) 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def usage_tokens(usage: Any) -> tuple[int, int]:
@@ -56,8 +57,8 @@ def usage_tokens(usage: Any) -> tuple[int, int]:
     if not isinstance(usage, dict):
         return 0, 0
     get = usage.get
-    inp = _int(get("input_tokens")) + _int(get("cache_creation_input_tokens")) + _int(get("cache_read_input_tokens"))
-    return inp, _int(get("output_tokens"))
+    inp = sum(token_count(get(key)) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    return inp, token_count(get("output_tokens"))
 
 
 def _utc(epoch: Any) -> datetime | None:
