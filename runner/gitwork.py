@@ -80,8 +80,12 @@ _PLAIN_REF = re.compile(r"HEAD|refs/(?:heads|remotes|plan-runner)(?:/[A-Za-z0-9_
 _repos: dict[str, Repo | None] = {}
 
 
+def _key(repo: Path | str) -> str:
+    return str(Path(repo).resolve())
+
+
 def _ref_reader(repo: Path | str) -> Repo | None:
-    key = str(Path(repo).resolve())
+    key = _key(repo)
     if key not in _repos:
         try:
             handle: Repo | None = Repo(key)
@@ -122,10 +126,6 @@ _FULL_SHA = re.compile(r"[0-9a-f]{40}")
 _known_commits: set[tuple[str, str]] = set()
 _files_at: dict[tuple[str, str, str], str | None] = {}
 _FILES_AT_MAX, _FILE_AT_MAX_CHARS = 64, 1 << 20
-
-
-def _key(repo: Path | str) -> str:
-    return str(Path(repo).resolve())
 
 
 def ref_sha(repo: Path | str, ref: str) -> str | None:

@@ -89,7 +89,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
             why="plan-runner checks out the work branch and commits the agent's leftovers; your changes would mix in",
             fix="commit or stash them (`git stash -u`), then run again")
     base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote)
-    work_remote_sha = gitwork.ref_sha(ws.repo, f"{ws.remote}/{plan.work_branch}") if ws.remote else None
+    work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
     plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
     tracked = with_tracker(plan, plan_text)
     n = max([0] + [getattr(e, "n", 0) for e in s.entries]) + 1
@@ -156,7 +156,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     fault_point(ws, "before-push")
     if ws.remote and not evidence.leaked_secrets:  # a secret in a commit stays on this machine
         gitwork.push_branch(ws.repo, plan.work_branch, ws.remote,
-                            gitwork.ref_sha(ws.repo, f"{ws.remote}/{plan.work_branch}"))
+                            gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}"))
     fault_point(ws, "after-push")
     fault_point(ws, "before-ledger")
     s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode(),
