@@ -16,6 +16,7 @@ from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, wor
 from runner.actions import describe
 from runner.errors import PlanRunnerError
 from runner.events import GitHubContext
+from runner.github import written_by_plan_runner
 from runner.ledger import Reply
 from runner.planfile import plan_id_from_path
 from runner.policy import decide_after_reply
@@ -28,6 +29,12 @@ from runner.step import dispatch
 REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to this repository can steer "
            "plan-runner, so this comment changes nothing. A maintainer can answer with one of the "
            "commands in the issue description.")
+
+
+def issue_number_of(url: str | None) -> int | None:
+    """The number at the end of an issue URL (`.../issues/12`), or None."""
+    tail = (url or "").rstrip("/").rsplit("/", 2)
+    return int(tail[-1]) if len(tail) == 3 and tail[-2] == "issues" and tail[-1].isdigit() else None
 
 
 def _ignored(why: str) -> ModeResult:
@@ -50,6 +57,8 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
         return _ignored(f"comment {ev.action}, not created: only new comments steer a plan")
     if ev.user_is_bot:
         return _ignored(f"@{ev.user_login} is a bot")
+    if written_by_plan_runner(ev.body):  # its help text quotes the commands; the token may be a person's
+        return _ignored("the comment is plan-runner's own")
     if ev.is_pull_request:
         return _ignored("a comment on a pull request, not on a park issue")
     command = parse_reply(ev.body)
@@ -79,6 +88,11 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
         driver.comment(ev.issue_number, f"@{user}: plan `{plan_id}` is not parked any more "
                        "(another reply or run moved it on), so this reply changes nothing.")
         return ModeResult(outcome="not-parked", summary=f"# plan-runner reply: `{plan_id}` is not parked\n")
+    if issue_number_of(s.state.park_issue) != ev.issue_number:
+        current = s.state.park_issue or "none"
+        driver.comment(ev.issue_number, f"@{user}: this is not the current park issue of plan `{plan_id}` "
+                       f"(that is {current}), so this reply changes nothing. Answer there.")
+        return _ignored(f"#{ev.issue_number} is an earlier park issue of `{plan_id}`; the current one is {current}")
 
     verb = command.verb.value
     action = decide_after_reply(verb, command.instructions, user, s.state, s.plan)

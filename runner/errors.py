@@ -71,3 +71,13 @@ class ServiceUnavailable(PlanRunnerError):
     """An external service (GitHub, model API) stayed down past the retry budget."""
 
     exit_code = 3
+
+
+class Refused(PlanRunnerError):
+    """A service refused an act for a reason only a person can change (a repository setting, a
+    permission): asking again changes nothing, so the plan parks with the fix instead of retrying.
+    ``report_url`` is where the report can be read when the refusal kept it from being published."""
+
+    def __init__(self, what: str, why: str = "", fix: str = "", report_url: str = "") -> None:
+        super().__init__(what, why, fix)
+        self.report_url = report_url

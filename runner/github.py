@@ -15,17 +15,22 @@ from urllib.parse import quote
 
 from github import GithubException
 
-from runner.errors import PlanRunnerError
+from runner.errors import PlanRunnerError, Refused
 from runner.events import GitHubContext
 from runner.evidence import GateResult
 from runner.github_api import RetryPolicy, github_call, make_client
+from runner.github_body import cap_body
 from runner.github_checks import collect_checks_gate
 from runner.plan import GateConfig
 
 PARK_LABEL = "plan-runner"
 LABEL_COLOR = "5319e7"
 LABEL_DESCRIPTION = "A plan parked by plan-runner, waiting for a human"
-STEERING_ROLES = frozenset({"admin", "maintain", "write"})
+# `permission` is the legacy base permission: maintain reads "write", a custom role its base role's name.
+STEERING_PERMISSIONS = frozenset({"admin", "write"})
+# Every comment plan-runner writes carries this line, so a reply never acts on plan-runner's own words
+# (its help text quotes the commands), even when the token is a person's and the author looks human.
+COMMENT_MARKER = "<!-- plan-runner:comment -->"
 MAX_ISSUE_PAGES = 20  # 2,000 open plan-runner issues; past that something else is wrong
 REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
 _PLAN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -61,6 +66,10 @@ def park_marker(plan_id: str) -> str:
 def parse_park_marker(body: str | None) -> str | None:
     match = _MARKER.search(body or "")
     return match["id"] if match else None
+
+
+def written_by_plan_runner(body: str | None) -> bool:
+    return COMMENT_MARKER in (body or "")
 
 
 class GitHubDriver:
@@ -111,22 +120,27 @@ class GitHubDriver:
     def open_park(self, plan_id: str, title: str, body: str) -> str:
         """The URL of the plan's one open park issue: reused (body updated, comment added) or new."""
         marker = park_marker(plan_id)
-        full_body = body if marker in body else f"{marker}\n{body}"
-        existing = self.find_park_issue(plan_id)
-        with github_call(f"opening the park issue for {plan_id}"):
-            if existing is not None:
-                self._request("PATCH", f"/issues/{existing.number}", input={"title": title, "body": full_body})
-                self._request("POST", f"/issues/{existing.number}/comments", input={
-                    "body": f"plan-runner parked `{plan_id}` again: {title}\n\n"
-                            "The issue description now holds the new report."})
-                return existing.url
-            self._ensure_label()
-            _, data = self._request("POST", "/issues", input={"title": title, "body": full_body,
-                                                              "labels": [self.label]})
-            return str(data["html_url"])
+        full_body = cap_body(body if marker in body else f"{marker}\n{body}", link=self.ctx.run_url)
+        try:
+            existing = self.find_park_issue(plan_id)
+            with github_call(f"opening the park issue for {plan_id}"):
+                if existing is not None:
+                    self._request("PATCH", f"/issues/{existing.number}", input={"title": title, "body": full_body})
+                    self._request("POST", f"/issues/{existing.number}/comments", input={
+                        "body": f"plan-runner parked `{plan_id}` again: {title}\n\n"
+                                f"The issue description now holds the new report.\n{COMMENT_MARKER}"})
+                    return existing.url
+                self._ensure_label()
+                _, data = self._request("POST", "/issues", input={"title": title, "body": full_body,
+                                                                  "labels": [self.label]})
+                return str(data["html_url"])
+        except Refused as err:
+            err.report_url = self.ctx.run_url  # the job summary holds the report the issue would have
+            raise
 
     def open_finish(self, plan_id: str, head: str, base: str, title: str, body: str) -> str:
         """The URL of the open pull request from `head` to `base`: reused (body updated) or new."""
+        body = cap_body(body, link=self.ctx.run_url)
         with github_call(f"opening the pull request for {plan_id}"):
             existing = self._open_pull(head, base)
             if existing is None:
@@ -153,16 +167,12 @@ class GitHubDriver:
     def _ensure_label(self) -> None:
         if self._label_ready:
             return
-        try:
-            self._request("GET", f"/labels/{quote(self.label, safe='')}")
+        try:  # one call either way: created, or 422 because it exists, which is what we wanted
+            self._request("POST", "/labels", input={"name": self.label, "color": LABEL_COLOR,
+                                                    "description": LABEL_DESCRIPTION})
         except GithubException as exc:
-            if exc.status != 404:
+            if exc.status != 422:
                 raise
-            try:
-                self._repo.create_label(self.label, LABEL_COLOR, LABEL_DESCRIPTION)
-            except GithubException as exc2:
-                if exc2.status != 422:  # 422: created meanwhile, which is what we wanted
-                    raise
         self._label_ready = True
 
     def find_park_issue(self, plan_id: str) -> ParkIssue | None:
@@ -194,6 +204,7 @@ class GitHubDriver:
         return parse_park_marker(issue.body)
 
     def comment(self, issue_number: int, body: str) -> str:
+        body = cap_body(body, limit=60_000, link=self.ctx.run_url) + f"\n{COMMENT_MARKER}"
         with github_call(f"commenting on #{issue_number}"):
             _, data = self._request("POST", f"/issues/{issue_number}/comments", input={"body": body})
             return str(data.get("html_url", ""))
@@ -211,9 +222,11 @@ class GitHubDriver:
     # ---- permissions -----------------------------------------------------
 
     def permission(self, user: str) -> str:
-        """The user's role on the repository, asked from GitHub (never taken from the payload).
+        """The user's base permission on the repository, asked from GitHub (never taken from the payload).
 
-        One of admin, maintain, write, triage, read, none. A user GitHub does
+        GitHub's `permission` field: admin, write, read or none (maintain reads
+        write, triage read, a custom role its base role's). `role_name` is not
+        read: for a custom role it is the role's own name. A user GitHub does
         not know as a collaborator (404, e.g. an app bot) has `none`.
         """
         with github_call(f"checking {user}'s permission"):
@@ -223,11 +236,10 @@ class GitHubDriver:
                 if exc.status == 404:
                     return "none"
                 raise
-        role = data.get("role_name") or data.get("permission") or "none"
-        return str(role).lower()
+        return str(data.get("permission") or "none").lower()
 
     def can_steer(self, user: str) -> bool:
-        return self.permission(user) in STEERING_ROLES
+        return self.permission(user) in STEERING_PERMISSIONS
 
     # ---- checks gate -----------------------------------------------------
 

@@ -23,7 +23,7 @@ from github.GithubException import BadCredentialsException, RateLimitExceededExc
 from github.Requester import HTTPRequestsConnectionClass, HTTPSRequestsConnectionClass, Requester
 from urllib3 import Retry
 
-from runner.errors import PlanRunnerError, ServiceUnavailable
+from runner.errors import PlanRunnerError, Refused, ServiceUnavailable
 
 PERMISSIONS_FIX = """\
 give the workflow the permissions plan-runner needs:
@@ -34,6 +34,17 @@ give the workflow the permissions plan-runner needs:
     actions: write
     checks: read
     statuses: read"""
+PULL_REQUESTS_SETTING_FIX = """\
+let GitHub Actions open pull requests in this repository (the workflow's `pull-requests: write` is \
+already there and is not enough):
+  Settings > Actions > General > Workflow permissions >
+  [x] Allow GitHub Actions to create and approve pull requests > Save
+(in an organisation the same box must also be ticked in the organisation's Actions settings);
+or give the action a GitHub App or fine-grained token (`push-token`) allowed to open pull requests.
+Then answer the park issue with `/plan-runner resume`: plan-runner opens the pull request."""
+ISSUES_DISABLED_FIX = """\
+turn Issues on: Settings > General > Features > [x] Issues; then start the workflow for this plan \
+again (Actions > plan-runner > Run workflow): plan-runner opens the park issue and waits for an answer there."""
 STATUS_FIX = ("re-run the job later (plan-runner's state is unchanged); "
               "https://www.githubstatus.com shows GitHub's own incidents")
 
@@ -72,6 +83,11 @@ class BoundedRetry(GithubRetry):
             raise error.with_traceback(_stacktrace)
         return super().increment(method=method, url=url, response=response, error=error, _pool=_pool,
                                  _stacktrace=_stacktrace)
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        if method.upper() == "POST" and status_code >= 500:
+            return False  # it may have been carried out; see `make_client`
+        return bool(super().is_retry(method, status_code, has_retry_after))
 
     def get_retry_after(self, response: Any) -> float | None:
         wait = super().get_retry_after(response)
@@ -137,8 +153,11 @@ def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
         secondary_rate_wait=policy.secondary_rate_wait,
         max_rate_limit_wait=policy.max_rate_limit_wait,
         status_forcelist=[429, *range(500, 600)],
-        # PATCH (edit/close an issue) is idempotent; urllib3 leaves it out by default.
-        allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"GET", "POST", "PATCH"},
+        # PATCH (edit/close an issue) is idempotent; urllib3 leaves it out by default. POST is not retried on
+        # a 5xx: GitHub may have carried it out (a dispatch, an issue, a comment) before failing the answer; the
+        # ledger's intent and a lookup (`find_park_issue`, `_open_pull`, the session that never started)
+        # decide whether the next job sends it again. Rate limits (403/429) are retried: nothing was done.
+        allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"GET", "PATCH", "POST"},
     )
     Requester.injectConnectionClasses(_Http, _Https)  # PyGithub's hook for its connection classes
     return Github(
@@ -186,9 +205,16 @@ def github_call(action: str) -> Iterator[None]:
             raise ServiceUnavailable(
                 what=f"GitHub stayed unavailable while {action} ({exc.status})",
                 why=f"{message or 'no message'}; retries were exhausted", fix=STATUS_FIX) from None
+        if exc.status == 403 and "not permitted to create or approve pull requests" in message:
+            raise Refused(what=f"GitHub refused {action}: GitHub Actions may not open pull requests here (403)",
+                          why="the repository setting \"Allow GitHub Actions to create and approve pull requests\" "
+                              "is off, as it is by default", fix=PULL_REQUESTS_SETTING_FIX) from None
+        if exc.status == 410:
+            raise Refused(what=f"GitHub refused {action}: issues are disabled in this repository (410)",
+                          why=message or "Issues are disabled for this repo", fix=ISSUES_DISABLED_FIX) from None
         if exc.status == 403:
-            raise PlanRunnerError(what=f"GitHub refused {action} (403)", why=message or "the token lacks a permission",
-                                  fix=PERMISSIONS_FIX) from None
+            raise Refused(what=f"GitHub refused {action} (403)", why=message or "the token lacks a permission",
+                          fix=PERMISSIONS_FIX) from None
         if exc.status == 404:
             raise PlanRunnerError(
                 what=f"GitHub found nothing while {action} (404)",

@@ -19,7 +19,7 @@ from typing import Literal
 from runner import gitwork
 from runner.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
 from runner.agentenv import secret_values
-from runner.errors import PlanRunnerError, StateConflict
+from runner.errors import PlanRunnerError, Refused, StateConflict
 from runner.evidence import Evidence
 from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord
 from runner.plan import Plan
@@ -182,15 +182,34 @@ class Session:
         raw = self.d.store.read_file(self.trusted.id, EVIDENCE_FILE)
         return Evidence.model_validate_json(raw) if raw else None
 
-    def apply_park(self, action: Park, evidence: Evidence | None = None, verdict: Verdict | None = None) -> SessionResult:
-        if self.state.park_issue:  # this park was published already: never a second issue or report
+    def park_unpublished(self) -> bool:
+        """The plan parked but GitHub refused the park issue (only a refusal records no issue URL)."""
+        for entry in reversed(self.entries):
+            if isinstance(entry, Parked):
+                return entry.issue_url is None and entry.report_path is not None and self.state.parked
+        return False
+
+    def apply_park(self, action: Park, evidence: Evidence | None = None, verdict: Verdict | None = None,
+                   *, again: bool = False) -> SessionResult:
+        """Publish the park once. `again`: a human started the plan by hand after a park GitHub refused
+        to publish (issues were disabled): try to open the issue now."""
+        if self.state.park_issue and not (again and self.park_unpublished()):
             return SessionResult("parked", self.plan, self.state, action, f"parked, waiting for a human: {self.state.park_issue}",
                                  url=self.state.park_issue)
         evidence = evidence or self.last_evidence()
         report = self.report(f"plan-runner parked {self.plan.id}: {action.reason}", action, evidence, verdict)
         checkpoint = self.state.last.checkpoint if self.state.last else None
         body = render_park_issue(self.plan, report, checkpoint)
-        url = self.d.parker.open_park(self.plan.id, f"plan-runner: {self.plan.id} needs a human", body)
+        try:
+            url = self.d.parker.open_park(self.plan.id, f"plan-runner: {self.plan.id} needs a human", body)
+        except Refused as err:
+            if self.park_unpublished():
+                raise  # still refused: the record is there; say so once, write nothing new
+            # Recorded once, so no tick asks again; the report is in this job's summary.
+            self.write([Parked(at=self.ws.clock(), reason=f"{action.reason}; the park issue could not be opened: "
+                               f"{err.what}", report_path=err.report_url or UNPUBLISHED)])
+            return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}; {err.render()}",
+                                 report_text=body, url=err.report_url)
         fault_point(self.ws, "park-opened")
         self.write([Parked(at=self.ws.clock(), reason=action.reason, issue_url=url)])
         return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report_text=body, url=url)
@@ -199,8 +218,14 @@ class Session:
         if self.state.finished:
             return SessionResult("finished", self.plan, self.state, action, "the plan is finished", url=self.state.pull_request)
         report = self.report(f"plan-runner finished {self.plan.id}", action, evidence or self.last_evidence(), verdict)
-        url = self.d.parker.open_finish(self.plan.id, self.plan.work_branch, self.trusted.config.base,
-                                        f"plan-runner: {self.plan.title or self.plan.id}", report)
+        try:
+            url = self.d.parker.open_finish(self.plan.id, self.plan.work_branch, self.trusted.config.base,
+                                            f"plan-runner: {self.plan.title or self.plan.id}", report)
+        except Refused as err:
+            # The work is done but GitHub will not take the pull request until a person changes a setting:
+            # park with the fix (one issue, no retry loop); `/plan-runner resume` then finishes.
+            return self.apply_park(Park(reason=f"the plan is done, but {err.what}",
+                                        details=(f"why: {err.why}", *err.fix.splitlines())), evidence, verdict)
         self.write([Finished(at=self.ws.clock(), reason=action.reason, pull_request_url=url)])
         return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report_text=report, url=url)
 
@@ -275,7 +300,7 @@ class Session:
             if isinstance(action, RunSession):
                 return action
             if isinstance(action, Park):
-                return self.apply_park(action)
+                return self.apply_park(action, again=True)  # a person started this run
             if isinstance(action, Finish):
                 return self.apply_finish(action)
             if isinstance(action, Wait):
@@ -287,6 +312,9 @@ class Session:
                 action = self.consult(action)
         raise PlanRunnerError(what="the policy did not settle on an action", why=describe(action),
                               fix="report this as a bug with the plan's ledger attached")
+
+
+UNPUBLISHED = "not published: the report is in the summary of the job that parked the plan"
 
 
 def pack_dir(path: Path) -> bytes:

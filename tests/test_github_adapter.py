@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner.errors import PlanRunnerError, ServiceUnavailable
+from runner.errors import PlanRunnerError, Refused, ServiceUnavailable
 from runner.events import GitHubContext
 from runner.github import GitHubDriver, ParkIssue, park_marker, parse_park_marker
 from runner.github_api import RetryPolicy
@@ -25,7 +25,7 @@ WORKFLOW_REF = "octo-org/demo/.github/workflows/plan-runner.yml@refs/heads/main"
 
 def context(srv: GitHubServer, **extra: str) -> GitHubContext:
     env = {"GITHUB_API_URL": srv.url, "GITHUB_REPOSITORY": f"{srv.owner}/{srv.repo}",
-           "GITHUB_WORKFLOW_REF": WORKFLOW_REF, "GITHUB_REF_NAME": "main", **extra}
+           "GITHUB_WORKFLOW_REF": WORKFLOW_REF, "GITHUB_REF_NAME": "main", "GITHUB_RUN_ID": "77", **extra}
     return GitHubContext.from_env(env)
 
 
@@ -160,6 +160,7 @@ def test_marker_round_trip_and_bad_plan_id() -> None:
 def test_finish_opens_then_reuses_a_pull_request(srv: GitHubServer, driver: GitHubDriver) -> None:
     """The finish opens one pull request from the work branch and later updates it instead of a second."""
     srv.set_branch("plan-runner/add-auth")
+    srv.actions_can_create_prs = True
     first = driver.open_finish("add-auth", "plan-runner/add-auth", "main", "Add auth", "report 1")
     second = driver.open_finish("add-auth", "plan-runner/add-auth", "main", "Add auth", "report 2")
     assert first == second == f"{srv.html_url}/pull/1"
@@ -170,6 +171,7 @@ def test_finish_opens_then_reuses_a_pull_request(srv: GitHubServer, driver: GitH
 def test_finish_without_commits_is_a_clear_error(srv: GitHubServer, driver: GitHubDriver) -> None:
     """GitHub's 422 "No commits between" reaches the user as a PlanRunnerError with its message."""
     srv.set_branch("plan-runner/empty", srv.branches["main"])
+    srv.actions_can_create_prs = True
     with pytest.raises(PlanRunnerError) as info:
         driver.open_finish("empty", "plan-runner/empty", "main", "t", "b")
     assert "No commits between" in info.value.why
@@ -180,10 +182,57 @@ def test_finish_without_commits_is_a_clear_error(srv: GitHubServer, driver: GitH
 @pytest.mark.parametrize("role, steer", [("admin", True), ("maintain", True), ("write", True),
                                          ("triage", False), ("read", False), ("none", False)])
 def test_only_write_and_above_can_steer(srv: GitHubServer, driver: GitHubDriver, role: str, steer: bool) -> None:
-    """The role comes from the API's role_name; admin, maintain and write may steer, the rest may not."""
+    """The API's `permission` decides: admin, maintain and write may steer, the rest may not."""
     srv.set_permission("mona", role)
-    assert driver.permission("mona") == role
     assert driver.can_steer("mona") is steer
+
+
+@pytest.mark.parametrize("base, steer", [("maintain", True), ("write", True), ("triage", False), ("read", False)])
+def test_custom_role_steers_by_its_base_permission(srv: GitHubServer, driver: GitHubDriver, base: str,
+                                                   steer: bool) -> None:
+    """A custom repository role is judged by its base permission, never by its name (`role_name`)."""
+    srv.add_custom_role("plan-shepherd", base)
+    srv.set_permission("mona", "plan-shepherd")
+    assert driver.can_steer("mona") is steer
+
+
+def test_finish_refused_by_the_repository_setting_says_which_setting(srv: GitHubServer,
+                                                                      driver: GitHubDriver) -> None:
+    """A 403 on pull request creation names the repository setting as the fix, not `pull-requests: write`."""
+    srv.set_branch("plan-runner/add-auth")
+    with pytest.raises(Refused) as info:
+        driver.open_finish("add-auth", "plan-runner/add-auth", "main", "Add auth", "report")
+    assert "Allow GitHub Actions to create and approve pull requests" in info.value.fix
+    assert "pull-requests: write` is already there" in info.value.fix
+    assert srv.count("POST", r".*/pulls") == 1  # asked once, never again in the same job
+
+
+def test_park_on_a_repository_without_issues_is_refused_once(srv: GitHubServer, driver: GitHubDriver) -> None:
+    """Issues disabled (410) ends in one Refused naming the Issues setting and where the report is."""
+    srv.has_issues = False
+    with pytest.raises(Refused) as info:
+        driver.open_park("add-auth", "t", "report")
+    assert "410" in info.value.what and "Features > [x] Issues" in info.value.fix
+    assert info.value.report_url == driver.ctx.run_url
+    assert srv.count("POST", r".*/issues") == 1
+
+
+def test_a_missing_token_permission_is_refused_with_the_permissions_block(srv: GitHubServer,
+                                                                          driver: GitHubDriver) -> None:
+    """A 403 "Resource not accessible by integration" ends in one Refused listing the permissions to grant."""
+    srv.token_scopes = {"issues": "write", "actions": "read"}
+    with pytest.raises(Refused) as info:
+        driver.dispatch_next("plans/a.md", "a#1")
+    assert "actions: write" in info.value.fix and srv.count("POST") == 1
+
+
+def test_long_park_report_is_capped_below_githubs_limit(srv: GitHubServer, driver: GitHubDriver) -> None:
+    """A park report over 65,536 characters is shortened so GitHub accepts it (no 422), with a note."""
+    report = "## why\n\n> the question\n\n#### Commits\n\n" + "- `abc` commit\n" * 6000
+    driver.open_park("add-auth", "t", report)
+    body = srv.issues[1]["body"]
+    assert len(body) <= 65_536 and "> the question" in body and "left out" in body
+    assert all(c.status != 422 for c in srv.calls)
 
 
 def test_unknown_user_and_bot_cannot_steer(driver: GitHubDriver) -> None:
@@ -275,11 +324,25 @@ def test_classify_checks_newest_run_wins() -> None:
 # ---- faults ------------------------------------------------------------------
 
 def test_two_502s_then_success_is_retried(srv: GitHubServer, driver: GitHubDriver) -> None:
-    """Two bad gateways and then an answer: the call succeeds after three attempts."""
+    """Two bad gateways and then an answer: a read succeeds after three attempts."""
     srv.fail_next(2, status=502)
-    driver.dispatch_next("plans/a.md", "a#1")
-    assert [c.status for c in srv.calls] == [502, 502, 204]
-    assert len(srv.dispatches) == 1
+    assert driver.permission(srv.owner) == "admin"
+    assert [c.status for c in srv.calls] == [502, 502, 200]
+
+
+@pytest.mark.parametrize("act", ["dispatch", "issue", "comment"])
+def test_a_post_answered_5xx_is_never_resent(srv: GitHubServer, driver: GitHubDriver, act: str) -> None:
+    """A POST answered 502 may have been carried out: it is sent once and fails as ServiceUnavailable."""
+    number = srv.add_issue("park", labels=("plan-runner",))
+    srv.fail_next(1, status=502, match=r"^POST .*/(dispatches|issues|comments)$")
+    with pytest.raises(ServiceUnavailable):
+        if act == "dispatch":
+            driver.dispatch_next("plans/a.md", "a#1")
+        elif act == "issue":
+            driver.open_park("other", "t", "b")
+        else:
+            driver.comment(number, "hello")
+    assert srv.count("POST", r".*/(dispatches|issues|comments)") == 1
 
 
 def test_patch_is_retried_too(srv: GitHubServer, driver: GitHubDriver) -> None:
@@ -387,9 +450,10 @@ def test_forbidden_is_a_permissions_error(srv: GitHubServer, driver: GitHubDrive
 def test_token_never_reaches_logs_or_errors(srv: GitHubServer, caplog: pytest.LogCaptureFixture) -> None:
     """With debug logging on, no log record, repr or error contains the token."""
     caplog.set_level(logging.DEBUG)
-    srv.fail_next(1, status=502)
+    srv.fail_next(1, status=502, match="^GET")
     srv.fail_next(50, status=500, match=r"/labels")
     with GitHubDriver(context(srv), TOKEN, retry=RetryPolicy.fast()) as d:
+        d.permission("mona")
         d.dispatch_next("plans/a.md", "a#1")
         with pytest.raises(ServiceUnavailable) as info:
             d.open_park("a", "t", "b")

@@ -59,12 +59,6 @@ def test_every_response_carries_rate_limit_headers(http: httpx.Client) -> None:
     assert first.headers["etag"].startswith('W/"')
 
 
-def test_rate_limit_endpoint(gh: Github) -> None:
-    """GET /rate_limit answers the core resource as PyGithub reads it."""
-    core = gh.get_rate_limit().resources.core
-    assert core.limit == 5000 and core.remaining <= 5000
-
-
 def test_unknown_repo_and_route_are_404(http: httpx.Client) -> None:
     """Other repositories and unknown paths answer 404 Not Found."""
     assert http.get("/repos/else/where").status_code == 404
@@ -122,30 +116,28 @@ def test_create_issue_validation(http: httpx.Client) -> None:
 
 
 def test_comments_and_reactions(srv: GitHubServer, gh: Github, http: httpx.Client) -> None:
-    """Comments are created, listed and fetched; a reaction is 201 when new and 200 when it exists."""
+    """Comments are created and listed; a reaction is 201 when new and 200 when it exists."""
     number = srv.add_issue("park")
     issue = gh.get_repo("octo-org/demo").get_issue(number)
     created = issue.create_comment("hello")
     srv.add_comment(number, "/plan-runner resume", user="mona")
-    assert [c.body for c in issue.get_comments()] == ["hello", "/plan-runner resume"]
-    assert http.get(f"{REPO}/issues/comments/{created.id}").json()["user"]["login"] == "github-actions[bot]"
+    assert [(c.body, c.user.login) for c in issue.get_comments()] == [("hello", "github-actions[bot]"),
+                                                                       ("/plan-runner resume", "mona")]
     first = http.post(f"{REPO}/issues/comments/{created.id}/reactions", json={"content": "eyes"})
     again = http.post(f"{REPO}/issues/comments/{created.id}/reactions", json={"content": "eyes"})
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["id"] == again.json()["id"]
     assert http.post(f"{REPO}/issues/comments/{created.id}/reactions", json={"content": "wave"}).status_code == 422
-    assert http.get(f"{REPO}/issues/comments/{created.id}").json()["reactions"]["eyes"] == 1
-    assert http.get(f"{REPO}/issues/comments/999999").status_code == 404
+    listed = http.get(f"{REPO}/issues/comments/{created.id}/reactions").json()
+    assert [r["content"] for r in listed] == ["eyes"]
+    assert http.get(f"{REPO}/issues/comments/999999/reactions").status_code == 404
 
 
-def test_labels_get_and_create(gh: Github) -> None:
-    """A missing label is 404, creating it 201, creating it again 422."""
+def test_labels_list_and_create(gh: Github) -> None:
+    """Creating a label answers 201 and lists it; creating it again answers 422."""
     repo = gh.get_repo("octo-org/demo")
-    with pytest.raises(GithubException) as missing:
-        repo.get_label("plan-runner")
-    assert missing.value.status == 404
     assert repo.create_label("plan-runner", "5319e7", "parked").name == "plan-runner"
-    assert repo.get_label("plan-runner").color == "5319e7"
+    assert [(lab.name, lab.color) for lab in repo.get_labels()] == [("plan-runner", "5319e7")]
     with pytest.raises(GithubException) as dup:
         repo.create_label("plan-runner", "5319e7")
     assert dup.value.status == 422
@@ -158,6 +150,56 @@ def test_collaborator_permission(srv: GitHubServer, http: httpx.Client, role: st
     srv.set_permission("mona", role)
     data = http.get(f"{REPO}/collaborators/mona/permission").json()
     assert (data["permission"], data["role_name"], data["user"]["login"]) == (legacy, role, "mona")
+
+
+def test_custom_role_reports_its_base_permission(srv: GitHubServer, http: httpx.Client) -> None:
+    """A custom repository role answers its base role's legacy `permission` and its own name in `role_name`."""
+    srv.add_custom_role("release-captain", "maintain")
+    srv.set_permission("mona", "release-captain")
+    data = http.get(f"{REPO}/collaborators/mona/permission").json()
+    assert (data["permission"], data["role_name"]) == ("write", "release-captain")
+
+
+def test_actions_bot_may_not_open_pull_requests_by_default(srv: GitHubServer, http: httpx.Client) -> None:
+    """With the repository's default setting the Actions bot's pull request is refused with GitHub's 403."""
+    srv.set_branch("work")
+    new = {"head": "work", "base": "main", "title": "t"}
+    refused = http.post(f"{REPO}/pulls", json=new)
+    assert refused.status_code == 403
+    assert refused.json()["message"] == "GitHub Actions is not permitted to create or approve pull requests."
+    srv.actions_can_create_prs = True
+    assert http.post(f"{REPO}/pulls", json=new).status_code == 201
+
+
+def test_issues_disabled_answers_410(srv: GitHubServer, http: httpx.Client) -> None:
+    """With issues disabled, creating, reading and commenting on issues answers 410 Gone."""
+    number = srv.add_issue("old")
+    srv.has_issues = False
+    for method, path, body in (("POST", "/issues", {"title": "x"}), ("GET", f"/issues/{number}", None),
+                               ("POST", f"/issues/{number}/comments", {"body": "x"})):
+        answer = http.request(method, REPO + path, json=body)
+        assert (answer.status_code, answer.json()["message"]) == (410, "Issues are disabled for this repo")
+    assert http.get(REPO).json()["has_issues"] is False
+
+
+def test_missing_token_permission_answers_403(srv: GitHubServer, http: httpx.Client) -> None:
+    """A call the job's token was not granted answers 403 "Resource not accessible by integration"."""
+    srv.token_scopes = {"issues": "read", "checks": "none"}
+    assert http.get(f"{REPO}/issues").status_code == 200
+    for answer in (http.post(f"{REPO}/issues", json={"title": "x"}), http.get(f"{REPO}/commits/main/check-runs")):
+        assert (answer.status_code, answer.json()["message"]) == (403, "Resource not accessible by integration")
+
+
+@pytest.mark.parametrize("path, body", [("/issues", {"title": "t"}), ("/issues/1/comments", {}),
+                                        ("/issues/1", {})])
+def test_bodies_over_65536_characters_are_refused(srv: GitHubServer, http: httpx.Client, path: str,
+                                                  body: dict) -> None:
+    """An issue, comment or issue edit with a body over 65,536 characters is refused with 422; one at it is not."""
+    srv.add_issue("first")
+    method = "PATCH" if path == "/issues/1" else "POST"
+    too_long = http.request(method, REPO + path, json={**body, "body": "x" * 65_537})
+    assert too_long.status_code == 422 and "too long" in too_long.json()["errors"][0]["message"]
+    assert http.request(method, REPO + path, json={**body, "body": "x" * 65_536}).status_code in (200, 201)
 
 
 def test_bot_permission_is_404(http: httpx.Client) -> None:
@@ -181,6 +223,7 @@ def test_workflow_dispatch(srv: GitHubServer, http: httpx.Client) -> None:
 def test_pull_requests(srv: GitHubServer, gh: Github) -> None:
     """Pull requests are created, filtered by head and base, fetched; duplicates and empty ones are 422."""
     srv.set_branch("feature")
+    srv.actions_can_create_prs = True
     repo = gh.get_repo("octo-org/demo")
     pr = repo.create_pull(base="main", head="feature", title="T", body="B")
     assert (pr.number, pr.head.ref, pr.base.ref, pr.state) == (1, "feature", "main", "open")

@@ -6,6 +6,17 @@ over real HTTP. Tests read and set its state directly (`srv.issues`,
 `srv.dispatches`, `srv.calls`, `srv.set_permission(...)`) and inject faults
 (`srv.fail_next`, `srv.secondary_rate_limit`, `srv.primary_rate_limit`,
 `srv.delay_next`, `srv.reset_next`, `srv.truncate_next`).
+
+It also gives GitHub's refusals, with GitHub's messages (checked against the
+published OpenAPI description by tests/test_github_contract.py):
+* `srv.actions_can_create_prs = False` (GitHub's default for new repositories):
+  a pull request opened with the Actions bot's token is refused with 403;
+* `srv.has_issues = False`: every issue endpoint answers 410 Gone;
+* `srv.token_scopes = {"issues": "read", ...}`: a call needing more than the
+  job's token was granted answers 403 "Resource not accessible by integration";
+* `srv.add_custom_role(name, base)`: a custom repository role, reported as
+  GitHub does (`permission` the base role's legacy name, `role_name` the name);
+* a body longer than 65,536 characters is refused with 422.
 """
 
 from __future__ import annotations
@@ -25,6 +36,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 from tests.servers import github_shapes as shapes
 
 ROLES = ("admin", "maintain", "write", "triage", "read", "none")
+MAX_BODY = 65_536  # characters GitHub accepts in an issue, comment or pull request body
+BOT = "github-actions[bot]"  # the login of a job's GITHUB_TOKEN
 # The legacy `permission` field folds the newer roles into the old four.
 LEGACY = {"admin": "admin", "maintain": "write", "write": "write", "triage": "read", "read": "read",
           "none": "none"}
@@ -37,6 +50,7 @@ class Call:
     query: dict[str, str]
     body: Any
     status: int
+    response: Any = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,10 @@ class GitHubServer:
         self.statuses: dict[str, list[dict[str, Any]]] = {}
         self.calls: list[Call] = []
         self.faults: list[Fault] = []
+        self.actions_can_create_prs = False  # "Allow GitHub Actions to create and approve pull requests"
+        self.has_issues = True
+        self.token_scopes: dict[str, str] | None = None  # None: every permission the job can have
+        self.custom_roles: dict[str, str] = {}  # custom role name -> its base role
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._sockets: set[socket.socket] = set()
@@ -176,8 +194,13 @@ class GitHubServer:
         return self.users[login]
 
     def set_permission(self, login: str, role: str) -> None:
-        assert role in ROLES, role
+        assert role in ROLES or role in self.custom_roles, role
         self.permissions[login] = role
+
+    def add_custom_role(self, name: str, base: str) -> None:
+        """An organisation's custom repository role inheriting `base` (read, triage, write or maintain)."""
+        assert base in ("read", "triage", "write", "maintain"), base
+        self.custom_roles[name] = base
 
     def set_branch(self, name: str, sha: str | None = None) -> str:
         self.branches[name] = sha or self._sha(f"{name}:{time.time_ns()}")
@@ -307,7 +330,7 @@ class GitHubServer:
 
     def repo_json(self) -> dict[str, Any]:
         return shapes.repository(self.url, self.url, self.user_json(self.owner), self.repo, 42,
-                                 self.default_branch)
+                                 self.default_branch, has_issues=self.has_issues)
 
     def pull_json(self, record: dict[str, Any]) -> dict[str, Any]:
         return shapes.pull(self.repo_api, self.html_url, record, self.repo_json(), self.users)
@@ -385,7 +408,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ApiError as exc:
             reply = Reply(exc.status, exc.body)
         with srv.lock:
-            srv.calls.append(Call(method, path, query, body, reply.status))
+            srv.calls.append(Call(method, path, query, body, reply.status, reply.body))
         self._send(method, reply, truncate=truncate)
 
     def _authorised(self) -> bool:

@@ -3,44 +3,66 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tests.servers import github_shapes as shapes
-from tests.servers.github import LEGACY, ApiError, Dispatch, GitHubServer, Reply, not_found, paginate
+from tests.servers.github import BOT, LEGACY, MAX_BODY, ApiError, Dispatch, GitHubServer, Reply, not_found, paginate
 
 Handler = Callable[[GitHubServer, re.Match[str], dict[str, str], Any], Reply]
-ROUTES: list[tuple[str, re.Pattern[str], Handler]] = []
+SPEC_PREFIX = "/repos/{owner}/{repo}"
 
 
-def at(method: str, pattern: str) -> Callable[[Handler], Handler]:
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+    spec: str  # the path template in GitHub's OpenAPI description
+    scope: tuple[str, str]  # (GITHUB_TOKEN permission, "read" | "write") the call needs
+    gone_without_issues: bool = False  # answers 410 when the repository has issues disabled
+
+
+ROUTES: list[Route] = []
+_LEVEL = {"none": 0, "read": 1, "write": 2}
+
+
+def at(method: str, pattern: str, spec: str, scope: tuple[str, str],
+       gone_without_issues: bool = False) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
-        ROUTES.append((method, re.compile(pattern), fn))
+        ROUTES.append(Route(method, re.compile(pattern), fn, SPEC_PREFIX + spec, scope, gone_without_issues))
         return fn
     return register
 
 
 def route(srv: GitHubServer, method: str, path: str, query: dict[str, str], body: Any) -> Reply:
-    if path == "/rate_limit" and method == "GET":
-        return rate_limit(srv)
     prefix = f"/repos/{srv.owner}/{srv.repo}"
     if path != prefix and not path.startswith(prefix + "/"):
         raise not_found()
     rest = path[len(prefix):]
-    for verb, pattern, fn in ROUTES:
-        match = pattern.fullmatch(rest)
-        if match and verb == method:
-            return fn(srv, match, query, body)
+    for r in ROUTES:
+        match = r.pattern.fullmatch(rest)
+        if match and r.method == method:
+            permission, level = r.scope
+            granted = "write" if srv.token_scopes is None else srv.token_scopes.get(permission, "none")
+            if permission != "metadata" and _LEVEL[granted] < _LEVEL[level]:
+                raise ApiError(403, shapes.error("Resource not accessible by integration", 403))
+            if r.gone_without_issues and not srv.has_issues:
+                raise ApiError(410, shapes.error("Issues are disabled for this repo", 410))
+            return r.handler(srv, match, query, body)
     raise not_found()
 
 
-def rate_limit(srv: GitHubServer) -> Reply:
-    core = {"limit": srv.rate_limit, "remaining": max(0, srv.rate_limit - srv.rate_used),
-            "reset": int(time.time()) + 3600, "used": srv.rate_used, "resource": "core"}
-    resources = {"core": core, "search": {**core, "limit": 30, "remaining": 30, "used": 0, "resource": "search"},
-                 "graphql": {**core, "resource": "graphql"}}
-    return Reply(200, {"resources": resources, "rate": core})
+def body_text(body: Any, resource: str, key: str = "body") -> str | None:
+    """The optional `body` field, refused as GitHub does when it is not a string or too long."""
+    text = body.get(key) if isinstance(body, dict) else None
+    if text is not None and not isinstance(text, str):
+        raise ApiError(422, shapes.validation(resource, key))
+    if text is not None and len(text) > MAX_BODY:
+        raise ApiError(422, shapes.validation(resource, key, "custom",
+                                              f"body is too long (maximum is {MAX_BODY} characters)"))
+    return text
 
 
 def need(body: Any, key: str, resource: str, kind: type = str) -> Any:
@@ -66,12 +88,12 @@ def labels_of(srv: GitHubServer, body: Any, key: str = "labels") -> list[str]:
     return [srv.ensure_label(name)["name"] for name in names]
 
 
-@at("GET", "")
+@at("GET", "", "", ("metadata", "read"))
 def get_repo(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     return Reply(200, srv.repo_json())
 
 
-@at("GET", "/issues")
+@at("GET", "/issues", "/issues", ("issues", "read"))
 def list_issues(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     state = q.get("state", "open")
     wanted = {name.strip().lower() for name in q.get("labels", "").split(",") if name.strip()}
@@ -87,22 +109,21 @@ def list_issues(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
     return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/issues", q, items)
 
 
-@at("POST", "/issues")
+@at("POST", "/issues", "/issues", ("issues", "write"), gone_without_issues=True)
 def create_issue(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     title = need(body, "title", "Issue")
-    text = body.get("body")
-    if text is not None and not isinstance(text, str):
-        raise ApiError(422, shapes.validation("Issue", "body"))
+    text = body_text(body, "Issue")
     record = srv._new_issue(srv.login, title, text, labels_of(srv, body))
     return Reply(201, srv.issue_json(record), {"Location": srv.issue_json(record)["url"]})
 
 
-@at("GET", r"/issues/(?P<n>\d+)")
+@at("GET", r"/issues/(?P<n>\d+)", "/issues/{issue_number}", ("issues", "read"), gone_without_issues=True)
 def get_issue(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     return Reply(200, srv.issue_json(issue_of(srv, m)))
 
 
-@at("PATCH", r"/issues/(?P<n>\d+)")
+@at("PATCH", r"/issues/(?P<n>\d+)", "/issues/{issue_number}", ("issues", "write"),
+    gone_without_issues=True)
 def update_issue(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     record = issue_of(srv, m)
     if not isinstance(body, dict):
@@ -115,34 +136,37 @@ def update_issue(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: A
             record["state_reason"] = body.get("state_reason") or (
                 "completed" if body["state"] == "closed" else "reopened")
         record["state"] = body["state"]
-    for key in ("title", "body"):
-        if key in body:
-            if not isinstance(body[key], str) and not (key == "body" and body[key] is None):
-                raise ApiError(422, shapes.validation("Issue", key))
-            record[key] = body[key]
+    if "title" in body:
+        record["title"] = need(body, "title", "Issue")
+    if "body" in body:
+        record["body"] = body_text(body, "Issue")
     if "labels" in body:
         record["labels"] = labels_of(srv, body)
     record["updated_at"] = shapes.now_iso()
     return Reply(200, srv.issue_json(record))
 
 
-@at("POST", r"/issues/(?P<n>\d+)/labels")
+@at("POST", r"/issues/(?P<n>\d+)/labels", "/issues/{issue_number}/labels", ("issues", "write"),
+    gone_without_issues=True)
 def add_labels(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     record = issue_of(srv, m)
     record["labels"] = list(dict.fromkeys(record["labels"] + labels_of(srv, body)))
     return Reply(200, [shapes.label(srv.repo_api, srv.labels[n.lower()]) for n in record["labels"]])
 
 
-@at("GET", r"/issues/(?P<n>\d+)/comments")
+@at("GET", r"/issues/(?P<n>\d+)/comments", "/issues/{issue_number}/comments", ("issues", "read"),
+    gone_without_issues=True)
 def list_comments(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     number = issue_of(srv, m)["number"]
     items = [srv.comment_json(c) for c in srv.comments_on(number)]
     return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/issues/{number}/comments", q, items)
 
 
-@at("POST", r"/issues/(?P<n>\d+)/comments")
+@at("POST", r"/issues/(?P<n>\d+)/comments", "/issues/{issue_number}/comments", ("issues", "write"),
+    gone_without_issues=True)
 def create_comment(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
-    record = srv._new_comment(issue_of(srv, m)["number"], need(body, "body", "IssueComment"), srv.login)
+    need(body, "body", "IssueComment")
+    record = srv._new_comment(issue_of(srv, m)["number"], body_text(body, "IssueComment") or "", srv.login)
     return Reply(201, srv.comment_json(record))
 
 
@@ -153,19 +177,16 @@ def comment_of(srv: GitHubServer, m: re.Match[str]) -> dict[str, Any]:
     return record
 
 
-@at("GET", r"/issues/comments/(?P<id>\d+)")
-def get_comment(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
-    return Reply(200, srv.comment_json(comment_of(srv, m)))
-
-
-@at("GET", r"/issues/comments/(?P<id>\d+)/reactions")
+@at("GET", r"/issues/comments/(?P<id>\d+)/reactions", "/issues/comments/{comment_id}/reactions",
+    ("issues", "read"))
 def list_reactions(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     ident = comment_of(srv, m)["id"]
     items = [shapes.reaction(r, srv.users) for r in srv.reactions.get(ident, [])]
     return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/issues/comments/{ident}/reactions", q, items)
 
 
-@at("POST", r"/issues/comments/(?P<id>\d+)/reactions")
+@at("POST", r"/issues/comments/(?P<id>\d+)/reactions", "/issues/comments/{comment_id}/reactions",
+    ("issues", "write"))
 def create_reaction(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     ident = comment_of(srv, m)["id"]
     content = need(body, "content", "Reaction")
@@ -180,21 +201,13 @@ def create_reaction(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body
     return Reply(201, shapes.reaction(record, srv.users))
 
 
-@at("GET", "/labels")
+@at("GET", "/labels", "/labels", ("issues", "read"))
 def list_labels(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     items = [shapes.label(srv.repo_api, lab) for lab in srv.labels.values()]
     return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/labels", q, items)
 
 
-@at("GET", "/labels/(?P<name>[^/]+)")
-def get_label(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
-    record = srv.labels.get(m["name"].lower())
-    if record is None:
-        raise not_found()
-    return Reply(200, shapes.label(srv.repo_api, record))
-
-
-@at("POST", "/labels")
+@at("POST", "/labels", "/labels", ("issues", "write"))
 def create_label(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     name = need(body, "name", "Label")
     if name.lower() in srv.labels:
@@ -206,7 +219,8 @@ def create_label(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: A
     return Reply(201, shapes.label(srv.repo_api, record))
 
 
-@at("GET", "/collaborators/(?P<user>[^/]+)/permission")
+@at("GET", "/collaborators/(?P<user>[^/]+)/permission", "/collaborators/{username}/permission",
+    ("metadata", "read"))
 def permission(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     login = m["user"]
     role = srv.permissions.get(login)
@@ -214,10 +228,13 @@ def permission(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any
         # GitHub answers 404 for app bots: they are not users of the repository.
         raise ApiError(404, shapes.error(f"{login} is not a user", 404))
     role = role or "none"
-    return Reply(200, {"permission": LEGACY[role], "role_name": role, "user": srv.user_json(login)})
+    # A custom role reports its base role's legacy name in `permission` and its own name in `role_name`.
+    base = srv.custom_roles.get(role, role)
+    return Reply(200, {"permission": LEGACY[base], "role_name": role, "user": srv.user_json(login)})
 
 
-@at("POST", "/actions/workflows/(?P<wf>[^/]+)/dispatches")
+@at("POST", "/actions/workflows/(?P<wf>[^/]+)/dispatches", "/actions/workflows/{workflow_id}/dispatches",
+    ("actions", "write"))
 def dispatch(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     ref = need(body, "ref", "Dispatch")
     inputs = body.get("inputs") or {}
@@ -241,7 +258,7 @@ def pull_of(srv: GitHubServer, m: re.Match[str]) -> dict[str, Any]:
     return record
 
 
-@at("GET", "/pulls")
+@at("GET", "/pulls", "/pulls", ("pull-requests", "read"))
 def list_pulls(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     state = q.get("state", "open")
     items = []
@@ -257,10 +274,17 @@ def list_pulls(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any
     return paginate(srv, f"/repos/{srv.owner}/{srv.repo}/pulls", q, items)
 
 
-@at("POST", "/pulls")
+@at("POST", "/pulls", "/pulls", ("pull-requests", "write"))
 def create_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     head, base = need(body, "head", "PullRequest"), need(body, "base", "PullRequest")
     title = need(body, "title", "PullRequest")
+    text = body_text(body, "PullRequest")
+    if srv.login == BOT and not srv.actions_can_create_prs:
+        # Settings > Actions > General > "Allow GitHub Actions to create and approve pull requests",
+        # off by default; `pull-requests: write` in the workflow does not lift it.
+        raise ApiError(403, {"message": "GitHub Actions is not permitted to create or approve pull requests.",
+                             "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
+                             "status": "403"})
     head = head.split(":", 1)[-1]
     for key, name in (("head", head), ("base", base)):
         if name not in srv.branches:
@@ -274,26 +298,28 @@ def create_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
                                                   f"A pull request already exists for {srv.owner}:{head}."))
     pull = {"head": head, "base": base, "head_sha": srv.branches[head], "base_sha": srv.branches[base],
             "draft": bool(body.get("draft"))}
-    record = srv._new_issue(srv.login, title, body.get("body"), [], pull=pull)
+    record = srv._new_issue(srv.login, title, text, [], pull=pull)
     return Reply(201, srv.pull_json(record))
 
 
-@at("GET", r"/pulls/(?P<n>\d+)")
+@at("GET", r"/pulls/(?P<n>\d+)", "/pulls/{pull_number}", ("pull-requests", "read"))
 def get_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     return Reply(200, srv.pull_json(pull_of(srv, m)))
 
 
-@at("PATCH", r"/pulls/(?P<n>\d+)")
+@at("PATCH", r"/pulls/(?P<n>\d+)", "/pulls/{pull_number}", ("pull-requests", "write"))
 def update_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     record = pull_of(srv, m)
-    for key in ("title", "body", "state"):
+    if isinstance(body, dict) and "body" in body:
+        record["body"] = body_text(body, "PullRequest")
+    for key in ("title", "state"):
         if isinstance(body, dict) and key in body:
-            record[key] = body[key]
+            record[key] = need(body, key, "PullRequest")
     record["updated_at"] = shapes.now_iso()
     return Reply(200, srv.pull_json(record))
 
 
-@at("GET", "/commits/(?P<ref>.+)/check-runs")
+@at("GET", "/commits/(?P<ref>.+)/check-runs", "/commits/{ref}/check-runs", ("checks", "read"))
 def check_runs(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     runs = srv.check_runs.get(srv.resolve_sha(m["ref"]), [])
     if q.get("filter", "latest") == "latest":
@@ -308,7 +334,7 @@ def check_runs(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any
     return Reply(200, {"total_count": len(runs), "check_runs": items}, page.headers)
 
 
-@at("GET", "/commits/(?P<ref>.+)/status")
+@at("GET", "/commits/(?P<ref>.+)/status", "/commits/{ref}/status", ("statuses", "read"))
 def combined_status(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     sha = srv.resolve_sha(m["ref"])
     latest: dict[str, dict[str, Any]] = {}

@@ -174,7 +174,7 @@ def pull(repo_api: str, html: str, record: dict[str, Any], repo_json: dict[str, 
 
 
 def repository(api: str, html_root: str, owner: dict[str, Any], name: str, ident: int,
-               default_branch: str) -> dict[str, Any]:
+               default_branch: str, has_issues: bool = True) -> dict[str, Any]:
     full = f"{owner['login']}/{name}"
     return {
         "id": ident,
@@ -186,7 +186,7 @@ def repository(api: str, html_root: str, owner: dict[str, Any], name: str, ident
         "html_url": f"{html_root}/{full}",
         "url": f"{api}/repos/{full}",
         "default_branch": default_branch,
-        "has_issues": True,
+        "has_issues": has_issues,
         "archived": False,
         "disabled": False,
         "visibility": "private",
