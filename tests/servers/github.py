@@ -391,6 +391,11 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(fault.seconds)
             fault = None
         body: Any = None
+        if fault is not None:
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except ValueError:
+                pass
         try:
             if fault is not None:
                 reply = self._fault_reply(fault)

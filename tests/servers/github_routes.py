@@ -230,7 +230,8 @@ def permission(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any
     role = role or "none"
     # A custom role reports its base role's legacy name in `permission` and its own name in `role_name`.
     base = srv.custom_roles.get(role, role)
-    return Reply(200, {"permission": LEGACY[base], "role_name": role, "user": srv.user_json(login)})
+    return Reply(200, {"permission": LEGACY[base], "role_name": role,
+                       "user": {**srv.user_json(login), "role_name": role}})
 
 
 @at("POST", "/actions/workflows/(?P<wf>[^/]+)/dispatches", "/actions/workflows/{workflow_id}/dispatches",
@@ -349,4 +350,5 @@ def combined_status(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body
         state = "success"
     statuses = [shapes.commit_status(srv.repo_api, r) for r in reversed(latest.values())]
     return Reply(200, {"state": state, "statuses": statuses, "sha": sha, "total_count": len(statuses),
-                       "repository": srv.repo_json(), "commit_url": f"{srv.repo_api}/commits/{sha}"})
+                       "repository": srv.repo_json(), "commit_url": f"{srv.repo_api}/commits/{sha}",
+                       "url": f"{srv.repo_api}/commits/{sha}/status"})

@@ -23,15 +23,26 @@ def node_id(kind: str, ident: int) -> str:
 
 
 def user(api: str, login: str, ident: int) -> dict[str, Any]:
+    url = f"{api}/users/{login}"
     return {
         "login": login,
         "id": ident,
         "node_id": node_id("User", ident),
         "type": "Bot" if login.endswith("[bot]") else "User",
         "site_admin": False,
-        "url": f"{api}/users/{login}",
+        "url": url,
         "html_url": f"{api.replace('/api/v3', '')}/{login}",
-        "avatar_url": "",
+        "avatar_url": f"{api}/avatars/{ident}",
+        "gravatar_id": "",
+        "followers_url": f"{url}/followers",
+        "following_url": f"{url}/following{{/other_user}}",
+        "gists_url": f"{url}/gists{{/gist_id}}",
+        "starred_url": f"{url}/starred{{/owner}}{{/repo}}",
+        "subscriptions_url": f"{url}/subscriptions",
+        "organizations_url": f"{url}/orgs",
+        "repos_url": f"{url}/repos",
+        "events_url": f"{url}/events{{/privacy}}",
+        "received_events_url": f"{url}/received_events",
     }
 
 
@@ -167,15 +178,60 @@ def pull(repo_api: str, html: str, record: dict[str, Any], repo_json: dict[str, 
         "created_at": record["created_at"],
         "updated_at": record["updated_at"],
         "closed_at": record.get("closed_at"),
+        "commits_url": f"{repo_api}/pulls/{number}/commits",
+        "review_comments_url": f"{repo_api}/pulls/{number}/comments",
+        "review_comment_url": f"{repo_api}/pulls/comments{{/number}}",
+        "statuses_url": f"{repo_api}/statuses/{pr['head_sha']}",
+        "_links": {key: {"href": href} for key, href in (
+            ("self", f"{repo_api}/pulls/{number}"), ("html", f"{html}/pull/{number}"),
+            ("issue", f"{repo_api}/issues/{number}"), ("comments", f"{repo_api}/issues/{number}/comments"),
+            ("review_comments", f"{repo_api}/pulls/{number}/comments"),
+            ("review_comment", f"{repo_api}/pulls/comments{{/number}}"),
+            ("commits", f"{repo_api}/pulls/{number}/commits"), ("statuses", f"{repo_api}/statuses/{pr['head_sha']}"))},
+        "assignee": None,
+        "assignees": [],
+        "milestone": None,
+        "auto_merge": None,
+        "merge_commit_sha": None,
+        "merged_by": None,
+        "mergeable_state": "unknown",
+        "maintainer_can_modify": False,
+        "comments": record.get("comment_count", 0),
+        "review_comments": 0,
+        "commits": 1,
+        "additions": 1,
+        "deletions": 0,
+        "changed_files": 1,
         "head": branch_ref(repo_json, owner, pr["head"], pr["head_sha"]),
         "base": branch_ref(repo_json, owner, pr["base"], pr["base_sha"]),
         "author_association": "NONE",
     }
 
 
+# The `{name}_url` templates every repository object carries, as api.github.com spells them.
+_REPO_URLS = {
+    "archive_url": "/{archive_format}{/ref}", "assignees_url": "/assignees{/user}", "blobs_url": "/git/blobs{/sha}",
+    "branches_url": "/branches{/branch}", "collaborators_url": "/collaborators{/collaborator}",
+    "comments_url": "/comments{/number}", "commits_url": "/commits{/sha}", "compare_url": "/compare/{base}...{head}",
+    "contents_url": "/contents/{+path}", "contributors_url": "/contributors", "deployments_url": "/deployments",
+    "downloads_url": "/downloads", "events_url": "/events", "forks_url": "/forks", "git_commits_url": "/git/commits{/sha}",
+    "git_refs_url": "/git/refs{/sha}", "git_tags_url": "/git/tags{/sha}", "hooks_url": "/hooks",
+    "issue_comment_url": "/issues/comments{/number}", "issue_events_url": "/issues/events{/number}",
+    "issues_url": "/issues{/number}", "keys_url": "/keys{/key_id}", "labels_url": "/labels{/name}",
+    "languages_url": "/languages", "merges_url": "/merges", "milestones_url": "/milestones{/number}",
+    "notifications_url": "/notifications{?since,all,participating}", "pulls_url": "/pulls{/number}",
+    "releases_url": "/releases{/id}", "stargazers_url": "/stargazers", "statuses_url": "/statuses/{sha}",
+    "subscribers_url": "/subscribers", "subscription_url": "/subscription", "tags_url": "/tags",
+    "teams_url": "/teams", "trees_url": "/git/trees{/sha}",
+}
+
+
 def repository(api: str, html_root: str, owner: dict[str, Any], name: str, ident: int,
                default_branch: str, has_issues: bool = True) -> dict[str, Any]:
     full = f"{owner['login']}/{name}"
+    url = f"{api}/repos/{full}"
+    html = f"{html_root}/{full}"
+    stamp = "2024-01-01T00:00:00Z"
     return {
         "id": ident,
         "node_id": node_id("Repository", ident),
@@ -183,15 +239,41 @@ def repository(api: str, html_root: str, owner: dict[str, Any], name: str, ident
         "full_name": full,
         "private": True,
         "owner": owner,
-        "html_url": f"{html_root}/{full}",
-        "url": f"{api}/repos/{full}",
+        "html_url": html,
+        "description": None,
+        "fork": False,
+        "url": url,
+        **{key: url + tail for key, tail in _REPO_URLS.items()},
+        "git_url": f"{html}.git".replace("http://", "git://").replace("https://", "git://"),
+        "ssh_url": f"git@localhost:{full}.git",
+        "clone_url": f"{html}.git",
+        "svn_url": html,
+        "mirror_url": None,
+        "homepage": None,
+        "language": None,
+        "license": None,
+        "size": 1,
+        "forks": 0, "forks_count": 0, "watchers": 0, "watchers_count": 0, "stargazers_count": 0,
+        "subscribers_count": 1, "network_count": 0, "open_issues": 0, "open_issues_count": 0,
         "default_branch": default_branch,
         "has_issues": has_issues,
+        "has_projects": False, "has_wiki": False, "has_pages": False, "has_downloads": False,
+        "has_discussions": False,
         "archived": False,
         "disabled": False,
         "visibility": "private",
+        "created_at": stamp, "updated_at": stamp, "pushed_at": stamp,
         "permissions": {"admin": False, "maintain": False, "push": True, "triage": True, "pull": True},
     }
+
+
+def github_actions_app(repo_api: str) -> dict[str, Any]:
+    api = repo_api.split("/repos/")[0]
+    return {"id": 15368, "slug": "github-actions", "node_id": node_id("Integration", 15368),
+            "owner": user(api, "github", 9919), "name": "GitHub Actions", "description": "Automate your workflow",
+            "external_url": "https://help.github.com/en/actions", "html_url": "https://github.com/apps/github-actions",
+            "created_at": "2018-07-30T09:30:17Z", "updated_at": "2019-12-10T19:04:12Z",
+            "permissions": {"checks": "write", "contents": "write"}, "events": ["check_run", "push"]}
 
 
 def check_run(repo_api: str, html: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +293,7 @@ def check_run(repo_api: str, html: str, record: dict[str, Any]) -> dict[str, Any
         "output": {"title": None, "summary": record.get("summary"), "text": None,
                    "annotations_count": 0, "annotations_url": ""},
         "check_suite": {"id": record["id"] + 1},
-        "app": {"id": 15368, "slug": "github-actions", "name": "GitHub Actions"},
+        "app": github_actions_app(repo_api),
         "pull_requests": [],
     }
 
@@ -224,6 +306,7 @@ def commit_status(repo_api: str, record: dict[str, Any]) -> dict[str, Any]:
         "state": record["state"],
         "description": record.get("description"),
         "target_url": None,
+        "avatar_url": None,
         "context": record["context"],
         "created_at": record["created_at"],
         "updated_at": record["created_at"],
