@@ -132,8 +132,11 @@ def fold(ledger: Iterable[Entry]) -> RunState:
         elif isinstance(entry, Dispatched):
             state = state.model_copy(update={"last_dispatch": max(state.last_dispatch, entry.for_session)})
         elif isinstance(entry, Parked):
+            # A park recorded for a decision that was not one (GitHub refused the finish's pull request)
+            # parks the plan all the same: only a human's reply moves it on.
+            pending = state.pending if isinstance(state.pending, Park) else Park(reason=entry.reason)
             state = state.model_copy(update={"park_issue": entry.issue_url or entry.report_path,
-                                             "parked_at": entry.at})
+                                             "parked_at": entry.at, "pending": pending})
         elif isinstance(entry, Finished):
             state = state.model_copy(update={"finished": True, "pull_request": entry.pull_request_url})
     return state

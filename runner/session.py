@@ -208,8 +208,9 @@ class Session:
             # Recorded once, so no tick asks again; the report is in this job's summary.
             self.write([Parked(at=self.ws.clock(), reason=f"{action.reason}; the park issue could not be opened: "
                                f"{err.what}", report_path=err.report_url or UNPUBLISHED)])
+            notice = f"**The park issue could not be opened.**\n\n```text\n{err.render()}\n```\n\n"
             return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}; {err.render()}",
-                                 report_text=body, url=err.report_url)
+                                 report_text=notice + body, url=err.report_url)
         fault_point(self.ws, "park-opened")
         self.write([Parked(at=self.ws.clock(), reason=action.reason, issue_url=url)])
         return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report_text=body, url=url)
