@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import TextIO
 
 from runner import gitwork
-from runner.action_io import Reporter, basic_auth, parse_bool
+from runner.action_io import PUSH_TOKEN, Reporter, basic_auth, parse_bool
 from runner.actions import Finish, Park, Wait, describe
 from runner.errors import PlanRunnerError, StateConflict
 from runner.events import GitHubContext, WorkflowDispatch
@@ -154,9 +154,13 @@ def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
     return GitHubDriver(ctx, token)
 
 
-def head_checks_runner(driver, repo: Path) -> Callable:
-    """A `checks:` gate runner asking GitHub about the commit the gates see (the work tree's HEAD)."""
-    return lambda gate: driver.checks_gate(gate, gitwork.ref_sha(repo, "HEAD") or "HEAD")
+def head_checks_runner(driver, repo: Path, env: Mapping[str, str] | None = None) -> Callable:
+    """A `checks:` gate runner asking GitHub about the commit the gates see (the work tree's HEAD).
+    Without a `push-token` the work branch is pushed with GITHUB_TOKEN, which starts no workflow: the
+    gate then stops waiting when nothing reports on the commit (NeedsHuman with the fix, blaming nobody)."""
+    job_token = not (env or {}).get(PUSH_TOKEN)
+    return lambda gate: driver.checks_gate(gate, gitwork.ref_sha(repo, "HEAD") or "HEAD",
+                                           pushed_with_job_token=job_token)
 
 
 # --- session ----------------------------------------------------------------------------------
@@ -166,7 +170,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     ws = github_workspace(env, plan_input(env, ctx))
     ws.on_event = lambda kind, detail: rep.log(f"plan-runner {kind}: {detail}")
     drivers = Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
-                      checks_runner=head_checks_runner(driver, ws.repo))
+                      checks_runner=head_checks_runner(driver, ws.repo, env))
     if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):
         s = Session(ws, drivers)
         action = decide_start(s.state, s.plan)
@@ -237,7 +241,8 @@ def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | No
     try:
         chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
         ctx = GitHubContext.from_env(env)
-        with git_credentials(env.get("GITHUB_TOKEN"), ctx.server_url), driver_factory(ctx, env) as driver:
+        push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")  # pushes; the API keeps the job's token
+        with git_credentials(push_token, ctx.server_url), driver_factory(ctx, env) as driver:
             result = _modes()[chosen](ctx, env, driver, rep)
     except StateConflict as err:  # another job won the compare-and-swap: nothing is wrong
         result = ModeResult(outcome="superseded", summary=error_summary(err),

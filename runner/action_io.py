@@ -50,10 +50,13 @@ def mask_values(env: Mapping[str, str]) -> list[str]:
     for secret in secret_values(env):
         values.append(secret)
         values += [line for line in secret.splitlines() if len(line) >= 6 and line != secret]
-    token = env.get("GITHUB_TOKEN")
-    if token:
-        values.append(basic_auth(token))
+    for name in ("GITHUB_TOKEN", PUSH_TOKEN):
+        if env.get(name):
+            values.append(basic_auth(env[name]))
     return list(dict.fromkeys(values))
+
+
+PUSH_TOKEN = "PLAN_RUNNER_PUSH_TOKEN"  # the action's `push-token` input: pushes that start workflows
 
 
 def basic_auth(token: str) -> str:

@@ -42,6 +42,9 @@ class GateResult(Record):
     flaky: bool = False  # failed once, passed on the re-run
     cached: bool = False  # result reused: same tree hash and gate definition
     error: str | None = None  # could not run at all (bad command, connection refused)
+    # The gate cannot be decided until a person acts (e.g. CI that a GITHUB_TOKEN push never starts): the
+    # session parks NeedsHuman, blaming nobody, instead of counting the gate red.
+    needs_human: str | None = None
 
 
 class CommitInfo(Record):

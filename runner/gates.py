@@ -103,7 +103,8 @@ def run_gates(
 
 def _worth_rerunning(gate: GateConfig, result: GateResult, checks_runner: ChecksRunner | None) -> bool:
     # Without a checks runner the result is a fixed "cannot check here"; running it again says nothing new.
-    return not (gate.kind == "checks" and checks_runner is None)
+    # Neither does a gate only a person can unblock (`needs_human`).
+    return not (gate.kind == "checks" and checks_runner is None) and not result.needs_human
 
 
 def run_gate(

@@ -20,7 +20,7 @@ from runner.events import GitHubContext
 from runner.evidence import GateResult
 from runner.github_api import RetryPolicy, github_call, make_client
 from runner.github_body import cap_body
-from runner.github_checks import collect_checks_gate
+from runner.github_checks import NO_CI_AFTER_S, collect_checks_gate
 from runner.plan import GateConfig
 
 PARK_LABEL = "plan-runner"
@@ -244,12 +244,14 @@ class GitHubDriver:
     # ---- checks gate -----------------------------------------------------
 
     def checks_gate(self, gate: GateConfig, sha: str, timeout_s: float | None = None,
-                    poll_s: float = 10.0) -> GateResult:
+                    poll_s: float = 10.0, *, pushed_with_job_token: bool = False,
+                    no_ci_after_s: float = NO_CI_AFTER_S) -> GateResult:
         with github_call(f"reading checks of {sha[:12]}"):
             return collect_checks_gate(self._request, gate, sha,
                                        timeout_s=gate.timeout_minutes if timeout_s is None else timeout_s,
-                                       poll_s=poll_s)
+                                       poll_s=poll_s, pushed_with_job_token=pushed_with_job_token,
+                                       no_ci_after_s=no_ci_after_s)
 
-    def checks_runner(self, sha: str, poll_s: float = 10.0) -> Any:
+    def checks_runner(self, sha: str, poll_s: float = 10.0, *, pushed_with_job_token: bool = False) -> Any:
         """A `runner.gates.ChecksRunner` bound to `sha`, for `run_gates(checks_runner=...)`."""
-        return lambda gate: self.checks_gate(gate, sha, poll_s=poll_s)
+        return lambda gate: self.checks_gate(gate, sha, poll_s=poll_s, pushed_with_job_token=pushed_with_job_token)

@@ -80,9 +80,25 @@ def _fetch(request: Request, sha: str) -> tuple[list[dict[str, Any]], list[dict[
     return runs, list(combined.get("statuses") or [])
 
 
+NO_CI_AFTER_S = 120.0  # webhook CI (not Actions) reports within this on a push; Actions never does
+
+
+def no_ci_for_token_pushes(names: Sequence[str], sha: str, waited_s: float) -> str:
+    return (f"nothing reported any check run or status for {sha[:12]} in {waited_s:g} s, and the work branch was "
+            "pushed with the job's GITHUB_TOKEN: GitHub starts no workflow for such a push, so "
+            f"{', '.join(names)} cannot appear. Fix: give the action a token whose pushes start workflows, "
+            "a GitHub App installation token or a fine-grained personal access token with `contents: write` "
+            "(`push-token: ${{ secrets.PLAN_RUNNER_PUSH_TOKEN }}`), or make this gate a `run:` command "
+            "plan-runner runs itself; then answer `/plan-runner retry`")
+
+
 def collect_checks_gate(request: Request, gate: GateConfig, sha: str, *, timeout_s: float, poll_s: float,
                         clock: Callable[[], float] = time.monotonic,
-                        sleep: Callable[[float], None] = time.sleep) -> GateResult:
+                        sleep: Callable[[float], None] = time.sleep,
+                        pushed_with_job_token: bool = False, no_ci_after_s: float = NO_CI_AFTER_S) -> GateResult:
+    """`pushed_with_job_token`: the commit reached GitHub through a GITHUB_TOKEN push, which starts no
+    workflow; when nothing at all reports on the commit for `no_ci_after_s`, the gate needs a person
+    (`needs_human`) instead of waiting out its timeout and counting red against the agent."""
     names = tuple(gate.checks or ())
     started = clock()
     while True:
@@ -91,6 +107,11 @@ def collect_checks_gate(request: Request, gate: GateConfig, sha: str, *, timeout
         red = [s for s in states if s.state == "red"]
         waiting = [s for s in states if s.state in ("pending", "missing")]
         elapsed = clock() - started
+        if pushed_with_job_token and waiting and not runs and not statuses and elapsed >= min(no_ci_after_s, timeout_s):
+            return GateResult(name=gate.name, required=gate.required, kind="checks", passed=False,
+                              duration_s=round(elapsed, 3), output_tail="\n".join(f"{s.name}: {s.detail}" for s in states),
+                              fingerprint="checks:no-ci-for-token-pushes",
+                              needs_human=no_ci_for_token_pushes(names, sha, round(elapsed)))
         if red or not waiting or elapsed >= timeout_s:
             break
         sleep(max(0.0, min(poll_s, timeout_s - elapsed)))

@@ -63,6 +63,8 @@ def _needs_human(e: Evidence) -> list[str]:
     if e.signals.exit_kind is ExitKind.AUTH:
         reasons.append(f"authentication or billing failure: {e.signals.error or 'the backend refused the credentials'}")
     reasons += [f"the agent changed protected configuration: {t}" for t in e.tampering]
+    reasons += [f"gate {g.name} cannot be decided here: {g.needs_human}" for g in e.gates
+                if g.required and g.needs_human]
     reasons += [f"the agent's commits add the value of a secret to {p}; nothing of this session was pushed: "
                 "take it out of the work branch's history before the plan goes on" for p in e.leaked_secrets]
     return reasons

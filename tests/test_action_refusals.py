@@ -139,3 +139,32 @@ def jobs(tmp_path):
 
 
 assert PLAN  # the same plan path as tests/test_action_modes.py
+
+
+CHECKS_PLAN = ONE_STEP_PLAN.replace("""gates:
+  - name: tests
+    run: python3 -m unittest -q
+    timeout_minutes: 1m
+""", """gates:
+  - name: tests
+    run: python3 -m unittest -q
+    timeout_minutes: 1m
+  - name: ci
+    checks: [build]
+    timeout_minutes: 2s
+""")
+
+
+def test_a_checks_gate_after_a_job_token_push_parks_needs_human_blaming_nobody(tmp_path) -> None:
+    """With the default token no workflow starts for the pushed work branch: the `checks:` gate is not re-run
+    or counted red; the session is NeedsHuman, blamed on nobody, and the park issue names `push-token`."""
+    assert "checks: [build]" in CHECKS_PLAN
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script=ONE_STEP_SCRIPT, plan=CHECKS_PLAN)
+        rc, out, outputs, summary, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "NeedsHuman", outputs
+        (record,) = [e for e in jobs.ledger() if e["type"] == "session"]
+        assert record["blame"] == "none" and record["rule"] == 1
+        (issue,) = park_issues(jobs)
+        assert "push-token" in issue["body"] and "GitHub starts no workflow" in issue["body"]
+        assert srv.count("GET", r".*/check-runs") <= 3  # stopped early, never re-run

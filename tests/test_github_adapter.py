@@ -461,3 +461,25 @@ def test_token_never_reaches_logs_or_errors(srv: GitHubServer, caplog: pytest.Lo
     assert TOKEN not in info.value.render()
     assert caplog.records, "PyGithub should have logged the requests at debug level"
     assert all(TOKEN not in record.getMessage() for record in caplog.records)
+
+
+def test_checks_that_a_job_token_push_cannot_start_need_a_human_not_a_red_gate(srv: GitHubServer,
+                                                                              driver: GitHubDriver) -> None:
+    """Pushed with GITHUB_TOKEN and nothing reports on the commit: the gate stops early with `needs_human`
+    naming the push-token fix, instead of waiting out its timeout and counting red."""
+    started = time.monotonic()
+    result = driver.checks_gate(gate("tests"), "abc", timeout_s=30, poll_s=0.05, pushed_with_job_token=True,
+                                no_ci_after_s=0.3)
+    assert time.monotonic() - started < 5
+    assert not result.passed and not result.timed_out and "push-token" in (result.needs_human or "")
+    assert "GitHub starts no workflow" in result.needs_human
+
+
+def test_checks_from_webhook_ci_are_still_awaited_after_a_job_token_push(srv: GitHubServer,
+                                                                        driver: GitHubDriver) -> None:
+    """A status from CI that webhooks start (not Actions) shows CI is running: the gate waits for its names."""
+    srv.set_status("abc", "ci/circleci", "pending")
+    srv.set_check_run("abc", "tests", status="in_progress")
+    result = driver.checks_gate(gate("tests"), "abc", timeout_s=0.6, poll_s=0.05, pushed_with_job_token=True,
+                                no_ci_after_s=0.1)
+    assert result.needs_human is None and result.timed_out
