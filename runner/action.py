@@ -12,7 +12,9 @@ way: step outputs, a job summary, annotations; secrets masked before anything pr
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -113,6 +115,25 @@ def fetch_work_branch(ws: Workspace, branch: str) -> None:
         if "couldn't find remote ref" not in str(getattr(exc, "stderr", "") or exc):
             raise PlanRunnerError(what=f"could not fetch the work branch {branch!r}", why=str(exc),
                                   fix="check that the remote is reachable and the token may read it") from None
+
+
+@contextmanager
+def _git_config(*pairs: tuple[str, str]) -> Iterator[None]:
+    """Git configuration for this process's git commands only (`GIT_CONFIG_*`), above any file's."""
+    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    names = ("GIT_CONFIG_COUNT", *(f"GIT_CONFIG_{kind}_{n + i}" for i in range(len(pairs)) for kind in ("KEY", "VALUE")))
+    saved = {k: os.environ.get(k) for k in names}
+    for i, (key, value) in enumerate(pairs):
+        os.environ[f"GIT_CONFIG_KEY_{n + i}"], os.environ[f"GIT_CONFIG_VALUE_{n + i}"] = key, value
+    os.environ["GIT_CONFIG_COUNT"] = str(n + len(pairs))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @contextmanager
@@ -232,6 +253,63 @@ def error_summary(err: PlanRunnerError) -> str:
     return f"# plan-runner: {err.what}\n\n```text\n{err.render()}\n```\n"
 
 
+class Cancelled(BaseException):
+    """The runner's stop signal (a cancelled or timed-out job): SIGINT first, SIGTERM a few seconds later."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_cancelled(signum: int, frame: object) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):  # one cancellation: the salvage below must not be cut short
+        signal.signal(sig, signal.SIG_IGN)
+    raise Cancelled(signum)
+
+
+@contextmanager
+def stop_signals_cancel() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Cancelled` while the mode runs (main thread only: Python's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, _raise_cancelled) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def salvage_open_session(env: Mapping[str, str]) -> str:
+    """After a stop signal, push what must survive first: the agent's work so far (leftovers committed) to
+    the open session's ref. The ledger is left as it is; the next tick reconciles the session (TimedOut)
+    and names the ref. Best effort and quick: the runner kills the job a few seconds later."""
+    from runner.session import agent_pid_file
+    from runner.state import GitStateStore
+    from runner.step import session_ref
+    from runner.supervise import reap_leftover
+
+    try:
+        ctx = GitHubContext.from_env(env)
+        ws = github_workspace(env, plan_input(env, ctx))
+        s = Session(ws, Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=None, parker=None))
+        open_ = s.state.open_session
+        if open_ is None or gitwork.current_branch(ws.repo) != s.trusted.work_branch:
+            return "no session was running: nothing to push"
+        reap_leftover(agent_pid_file(ws, s.trusted.id), grace_s=1.0)
+        ref = session_ref(s.trusted.id, open_.n)
+        # The agent was cut off before plan-runner's guard restored git's control files: its hooks and
+        # fsmonitor must not run in this process, which holds the token.
+        with _git_config(("core.hooksPath", os.devnull), ("core.fsmonitor", "false")):
+            gitwork.commit_leftovers(ws.repo)
+            gitwork.push_ref(ws.repo, REMOTE, gitwork.ref_sha(ws.repo, "HEAD"), ref, None,
+                             what="the session's commits")
+        return f"the agent's work of session {open_.n} is kept at {ref}; the next tick reconciles the session"
+    except Exception as exc:  # noqa: BLE001 - the summary and outputs still have to be written
+        return f"could not push the session's work: {type(exc).__name__}: {exc}"
+
+
 def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,
                driver_factory: Callable[[GitHubContext, Mapping[str, str]], object] = open_driver) -> int:
     """Run one mode as a job step; returns the step's exit code. Never raises."""
@@ -239,11 +317,28 @@ def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | No
     rep = Reporter(env, out or sys.stdout)
     rep.mask()
     try:
+        with stop_signals_cancel():
+            result = _run_mode(env, mode, rep, driver_factory)
+    except Cancelled as stop:
+        chosen = (mode or env.get("PLAN_RUNNER_MODE") or "session").strip().lower()
+        push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")
+        with git_credentials(push_token, env.get("GITHUB_SERVER_URL", "https://github.com")):
+            kept = salvage_open_session(env) if chosen == "session" else "nothing to push"
+        result = ModeResult(outcome="cancelled", exit_code=128 + stop.signum,
+                            summary=f"# plan-runner: the job was cancelled ({stop})\n\n{kept}.\n",
+                            annotations=[("warning", f"cancelled ({stop}): {kept}", "plan-runner")])
+    publish(rep, result)
+    return result.exit_code
+
+
+def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
+              driver_factory: Callable[[GitHubContext, Mapping[str, str]], object]) -> ModeResult:
+    try:
         chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
         ctx = GitHubContext.from_env(env)
         push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")  # pushes; the API keeps the job's token
         with git_credentials(push_token, ctx.server_url), driver_factory(ctx, env) as driver:
-            result = _modes()[chosen](ctx, env, driver, rep)
+            return _modes()[chosen](ctx, env, driver, rep)
     except StateConflict as err:  # another job won the compare-and-swap: nothing is wrong
         result = ModeResult(outcome="superseded", summary=error_summary(err),
                             annotations=[("notice", err.what, "plan-runner")], exit_code=err.exit_code)
@@ -256,8 +351,7 @@ def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | No
                             summary=f"# plan-runner: unexpected error\n\n`{type(exc).__name__}: {exc}`\n\n"
                                     f"Please report this with the trace below.\n\n```text\n{trace}\n```\n",
                             annotations=[("error", f"unexpected error: {type(exc).__name__}: {exc}", "plan-runner")])
-    publish(rep, result)
-    return result.exit_code
+    return result
 
 
 def publish(rep: Reporter, result: ModeResult) -> None:

@@ -1,0 +1,62 @@
+"""A cancelled or timed-out job: the runner's stop signal reaches plan-runner, which pushes the agent's work
+first, then writes the summary and outputs; the next tick reconciles the session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e_act import world as w
+from tests.servers.github import GitHubServer
+from tests.test_action_refusals import ONE_STEP_PLAN
+
+pytestmark = pytest.mark.integration
+PLAN = "plans/greeter.md"
+SLOW_SCRIPT = f"""
+sessions:
+  - id: s-slow
+    steps:
+      - write: {{path: greeter.py, content: "{w.GREET_1}"}}
+      - commit: "greet says hello"
+      - write: {{path: notes.txt, content: "not committed yet"}}
+      - sleep: 60
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_stop_signal_pushes_the_session_first_then_writes_summary_and_outputs(tmp_path: Path,
+                                                                                   signum: int) -> None:
+    """SIGTERM or SIGINT mid-session: the agent is stopped, its commits and leftovers are pushed to the session
+    ref, the outputs say `cancelled` and the summary says where the work is; the exit code is 128 + signal."""
+    with GitHubServer() as srv:
+        bare = w.make_remote(tmp_path, {PLAN: ONE_STEP_PLAN, "plans/greeter.script.yaml": SLOW_SCRIPT})
+        srv.branches = w.BareBranches(bare)
+        ws = w.checkout(bare, tmp_path / "job")
+        env = {**w.job_env(srv, ws, tmp_path / "runner", "workflow_dispatch", w.dispatch_event(PLAN)),
+               "PLAN_RUNNER_MODE": "session", "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+               "GIT_CONFIG_GLOBAL": os.devnull}
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "runner", "action"], env=env, cwd=ws,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not (ws / "notes.txt").exists():  # the agent is sleeping after its commit
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signum, out
+        outputs = w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
+        summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+        assert outputs["outcome"] == "cancelled"
+        assert "refs/plan-runner/sessions/greeter/1" in summary
+        log = subprocess.run(["git", "log", "--format=%s", "refs/plan-runner/sessions/greeter/1"], cwd=bare,
+                             capture_output=True, text=True, check=True).stdout
+        assert "greet says hello" in log and "WIP" in log.splitlines()[0]
+        shown = subprocess.run(["git", "show", "refs/plan-runner/sessions/greeter/1:notes.txt"], cwd=bare,
+                               capture_output=True, text=True, check=True).stdout
+        assert shown == "not committed yet"
