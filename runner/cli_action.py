@@ -33,11 +33,11 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
 @command("init", help="write .github/workflows/plan-runner.yml and plans/example.md into a repository",
          arguments=_init_arguments)
 def cmd_init(args: argparse.Namespace) -> int:
-    from runner.init import DEFAULT_ACTION_REF, write_init
+    from runner.init import write_init
 
     import sys
 
-    written = write_init(args.dir, force=args.force, action_ref=args.action_ref or DEFAULT_ACTION_REF,
+    written = write_init(args.dir, force=args.force, action_ref=args.action_ref,
                          warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     for path in written:
         print(f"wrote {path}")

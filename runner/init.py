@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 
 from runner.errors import PlanRunnerError
+from runner.source import Source, installed_source
 
 DEFAULT_ACTION_REF = "plan-runner/plan-runner@v0"
 DEFAULT_SERVER = "https://github.com"
@@ -40,7 +41,8 @@ class InitOptions:
     action_ref: str = DEFAULT_ACTION_REF
     action_comment: str = ""  # "# v0" after a sha the tag was resolved to
     base: str = "main"
-    cron: str = "*/10 * * * *"
+    # Every 30 minutes, off the top of the hour (GitHub delays and drops scheduled runs most at :00).
+    cron: str = "17,47 * * * *"
     timeout_minutes: int = 180
     test_command: str = "make test"
 
@@ -122,20 +124,47 @@ def _test_command(repo: Path) -> str:
     return "make test"
 
 
-def write_init(directory: Path, *, force: bool = False, action_ref: str = DEFAULT_ACTION_REF,
-               server: str = DEFAULT_SERVER, warn=lambda text: None) -> list[Path]:
+def installed_action_ref(source: Source | None, warn=lambda text: None) -> tuple[str, str] | None:
+    """(`uses:` value, comment) pinned to the commit this plan-runner was installed from, or None (warned)."""
+    if source is None:
+        warn("plan-runner cannot tell which commit it was installed from (no commit was recorded when it was "
+             f"built, and it does not run from a git checkout); the workflow uses {DEFAULT_ACTION_REF}, "
+             "resolved to a sha if GitHub answers. Pin it yourself: "
+             "`plan-runner init --action-ref <owner>/<repo>@<40-character commit sha>`")
+        return None
+    if not source.repository:
+        warn(f"plan-runner was installed from commit {source.commit} ({source.how}), but its origin is not a "
+             "GitHub repository the workflow could name; pass `--action-ref <owner>/<repo>@" + source.commit + "`")
+        return None
+    if source.dirty:
+        warn(f"the checkout plan-runner runs from has uncommitted changes; the workflow pins {source.commit}, "
+             "which does not hold them: commit and push them, then run `plan-runner init --force` again")
+    return f"{source.repository}@{source.commit}", f" # v{source.version}"
+
+
+def write_init(directory: Path, *, force: bool = False, action_ref: str | None = None,
+               server: str = DEFAULT_SERVER, warn=lambda text: None,
+               source: Source | None | bool = True) -> list[Path]:
     """Write the workflow and the example plan; returns the paths written.
 
-    A tag or branch in `action_ref` is resolved to its commit sha (`git ls-remote`);
-    when that fails the tag is written as given and `warn` says how to pin it."""
+    Without `action_ref` the workflow pins the commit this plan-runner was installed from
+    (`runner.source`; `source` overrides what is found, True: look). A tag or branch is resolved to its
+    commit sha (`git ls-remote`); when that fails the tag is written as given and `warn` says how to pin it."""
     repo = Path(directory)
     if not repo.is_dir():
         raise PlanRunnerError(what=f"{repo} is not a directory", why="init writes into an existing repository",
                               fix="create it (`git init`) or pass the repository's path")
-    uses, comment, pinned = pin_action_ref(action_ref, server)
-    if not pinned:
-        warn(f"could not resolve {action_ref} to a commit sha; the workflow uses the tag as written. "
-             "Pin it (`--action-ref owner/repo@<40-character sha>`): a tag can be moved to other code.")
+    pinned_here = None
+    if action_ref is None:
+        pinned_here = installed_action_ref(installed_source() if source is True else source or None, warn)
+    if pinned_here is not None:
+        uses, comment = pinned_here
+    else:
+        uses, comment, pinned = pin_action_ref(action_ref or DEFAULT_ACTION_REF, server)
+        if not pinned:
+            warn(f"could not resolve {action_ref or DEFAULT_ACTION_REF} to a commit sha; the workflow uses the "
+                 "tag as written. Pin it (`--action-ref owner/repo@<40-character sha>`): a tag can be moved to "
+                 "other code.")
     opts = InitOptions(action_ref=uses, action_comment=comment, base=_default_branch(repo),
                        test_command=_test_command(repo))
     files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 from runner.errors import PlanRunnerError
 from runner.init import parse_action_ref, pin_action_ref, resolve_ref, write_init
 from runner.planfile import load_plan
+from runner.source import Source, read_checkout, record_source
 
 ROOT = Path(__file__).resolve().parent.parent
 SHA_REF = "octo-org/plan-runner@0123456789abcdef0123456789abcdef01234567"
@@ -115,3 +117,46 @@ def test_this_repository_dogfoods_the_workflow_init_writes(tmp_path):
     write_init(tmp_path, action_ref="./")
     assert ((ROOT / ".github/workflows/plan-runner.yml").read_text()
             == (tmp_path / ".github/workflows/plan-runner.yml").read_text())
+
+
+def _release_checkout(path: Path, origin: str) -> str:
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    (path / "README.md").write_text("plan-runner\n")
+    subprocess.run(["git", "-C", str(path), "add", "README.md"], check=True)
+    subprocess.run(["git", "-C", str(path), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "r"],
+                   check=True)
+    subprocess.run(["git", "-C", str(path), "remote", "add", "origin", origin], check=True)
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.mark.integration
+def test_init_pins_the_commit_plan_runner_was_installed_from(tmp_path):
+    """Without --action-ref the workflow uses the installed source's repository at its full commit sha, with the
+    version in a comment; the sha is the one recorded at build time from the checkout."""
+    sha = _release_checkout(tmp_path / "src", "https://github.com/octo-org/plan-runner.git")
+    assert record_source(tmp_path / "src", tmp_path / "source.json", "1.2.3")
+    assert json.loads((tmp_path / "source.json").read_text()) == {
+        "repository": "octo-org/plan-runner", "commit": sha, "version": "1.2.3"}
+    found = read_checkout(tmp_path / "src", "1.2.3")
+    assert found == Source("octo-org/plan-runner", sha, "1.2.3", "read from the checkout")
+    warnings: list[str] = []
+    (tmp_path / "user").mkdir()
+    write_init(tmp_path / "user", warn=warnings.append, source=found)
+    text = (tmp_path / "user/.github/workflows/plan-runner.yml").read_text()
+    assert text.count(f"uses: octo-org/plan-runner@{sha} # v1.2.3") == 3 and warnings == []
+
+
+@pytest.mark.integration
+def test_init_says_plainly_when_it_cannot_know_the_commit(tmp_path):
+    """No recorded commit and no checkout: init warns that it cannot pin and how to; a dirty or non-GitHub
+    checkout is named too, and a dirty tree is never recorded at build time."""
+    warnings: list[str] = []
+    write_init(tmp_path, warn=warnings.append, source=None, server=str(tmp_path / "nowhere"))
+    assert "cannot tell which commit it was installed from" in warnings[0]
+    _release_checkout(tmp_path / "src", "https://example.org/mirror/plan-runner.git")
+    assert read_checkout(tmp_path / "src").repository == ""
+    (tmp_path / "src/README.md").write_text("changed\n")
+    assert read_checkout(tmp_path / "src").dirty
+    assert not record_source(tmp_path / "src", tmp_path / "source.json", "1.2.3")
+    assert read_checkout(tmp_path / "not-a-repo") is None

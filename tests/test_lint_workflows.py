@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from runner.init import write_init
+from runner.source import Source
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,9 @@ def workflows() -> list[Path]:
 @pytest.fixture(scope="module")
 def init_repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("init")
-    write_init(repo, action_ref=PINNED)
+    repository, sha = PINNED.split("@")
+    write_init(repo, source=Source(repository, sha, "0.1.0", "recorded at build time"))  # init's default path
+    assert f"uses: {PINNED} # v0.1.0" in (repo / ".github/workflows/plan-runner.yml").read_text()
     return repo
 
 
