@@ -18,6 +18,7 @@ class BuildPyWithSource(build_py):
         sys.path.insert(0, str(HERE))
         spec = importlib.util.spec_from_file_location("_plan_runner_source", HERE / "runner" / "source.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         target = Path(self.build_lib) / "runner" / "data" / "source.json"
         version = self.distribution.get_version()
