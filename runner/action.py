@@ -24,7 +24,7 @@ from typing import TextIO
 
 from runner import gitwork
 from runner.action_io import PUSH_TOKEN, Reporter, basic_auth, parse_bool
-from runner.actions import Finish, Park, Wait, describe
+from runner.actions import Finish, Park, RunSession, Wait, describe
 from runner.errors import PlanRunnerError, StateConflict
 from runner.events import GitHubContext, WorkflowDispatch
 from runner.ledger import SessionRecord
@@ -198,8 +198,12 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
                                                  f"{s.plan.id}: dry run", s.state.skipped))
+    from runner.action_cli import ensure_agent_cli
     from runner.step import run_session
 
+    s = Session(ws, drivers)
+    if isinstance(decide_start(s.state, s.plan), (RunSession, Wait)):  # a session may run: it needs its CLI
+        ensure_agent_cli(s.trusted, ws.env, rep.log)  # before anything of the session is recorded
     return session_mode_result(run_session(ws, drivers))
 
 
