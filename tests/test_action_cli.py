@@ -59,3 +59,34 @@ def test_the_pinned_claude_code_cli_is_installed_read_only_for_others(tmp_path: 
                 and p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)]
     assert writable == []
     assert install_cli(CLIS["claude-code"], {**env, "PATH": "/nonexistent"}) == path  # cached: no npm needed
+
+
+def _due_step() -> str:
+    import yaml
+
+    action = yaml.safe_load((Path(__file__).resolve().parent.parent / "action.yml").read_text())
+    (step,) = [s for s in action["runs"]["steps"] if s.get("id") == "due"]
+    return step["run"]
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_an_idle_tick_installs_nothing(tmp_path: Path, with_state: bool) -> None:
+    """The action's first step: a tick on a repository whose remote holds no plan state stops after one
+    `git ls-remote` (outputs due=false, outcome=idle, a summary); with state it goes on to install and run."""
+    import subprocess
+
+    files = {"plans/greeter.md": w.PLAN}
+    bare = w.make_remote(tmp_path, files)
+    clone = w.checkout(bare, tmp_path / "job")
+    if with_state:
+        subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/plan-runner/state"], cwd=clone, check=True)
+    out, summary = tmp_path / "out", tmp_path / "summary"
+    out.write_text(""), summary.write_text("")
+    env = {**os.environ, "MODE": "tick", "TOKEN": "", "SERVER": "https://github.example.invalid",
+           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+    proc = subprocess.run(["bash", "-c", _due_step()], cwd=clone, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    if with_state:
+        assert out.read_text() == "due=true\n" and summary.read_text() == ""
+    else:
+        assert out.read_text() == "due=false\noutcome=idle\n" and "nothing was installed" in summary.read_text()
