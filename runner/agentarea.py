@@ -63,6 +63,11 @@ class AgentArea:
         return self.root / "out"
 
     @property
+    def inputs(self) -> Path:
+        """plan-runner's files for the agent (prompt, script): readable by it, not writable."""
+        return self.root / "in"
+
+    @property
     def gates(self) -> Path:
         return self.root / "gates"
 
@@ -71,7 +76,7 @@ class AgentArea:
         return self.root / "gate-home"
 
     def parts(self) -> tuple[Path, ...]:
-        return self.work, self.home, self.state, self.out, self.gates, self.gate_home
+        return self.work, self.home, self.state, self.out, self.inputs, self.gates, self.gate_home
 
 
 def area_for(repo: Path, plan_id: str) -> AgentArea:
@@ -107,9 +112,9 @@ def agent_git_env(area: AgentArea, base: dict[str, str] | None = None) -> dict[s
 def run_as(identity: Identity, argv: list[str], *, cwd: Path, env: dict[str, str],
            timeout_s: float = _AGENT_GIT_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
     """Run one command as the agent's identity, bounded in time; everything of the uid dies after it."""
-    full, extra = identity.command(argv, env)
+    full, extra = identity.command(argv, env, cwd)
     try:
-        return subprocess.run(full, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+        return subprocess.run(full, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=timeout_s, start_new_session=True, check=False, **extra)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(full, 124, exc.stdout or b"", (exc.stderr or b"") + b"\ntimed out")
@@ -135,6 +140,7 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
         shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
     for part in (area.work, area.home, area.state, area.out):
         identity.give(part)
+    os.mkdir(area.inputs, 0o711)
     scratch.mkdir(parents=True, exist_ok=True)
     bundle = area.root / "seed.bundle"  # readable by the agent's identity for the clone, then removed
     try:
@@ -170,11 +176,11 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
     identity.kill_all()
     env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}
     git = ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false"]
-    if not (area.work / ".git").exists() and not (area.work / ".git").is_symlink():
-        return Imported(None, None, problem="the agent removed its repository (work/.git)")
     status = run_as(identity, [*git, "status", "--porcelain", "-z", "--untracked-files=all"], cwd=area.work, env=env)
+    if status.returncode != 0:
+        return Imported(None, None, problem=f"the agent's clone is no longer a usable git repository: {_tail(status)}")
     notes: list[str] = []
-    if status.returncode == 0 and status.stdout.strip(b"\0").strip():
+    if status.stdout.strip(b"\0").strip():
         add = run_as(identity, [*git, "add", "--all"], cwd=area.work, env=env)
         commit = run_as(identity, [*git, "commit", "--quiet", "--no-verify", "--allow-empty", "-m", _WIP_MESSAGE],
                         cwd=area.work, env=env)
@@ -202,6 +208,7 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
             return Imported(base_sha if heads.returncode == 0 else None, None, tuple(notes))
         return Imported(None, None, tuple(notes), problem=f"git could not bundle the agent's work: {_tail(made)}")
     copy = scratch / f"import-{plan_id}.bundle"
+    identity.reclaim(area.out)
     problem = _copy_regular(out, copy, identity, BUNDLE_LIMIT)
     if problem:
         return Imported(None, None, tuple(notes), problem=problem)
@@ -235,7 +242,7 @@ def _copy_regular(src: Path, dst: Path, identity: Identity, limit: int) -> str |
         return f"the agent's bundle could not be opened: {exc.strerror}"
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or (identity.isolated and st.st_uid != identity.uid):
+        if not stat.S_ISREG(st.st_mode) or (identity.isolated and not identity.sudo and st.st_uid != identity.uid):
             return "the agent's bundle is not a regular file it wrote"
         if st.st_size > limit:
             return f"the agent's work is {st.st_size} bytes, over the limit of {limit}"
@@ -245,9 +252,11 @@ def _copy_regular(src: Path, dst: Path, identity: Identity, limit: int) -> str |
     return None
 
 
-def save_state(area: AgentArea, dest: Path, limit: int = STATE_COPY_LIMIT) -> list[str]:
+def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STATE_COPY_LIMIT) -> list[str]:
     """Copy the agent's CLI state (its saved sessions) into plan-runner's transcripts: regular files only,
     never through a link, bounded in total. What was left out, and why."""
+    identity.kill_all()
+    identity.reclaim(area.state)
     skipped: list[str] = []
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)

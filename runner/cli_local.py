@@ -56,7 +56,7 @@ class Progress:
             self.tool = detail
         elif kind == "gate":
             err.say(f"  gate {detail}")
-        elif kind in ("outcome", "agent", "advisor", "reconciled"):
+        elif kind in ("outcome", "agent", "advisor", "reconciled", "isolation", "warning", "setup"):
             err.say(f"  {kind}: {detail}")
         self._redraw()
 

@@ -163,11 +163,10 @@ def run_command_gate(
         why = f"the gate's working directory {gate.cwd!r} does not exist in the work tree"
         return GateResult(**base, passed=False, error=why, fingerprint=fingerprint(f"{gate.name}\n{why}"))
     identity = identity or Identity()
-    argv, extra = identity.command([*_shell(), gate.run], full_env)
+    argv, extra = identity.command([*_shell(), gate.run], full_env, cwd)
     try:
         proc = subprocess.Popen(
             argv,
-            cwd=cwd,
             env=full_env,
             **extra,
             stdin=subprocess.DEVNULL,

@@ -272,6 +272,14 @@ def push_branch(repo: Path, branch: str, remote: str, expected_remote_sha: str |
     """
     head = _resolve(repo, f"refs/heads/{branch}")
     ref = f"refs/heads/{branch}"
+    if expected_remote_sha and expected_remote_sha != head and not _is_ancestor(repo, expected_remote_sha, head):
+        # The remote only moves forward (SPEC 4b, invariant 5): every commit it holds stays reachable.
+        raise PlanRunnerError(
+            what=f"refusing to push the work branch {branch!r}: it would drop commits from {remote!r}",
+            why=f"the remote's {expected_remote_sha[:12]} is not in the history of {head[:12]}; plan-runner never "
+                "force-pushes a rewritten history",
+            fix=f"inspect `git -C {repo} log {head}...{expected_remote_sha}`; merge the remote's commits into the "
+                "work branch by hand, push, then run again")
     push_ref(repo, remote, head, ref, expected_remote_sha, what=f"the work branch {branch!r}")
     return head
 

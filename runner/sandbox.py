@@ -3,7 +3,7 @@
 plan-runner is the judge; the agent and the code it wrote are the defendant. When
 plan-runner is root (or may use `sudo -n`, as on GitHub-hosted runners), untrusted
 code runs as a dedicated unprivileged system user taken from a small pool
-(`plan-runner-agent`, `plan-runner-agent1`, ...): that user cannot read the judge's
+(`plan-runner-agent`, `plan-runner-agent-1`, ...; per judge user): that user cannot read the judge's
 memory or environment (`/proc/<pid>/environ` is the owner's), signal or trace it,
 or write its files. After the agent, and after each gate, every process of that
 uid is killed, daemons that called `setsid` included: nothing outlives a session.
@@ -64,15 +64,18 @@ class Identity:
 
     # --- starting processes ----------------------------------------------------------------
 
-    def command(self, argv: Sequence[str], env: dict[str, str]) -> tuple[list[str], dict]:
-        """The argv and extra Popen arguments that start `argv` as this identity with exactly `env`."""
+    def command(self, argv: Sequence[str], env: dict[str, str], cwd: Path | str) -> tuple[list[str], dict]:
+        """The argv and extra Popen arguments (`cwd` included) that start `argv` in `cwd` as this identity
+        with exactly `env`."""
         if not self.isolated:
-            return list(argv), {}
+            return list(argv), {"cwd": cwd}
         if not self.sudo:
-            return list(argv), {"user": self.uid, "group": self.gid, "extra_groups": [], "umask": 0o022}
-        # sudo resets PATH (secure_path) and may drop variables: `env -i` sets exactly `env` after it.
+            return list(argv), {"cwd": cwd, "user": self.uid, "group": self.gid, "extra_groups": [], "umask": 0o022}
+        # sudo resets PATH (secure_path) and may drop variables: `env -i` sets exactly `env` after it; the
+        # folder is entered as the identity (plan-runner's own user may not enter the agent's folders).
         assignments = [f"{k}={v}" for k, v in env.items() if "=" not in k]
-        return ["sudo", "-n", "-u", self.name, "--", "/usr/bin/env", "-i", *assignments, *argv], {}
+        return ["sudo", "-n", "-u", self.name, "--", "/usr/bin/env", "-i", f"--chdir={cwd}", *assignments,
+                *argv], {"cwd": "/"}
 
     # --- stopping everything it started -------------------------------------------------------
 
@@ -133,6 +136,13 @@ class Identity:
         for root, dirs, files in os.walk(path):
             for name in dirs + files:
                 os.lchown(os.path.join(root, name), self.uid, self.gid)
+
+    def reclaim(self, path: Path) -> None:
+        """Before plan-runner reads or replaces a tree this identity wrote (nothing of the uid runs any more):
+        as root nothing to do; through sudo, the tree becomes plan-runner's user's again."""
+        if self.isolated and self.sudo and os.path.lexists(path):
+            subprocess.run(["sudo", "-n", "chown", "-R", "-h", f"{os.geteuid()}:{os.getegid()}", str(path)],
+                           capture_output=True, check=True)
 
     def remove(self, path: Path) -> None:
         """Delete a tree this identity may have written (symlinks are removed, never followed)."""
@@ -263,7 +273,7 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 continue
             raise
-        name = USER_PREFIX if slot == 0 else f"{USER_PREFIX}{slot}"
+        name = agent_user_name(slot)
         try:
             uid, gid = _ensure_user(name, sudo)
         except BaseException:
@@ -280,6 +290,13 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
     raise PlanRunnerError(what=f"all {POOL_SIZE} agent identities are busy",
                           why="that many sessions run at once on this machine",
                           fix="wait for some to finish, or run fewer plans at once")
+
+
+def agent_user_name(slot: int, judge_uid: int | None = None) -> str:
+    """The pool's users are per judge user too: two judges (root and a sudo user) never share one, so one
+    judge's uid-wide kill never reaches the other's agent (the slot locks are each judge's own)."""
+    judge_uid = os.geteuid() if judge_uid is None else judge_uid
+    return USER_PREFIX + (f"-u{judge_uid}" if judge_uid else "") + (f"-{slot}" if slot else "")
 
 
 @contextmanager

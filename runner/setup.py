@@ -66,10 +66,13 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
     """Restore the cache or run the commands; the failed commands as red gate results (empty: all good)."""
     key = setup_key(setup, repo, sha)
     archive = cache_dir / f"{key}.tar"
-    if setup.cache and archive.is_file() and _restore(archive, workdir):
+    if setup.cache and archive.is_file():
+        identity.reclaim(workdir)
+        restored = _restore(archive, workdir)
         identity.give(workdir)
-        on_event("setup", f"cache {key[:12]} restored")
-        return ()
+        if restored:
+            on_event("setup", f"cache {key[:12]} restored")
+            return ()
     for i, command in enumerate(setup.run, 1):
         on_event("setup", command)
         gate = GateConfig(name=f"setup {i}", run=command, timeout_minutes=setup.timeout_minutes)
@@ -77,5 +80,10 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
         if not result.passed:
             return (result.model_copy(update={"error": (result.error or "") + f" (setup command: {command})"}),)
     if setup.cache:
-        _save(archive, workdir, setup.cache)
+        identity.kill_all()
+        identity.reclaim(workdir)
+        try:
+            _save(archive, workdir, setup.cache)
+        finally:
+            identity.give(workdir)
     return ()

@@ -181,7 +181,7 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         env=agent_env, transcript_dir=transcripts, resume_session_id=action.resume_session_id,
         plan_path=area.work / plan.path, handoff_path=area.work / handoff_path, pid_file=agent_pid_file(ws, plan.id),
         on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)),  # its words may hold a key
-        identity=identity, agent_state_dir=area.state)
+        identity=identity, agent_state_dir=area.state, input_dir=area.inputs)
     control = guard.snapshot(ws.repo)
     try:
         signals = get_backend(plan.config.agent.backend).run(request)
@@ -191,7 +191,7 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     moved = guard.restore(control)
     imported = agentarea.export_work(area, identity, ws.repo, plan.work_branch, base_sha, plan.id,
                                      ws.scratch_dir / plan.id)
-    skipped = agentarea.save_state(area, transcripts / AGENT_STATE)
+    skipped = agentarea.save_state(area, identity, transcripts / AGENT_STATE)
     moved += _take_in(ws.repo, plan.work_branch, base_sha, imported)
     for note in imported.notes:
         ws.on_event("warning", note)

@@ -200,11 +200,10 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], want_stdin: bool,
            identity: Identity | None = None) -> subprocess.Popen[bytes]:
     """Popen in a new session, as `identity` when given; a missing or non-executable program is a
     user error with a fix."""
-    full_argv, extra = (identity or Identity()).command(argv, env)
+    full_argv, extra = (identity or Identity()).command(argv, env, cwd)
     try:
         return subprocess.Popen(
             full_argv,
-            cwd=cwd,
             env=env,
             **extra,
             stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,

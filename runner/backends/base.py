@@ -36,6 +36,8 @@ class SessionRequest:
     # a directory the agent's processes may write (a CLI's config, sessions to resume); None: transcript_dir.
     # transcript_dir itself is plan-runner's: only the backend's parent process writes there.
     agent_state_dir: Path | None = None
+    # where plan-runner puts files the agent reads but must not change (a prompt file, a script); None: state_dir
+    input_dir: Path | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -44,7 +46,7 @@ class SessionRequest:
     def write_input(self, name: str, text: str) -> Path:
         """A file plan-runner hands the agent (a prompt, a script): written before the agent starts, into
         the agent's state directory, never through a link planted there; readable, not writable, by it."""
-        folder = Path(self.state_dir).resolve()
+        folder = Path(self.input_dir or self.state_dir).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         if path.is_symlink() or path.exists():
