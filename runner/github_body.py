@@ -34,7 +34,7 @@ def _sections(text: str) -> list[list[str]]:
         elif _HEADING.match(line):
             sections.append([])
         sections[-1].append(line)
-    return sections
+    return [s for s in sections if s]
 
 
 def _join(sections: list[list[str]]) -> str:
