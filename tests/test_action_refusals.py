@@ -9,7 +9,7 @@ from runner.github import COMMENT_MARKER
 from runner.replies import HELP
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
-from tests.test_action_modes import PLAN, Jobs, _park
+from tests.test_action_modes import Jobs, _park
 
 pytestmark = pytest.mark.integration
 
@@ -137,8 +137,6 @@ def jobs(tmp_path):
     with GitHubServer() as srv:
         yield Jobs(tmp_path, srv)
 
-
-assert PLAN  # the same plan path as tests/test_action_modes.py
 
 
 CHECKS_PLAN = ONE_STEP_PLAN.replace("""gates:
