@@ -3,6 +3,8 @@ tick never retries it, and replies act only on a maintainer's command on the pla
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from runner.github import COMMENT_MARKER
@@ -83,11 +85,14 @@ def test_a_park_on_a_repository_without_issues_is_recorded_once(tmp_path) -> Non
 
 
 def _park_job(jobs: Jobs):
-    """Runs sessions until the plan parks on its question (the script's s-question session)."""
-    for _ in range(6):
+    """Runs sessions until the plan parks on its question (the script's s-question session); a job that finds
+    the plan waiting out the script's 2-second rate limit waits a moment and goes again."""
+    for _ in range(12):
         result = jobs.session()
         if result[2]["outcome"] == "NeedsHuman":
             return result
+        if result[2]["outcome"] == "waiting":
+            time.sleep(1)
     raise AssertionError("the plan never parked")
 
 
