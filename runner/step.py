@@ -11,7 +11,7 @@ import shutil
 
 from runner import gitwork, guard
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
-from runner.agentenv import build_agent_env, key_like
+from runner.agentenv import backend_credentials, build_agent_env, key_like
 from runner.backends import SessionRequest, get_backend
 from runner.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.errors import PlanRunnerError, StateConflict
@@ -107,7 +107,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     transcripts = ws.scratch_dir / plan.id / "transcripts"
     shutil.rmtree(transcripts, ignore_errors=True)
     unpack_dir(s.d.store.read_file(plan.id, TRANSCRIPTS_FILE), transcripts)
-    agent_env = build_agent_env(ws.env, allow=plan.config.agent.env)
+    agent_env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=backend_credentials(plan.config.agent.backend))
     request = SessionRequest(
         workdir=ws.repo, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
         env=agent_env, transcript_dir=transcripts, resume_session_id=action.resume_session_id,
