@@ -22,13 +22,16 @@ class Progress:
     """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes.
 
     On a terminal the status line is redrawn every second (the elapsed time moves while a quiet
-    agent thinks); elsewhere only the events are printed, one line each."""
+    agent thinks); event lines are printed above it, never on it (runner.term). Elsewhere only
+    the events are printed, one line each. The status line names plan-runner's session (number,
+    kind, checkpoint) for the whole session: the agent's own session id is not a session of ours."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.session = ""
         self.tokens = "0"
         self.tool = "-"
+        self.retry = ""
         self.waiting: str | None = None
         self.status = err.status("starting")
         self._stopped = threading.Event()
@@ -43,22 +46,31 @@ class Progress:
     def _redraw(self) -> None:
         if self.status and not self._stopped.is_set():
             elapsed = time.monotonic() - self.started
-            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · last tool {self.tool}")
+            retry = f" · API retry {self.retry}" if self.retry else ""
+            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · "
+                               f"last tool {self.tool}{retry}")
 
     def event(self, kind: str, detail: str) -> None:
         self.waiting = None
         if kind == "session":
-            self.started, self.session, self.tokens, self.tool = time.monotonic(), detail, "0", "-"
+            self.started, self.session, self.tokens, self.tool, self.retry = time.monotonic(), detail, "0", "-", ""
             err.say(f"session {detail}", "bold")
         elif kind == "tokens":
-            self.tokens = detail
+            self.tokens, self.retry = detail, ""
         elif kind == "tool":
-            self.tool = detail
+            self.tool, self.retry = detail, ""
+        elif kind == "retry":  # the agent CLI's own API retry: shown as it happens
+            self.retry = detail
+            err.say(f"  API retry by the agent: {detail}", "yellow")
         elif kind == "gate":
             err.say(f"  gate {detail}")
         elif kind in ("outcome", "agent", "advisor", "reconciled"):
             err.say(f"  {kind}: {detail}")
         self._redraw()
+
+    def result(self, result) -> None:
+        """A session's result line (run's `on_result`): printed above the status line."""
+        _print_result(result)
 
     def wait(self, action: Wait, left: float) -> None:
         text = f"waiting {left:5.0f}s: {action.reason} (Ctrl-C stops; state is saved)"
