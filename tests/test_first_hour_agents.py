@@ -4,9 +4,12 @@ answered locally with `plan-runner reply`. The agent sees its own backend's cred
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -174,3 +177,30 @@ def test_claude_code_plan_parks_on_a_bad_key_and_a_local_reply_lets_it_finish(tm
         done = cli(repo, tmp_path, "run", "plans/hello.md", base_urls=base)
     assert done.returncode == 0, done.stderr
     assert fold_ledger(repo, "hello").finished
+
+
+def test_claude_code_waiting_out_a_rate_limit_is_shown_stopped_and_backed_off(tmp_path):
+    """A 429 with `retry-after: 40`: Claude Code's own retry is shown as it happens, plan-runner stops the CLI
+    instead of letting it wait inside the session, and backs off until the retry time the server gave."""
+    repo = make_repo(tmp_path, "claude-code")
+    with m.MessagesServer() as srv:
+        srv.responder = lambda body: m.rate_limited(retry_after_s=40)
+        home = tmp_path / "home"
+        home.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "ANTHROPIC_", "CLAUDE_CODE_"))}
+        env.update(PYTHONPATH=str(ROOT), HOME=str(home), ANTHROPIC_API_KEY="sk-ant-first-hour-0000",
+                   ANTHROPIC_BASE_URL=srv.url)
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "runner", "session", "plans/hello.md", "--json"], cwd=repo,
+                              capture_output=True, text=True, env=env, timeout=300)
+        elapsed = time.monotonic() - t0
+    out = json.loads(proc.stdout)
+    assert out["outcome"] == "LimitBackoff", (out, proc.stderr)
+    assert "API retry by the agent: 429 rate_limit" in proc.stderr
+    assert elapsed < 120  # well inside the 150 s time limit: the CLI was not left retrying until it
+    record = [e for e in ledger(repo, "hello") if e["type"] == "session"][-1]
+    started, finished = (datetime.fromisoformat(record[k]) for k in ("started_at", "finished_at"))
+    until = datetime.fromisoformat(out["next_action"]["until"])
+    # never before the server's 40 s; at most the CLI's own next try (it adds up to 25 % jitter)
+    assert started + timedelta(seconds=40) <= until <= finished + timedelta(seconds=51), (started, until, finished)
+    assert out["attempts"]["1"]["used"] == 0
