@@ -61,11 +61,8 @@ def _which(name: str, env: Mapping[str, str], cwd: Path) -> str | None:
 
 def _login_file(backend: str, env: Mapping[str, str]) -> Path | None:
     """The file a CLI's own login (`claude login`, `codex login`) leaves, if the agent can see it."""
-    home = env.get("HOME")
-    if backend == "claude-code":
-        base = Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else (Path(home) / ".claude" if home else None)
-        candidate = base / ".credentials.json" if base else None
-    elif backend == "codex" and env.get("CODEX_HOME"):
+    # Claude Code is always given a private CLAUDE_CONFIG_DIR (docs/claude-code.md): a `claude` login is not used.
+    if backend == "codex" and env.get("CODEX_HOME"):
         # without CODEX_HOME the backend points Codex at the plan's own transcript folder: a login elsewhere is unseen
         candidate = Path(env["CODEX_HOME"]) / "auth.json"
     else:
@@ -117,7 +114,7 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem
     if names:
         agent_env = build_agent_env(env, allow=agent.env, api_key_vars=backend_credentials(agent.backend))
         if not any(agent_env.get(n) for n in names) and _login_file(agent.backend, agent_env) is None:
-            login = {"claude-code": " or log in with `claude` (/login)",
+            login = {"claude-code": " (a `claude` /login is not used: each session gets a private config dir)",
                      "codex": " (a `codex login` is not used: the backend gives Codex its own CODEX_HOME "
                               "unless you set CODEX_HOME)"}.get(agent.backend, "")
             found.append(Problem(
