@@ -23,7 +23,8 @@ BASE_VARS: tuple[str, ...] = (
 )
 ANTHROPIC_VARS: tuple[str, ...] = ("ANTHROPIC_*", "CLAUDE_CODE_*")
 OPENAI_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*")
-# Each built-in backend's own credentials; a plugin backend declares `credentials` on its class.
+# Each backend's own credentials, and nothing else (SPEC 4b, invariant 7: least credentials).
+# A plugin backend declares its own in a `credentials` class attribute.
 BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
     "claude-code": ANTHROPIC_VARS,
     "anthropic": ANTHROPIC_VARS,
@@ -33,8 +34,9 @@ BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
 }
 
 
-def backend_credentials(backend: str) -> tuple[str, ...]:
-    """The variable names (patterns) of `backend`'s own credentials: what reaches its agent besides the basics."""
+def credential_vars(backend: str) -> tuple[str, ...]:
+    """The variable patterns a backend's agent receives as its credentials (command/script: none;
+    a plan passes what its command needs by name in `agent.env`)."""
     if backend in BACKEND_CREDENTIALS:
         return BACKEND_CREDENTIALS[backend]
     from runner.backends import get_backend  # a plugin backend: ask its class
@@ -43,6 +45,7 @@ def backend_credentials(backend: str) -> tuple[str, ...]:
         return tuple(getattr(get_backend(backend), "credentials", ()))
     except Exception:  # noqa: BLE001 - an unknown backend is reported by the plan's validation, not here
         return ()
+
 
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
 _GITHUB_CREDENTIALS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN"})

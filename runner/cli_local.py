@@ -64,7 +64,7 @@ class Progress:
             err.say(f"  API retry by the agent: {detail}", "yellow")
         elif kind == "gate":
             err.say(f"  gate {detail}")
-        elif kind in ("outcome", "agent", "advisor", "reconciled"):
+        elif kind in ("outcome", "agent", "advisor", "reconciled", "isolation", "warning", "setup"):
             err.say(f"  {kind}: {detail}")
         self._redraw()
 
@@ -88,6 +88,9 @@ class Progress:
 
 def _plan_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan", type=Path, help="the plan file, e.g. plans/add-auth.md")
+    parser.add_argument("--isolation", choices=("auto", "user", "none"), default=None,
+                        help="override the plan's `isolation`: `none` runs the agent and the gates as your own "
+                             "user, unprotected (local mode only)")
 
 
 def session_json(result) -> dict:
@@ -149,7 +152,7 @@ def cmd_session(args: argparse.Namespace) -> int:
     from runner.policy import decide_start
     from runner.session import Session
 
-    ws = local_workspace(args.plan)
+    ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
     if args.dry_run:
         s = Session(ws, drivers)
@@ -207,7 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from runner.interrupt import recorded_interruptions
 
-    ws = local_workspace(args.plan)
+    ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
     _preflight(ws, drivers)
     progress = Progress()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.agentenv import backend_credentials, build_agent_env
+from runner.agentenv import credential_vars, build_agent_env
 from runner.errors import PlanRunnerError
 from runner.plan import GateConfig, Plan
 
@@ -112,7 +112,7 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem
                                      f"no file at {path}", "correct `agent.script` in the plan"))
     names = _CREDENTIAL_NAMES.get(agent.backend)
     if names:
-        agent_env = build_agent_env(env, allow=agent.env, api_key_vars=backend_credentials(agent.backend))
+        agent_env = build_agent_env(env, allow=agent.env, api_key_vars=credential_vars(agent.backend))
         if not any(agent_env.get(n) for n in names) and _login_file(agent.backend, agent_env) is None:
             login = {"claude-code": " (a `claude` /login is not used: each session gets a private config dir)",
                      "codex": " (a `codex login` is not used: the backend gives Codex its own CODEX_HOME "
@@ -158,7 +158,7 @@ def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path) -
 def problems(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem]:
     """Every problem a session of `plan` would meet, errors first."""
     found = _check_agent(plan, env, repo)
-    agent_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=backend_credentials(plan.config.agent.backend))
+    agent_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=credential_vars(plan.config.agent.backend))
     for gate in plan.config.gates:
         problem = gate_command_problem(gate, agent_env, repo)  # gates run with the agent's environment
         if problem is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.agentenv import backend_credentials, build_agent_env
+from runner.agentenv import credential_vars, build_agent_env
 from runner.plan import GateConfig
 from runner.planfile import parse_plan
 from runner.preflight import PreflightError, check, gate_command_problem, problems
@@ -80,7 +80,7 @@ def test_each_backend_gets_only_its_own_credentials():
     """claude-code/anthropic get Anthropic variables, codex the OpenAI key, base URL and CODEX_*, command/script none."""
     parent = {"PATH": "/bin", "ANTHROPIC_API_KEY": "a", "CLAUDE_CODE_OAUTH_TOKEN": "c", "OPENAI_API_KEY": "o",
               "OPENAI_BASE_URL": "u", "OPENAI_ORG_SECRET": "x", "CODEX_HOME": "h"}
-    names = {b: set(build_agent_env(parent, api_key_vars=backend_credentials(b))) - {"PATH"}
+    names = {b: set(build_agent_env(parent, api_key_vars=credential_vars(b))) - {"PATH"}
              for b in ("claude-code", "anthropic", "codex", "command", "script")}
     assert names["claude-code"] == names["anthropic"] == {"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"}
     assert names["codex"] == {"OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"}
