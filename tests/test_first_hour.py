@@ -19,6 +19,9 @@ from tests.reliability_world import fold_ledger, git, ledger, write_calc_project
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
+# The agent commits in a clone of its own, with an empty HOME: its git identity comes from the environment.
+AGENT_IDENTITY = dict(GIT_AUTHOR_NAME="Agent", GIT_AUTHOR_EMAIL="agent@example.invalid",
+                      GIT_COMMITTER_NAME="Agent", GIT_COMMITTER_EMAIL="agent@example.invalid")
 
 PLAN = """\
 ---
@@ -28,6 +31,8 @@ agent:
   stall_minutes: 20s
   time_limit_minutes: 60s
   session_tokens: 10000
+# the agent records what it saw in the test's own folder: it runs as the test's user
+isolation: none
 gates:
   - name: tests
     run: {gate}
@@ -87,7 +92,7 @@ def make_repo(tmp_path: Path, *, backend: str = "command", agent_extra: str | No
 def cli(repo: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
         timeout: float = 120) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
-    e.update(PYTHONPATH=str(ROOT), **(env or {}))
+    e.update(PYTHONPATH=str(ROOT), **AGENT_IDENTITY, **(env or {}))
     proc = subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd or repo, capture_output=True, text=True,
                           env=e, timeout=timeout)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -205,7 +210,7 @@ def test_ctrl_c_is_recorded_as_interrupted_and_burns_nothing(tmp_path):
     repo = make_repo(tmp_path)
     (tmp_path / "sleep").touch()
     e = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
-    e["PYTHONPATH"] = str(ROOT)
+    e.update(PYTHONPATH=str(ROOT), **AGENT_IDENTITY)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "plans/calc.md"], cwd=repo, env=e,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

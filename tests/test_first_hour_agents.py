@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability_world import fold_ledger, git, ledger
+from tests.test_first_hour import AGENT_IDENTITY
 from tests.servers import messages as m
 from tests.servers import responses as r
 
@@ -31,6 +32,8 @@ agent:
   model: {model}
   stall_minutes: 60s
   time_limit_minutes: 150s
+# the agent records what it saw in the test's own folder: it runs as the test's user
+isolation: none
 gates:
   - name: hello
     run: test -f hello.txt
@@ -84,7 +87,7 @@ def cli(repo: Path, tmp_path: Path, *args: str, base_urls: dict[str, str]) -> su
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "ANTHROPIC_", "OPENAI_", "CODEX_"))}
     env.update(PYTHONPATH=str(ROOT), HOME=str(home), GITHUB_TOKEN=GITHUB_TOKEN,
                ANTHROPIC_API_KEY="sk-ant-first-hour-0000", OPENAI_API_KEY="sk-openai-first-hour-0000",
-               CLAUDE_CODE_MAX_RETRIES="1", **base_urls)
+               CLAUDE_CODE_MAX_RETRIES="1", **AGENT_IDENTITY, **base_urls)
     proc = subprocess.run([sys.executable, "-m", "runner", *args], cwd=repo, capture_output=True, text=True,
                           env=env, timeout=400)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -188,7 +191,7 @@ def test_claude_code_waiting_out_a_rate_limit_is_shown_stopped_and_backed_off(tm
         home = tmp_path / "home"
         home.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "ANTHROPIC_", "CLAUDE_CODE_"))}
-        env.update(PYTHONPATH=str(ROOT), HOME=str(home), ANTHROPIC_API_KEY="sk-ant-first-hour-0000",
+        env.update(PYTHONPATH=str(ROOT), HOME=str(home), **AGENT_IDENTITY, ANTHROPIC_API_KEY="sk-ant-first-hour-0000",
                    ANTHROPIC_BASE_URL=srv.url)
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "runner", "session", "plans/hello.md", "--json"], cwd=repo,

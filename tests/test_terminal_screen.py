@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_first_hour import make_repo
+from tests.test_first_hour import AGENT_IDENTITY, make_repo
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def run_in_pty(args: list[str], cwd: Path, timeout: float = 120) -> tuple[int, s
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, WIDTH, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
-    env.update(PYTHONPATH=str(ROOT), TERM="xterm-256color", COLUMNS=str(WIDTH), LINES="40")
+    env.update(PYTHONPATH=str(ROOT), TERM="xterm-256color", COLUMNS=str(WIDTH), LINES="40", **AGENT_IDENTITY)
     env.pop("NO_COLOR", None)
     proc = subprocess.Popen(args, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
     os.close(slave)
