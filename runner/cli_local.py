@@ -175,6 +175,10 @@ def cmd_session(args: argparse.Namespace) -> int:
         print(json.dumps(session_json(result), indent=2))
     else:
         _print_result(result)
+    if result.status == "parked":
+        plan_arg = _plan_display(args.plan)
+        err.say(f"report: {result.url}\nanswer it here: plan-runner reply {plan_arg} resume|retry|skip|stop "
+                f"[instructions]\nwhat the agent did: plan-runner logs {plan_arg}")
     return EXIT_PARKED if result.status == "parked" else 0
 
 

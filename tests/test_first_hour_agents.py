@@ -119,6 +119,9 @@ def test_codex_plan_runs_to_a_finish_through_run(tmp_path):
     names = dumped_names(dump)
     assert "PATH" in names
     assert not names & {"ANTHROPIC_BASE_URL", "GITHUB_TOKEN"} and GITHUB_TOKEN not in dump.read_text()
+    logs = cli(repo, tmp_path, "logs", "plans/hello.md", base_urls={})
+    assert logs.returncode == 0, logs.stderr
+    assert "agent: Working." in logs.stdout and "tool shell:" in logs.stdout and "Add hello" in logs.stdout
 
 
 def test_codex_plan_parks_on_a_bad_key_and_a_local_reply_lets_it_finish(tmp_path):
@@ -158,6 +161,9 @@ def test_claude_code_plan_runs_to_a_finish_through_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     state = fold_ledger(repo, "hello")
     assert state.finished and state.last.backend == "claude-code"
+    logs = cli(repo, tmp_path, "logs", "plans/hello.md", "1", base_urls={})
+    assert logs.returncode == 0, logs.stderr
+    assert "agent: Working." in logs.stdout and "tool Bash:" in logs.stdout and "agent: Done" in logs.stdout
     names = dumped_names(dump)
     assert "ANTHROPIC_BASE_URL" in names
     assert not names & {"OPENAI_API_KEY", "OPENAI_BASE_URL", "GITHUB_TOKEN"}
