@@ -134,7 +134,7 @@ class _Status:
 
     def update(self, text: str) -> None:
         with self.lock:
-            self.text = " ".join(text.split())  # one line, whatever the text held
+            self.text = " ".join(strip_control(text).split())  # one line of plain text, whatever the text held
             self.draw()
 
     def stop(self) -> None:
