@@ -277,7 +277,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 r["next"]) for r in ok])
     for r in rows:
         if r.get("error"):
-            err.say(f"{r['path']}: {r['error']}", "bold red")
+            err.say(f"{r['path']}: {r['error']}\n  fix: {r['fix']}", "bold red")
     return 1 if len(ok) < len(rows) else 0
 
 

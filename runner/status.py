@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from runner.actions import Wait, describe
@@ -53,6 +54,9 @@ def plan_statuses(paths: list[Path]) -> list[dict]:
         try:
             rows.append(plan_status(p))
         except PlanRunnerError as exc:
-            rows.append({"plan": p.stem, "path": str(p), "error": exc.what,
-                         "fix": getattr(exc, "fix", "") or f"plan-runner validate {p}"})
+            shown = os.path.relpath(p.absolute(), Path.cwd())  # as the user would type it again
+            problems = getattr(exc, "problems", None)
+            first = f": line {problems[0].line}: {problems[0].what}" if problems else ""
+            rows.append({"plan": p.stem, "path": shown, "error": exc.what + first,
+                         "fix": f"plan-runner validate {shown}" if problems else (exc.fix or f"plan-runner validate {shown}")})
     return rows
