@@ -294,3 +294,21 @@ def test_sessions_table_and_status_have_a_cost_column(tmp_path):
     status = cli(repo, "status")
     assert "cost" in status.stdout
     assert "cost_usd" in json.loads(cli(repo, "status", "--json").stdout)[0]
+
+
+def test_a_failed_start_is_recorded_as_interrupted_not_timed_out(tmp_path):
+    """An agent that cannot start (its interpreter is missing) stops `session` with what/why/fix and is
+    recorded as Interrupted with no blame; once it is fixed, the next session runs the same checkpoint."""
+    agent = tmp_path / "agent.sh"
+    repo = make_repo(tmp_path)
+    agent.write_text("#!/nonexistent/interpreter\n" + agent.read_text().split("\n", 1)[1])
+    proc = cli(repo, "session", "plans/calc.md")
+    assert proc.returncode == 2 and "cannot start the agent" in proc.stderr and "fix:" in proc.stderr
+    records = [x for x in ledger(repo) if x["type"] == "session"]
+    assert [(r["outcome"], r["blame"]) for r in records] == [("Interrupted", "none")]
+    assert "cannot start the agent" in records[0]["reasons"][0]
+    assert fold_ledger(repo).stage_attempts.get(1, 0) == 0
+
+    agent.write_text(AGENT.format(dump=tmp_path / "env", tmp=tmp_path))
+    assert cli(repo, "session", "plans/calc.md").returncode == 3  # it ran (and asked for a human)
+    assert [x["outcome"] for x in ledger(repo) if x["type"] == "session"] == ["Interrupted", "NeedsHuman"]
