@@ -4,8 +4,8 @@ plan-runner pushes, dispatches and comments; the agent only edits the work tree.
 So the agent's process sees the basics a shell needs, its own backend's credentials
 (SPEC 4b, invariant 7: least credentials) and the names the plan lists in `agent.env`;
 nothing else from the job's environment. Claude Code never sees an OpenAI key, Codex
-never sees an Anthropic key, and a `command` or `script` agent sees no key at all
-unless the plan names it.
+never sees an Anthropic key, and a `command` agent sees no key at all unless the
+plan names it.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
     "anthropic": ANTHROPIC_VARS,
     "codex": OPENAI_VARS,
     "command": (),
-    "script": (),
+    "script": ANTHROPIC_VARS,  # the scripted stand-in plays a Claude Code agent (demo, tests)
 }
 
 
 def credential_vars(backend: str) -> tuple[str, ...]:
-    """The variable patterns a backend's agent receives as its credentials (command/script: none;
-    a plan passes what its command needs by name in `agent.env`)."""
+    """The variable patterns a backend's agent receives as its credentials (command: none; a plan
+    passes what its command needs by name in `agent.env`; a plugin backend: its `credentials`)."""
     if backend in BACKEND_CREDENTIALS:
         return BACKEND_CREDENTIALS[backend]
     from runner.backends import get_backend  # a plugin backend: ask its class

@@ -77,11 +77,13 @@ def test_every_error_is_listed_in_one_error(tmp_path):
 
 
 def test_each_backend_gets_only_its_own_credentials():
-    """claude-code/anthropic get Anthropic variables, codex the OpenAI key, base URL and CODEX_*, command/script none."""
+    """claude-code/anthropic (and the scripted stand-in for them) get Anthropic variables, codex the OpenAI key,
+    base URL and CODEX_*, command none."""
     parent = {"PATH": "/bin", "ANTHROPIC_API_KEY": "a", "CLAUDE_CODE_OAUTH_TOKEN": "c", "OPENAI_API_KEY": "o",
               "OPENAI_BASE_URL": "u", "OPENAI_ORG_SECRET": "x", "CODEX_HOME": "h"}
     names = {b: set(build_agent_env(parent, api_key_vars=credential_vars(b))) - {"PATH"}
              for b in ("claude-code", "anthropic", "codex", "command", "script")}
-    assert names["claude-code"] == names["anthropic"] == {"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"}
+    anthropic = {"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"}
+    assert names["claude-code"] == names["anthropic"] == names["script"] == anthropic
     assert names["codex"] == {"OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"}
-    assert names["command"] == names["script"] == set()
+    assert names["command"] == set()
