@@ -173,8 +173,12 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
                                                  f"{s.plan.id}: dry run", s.state.skipped))
+    from runner.preflight import before_first_session
     from runner.step import run_session
 
+    # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
+    # with what/why/fix before any session is recorded
+    before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"))
     return session_mode_result(run_session(ws, drivers))
 
 

@@ -98,6 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         else:
             n = len(plan.checkpoints)
             print(f"ok {plan.path}: {len(plan.stages)} stage(s), {n} checkpoint(s), {len(plan.config.gates)} gate(s)")
+            _warn_unresolvable_gates(plan, args.root or find_root(file))
     if bad:
         raise PlanRunnerError(
             what=f"{bad} of {len(files)} plan file(s) invalid",
@@ -105,6 +106,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
             fix="correct each problem listed above, then run `plan-runner validate` again",
         )
     return 0
+
+
+def _warn_unresolvable_gates(plan, root: Path) -> None:
+    """Gate commands that resolve to nothing here (the shell would exit 127): warnings, the plan stays valid."""
+    from runner.preflight import gate_command_problem
+
+    for gate in plan.config.gates:
+        problem = gate_command_problem(gate, os.environ, root)
+        if problem is not None:
+            print(f"  warning: {problem.what} ({problem.fix})")
 
 
 # --- schema ----------------------------------------------------------------------------------

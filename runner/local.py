@@ -40,6 +40,7 @@ class LocalParker:
     """Writes park and finish reports to files under `reports_dir`."""
 
     reports_dir: Path
+    local = True  # park reports say `plan-runner reply`, not a GitHub comment
 
     def _write(self, name: str, body: str) -> str:
         self.reports_dir.mkdir(parents=True, exist_ok=True)

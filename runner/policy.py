@@ -33,7 +33,8 @@ _FIX_KIND = {
 }
 _STALLS = (Outcome.STALLED, Outcome.TIMED_OUT)
 # Sessions cut short before any verdict on their work: what they committed is judged with the next session.
-_UNJUDGED = (Outcome.STALLED, Outcome.TIMED_OUT, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER, Outcome.AGENT_ERROR)
+_UNJUDGED = (Outcome.STALLED, Outcome.TIMED_OUT, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER, Outcome.AGENT_ERROR,
+             Outcome.INTERRUPTED)
 
 AnyAction = RunSession | Wait | ConsultAdvisor | Park | Finish
 
@@ -67,7 +68,20 @@ class RunState(Record):
         return isinstance(self.pending, Park)
 
 
+def _note_interruption(state: RunState, r: SessionRecord) -> RunState:
+    """plan-runner was stopped mid-session: the session counts (its tokens and cost were spent),
+    but no budget moves: attempts, resumes, backoffs and the circuit breaker stay as they were."""
+    open_session = state.open_session if state.open_session and state.open_session.n != r.n else None
+    return state.model_copy(update=dict(
+        sessions=state.sessions + 1, tokens=state.tokens + r.tokens, cost_usd=state.cost_usd + (r.cost_usd or 0.0),
+        last=r, open_session=open_session, pending=r.next_action, park_issue=None, parked_at=None,
+        uncredited_base=state.uncredited_base or r.base_sha or None,
+    ))
+
+
 def _note_session(state: RunState, r: SessionRecord) -> RunState:
+    if r.outcome is Outcome.INTERRUPTED:
+        return _note_interruption(state, r)
     attempts = dict(state.stage_attempts)
     if r.stage is not None:
         if r.outcome is Outcome.ADVANCED:

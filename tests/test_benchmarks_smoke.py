@@ -51,3 +51,15 @@ def test_run_py_quick_prints_a_table_and_writes_json(tmp_path):
     figures = json.loads(out.read_text())
     assert figures["parts"]["loop"]["loops"]["plan-runner"]["plans"] == 300
     assert figures["machine"]["cores"] >= 1
+
+
+def test_run_py_without_pytest_skips_the_action_part_with_the_reason(tmp_path):
+    """Installed without the test extra (no pytest), run.py skips the part that needs it, says why, and exits 0."""
+    out = tmp_path / "figures.json"
+    code = ("import sys; sys.modules['pytest'] = None; from benchmarks.run import main; "
+            f"sys.exit(main(['--quick', '--only', 'action', '--out', {str(out)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ModuleNotFoundError" not in proc.stderr + proc.stdout
+    assert "skipped" in proc.stdout and "needs pytest" in proc.stdout
+    assert json.loads(out.read_text())["parts"]["action"]["skipped"].startswith("needs pytest")
