@@ -76,9 +76,9 @@ class _Sites(ast.NodeTransformer):
             return make()
         return node
 
-    def _scoped(self, node):
+    def _scoped(self, node):  # the body only: decorators and signatures are not behaviour of the table
         self.scope.append(node.name)
-        node = self.generic_visit(node)
+        node.body = [self.visit(s) for s in node.body]
         self.scope.pop()
         return node
 
@@ -231,14 +231,19 @@ def _child(path: str, index: int | None, tests: tuple[str, ...]) -> None:
     sys.modules[module] = mod
     import runner
     setattr(runner, module.rsplit(".", 1)[1], mod)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+    if not os.environ.get("MUTATION_VERBOSE"):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
     try:
         exec(compile(source, str(ROOT / path), "exec"), mod.__dict__)
-        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
+        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header",
+                            "-W", "ignore::pytest.PytestAssertRewriteWarning",
                             "-o", "addopts=--strict-markers", *[str(ROOT / t) for t in tests]])
     except BaseException:  # noqa: BLE001 - a mutant that cannot even load is killed
+        if os.environ.get("MUTATION_VERBOSE"):
+            import traceback
+            traceback.print_exc()
         code = 1
     os._exit(int(code))
 

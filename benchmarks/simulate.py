@@ -6,10 +6,11 @@ import time
 from collections import Counter
 from dataclasses import asdict
 
-from benchmarks.sim_loops import PlanRun, run_claim_driven, run_naive, run_plan_runner
+from benchmarks.sim_loops import PlanRun, run_claim_driven, run_naive, run_plan_runner, run_sensible
 from benchmarks.sim_world import FaultModel, generate_plans
 
-LOOPS = (("plan-runner", run_plan_runner), ("naive", run_naive), ("claim-driven", run_claim_driven))
+LOOPS = (("plan-runner", run_plan_runner), ("sensible", run_sensible), ("naive", run_naive),
+         ("claim-driven", run_claim_driven))
 
 
 def summarise(runs: list[PlanRun]) -> dict:
