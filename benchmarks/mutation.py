@@ -259,7 +259,7 @@ def _start(path: str, index: int | None, tests: tuple[str, ...]) -> int:
 
 
 def run(targets: tuple[str, ...], tests: tuple[str, ...], jobs: int, timeout_s: float,
-        limit: int | None) -> tuple[list[tuple[Mutant, str]], float]:
+        limit: int | None, progress: bool = False) -> tuple[list[tuple[Mutant, str]], float]:
     """(mutant, result) for every mutant; result is killed, survived or timeout."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     os.chdir(ROOT)
@@ -276,6 +276,7 @@ def run(targets: tuple[str, ...], tests: tuple[str, ...], jobs: int, timeout_s: 
             raise SystemExit(f"the tests fail on the unmutated {path}; fix them first "
                              f"(pytest {' '.join(tests)})")
     todo = [(path, m) for path in targets for m in mutants(path)][:limit]
+    total = len(todo)
     results: list[tuple[Mutant, str]] = []
     running: dict[int, tuple[Mutant, float]] = {}
     started = time.monotonic()
@@ -293,6 +294,8 @@ def run(targets: tuple[str, ...], tests: tuple[str, ...], jobs: int, timeout_s: 
         m, _ = running.pop(pid)
         code = os.waitstatus_to_exitcode(status)
         results.append((m, "timeout" if code == -signal.SIGKILL else "killed" if code != 0 else "survived"))
+        if progress:
+            print(f"[{len(results)}/{total}] {results[-1][1]:8} {m.module}:{m.line}: {m.key}", file=sys.stderr, flush=True)
     return sorted(results, key=lambda r: (r[0].module, r[0].index)), time.monotonic() - started
 
 
@@ -303,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="test only the first N mutants (a quick look)")
     parser.add_argument("--target", action="append", help="module file to mutate (default: outcome.py and policy.py)")
     parser.add_argument("--list", action="store_true", help="list the mutants without running them")
+    parser.add_argument("--progress", action="store_true", help="print each mutant's result as it comes (stderr)")
     args = parser.parse_args(argv)
     targets = tuple(args.target or TARGETS)
     if args.list:
@@ -310,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             for m in mutants(path):
                 print(f"{m.module}:{m.line}: {m.key}")
         return 0
-    results, elapsed = run(targets, TESTS, args.jobs, args.timeout, args.limit)
+    results, elapsed = run(targets, TESTS, args.jobs, args.timeout, args.limit, args.progress)
     survived = [m for m, r in results if r == "survived"]
     equivalent = [m for m in survived if m.key in EQUIVALENT]
     unexplained = [m for m in survived if m.key not in EQUIVALENT]
