@@ -263,7 +263,7 @@ def _start(path: str, index: int | None, tests: tuple[str, ...]) -> int:
 
 
 def run(targets: tuple[str, ...], tests: dict[str, tuple[str, ...]], jobs: int, timeout_s: float,
-        limit: int | None, progress: bool = False) -> tuple[list[tuple[Mutant, str]], float]:
+        limit: int | None, progress: bool = False, keys: set[str] | None = None) -> tuple[list[tuple[Mutant, str]], float]:
     """(mutant, result) for every mutant; result is killed, survived or timeout."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     os.chdir(ROOT)
@@ -279,7 +279,7 @@ def run(targets: tuple[str, ...], tests: dict[str, tuple[str, ...]], jobs: int, 
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"the tests fail on the unmutated {path}; fix them first "
                              f"(pytest {' '.join(tests[path])})")
-    todo = [(path, m) for path in targets for m in mutants(path)][:limit]
+    todo = [(path, m) for path in targets for m in mutants(path) if keys is None or m.key in keys][:limit]
     total = len(todo)
     results: list[tuple[Mutant, str]] = []
     running: dict[int, tuple[Mutant, float]] = {}
@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", action="append", help="module file to mutate (default: outcome.py and policy.py)")
     parser.add_argument("--list", action="store_true", help="list the mutants without running them")
     parser.add_argument("--progress", action="store_true", help="print each mutant's result as it comes (stderr)")
+    parser.add_argument("--keys", type=argparse.FileType(), help="test only the mutants whose keys are listed, one a line "
+                        "(e.g. the SURVIVED lines of an earlier run)")
     args = parser.parse_args(argv)
     targets = tuple(args.target or TARGETS)
     if args.list:
@@ -318,7 +320,11 @@ def main(argv: list[str] | None = None) -> int:
             for m in mutants(path):
                 print(f"{m.module}:{m.line}: {m.key}")
         return 0
-    results, elapsed = run(targets, TESTS, args.jobs, args.timeout, args.limit, args.progress)
+    keys = None
+    if args.keys:
+        keys = {line.split(": ", 1)[1].strip() if line.startswith("SURVIVED ") else line.strip()
+                for line in args.keys if line.strip()}
+    results, elapsed = run(targets, TESTS, args.jobs, args.timeout, args.limit, args.progress, keys)
     survived = [m for m, r in results if r == "survived"]
     equivalent = [m for m in survived if m.key in EQUIVALENT]
     unexplained = [m for m in survived if m.key not in EQUIVALENT]
@@ -333,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     rate = 100.0 * killed / behavioural if behavioural else 100.0
     print(f"behavioural kill rate: {killed}/{behavioural} = {rate:.1f} % "
           f"({len(equivalent)} equivalent mutants excluded; {elapsed:.0f} s)")
-    stale = sorted(set(EQUIVALENT) - {m.key for m, _ in results}) if args.limit is None and not args.target else []
+    complete = args.limit is None and not args.target and keys is None
+    stale = sorted(set(EQUIVALENT) - {m.key for m, _ in results}) if complete else []
     for key in stale:
         print(f"stale EQUIVALENT entry (no such mutant any more): {key}")
     for m in unexplained:
