@@ -98,8 +98,13 @@ _GATE = GateConfig(name="tests", checks=("tests",))
 
 
 def collect_evidence(raw: RawSession, *, plan: Plan, tracker_before: str, n: int, kind: str, cid: str,
-                     started: datetime) -> Evidence:
-    """What plan-runner's collectors make of the raw signals (`runner.collect.collect_evidence`, minus git)."""
+                     started: datetime, tracked: dict[str, Plan] | None = None) -> Evidence:
+    """What plan-runner's collectors make of the raw signals (`runner.collect.collect_evidence`, minus git).
+    `tracked` caches `with_tracker` by the plan file's text (the same text parses the same)."""
+    tracked = {} if tracked is None else tracked
+    for text in (tracker_before, raw.tracker_after):
+        if text not in tracked:
+            tracked[text] = with_tracker(plan, text)
     signals = parse_stream(raw.lines, backend="claude-code", reason=raw.end, returncode=raw.returncode,
                            stop_detail=STOP_TOKEN_BUDGET if raw.end == "stopped" else "",
                            output_bytes=sum(len(line) + 1 for line in raw.lines),
@@ -108,7 +113,7 @@ def collect_evidence(raw: RawSession, *, plan: Plan, tracker_before: str, n: int
     commits = tuple(CommitInfo(sha=f"{n:04d}{i}", summary=summary, files=files,
                                counts_as_work=bool(files) and not all(matches_bookkeeping(f, bookkeeping) for f in files))
                     for i, (summary, files) in enumerate(raw.commits))
-    flips = diff_tracker(with_tracker(plan, tracker_before), with_tracker(plan, raw.tracker_after))
+    flips = diff_tracker(tracked[tracker_before], tracked[raw.tracker_after])
     runs = iter(raw.gate_runs)
 
     def run_once(gate: GateConfig) -> GateResult:
@@ -130,6 +135,7 @@ def run_plan_runner(truth: PlanTruth, seed: int, faults: FaultModel) -> PlanRun:
     tracker = plan_text(truth, set(), MAX_SESSIONS)
     base = parse_plan(tracker, plan_path(truth))
     plan = base
+    tracked: dict[str, Plan] = {tracker: base}
     ledger: list = []
     now = T0
     advised: dict[str | None, int] = {}
@@ -160,14 +166,14 @@ def run_plan_runner(truth: PlanTruth, seed: int, faults: FaultModel) -> PlanRun:
             t = world.play(n, current, now)
             raw = render(t, truth, current, n, tracker, now)
             ev = collect_evidence(raw, plan=base, tracker_before=tracker, n=n, kind=action.kind.value, cid=current,
-                                  started=now)
+                                  started=now, tracked=tracked)
             now = ev.observed_at
             verdict = classify(ev)
             run.sessions, run.tokens = n, run.tokens + t.tokens
             for cid in verdict.advanced:
                 _mark_done(run, world, cid)
                 tracker = tick(tracker, cid)  # rejected ticks are reverted: only genuine ones stay
-            plan = with_tracker(base, tracker)
+            plan = tracked.get(tracker) or tracked.setdefault(tracker, with_tracker(base, tracker))
             if verdict.blame is Blame.AGENT:
                 run.attempts_burned += 1
                 run.attempts_burned_env += t.environment_fault
