@@ -66,19 +66,32 @@ class _Sites(ast.NodeTransformer):
     def __init__(self, source: str, module: str, apply: int | None = None) -> None:
         self.source, self.module, self.apply = source, module, apply
         self.sites: list[Mutant] = []
+        self.lines = source.splitlines(keepends=True)
         self.scope = ["<module>"]
         self.done = False
 
     # --- bookkeeping -------------------------------------------------------------------------
-    def _site(self, node: ast.AST, replacement: ast.AST | str, make) -> ast.AST:
+    def _site(self, node: ast.AST, replacement: ast.AST | str, make, keep: ast.AST | None = None) -> ast.AST:
+        """Record a site at `node`; return the mutation when it is the one to apply, else `keep` (default `node`)."""
         n = len(self.sites)
-        original = ast.get_source_segment(self.source, node) or ast.unparse(node)
+        original = self._segment(node) or ast.unparse(node)
         text = replacement if isinstance(replacement, str) else ast.unparse(replacement)
         self.sites.append(Mutant(self.module, self.scope[-1], getattr(node, "lineno", 0), " ".join(original.split()), text, n))
         if self.apply == n:
             self.done = True
             return make()
-        return node
+        return node if keep is None else keep
+
+    def _segment(self, node: ast.AST) -> str | None:
+        """The node's source text (`ast.get_source_segment` splits the whole file on every call)."""
+        if getattr(node, "end_lineno", None) is None:
+            return None
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if first == last:
+            return self.lines[first].encode()[node.col_offset:node.end_col_offset].decode()
+        parts = [self.lines[first].encode()[node.col_offset:].decode(), *self.lines[first + 1:last],
+                 self.lines[last].encode()[:node.end_col_offset].decode()]
+        return "".join(parts)
 
     def _scoped(self, node):  # the body only: decorators and signatures are not behaviour of the table
         self.scope.append(node.name)
@@ -174,7 +187,7 @@ class _Sites(ast.NodeTransformer):
             new = copy.copy(node)
             new.test = ast.UnaryOp(op=ast.Not(), operand=node.test)
             return new
-        return self._site(node.test, "not (...)", make)
+        return self._site(node.test, "not (...)", make, keep=node)
 
     def visit_Return(self, node: ast.Return):
         node = self.generic_visit(node)
@@ -191,7 +204,7 @@ class _Sites(ast.NodeTransformer):
                 new = copy.copy(node)
                 new.keywords = node.keywords[:i] + node.keywords[i + 1:]
                 return new
-            node = self._site(kw, f"(drop {kw.arg}=)", make)
+            node = self._site(kw, f"(drop {kw.arg}=)", make, keep=node)
         return node
 
     def visit_AugAssign(self, node: ast.AugAssign):
@@ -213,7 +226,9 @@ def mutated_source(path: str, index: int) -> str:
     sites = _Sites(source, module, apply=index)
     tree = ast.fix_missing_locations(sites.visit(ast.parse(source)))
     assert sites.done, f"no mutation site {index} in {path}"
-    return ast.unparse(tree)
+    text = ast.unparse(tree)
+    compile(text, path, "exec")  # a mutant that does not compile is a bug of the mutator, never a kill
+    return text
 
 
 # --- running ----------------------------------------------------------------------------------
