@@ -13,19 +13,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Pure: records, decisions, parsers of text into records. No clock, no environment, no I/O.
 CORE = {
-    "runner.actions", "runner.errors", "runner.evidence", "runner.exits", "runner.fingerprint", "runner.lazyre",
+    "runner.actions", "runner.errors", "runner.evidence", "runner.exits", "runner.fingerprint", "runner.inert",
+    "runner.lazyre",
     "runner.ledger", "runner.outcome", "runner.plan", "runner.policy", "runner.ports", "runner.replies",
     "runner.tail",
 }
 # Read or change the world: git, gates, GitHub, the state branch, processes, files, the terminal, templates.
 ADAPTERS = {
-    "runner.action_io", "runner.advisor", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
+    "runner.action_io", "runner.advisor", "runner.agentarea", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
     "runner.github", "runner.github_api", "runner.github_checks", "runner.gitwork", "runner.guard", "runner.init",
     "runner.planfile", "runner.planfile_body", "runner.planfile_front", "runner.prompts", "runner.report",
-    "runner.state", "runner.supervise", "runner.term",
+    "runner.sandbox", "runner.setup", "runner.state", "runner.supervise", "runner.term",
 }
 BACKENDS = {
-    "runner.backends", "runner.backends.agent_tools", "runner.backends.anthropic_agent",
+    "runner.backends", "runner.backends.agent_tools", "runner.backends.anthropic_agent", "runner.backends.anthropic_child",
     "runner.backends.anthropic_errors", "runner.backends.base", "runner.backends.claims",
     "runner.backends.claude_code", "runner.backends.codex", "runner.backends.codexjson",
     "runner.backends.command", "runner.backends.limits", "runner.backends.script",
