@@ -238,7 +238,6 @@ def _child(path: str, index: int | None, tests: tuple[str, ...]) -> None:
     """In a forked child: install the mutant (or the original) as the module, run the tests, exit."""
     import types
 
-    import pytest
     from hypothesis import settings
 
     settings.register_profile("mutation", derandomize=True, database=None, deadline=None)
@@ -255,16 +254,39 @@ def _child(path: str, index: int | None, tests: tuple[str, ...]) -> None:
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
     try:
-        exec(compile(source, str(ROOT / path), "exec"), mod.__dict__)
-        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header",
-                            "-W", "ignore::pytest.PytestAssertRewriteWarning",
-                            "-o", "addopts=--strict-markers", *[str(ROOT / t) for t in tests]])
-    except BaseException:  # noqa: BLE001 - a mutant that cannot even load is killed
+        exec(compile(source, str(ROOT / path), "exec"), mod.__dict__)  # a mutant that cannot load is killed
+        code = 0 if _run_tests(tests) else 1
+    except BaseException:  # noqa: BLE001 - any failure of any test kills the mutant
         if os.environ.get("MUTATION_VERBOSE"):
             import traceback
             traceback.print_exc()
         code = 1
     os._exit(int(code))
+
+
+def _run_tests(tests: tuple[str, ...]) -> bool:
+    """Call every test function of the files in order (no pytest start-up per mutant: this is what makes the check
+    affordable). Hypothesis tests run as they are; `parametrize` runs each case; a test that needs a fixture is not
+    one of the core's (they are pure) and is refused. Raises at the first failing test."""
+    import importlib
+    import inspect
+
+    for test in tests:
+        module = importlib.import_module(Path(test).stem)
+        for name, fn in list(vars(module).items()):
+            if not name.startswith("test_") or not callable(fn):
+                continue
+            cases = [((), {})]
+            for mark in getattr(fn, "pytestmark", []):
+                if mark.name == "parametrize":
+                    names = [n.strip() for n in mark.args[0].split(",")] if isinstance(mark.args[0], str) else mark.args[0]
+                    values = mark.args[1]
+                    cases = [((), dict(zip(names, v if len(names) > 1 else (v,)))) for v in values]
+            if cases == [((), {})] and inspect.signature(fn).parameters:
+                raise SystemExit(f"{test}::{name} needs a fixture; the mutation check cannot run it")
+            for args, kwargs in cases:
+                fn(*args, **kwargs)
+    return True
 
 
 def _start(path: str, index: int | None, tests: tuple[str, ...]) -> int:
