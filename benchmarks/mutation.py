@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -316,7 +317,9 @@ def run(targets: tuple[str, ...], tests: dict[str, tuple[str, ...]], jobs: int, 
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"the tests fail on the unmutated {path}; fix them first "
                              f"(pytest {' '.join(tests[path])})")
-    todo = [(path, m) for path in targets for m in mutants(path) if keys is None or m.key in keys][:limit]
+    per_target = [[(path, m) for m in mutants(path) if keys is None or m.key in keys] for path in targets]
+    # interleaved, so a run cut short (or --limit) has looked at every module
+    todo = [pm for group in zip_longest(*per_target) for pm in group if pm is not None][:limit]
     total = len(todo)
     results: list[tuple[Mutant, str]] = []
     running: dict[int, tuple[Mutant, float]] = {}
