@@ -539,3 +539,27 @@ def test_start_takes_the_pending_decision_or_the_first_checkpoint():
         kind=SessionKind.DELIVERY, checkpoint="1.2", reason="first session of the plan")
     assert decide_start(fold([]), plan({"1.1": DONE, "1.2": BLOCKED})) == Park(
         reason="checkpoint 1.2 is BLOCKED: Checkpoint 1.2")
+
+
+def test_an_empty_ledger_folds_to_zero_everything():
+    """No entries: no sessions, tokens, cost, attempts, streak, counters, dispatches; not finished, not parked."""
+    s = fold([])
+    assert (s.sessions, s.tokens, s.cost_usd, s.streak, s.consecutive_backoffs, s.consecutive_zero_stalls,
+            s.consecutive_stalls, s.last_dispatch) == (0, 0, 0.0, 0, 0, 0, 0, 0)
+    assert (s.finished, s.parked, s.stage_attempts, s.skipped, s.pending) == (False, False, {}, frozenset(), None)
+
+
+def test_a_stage_without_recorded_attempts_has_its_whole_budget():
+    """A failure recorded without a stage burns nothing: the checkpoint's stage still has all its attempts."""
+    p = plan(sessions=(1, 1), budget=BudgetConfig(slack=1.0))
+    state = fold([record(1, Outcome.GATES_RED, AGENT, checkpoint="1.1", stage=None, fingerprint="a")])
+    assert decide_next(_v(Outcome.GATES_RED, AGENT), state, p).kind is SessionKind.FIX_GATES
+
+
+def test_the_deleted_tests_note_lists_ten_and_marks_more():
+    """Up to ten deleted test files are named; an eleventh adds `...`."""
+    ten = tuple(f"tests/t{i}.py" for i in range(10))
+    note = [r for r in classify(evidence(deleted_tests=ten)).reasons if "test file(s)" in r][0]
+    assert note.count("tests/") == 10 and "..." not in note
+    note = [r for r in classify(evidence(deleted_tests=ten + ("tests/u.py",))).reasons if "test file(s)" in r][0]
+    assert note.count("tests/") == 10 and "..." in note and "tests/u.py" not in note
