@@ -272,21 +272,22 @@ def _run_tests(tests: tuple[str, ...]) -> bool:
     import importlib
     import inspect
 
-    for test in tests:
-        module = importlib.import_module(Path(test).stem)
-        for name, fn in list(vars(module).items()):
-            if not name.startswith("test_") or not callable(fn):
-                continue
-            cases = [((), {})]
-            for mark in getattr(fn, "pytestmark", []):
-                if mark.name == "parametrize":
-                    names = [n.strip() for n in mark.args[0].split(",")] if isinstance(mark.args[0], str) else mark.args[0]
-                    values = mark.args[1]
-                    cases = [((), dict(zip(names, v if len(names) > 1 else (v,)))) for v in values]
-            if cases == [((), {})] and inspect.signature(fn).parameters:
-                raise SystemExit(f"{test}::{name} needs a fixture; the mutation check cannot run it")
-            for args, kwargs in cases:
-                fn(*args, **kwargs)
+    functions = [(test, name, fn) for test in tests
+                 for name, fn in list(vars(importlib.import_module(Path(test).stem)).items())
+                 if name.startswith("test_") and callable(fn)]
+    # examples first, properties (hypothesis) last: most mutants die on an example, in a fraction of the time
+    functions.sort(key=lambda t: hasattr(t[2], "hypothesis"))
+    for test, name, fn in functions:
+        cases = [((), {})]
+        for mark in getattr(fn, "pytestmark", []):
+            if mark.name == "parametrize":
+                names = [n.strip() for n in mark.args[0].split(",")] if isinstance(mark.args[0], str) else mark.args[0]
+                values = mark.args[1]
+                cases = [((), dict(zip(names, v if len(names) > 1 else (v,)))) for v in values]
+        if cases == [((), {})] and inspect.signature(fn).parameters:
+            raise SystemExit(f"{test}::{name} needs a fixture; the mutation check cannot run it")
+        for args, kwargs in cases:
+            fn(*args, **kwargs)
     return True
 
 
