@@ -563,3 +563,19 @@ def test_the_deleted_tests_note_lists_ten_and_marks_more():
     assert note.count("tests/") == 10 and "..." not in note
     note = [r for r in classify(evidence(deleted_tests=ten + ("tests/u.py",))).reasons if "test file(s)" in r][0]
     assert note.count("tests/") == 10 and "..." in note and "tests/u.py" not in note
+
+
+def test_a_session_after_a_park_clears_the_park_and_its_time():
+    """The park is over once a session ran: both its issue and its time are cleared from the folded state."""
+    h = [record(1, Outcome.NEEDS_HUMAN), Parked(at=T0, reason="x", issue_url="u"), record(2)]
+    assert (fold(h).park_issue, fold(h).parked_at) == (None, None)
+
+
+def test_a_reply_after_a_run_of_backoffs_starts_counting_them_again():
+    """`max_backoffs` counts backoffs since the last go-ahead: a reply or advice after limits resets the count."""
+    h = [record(1, LIMIT, ENV), record(2, LIMIT, ENV)]
+    assert fold(h + [Reply(at=T0, command="retry", next_action=GO)]).consecutive_backoffs == 0
+    assert fold(h + [Advice(at=T0, answer="retry", reason="r", next_action=GO)]).consecutive_backoffs == 0
+    z = [record(1, STALLED, zero_output=True)]
+    assert fold(z + [Reply(at=T0, command="retry", next_action=GO)]).consecutive_zero_stalls == 0
+    assert fold(z + [Reply(at=T0, command="retry", next_action=GO)]).consecutive_stalls == 0

@@ -16,7 +16,7 @@ def test_every_mutant_compiles_changes_the_code_and_leaves_text_alone():
     for path in TARGETS:
         original = ast.parse((ROOT / path).read_text())
         sites = mutants(path)
-        assert len(sites) > 100 and len({m.key for m in sites}) >= len(sites) * 0.9
+        assert len(sites) > 100 and len({m.key for m in sites}) >= len(sites) * 0.8
         for m in sites:
             tree = ast.parse(mutated_source(path, m.index))
             assert ast.dump(tree) != ast.dump(original), m.key
