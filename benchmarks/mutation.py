@@ -42,6 +42,12 @@ EQUIVALENT: dict[str, str] = {
         "a rule's matcher returns its reasons; `classify` tests them for truth only, and [] and None are both false",
     "runner.outcome:_agent_error:return [] -> return None":
         "as above: the no-match value of a matcher is only tested for truth",
+    "runner.policy:decide_next:instructions=state.instructions -> (drop instructions=)":
+        "(the resume after a stall) unreachable through `fold`: a stalled or timed-out session is not blamed on the "
+        "environment, so folding it clears `instructions`; the resumed agent session still has them in its context",
+    "runner.policy:decide_after_advice:instructions=state.instructions -> (drop instructions=)":
+        "unreachable through `fold`: the advisor is consulted only after a stall or an agent-blamed session, and "
+        "folding either clears `instructions`",
     "runner.policy:_backoff:20 -> 21":
         "the exponent's bound only keeps 2 ** n small; the cap is reached long before (5 min x 2^7 > 6 h, "
         "30 s x 2^5 > 10 min), so any bound above 7 gives the same waits",
