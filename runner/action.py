@@ -24,6 +24,7 @@ from runner import gitwork
 from runner.action_io import Reporter, basic_auth, parse_bool
 from runner.actions import Finish, Park, Wait, describe
 from runner.errors import PlanRunnerError, StateConflict
+from runner.exits import Exit
 from runner.events import GitHubContext, WorkflowDispatch
 from runner.ledger import SessionRecord
 from runner.policy import decide_start
@@ -251,7 +252,7 @@ def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | No
                             annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
     except Exception as exc:  # noqa: BLE001 - the job must still leave a summary and fail visibly
         trace = traceback.format_exc()
-        result = ModeResult(outcome="error", exit_code=1,
+        result = ModeResult(outcome="error", exit_code=Exit.UNEXPECTED,
                             summary=f"# plan-runner: unexpected error\n\n`{type(exc).__name__}: {exc}`\n\n"
                                     f"Please report this with the trace below.\n\n```text\n{trace}\n```\n",
                             annotations=[("error", f"unexpected error: {type(exc).__name__}: {exc}", "plan-runner")])

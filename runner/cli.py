@@ -22,6 +22,7 @@ from pathlib import Path
 
 from runner import __version__
 from runner.errors import PlanError, PlanRunnerError
+from runner.exits import Exit
 
 DEBUG_ENV = "PLAN_RUNNER_DEBUG"
 _COMMAND_MODULES: tuple[str, ...] = ("runner.cli_local", "runner.cli_action")  # each registers with @command on import
@@ -160,14 +161,14 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         print("plan-runner: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes a message
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
         else:
             print(f"plan-runner: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
             print(f"  hint: rerun with {DEBUG_ENV}=1 for the traceback, and report it", file=sys.stderr)
-        return 1
+        return Exit.UNEXPECTED
 
 
 if __name__ == "__main__":

@@ -11,11 +11,12 @@ from pathlib import Path
 
 from runner.actions import Wait, describe, short
 from runner.cli import command
+from runner.exits import Exit
 from runner.term import err, out
 
 # The session machinery (git, httpx, jinja2...) is imported inside the commands that need it,
 # so `plan-runner validate` and `--help` start fast.
-EXIT_FINISHED, EXIT_PARKED = 0, 3
+EXIT_FINISHED, EXIT_PARKED = Exit.OK, Exit.PARKED
 
 
 class Progress:
