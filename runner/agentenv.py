@@ -36,15 +36,9 @@ BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
 
 def credential_vars(backend: str) -> tuple[str, ...]:
     """The variable patterns a backend's agent receives as its credentials (command: none; a plan
-    passes what its command needs by name in `agent.env`; a plugin backend: its `credentials`)."""
-    if backend in BACKEND_CREDENTIALS:
-        return BACKEND_CREDENTIALS[backend]
-    from runner.backends import get_backend  # a plugin backend: ask its class
-
-    try:
-        return tuple(getattr(get_backend(backend), "credentials", ()))
-    except Exception:  # noqa: BLE001 - an unknown backend is reported by the plan's validation, not here
-        return ()
+    passes what its command needs by name in `agent.env`; a plugin backend: the `credentials` of its
+    class, recorded when it registers)."""
+    return BACKEND_CREDENTIALS.get(backend, ())
 
 
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.

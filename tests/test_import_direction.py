@@ -23,7 +23,7 @@ ADAPTERS = {
     "runner.action_io", "runner.advisor", "runner.agentarea", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
     "runner.github", "runner.github_api", "runner.github_checks", "runner.gitwork", "runner.guard", "runner.init",
     "runner.planfile", "runner.planfile_body", "runner.planfile_front", "runner.prompts", "runner.report",
-    "runner.sandbox", "runner.setup", "runner.state", "runner.supervise", "runner.term",
+    "runner.sandbox", "runner.setup", "runner.state", "runner.supervise", "runner.term", "runner.termreport",
 }
 BACKENDS = {
     "runner.backends", "runner.backends.agent_tools", "runner.backends.anthropic_agent", "runner.backends.anthropic_child",
@@ -35,8 +35,8 @@ BACKENDS = {
 # Put it all together: one session, the local loop, the GitHub Actions modes, the command line.
 DRIVERS = {
     "runner", "runner.__main__", "runner.action", "runner.action_reply", "runner.action_tick", "runner.cli",
-    "runner.cli_action", "runner.cli_local", "runner.demo", "runner.local", "runner.session", "runner.status",
-    "runner.step",
+    "runner.cli_action", "runner.cli_local", "runner.demo", "runner.interrupt", "runner.local", "runner.preflight",
+    "runner.session", "runner.status", "runner.step", "runner.transcripts",
 }
 GROUPS = {"core": CORE, "adapters": ADAPTERS, "backends": BACKENDS, "drivers": DRIVERS}
 # A group may import its own modules and those of the groups listed here, nothing else.
