@@ -13,8 +13,17 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import __version__
+from importlib import metadata
 
+
+def _version() -> str:
+    try:
+        return metadata.version("plan-runner")
+    except metadata.PackageNotFoundError:  # running from a checkout that was never installed
+        return "0.0.0"
+
+
+__version__ = _version()
 SOURCE_FILE = Path(__file__).parent / "data" / "source.json"
 _SHA = re.compile(r"[0-9a-f]{40}")
 _GITHUB = re.compile(r"(?:https://github\.com/|git@github\.com:|ssh://git@github\.com/)"

@@ -21,9 +21,9 @@ CORE = {
 # Read or change the world: git, gates, GitHub, the state branch, processes, files, the terminal, templates.
 ADAPTERS = {
     "runner.action_io", "runner.advisor", "runner.agentarea", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
-    "runner.github", "runner.github_api", "runner.github_checks", "runner.gitwork", "runner.guard", "runner.init",
+    "runner.github", "runner.github_api", "runner.github_body", "runner.github_checks", "runner.gitwork", "runner.guard", "runner.init",
     "runner.planfile", "runner.planfile_body", "runner.planfile_front", "runner.prompts", "runner.report",
-    "runner.sandbox", "runner.setup", "runner.state", "runner.supervise", "runner.term", "runner.termreport",
+    "runner.sandbox", "runner.setup", "runner.source", "runner.state", "runner.supervise", "runner.term", "runner.termreport",
 }
 BACKENDS = {
     "runner.backends", "runner.backends.agent_tools", "runner.backends.anthropic_agent", "runner.backends.anthropic_child",
@@ -34,7 +34,7 @@ BACKENDS = {
 }
 # Put it all together: one session, the local loop, the GitHub Actions modes, the command line.
 DRIVERS = {
-    "runner", "runner.__main__", "runner.action", "runner.action_reply", "runner.action_tick", "runner.cli",
+    "runner", "runner.__main__", "runner.action", "runner.action_cli", "runner.action_reply", "runner.action_tick", "runner.cli",
     "runner.cli_action", "runner.cli_local", "runner.demo", "runner.interrupt", "runner.local", "runner.preflight",
     "runner.session", "runner.status", "runner.step", "runner.transcripts",
 }
