@@ -103,6 +103,12 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def redact_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
+    for form in _forms(secrets):
+        data = data.replace(form.encode(), b"***")
+    return data
+
+
 def redact_evidence(evidence: Evidence, secrets: Iterable[str]) -> Evidence:
     """The same evidence with every known secret value replaced by `***` (gate tails, hints, errors)."""
     forms = _forms(secrets)

@@ -23,8 +23,8 @@ from runner.planfile import with_tracker
 from runner.policy import decide_next, fold
 from runner.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
-    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, agent_pid_file,
-    fault_point, pack_dir, unpack_dir,
+    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file,
+    fault_point,
 )
 
 
@@ -53,6 +53,9 @@ def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
                              fingerprint=g.fingerprint) for g in evidence.gates)
 
 
+_early_pushed: dict[tuple[str, str, int], str] = {}  # session refs pushed before the gates, to delete atomically
+
+
 def session_ref(plan_id: str, n: int) -> str:
     return f"refs/plan-runner/sessions/{plan_id}/{n}"
 
@@ -67,9 +70,22 @@ def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
 
     def push(head: str) -> None:
         gitwork.push_ref(ws.repo, ws.remote, head, session_ref(plan.id, n), None, what="the session's commits")
+        _early_pushed[(str(ws.repo), plan.id, n)] = head
         if checks:
             gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
     return push
+
+
+def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, str | None]]:
+    """The work branch (compare-and-swap on the remote's copy as last seen) and the deletion of the session
+    ref (if it was pushed), to push atomically with the state; a secret in a commit never leaves this machine."""
+    branch = f"refs/heads/{plan.work_branch}"
+    updates = [(gitwork.ref_sha(ws.repo, branch), branch,
+                gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}"))]
+    pushed = _early_pushed.pop((str(ws.repo), plan.id, n), None)
+    if pushed is not None:
+        updates.append((None, session_ref(plan.id, n), pushed))
+    return updates
 
 
 def run_session(ws: Workspace, drivers: Drivers) -> SessionResult:
@@ -92,7 +108,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
     plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
     tracked = with_tracker(plan, plan_text)
-    n = max([0] + [getattr(e, "n", 0) for e in s.entries]) + 1
+    n = s.state.next_n
     started_at = ws.clock()
     started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
                              base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id)
@@ -106,7 +122,7 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     handoff_path = handoff_path_of(plan)
     transcripts = ws.scratch_dir / plan.id / "transcripts"
     shutil.rmtree(transcripts, ignore_errors=True)
-    unpack_dir(s.d.store.read_file(plan.id, TRANSCRIPTS_FILE), transcripts)
+    s.d.store.read_dir(plan.id, TRANSCRIPTS_DIR, transcripts)
     agent_env = build_agent_env(ws.env, allow=plan.config.agent.env)
     request = SessionRequest(
         workdir=ws.repo, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
@@ -117,9 +133,9 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     signals = get_backend(plan.config.agent.backend).run(request)
     # First thing after the agent: undo what it may have done to git itself, before any git command of ours.
     moved = guard.restore(control)
-    restore_state = getattr(s.d.store, "restore_version", None)
-    if restore_state is not None:
-        moved += restore_state(s.version)
+    restore_state = getattr(s.d.store, "restore_own", None)
+    if restore_state is not None:  # this plan's own ref only: other plans' jobs write theirs meanwhile
+        moved += restore_state(plan.id, s.version)
     fault_point(ws, "after-agent")
     ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
 
@@ -134,7 +150,6 @@ def _run(s: Session, action: RunSession) -> SessionResult:
                                 secrets=key_like(s.secrets), unpushed_from=work_remote_sha,
                                 carry_from=_carry_from(s, action))
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
-    guard.redact_tree(transcripts, s.secrets)
     signals = evidence.signals
     fault_point(ws, "after-gates")
     verdict = classify(evidence)
@@ -149,21 +164,17 @@ def _run(s: Session, action: RunSession) -> SessionResult:
         tokens=signals.total_tokens, cost_usd=signals.cost_usd, base_sha=base_sha, head_sha=head,
         work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
         resume_session_id=action.resume_session_id, instructions=action.instructions)
-    next_action = decide_next(verdict, fold(s.entries + [record]), s.plan)
+    next_action = decide_next(verdict, fold([record], s.state), s.plan)
     record = record.model_copy(update={"next_action": next_action})
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
 
     fault_point(ws, "before-push")
-    if ws.remote and not evidence.leaked_secrets:  # a secret in a commit stays on this machine
-        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote,
-                            gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}"))
     fault_point(ws, "after-push")
     fault_point(ws, "before-ledger")
-    s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode(),
-                             TRANSCRIPTS_FILE: pack_dir(transcripts)})
+    # One atomic push: the verdict, the work branch and the removal of the session ref land together or not at all.
+    s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode()}, dirs={TRANSCRIPTS_DIR: transcripts},
+            also_push=_work_updates(ws, plan, n) if ws.remote and not evidence.leaked_secrets else ())
     fault_point(ws, "after-ledger")
-    if ws.remote and not evidence.leaked_secrets:  # the work branch and the ledger hold it all now
-        gitwork.delete_remote_ref(ws.repo, ws.remote, session_ref(plan.id, n))
     result = apply_action(s, next_action, evidence, verdict)
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
                          result.message, verdict=verdict, evidence=evidence, record=record,
