@@ -48,7 +48,7 @@ def _session(repo: Path, plan_id: str, env: dict[str, str]) -> tuple[dict, dict,
                     timeout_s=900)
     if run.returncode != 0:
         raise RuntimeError(f"plan-runner session failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    evidence = json.loads(git(repo, "show", f"plan-runner/state:{plan_id}/files/last-evidence.json"))
+    evidence = json.loads(git(repo, "show", f"refs/plan-runner/state/{plan_id}:files/last-evidence.json"))
     return json.loads(run.stdout), evidence, run.maxrss_mb
 
 

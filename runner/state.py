@@ -37,6 +37,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 import weakref
@@ -145,7 +146,6 @@ class GitStateStore:
         self._odb: LooseObjectDB | None = None
         self._cat_proc: _CatFile | None = None
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
-        self._all_fresh = False  # one glob fetch brought every plan's ref
         self._migrated = False
         self._dirs: dict[tuple[str, str], dict[str, tuple[int, int, str]]] = {}  # restored files: size, mtime, sha
         self._stored_shas: dict[tuple[str, str], dict[str, str]] = {}
@@ -284,10 +284,26 @@ class GitStateStore:
         return new
 
     def restore_own(self, plan_id: str, expected: str | None) -> list[str]:
-        """Put this plan's local state refs back at `expected` if something moved them while the agent
-        ran (it shares the repository); returns what was moved. Other plans' refs, and the remote
-        (where only a push that carries the lease can land), are never touched."""
+        """Put this plan's state ref back at `expected` wherever the agent (it shares the repository and
+        its remote) may have moved it: the local ref, the tracking ref, the remote; returns what was moved.
+        Only this plan's ref is read and written: other plans' jobs write theirs meanwhile. On the remote,
+        a commit that appends to `expected` (a tick or reply job wrote to this plan) is not the agent's:
+        it is left alone, and this session's own write then yields to it."""
         found: list[str] = []
+        if self.remote is not None:
+            remote_sha = self._fetch(plan_id)
+            if remote_sha != expected and not (remote_sha and expected and self._appends(remote_sha, expected)):
+                found.append(f"{self.ref(plan_id)} on {self.remote!r} was moved to {(remote_sha or 'deleted')[:12]}; "
+                             "restored")
+                push_atomic(self.repo, self.remote, [(expected, self.ref(plan_id), remote_sha)],
+                            what=f"the state of plan {plan_id!r}")
+                self.network_ops += 1
+                if expected is None:
+                    run_git(self.repo, "update-ref", "-d", self.tracking(plan_id))  # type: ignore[arg-type]
+                else:
+                    run_git(self.repo, "update-ref", self.tracking(plan_id), expected)  # type: ignore[arg-type]
+            elif remote_sha != expected:
+                return found  # another job's write: this session's write will conflict and yield
         for ref in [self.ref(plan_id)] + ([self.tracking(plan_id)] if self.remote else []):
             current = ref_sha(self.repo, ref)  # type: ignore[arg-type]
             if current == expected:
@@ -300,9 +316,19 @@ class GitStateStore:
                 run_git(self.repo, "update-ref", "-m", "plan-runner: undo a move of the state ref", ref, expected)  # type: ignore[arg-type]
         return found
 
+    def _appends(self, new: str, old: str) -> bool:
+        """`new` is a plan-runner write on top of `old`: its parent, with the old ledger as its prefix."""
+        data = self._object(new, b"commit")
+        if data is None or f"\nparent {old}\n".encode() not in data.split(b"\n\n", 1)[0] + b"\n":
+            return False
+        new_ledger = self._tree_of(new, "?").get(LEDGER)
+        old_ledger = self._tree_of(old, "?").get(LEDGER)
+        if new_ledger is None or old_ledger is None:
+            return False
+        return (self._object(new_ledger[1], b"blob") or b"").startswith(self._object(old_ledger[1], b"blob") or b"")
+
     def _conflict(self, plan_id: str, expected: str | None, actual: str | None, detail: str = "") -> StateConflict:
         self._fresh.discard(plan_id)
-        self._all_fresh = False
         why = f"expected {expected or 'no state'}, found {actual or 'no state'}"
         return StateConflict(
             what=f"the state of plan {plan_id!r} moved since it was read",
@@ -313,7 +339,6 @@ class GitStateStore:
     def _undo(self, plan_id: str, new: str, expected: str | None) -> None:
         """After a lost push, move the local ref to the remote's (only if it is still ours)."""
         self._fresh.discard(plan_id)
-        self._all_fresh = False
         remote_sha = self._fetch(plan_id)
         target = remote_sha or expected
         try:
@@ -518,14 +543,14 @@ class GitStateStore:
             if not self._migrated and ref_sha(self.repo, ref) is None:
                 self._migrate_if_needed()
             return ref_sha(self.repo, ref)
-        if plan_id in self._fresh or self._all_fresh:
+        if plan_id in self._fresh:  # the glob fetch of `plans()` brought it: one read uses it
+            self._fresh.discard(plan_id)
             remote_sha = ref_sha(self.repo, self.tracking(plan_id))  # type: ignore[arg-type]
         else:
             remote_sha = self._fetch(plan_id)
             if remote_sha is None and not self._migrated:
                 self._migrate_if_needed()
                 remote_sha = ref_sha(self.repo, self.tracking(plan_id))  # type: ignore[arg-type]
-        self._fresh.add(plan_id)
         if remote_sha is not None:
             if ref_sha(self.repo, ref) != remote_sha:
                 run_git(self.repo, "update-ref", ref, remote_sha)
@@ -573,7 +598,7 @@ class GitStateStore:
         prefix = f"{TRACKING}/{self.remote}"
         tips = [f"{prefix}/{name}" for name in self._refs_under(prefix + "/")]
         self._git_fetch(f"+{NAMESPACE}/*:{prefix}/*", negotiate=tips, prune=True)
-        self._all_fresh = True
+        self._fresh = set(self._refs_under(prefix + "/"))
 
     def _fetch_legacy(self) -> bool:
         """Whether the remote still has the legacy state branch (fetched to a private ref)."""
@@ -737,7 +762,10 @@ def push_atomic(repo: Path | str, remote: str, updates: Sequence[tuple[str | Non
         out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else str(exc.stdout or "")
         err = stderr_of(exc)
     rejected = [line for line in out.splitlines() if line.startswith("!")]
-    if any("[rejected]" in line or _CONFLICT_REASON.search(line) for line in rejected):
+    # A lease lost on the client is "[rejected] (stale info)"; lost on the server (another push landed between
+    # the check and the ref transaction) it is "[remote rejected]" with "cannot lock ref ... expected" on stderr.
+    if any("[rejected]" in line or _CONFLICT_REASON.search(line) for line in rejected) or (
+            rejected and re.search(r"cannot lock ref|is at [0-9a-f]+ but expected|atomic transaction failed", err)):
         raise StateConflict(
             what=f"{what} moved on {remote!r} since it was read",
             why="another job pushed first; compare-and-swap lost (" + "; ".join(rejected) + ")",

@@ -102,7 +102,7 @@ def test_sigkill_at_each_point_loses_nothing_and_the_next_session_carries_on(tmp
 
     for where in (repo, bare):
         entries = _check_ledger(where)
-    assert git(repo, "rev-parse", "plan-runner/state") == git(bare, "rev-parse", "plan-runner/state")
+    assert git(repo, "rev-parse", "refs/plan-runner/state/calc") == git(bare, "rev-parse", "refs/plan-runner/state/calc")
 
     commits = _agent_commits(shas)
     if point != "after-start":

@@ -46,16 +46,16 @@ def parked(reason: str) -> Parked:
     return Parked(at=AT, reason=reason)
 
 
-def remote_state(bare: Path) -> str | None:
+def remote_state(bare: Path, plan_id: str = "p") -> str | None:
     with git.Repo(bare) as r:
         try:
-            return r.git.rev_parse("--verify", "--quiet", "refs/heads/plan-runner/state")
+            return r.git.rev_parse("--verify", "--quiet", f"refs/plan-runner/state/{plan_id}")
         except git.GitCommandError:
             return None
 
 
 def test_empty_store_reads_nothing(tmp_path):
-    """A repository without a state branch has no plans and an empty ledger with version None."""
+    """A repository without state refs has no plans and an empty ledger with version None."""
     make_repo(tmp_path / "w").close()
     store = GitStateStore(tmp_path / "w")
     assert store.read("p") == ([], None)
@@ -69,18 +69,19 @@ def test_append_then_read_round_trips_entries_and_files(tmp_path):
     store = GitStateStore(tmp_path / "w")
     v1 = store.append("alpha", [parked("one")], None, files={"transcript.jsonl": b"\x00bin\n"})
     v2 = store.append("alpha", [parked("two"), Finished(at=AT, reason="done")], v1)
-    store.append("beta", [parked("b")], v2)
+    vb = store.append("beta", [parked("b")], None)  # another plan: its own ref, its own version
     entries, version = store.read("alpha")
     assert [e.type for e in entries] == ["park", "park", "finish"]
     assert [getattr(e, "reason") for e in entries] == ["one", "two", "done"]
-    assert version != v2 and version is not None
+    assert version == v2 and store.read("beta")[1] == vb != v2
     assert store.read_file("alpha", "transcript.jsonl") == b"\x00bin\n"
     assert store.read_file("beta", "transcript.jsonl") is None
     assert store.plans() == ["alpha", "beta"]
     with git.Repo(tmp_path / "w") as r:
-        text = r.git.show("plan-runner/state:alpha/ledger.jsonl")
+        text = r.git.show("refs/plan-runner/state/alpha:ledger.jsonl")
         assert len(text.splitlines()) == 3
-        assert r.commit("plan-runner/state").parents[0].hexsha == v2
+        assert r.commit("refs/plan-runner/state/alpha").parents[0].hexsha == v1
+        assert r.commit("refs/plan-runner/state/beta").parents == ()
 
 
 def test_state_writes_leave_work_tree_and_index_alone(tmp_path):
@@ -127,28 +128,25 @@ def test_corrupt_ledger_line_names_plan_line_and_fix(tmp_path):
     store = GitStateStore(work)
     v = store.append("p", [parked("ok")], None)
     with git.Repo(work) as r:
-        good = r.git.show(f"{v}:p/ledger.jsonl")
+        good = r.git.show(f"{v}:ledger.jsonl")
         (tmp_path / "ledger").write_text(good + "\n" + '{"type": "park", "reason": 3}\n')
         blob = r.git.hash_object("-w", str(tmp_path / "ledger"))
         (tmp_path / "tree").write_text(f"100644 blob {blob}\tledger.jsonl\n")
         with open(tmp_path / "tree", "rb") as fh:
             plan_tree = r.git.mktree(istream=fh)
-        (tmp_path / "root").write_text(f"040000 tree {plan_tree}\tp\n")
-        with open(tmp_path / "root", "rb") as fh:
-            root = r.git.mktree(istream=fh)
-        commit = r.git.commit_tree(root, "-p", v, "-m", "hand edit")
-        r.git.update_ref("refs/heads/plan-runner/state", commit, v)
+        commit = r.git.commit_tree(plan_tree, "-p", v, "-m", "hand edit")
+        r.git.update_ref("refs/plan-runner/state/p", commit, v)
     with pytest.raises(PlanRunnerError) as info:
         store.read("p")
     err = info.value
     assert "'p'" in err.what and "line 2" in err.what
-    assert "git show plan-runner/state:p/ledger.jsonl" in err.fix and "line 2" in err.fix
+    assert "git show refs/plan-runner/state/p:ledger.jsonl" in err.fix and "line 2" in err.fix
     assert not isinstance(err, StateConflict)
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", "..", ".git", "x\ny", " p"])
 def test_bad_plan_id_is_a_clear_error(tmp_path, bad):
-    """A plan id that cannot be a folder name on the state branch is rejected with a fix."""
+    """A plan id that cannot be a ref name is rejected with a fix."""
     make_repo(tmp_path / "w").close()
     store = GitStateStore(tmp_path / "w")
     with pytest.raises(PlanRunnerError) as info:
@@ -189,7 +187,7 @@ def test_lost_push_is_a_conflict_and_resets_local_ref_to_remote(tmp_path):
         sb.append("p", [parked("b loses")], v1)
     assert remote_state(bare) == v2
     with git.Repo(b) as rb:
-        assert rb.git.rev_parse("refs/heads/plan-runner/state") == v2
+        assert rb.git.rev_parse("refs/plan-runner/state/p") == v2
     entries, version = sb.read("p")
     assert version == v2 and [e.reason for e in entries] == ["one", "a wins"]
 
@@ -203,7 +201,7 @@ def test_first_writers_race_on_the_remote(tmp_path):
     with pytest.raises(StateConflict):
         sb.append("p", [parked("b")], None)
     with git.Repo(b) as rb:
-        assert rb.git.rev_parse("refs/heads/plan-runner/state") == v
+        assert rb.git.rev_parse("refs/plan-runner/state/p") == v
 
 
 def test_unreachable_remote_is_not_a_conflict(tmp_path):
@@ -355,7 +353,7 @@ def test_declined_push_leaves_no_local_state(tmp_path):
         store.append("p", [parked("two")], v1)
     assert not isinstance(info.value, StateConflict)
     with git.Repo(a) as ra:
-        assert ra.git.rev_parse("refs/heads/plan-runner/state") == v1
+        assert ra.git.rev_parse("refs/plan-runner/state/p") == v1
     assert store.read("p")[1] == v1 == remote_state(bare)
 
 
@@ -364,20 +362,25 @@ def test_objects_written_without_git_are_valid_git_objects_in_gits_order(tmp_pat
     accepts every object the store wrote, and git itself reads the ledger and files back."""
     make_repo(tmp_path / "r").close()
     store = GitStateStore(tmp_path / "r", remote=None)
-    version = None
     for plan in ("a", "a-b", "a.b", "a0", "b"):
-        version = store.append(plan, [parked(f"why {plan}")], version, files={"t.tar.gz": b"\x00\x01" * 10,
-                                                                            "e.json": b"{}"})
+        version = store.append(plan, [parked(f"why {plan}")], None, files={"t.tar.gz": b"\x00\x01" * 10,
+                                                                         "e.json": b"{}"})
         version = store.append(plan, [Finished(at=AT, reason="done")], version, files={"e.json": b'{"x": 1}'})
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "sub" / "x.jsonl").write_text("x\n")
+    (tmp_path / "d" / "sub.txt").write_text("y\n")
+    store.append("a", [], store.read("a")[1], dirs={"transcripts": tmp_path / "d"})
     fsck = subprocess.run(["git", "fsck", "--strict", "--no-dangling"], cwd=tmp_path / "r",
                           capture_output=True, text=True)
     assert fsck.returncode == 0 and not fsck.stderr.strip(), fsck.stderr
-    listed = subprocess.run(["git", "ls-tree", "--name-only", "plan-runner/state"], cwd=tmp_path / "r",
-                            capture_output=True, text=True, check=True).stdout.split()
-    assert listed == ["a-b", "a.b", "a", "a0", "b"]
-    shown = subprocess.run(["git", "show", "plan-runner/state:a.b/files/e.json"], cwd=tmp_path / "r",
+    listed = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/plan-runner/state/"],
+                            cwd=tmp_path / "r", capture_output=True, text=True, check=True).stdout.split()
+    assert listed == [f"refs/plan-runner/state/{p}" for p in ("a", "a-b", "a.b", "a0", "b")]
+    shown = subprocess.run(["git", "show", "refs/plan-runner/state/a.b:files/e.json"], cwd=tmp_path / "r",
                            capture_output=True, text=True, check=True).stdout
     assert shown == '{"x": 1}'
     entries, _ = store.read("a.b")
     assert [e.type for e in entries] == ["park", "finish"] and store.plans() == ["a", "a-b", "a.b", "a0", "b"]
     assert store.read_file("a", "t.tar.gz") == b"\x00\x01" * 10
+    store.read_dir("a", "transcripts", tmp_path / "back")
+    assert (tmp_path / "back/sub/x.jsonl").read_text() == "x\n" and (tmp_path / "back/sub.txt").read_text() == "y\n"
