@@ -103,10 +103,9 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def redact_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
-    for form in _forms(secrets):
-        data = data.replace(form.encode(), b"***")
-    return data
+def secret_forms(secrets: Iterable[str]) -> list[bytes]:
+    """The byte strings `redact_*` replace (each secret, raw and JSON-escaped), longest first."""
+    return [form.encode() for form in _forms(secrets)]
 
 
 def redact_evidence(evidence: Evidence, secrets: Iterable[str]) -> Evidence:

@@ -24,7 +24,7 @@ from runner.evidence import Evidence
 from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord
 from runner.plan import Plan
 from runner.planfile import parse_plan, with_tracker
-from runner.guard import redact_bytes
+from runner.guard import secret_forms
 from runner.policy import (
     AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold, folded, snapshot_json,
 )
@@ -184,7 +184,7 @@ class Session:
         state = fold(entries, self.state)
         kw = {"snapshot": snapshot_json(state)} if isinstance(self.d.store, GitStateStore) else {}
         if dirs:
-            kw.update(dirs=dirs, redact=lambda data: redact_bytes(data, self.secrets))
+            kw.update(dirs=dirs, redact=secret_forms(self.secrets))
         if also_push:
             kw["also_push"] = also_push
         self.version = self.d.store.append(self.trusted.id, entries, self.version, files, **kw)

@@ -243,13 +243,13 @@ class GitStateStore:
 
     def append(self, plan_id: str, entries: Sequence[Entry], expected_version: str | None,
                files: dict[str, bytes] | None = None, *, snapshot: str | None = None,
-               dirs: dict[str, Path] | None = None, redact: Callable[[bytes], bytes] | None = None,
+               dirs: dict[str, Path] | None = None, redact: Sequence[bytes] = (),
                also_push: Sequence[tuple[str | None, str, str | None]] = ()) -> str:
         """Append `entries` if the plan's ref is still at `expected_version`; returns the new version.
 
         `snapshot` is the folded state after these entries (stored so the next read need not fold
-        the whole ledger); `dirs` are directories kept as trees (only changed files are read,
-        `redact`ed and stored; `DIR_LIMIT` bounds each in total); `also_push` are other
+        the whole ledger); `dirs` are directories kept as trees (only files changed since `read_dir`
+        are read, cleared of the `redact` byte strings and stored; `DIR_LIMIT` bounds each in total); `also_push` are other
         `(sha or None to delete, ref, expected remote sha)` updates pushed atomically with the state.
         """
         _check_name("plan id", plan_id)
@@ -354,7 +354,7 @@ class GitStateStore:
             self._dirs[(plan_id, name)] = _scan(Path(path), self._stored_shas.get((plan_id, name), {}))
 
     def _commit(self, plan_id: str, entries: Sequence[Entry], parent: str | None, files: dict[str, bytes],
-                snapshot: str | None, dirs: dict[str, Path], redact: Callable[[bytes], bytes] | None) -> str:
+                snapshot: str | None, dirs: dict[str, Path], redact: Sequence[bytes]) -> str:
         if parent:
             commit = self._object(parent, b"commit")
             if commit is None:
@@ -407,7 +407,7 @@ class GitStateStore:
 
     # --- directories as trees ------------------------------------------------------------
 
-    def _store_dir(self, plan_id: str, name: str, root: Path, redact: Callable[[bytes], bytes] | None,
+    def _store_dir(self, plan_id: str, name: str, root: Path, redact: Sequence[bytes],
                    old_tree: str | None) -> tuple[str, dict[str, str]]:
         """The tree of `root` (bounded to DIR_LIMIT), storing only files that changed since `read_dir`."""
         bound_dir(root)
@@ -420,7 +420,7 @@ class GitStateStore:
             if was is not None and was[0] == st.st_size and was[1] == st.st_mtime_ns:
                 sha = was[2]  # unchanged since it was restored: neither read nor stored again
             else:
-                if redact is not None:
+                if redact:
                     redact_file(path, redact)
                 sha = self._store_file(path)
             shas[rel] = sha
@@ -721,20 +721,65 @@ def bound_dir(root: Path, limit: int = DIR_LIMIT) -> None:
 
 
 def _keep_tail(path: Path, limit: int) -> None:
+    """Cut the head of `path` so at most `limit` bytes stay, at a line boundary; streamed."""
     size = path.stat().st_size
-    with path.open("rb") as fh:
-        fh.seek(size - limit)
-        data = fh.read()
-    cut = data.find(b"\n")
-    path.write_bytes(data[cut + 1:] if 0 <= cut < len(data) - 1 else data)
+    tmp = path.with_name(path.name + ".plan-runner-tail")
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        src.seek(size - limit)
+        first = src.read(_CHUNK)
+        cut = first.find(b"\n")
+        dst.write(first[cut + 1:] if cut >= 0 else first)
+        for chunk in iter(lambda: src.read(_CHUNK), b""):
+            dst.write(chunk)
+    os.replace(tmp, path)
 
 
-def redact_file(path: Path, redact: Callable[[bytes], bytes]) -> None:
-    """Apply `redact` to the file in place (whole-file: secrets never straddle a chunk boundary)."""
-    data = path.read_bytes()
-    clean = redact(data)
-    if clean != data:
-        path.write_bytes(clean)
+def redact_file(path: Path, forms: Sequence[bytes]) -> None:
+    """Replace every form with `***` in the file, streamed in chunks (a form that straddles two chunks
+    is still found: a chunk is only written up to where no form can begin and end beyond it)."""
+    forms = sorted({f for f in forms if f}, key=len, reverse=True)
+    if not forms:
+        return
+    tmp = path.with_name(path.name + ".plan-runner-redact")
+    changed = False
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        carry = b""
+        while True:
+            chunk = src.read(_CHUNK)
+            buf = carry + chunk
+            end = len(buf) if not chunk else _safe_end(buf, forms)
+            head = buf[:end]
+            clean = _replace_all(head, forms)
+            changed |= clean != head
+            dst.write(clean)
+            carry = buf[end:]
+            if not chunk:
+                break
+    if changed:
+        os.replace(tmp, path)
+    else:
+        tmp.unlink()
+
+
+def _safe_end(buf: bytes, forms: Sequence[bytes]) -> int:
+    """Where `buf` can be cut: no form can start before it and end after it (given more data may follow)."""
+    end = max(0, len(buf) - (max(len(f) for f in forms) - 1))
+    moved = True
+    while moved:
+        moved = False
+        for form in forms:
+            i = buf.find(form, max(0, end - len(form) + 1))
+            while i != -1 and i < end:
+                if i + len(form) > end:
+                    end, moved = i + len(form), True
+                i = buf.find(form, i + 1)
+    return end
+
+
+def _replace_all(data: bytes, forms: Sequence[bytes]) -> bytes:
+    for form in forms:
+        data = data.replace(form, b"***")
+    return data
 
 
 def _untar(data: bytes, dest: Path) -> None:
