@@ -147,6 +147,7 @@ class GitStateStore:
         self._cat_proc: _CatFile | None = None
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
         self._migrated = False
+        self._legacy_fetched = False
         self._dirs: dict[tuple[str, str], dict[str, tuple[int, int, str]]] = {}  # restored files: size, mtime, sha
         self._stored_shas: dict[tuple[str, str], dict[str, str]] = {}
         self.network_ops = 0  # fetches and pushes this store made (benchmarks count them)
@@ -584,28 +585,37 @@ class GitStateStore:
         raise PlanRunnerError(what="could not fetch plan-runner's state", why=stderr_of(last) if last else "",
                               fix="run again")
 
+    def _legacy_spec(self) -> str:
+        # A glob, so a remote without the legacy branch is no error; it also matches work branches of plans
+        # whose id starts with "state" (harmless: mapped under a private prefix, never read).
+        return f"+{LEGACY_REF}*:{TRACKING}/{self.remote}-legacy*"
+
     def _fetch(self, plan_id: str) -> str | None:
+        """One fetch for the plan's ref (and the legacy state branch, for the first-use migration).
+        Glob refspecs with --prune: a ref absent on the remote is no error, and its tracking ref goes."""
         tracking = self.tracking(plan_id)
         assert tracking is not None
         # Negotiate only with the plan's state: the work history is unrelated and may be huge.
-        if self._git_fetch(f"+{self.ref(plan_id)}:{tracking}", negotiate=[tracking, self.ref(plan_id)]):
-            if ref_sha(self.repo, tracking) is not None:
-                run_git(self.repo, "update-ref", "-d", tracking)
-            return None
+        self._git_fetch(f"+{self.ref(plan_id)}*:{tracking}*", self._legacy_spec(),
+                        negotiate=[tracking, self.ref(plan_id)], prune=True)
+        self._legacy_fetched = True
         return ref_sha(self.repo, tracking)
 
     def _fetch_all(self) -> None:
         prefix = f"{TRACKING}/{self.remote}"
         tips = [f"{prefix}/{name}" for name in self._refs_under(prefix + "/")]
-        self._git_fetch(f"+{NAMESPACE}/*:{prefix}/*", negotiate=tips, prune=True)
+        self._git_fetch(f"+{NAMESPACE}/*:{prefix}/*", self._legacy_spec(), negotiate=tips, prune=True)
+        self._legacy_fetched = True
         self._fresh = set(self._refs_under(prefix + "/"))
 
     def _fetch_legacy(self) -> bool:
-        """Whether the remote still has the legacy state branch (fetched to a private ref)."""
+        """Whether the remote still has the legacy state branch (fetched to a private ref), fetched with
+        the plan's state when that happened already in this process."""
         target = f"{TRACKING}/{self.remote}-legacy"
-        if self._git_fetch(f"+{LEGACY_REF}:{target}", negotiate=[target]):
-            return False
-        return True
+        if not self._legacy_fetched:
+            self._git_fetch(self._legacy_spec(), negotiate=[target], prune=True)
+            self._legacy_fetched = True
+        return ref_sha(self.repo, target) is not None
 
     def _refs_under(self, prefix: str) -> list[str]:
         out = run_git(self.repo, "for-each-ref", "--format=%(refname)", prefix).decode().split()

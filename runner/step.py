@@ -171,11 +171,14 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     fault_point(ws, "before-push")
     fault_point(ws, "after-push")
     fault_point(ws, "before-ledger")
-    # One atomic push: the verdict, the work branch and the removal of the session ref land together or not at all.
-    s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode()}, dirs={TRANSCRIPTS_DIR: transcripts},
+    # One write, one atomic push: the verdict (with the intent to dispatch the next run, when that is what
+    # follows), the work branch and the removal of the session ref land together or not at all.
+    intent = _dispatch_intent(s, next_action)
+    s.write([record, *intent], files={EVIDENCE_FILE: evidence.model_dump_json().encode()},
+            dirs={TRANSCRIPTS_DIR: transcripts},
             also_push=_work_updates(ws, plan, n) if ws.remote and not evidence.leaked_secrets else ())
     fault_point(ws, "after-ledger")
-    result = apply_action(s, next_action, evidence, verdict)
+    result = apply_action(s, next_action, evidence, verdict, dispatch_recorded=bool(intent))
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
                          result.message, verdict=verdict, evidence=evidence, record=record,
                          report_text=result.report_text, url=result.url,
@@ -183,7 +186,17 @@ def _run(s: Session, action: RunSession) -> SessionResult:
                                                     evidence, verdict))
 
 
-def apply_action(s: Session, action, evidence=None, verdict=None) -> SessionResult:
+def _dispatch_intent(s: Session, action) -> list[Dispatched]:
+    """The Dispatched entry `dispatch` would write right after the record, written with it instead (one push
+    less); only for a plain next session, the one action that is dispatched without another decision first.
+    `s.state` is the state before the record: `dispatch` numbers the next run one past the record."""
+    nxt = s.state.sessions + 2
+    if not isinstance(action, RunSession) or s.state.last_dispatch >= nxt:
+        return []
+    return [Dispatched(at=s.ws.clock(), for_session=nxt, key=f"{s.trusted.id}#{nxt}")]
+
+
+def apply_action(s: Session, action, evidence=None, verdict=None, dispatch_recorded: bool = False) -> SessionResult:
     """Apply the decided next action: the one place that changes the world after a decision."""
     ws = s.ws
     while isinstance(action, ConsultAdvisor):
@@ -196,19 +209,21 @@ def apply_action(s: Session, action, evidence=None, verdict=None) -> SessionResu
     if isinstance(action, Finish):
         return s.apply_finish(action, evidence, verdict)
     if isinstance(action, RunSession) or (isinstance(action, Wait) and action.until <= ws.clock()):
-        return dispatch(s, action)
+        return dispatch(s, action, recorded=dispatch_recorded)
     return SessionResult("waiting", s.plan, s.state, action, describe(action))
 
 
-def dispatch(s: Session, action) -> SessionResult:
+def dispatch(s: Session, action, recorded: bool = False) -> SessionResult:
     """Dispatch the next run once: the intent is in the ledger before the call, so a crash after it never
-    dispatches twice; a call lost to a crash before it is redone by the tick after a while."""
+    dispatches twice; a call lost to a crash before it is redone by the tick after a while. `recorded`: this
+    session wrote the intent with its record (so it was not dispatched yet)."""
     n = s.state.sessions + 1
-    if s.state.last_dispatch >= n:
+    if s.state.last_dispatch >= n and not recorded:
         return SessionResult("ran", s.plan, s.state, action, f"next run already dispatched: {describe(action)}")
     key = f"{s.trusted.id}#{n}"
     fault_point(s.ws, "before-dispatch")
-    s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
+    if not recorded:
+        s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
     fault_point(s.ws, "dispatch-recorded")
     s.d.dispatcher.dispatch_next(s.trusted.path, key)
     fault_point(s.ws, "after-dispatch")
