@@ -237,7 +237,7 @@ class Session:
     def _ask_advisor(self, question: str) -> tuple[str, str, bool, str]:
         """Deterministic first, model second: no advisor configured means a human decides."""
         if self.d.advisor is not None:
-            return self.d.advisor(question, self.entries, self.trusted)
+            return self.d.advisor(question, list(self.entries), self.trusted)
         cfg = self.trusted.config.advisor
         if cfg is None or not cfg.enabled:
             return "human", f"{question}; no advisor is configured", False, ""

@@ -10,9 +10,9 @@ from runner.policy import decide_start
 from runner.session import Session
 
 
-def plan_status(path: Path) -> dict:
+def plan_status(path: Path, drivers=None) -> dict:
     ws = local_workspace(path)
-    s = Session(ws, local_drivers(ws))
+    s = Session(ws, drivers or local_drivers(ws))
     plan, state = s.plan, s.state
     nxt = plan.next_checkpoint(state.skipped)
     stage = plan.stage_of(nxt.id) if nxt else None
@@ -38,4 +38,10 @@ def plan_status(path: Path) -> dict:
 
 
 def plan_statuses(paths: list[Path]) -> list[dict]:
-    return [plan_status(p) for p in paths]
+    """Every plan's status from one read of the remote: one fetch brings all plans' state refs."""
+    if not paths:
+        return []
+    first = local_workspace(paths[0])
+    drivers = local_drivers(first)
+    drivers.store.plans()
+    return [plan_status(p, drivers if local_workspace(p).repo == first.repo else None) for p in paths]

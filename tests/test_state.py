@@ -576,3 +576,20 @@ def test_a_work_branch_named_plan_runner_state_is_not_taken_for_legacy_state(tmp
     assert store.plans() == [] and store.read("state") == ([], None)
     with git.Repo(tmp_path / "w") as r:
         assert r.git.for_each_ref("--format=%(refname)", "refs/heads/plan-runner/state") == "refs/heads/plan-runner/state"
+
+
+def test_listing_plans_fetches_every_plan_once_and_the_reads_after_it_fetch_nothing(tmp_path):
+    """`plans()` (status, tick) brings every plan's state ref in one fetch; one read per plan after it needs none,
+    and sees what the other clone wrote."""
+    bare, a, b = make_remote_pair(tmp_path)
+    writer = GitStateStore(a)
+    for plan_id in ("p", "q", "r"):
+        writer.append(plan_id, [parked(plan_id)], None)
+    reader = GitStateStore(b)
+    assert reader.plans() == ["p", "q", "r"] and reader.network_ops == 1
+    for plan_id in ("p", "q", "r"):
+        entries, version = reader.read(plan_id)
+        assert [e.reason for e in entries] == [plan_id] and version == remote_state(bare, plan_id)
+    assert reader.network_ops == 1
+    reader.read("p")  # a second read of a plan fetches again: it may have moved since
+    assert reader.network_ops == 2
