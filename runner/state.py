@@ -41,6 +41,7 @@ import re
 import subprocess
 import time
 import weakref
+import zlib
 from collections.abc import Callable, Sequence
 from io import BytesIO
 from pathlib import Path
@@ -64,6 +65,9 @@ LEDGER = "ledger.jsonl"
 SNAPSHOT = "snapshot.json"
 FILES = "files"
 DIR_LIMIT = 16 * 2**20  # bytes kept per directory (transcripts) per plan, in total
+BLOCKED_FROM = 2**20  # a kept file bigger than this is stored as blocks (see `_blocks`)
+BLOCK_AVG, BLOCK_MAX = 512 * 2**10, 4 * 2**20
+BLOCKS_SUFFIX = ".plan-runner-blocks"
 _TREE_MODE = 0o040000
 _BLOB_MODE = 0o100644
 _ZERO = "0" * 40
@@ -148,8 +152,9 @@ class GitStateStore:
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
         self._migrated = False
         self._legacy_fetched = False
-        self._dirs: dict[tuple[str, str], dict[str, tuple[int, int, str]]] = {}  # restored files: size, mtime, sha
-        self._stored_shas: dict[tuple[str, str], dict[str, str]] = {}
+        # restored files: size, mtime, sha (blob, or tree of blocks), the block shas (None for a blob)
+        self._dirs: dict[tuple[str, str], dict[str, tuple]] = {}
+        self._stored_shas: dict[tuple[str, str], dict[str, tuple[str, frozenset[str] | None]]] = {}
         self.network_ops = 0  # fetches and pushes this store made (benchmarks count them)
 
     # --- names ------------------------------------------------------------------------------
@@ -197,7 +202,7 @@ class GitStateStore:
         _check_name("directory name", name)
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
-        manifest: dict[str, tuple[int, int, str]] = {}
+        manifest: dict[str, tuple] = {}
         version = ref_sha(self.repo, self.ref(plan_id))
         top = self._tree_of(version, plan_id).get(name) if version else None
         if top is not None and top[0] == _TREE_MODE:
@@ -409,34 +414,55 @@ class GitStateStore:
     # --- directories as trees ------------------------------------------------------------
 
     def _store_dir(self, plan_id: str, name: str, root: Path, redact: Sequence[bytes],
-                   old_tree: str | None) -> tuple[str, dict[str, str]]:
-        """The tree of `root` (bounded to DIR_LIMIT), storing only files that changed since `read_dir`."""
+                   old_tree: str | None) -> tuple[str, dict[str, tuple[str, frozenset[str] | None]]]:
+        """The tree of `root` (bounded to DIR_LIMIT), storing only what changed since `read_dir`: a file whose
+        size and mtime are as restored is not even read; a big file is stored as blocks of whole lines cut where
+        its content says (so the blocks of an appended log stay the same), and only its new blocks are redacted
+        and stored."""
         bound_dir(root)
         restored = self._dirs.get((plan_id, name), {})
-        shas: dict[str, str] = {}
+        shas: dict[str, tuple[str, frozenset[str] | None]] = {}
         nested: dict = {}
         for rel, path in _walk(root):
             st = path.stat()
             was = restored.get(rel)
             if was is not None and was[0] == st.st_size and was[1] == st.st_mtime_ns:
-                sha = was[2]  # unchanged since it was restored: neither read nor stored again
+                sha, blocks = was[2], was[3]  # unchanged since it was restored: neither read nor stored again
+            elif st.st_size > BLOCKED_FROM:
+                sha, blocks = self._store_blocks(path, redact, was[3] if was is not None and was[3] else frozenset())
             else:
                 if redact:
                     redact_file(path, redact)
-                sha = self._store_file(path)
-            shas[rel] = sha
+                sha, blocks = self._store_file(path), None
+            shas[rel] = (sha, blocks)
             node = nested
             *folders, leaf = rel.split("/")
             for folder in folders:
                 node = node.setdefault(folder, {})
-            node[leaf] = sha
+            node[leaf + BLOCKS_SUFFIX if blocks is not None else leaf] = (
+                (_TREE_MODE, sha) if blocks is not None else (_BLOB_MODE, sha))
         return self._write_nested(nested), shas
 
     def _write_nested(self, node: dict) -> str:
         entries = {}
         for key, value in node.items():
-            entries[key] = (_TREE_MODE, self._write_nested(value)) if isinstance(value, dict) else (_BLOB_MODE, value)
+            entries[key] = (_TREE_MODE, self._write_nested(value)) if isinstance(value, dict) else value
         return self._write_tree(entries)
+
+    def _store_blocks(self, path: Path, redact: Sequence[bytes], known: frozenset[str]) -> tuple[str, frozenset[str]]:
+        """`path` as a tree of blocks `000000`, `000001`, ...: a block restored from the state as it was is
+        reused as is; any other block is redacted, and stored unless git has it already."""
+        entries: dict[str, tuple[int, str]] = {}
+        for number, raw in enumerate(_blocks(path)):
+            sha = _blob_sha(raw)
+            if sha not in known:
+                data = _replace_all(raw, redact) if redact else raw
+                sha = _blob_sha(data)
+                if not self._has(sha):
+                    self._store(b"blob", data)
+            entries[f"{number:06d}"] = (_BLOB_MODE, sha)
+        blocks = frozenset(sha for _, sha in entries.values())
+        return self._write_tree(entries), blocks
 
     def _store_file(self, path: Path) -> str:
         size = path.stat().st_size
@@ -459,7 +485,17 @@ class GitStateStore:
     def _checkout_tree(self, tree_sha: str, dest: Path, prefix: str, manifest: dict) -> None:
         for entry_name, (mode, sha) in _tree(self._object(tree_sha, b"tree")).items():
             rel = f"{prefix}{entry_name}"
-            if mode == _TREE_MODE:
+            if mode == _TREE_MODE and entry_name.endswith(BLOCKS_SUFFIX):  # a big file, stored as blocks
+                rel = rel[: -len(BLOCKS_SUFFIX)]
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                blocks = _tree(self._object(sha, b"tree"))
+                with target.open("wb") as out:
+                    for number in sorted(blocks):
+                        out.write(self._object(blocks[number][1], b"blob") or b"")
+                st = target.stat()
+                manifest[rel] = (st.st_size, st.st_mtime_ns, sha, frozenset(b for _, b in blocks.values()))
+            elif mode == _TREE_MODE:
                 (dest / rel).mkdir(parents=True, exist_ok=True)
                 self._checkout_tree(sha, dest, rel + "/", manifest)
             elif mode == _BLOB_MODE:
@@ -468,7 +504,7 @@ class GitStateStore:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
                 st = target.stat()
-                manifest[rel] = (st.st_size, st.st_mtime_ns, sha)
+                manifest[rel] = (st.st_size, st.st_mtime_ns, sha, None)
 
     # --- migration from the single state branch ----------------------------------------------
 
@@ -704,13 +740,36 @@ def _walk(root: Path):
             yield path.relative_to(root).as_posix(), path
 
 
-def _scan(root: Path, shas: dict[str, str]) -> dict[str, tuple[int, int, str]]:
+def _scan(root: Path, shas: dict[str, tuple[str, frozenset[str] | None]]) -> dict[str, tuple]:
     manifest = {}
     for rel, path in _walk(root):
         if rel in shas:
             st = path.stat()
-            manifest[rel] = (st.st_size, st.st_mtime_ns, shas[rel])
+            manifest[rel] = (st.st_size, st.st_mtime_ns, *shas[rel])
     return manifest
+
+
+def _blob_sha(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _blocks(path: Path):
+    """The file in blocks of whole lines, cut after a line whose checksum says so, with a chance proportional
+    to its length (blocks of BLOCK_AVG bytes on average, at most BLOCK_MAX): where a cut falls depends on that
+    line alone, not on where the block began, so an appended file, or one whose head was cut, keeps the same
+    blocks. Secrets never straddle two blocks (they hold no newline)."""
+    block: list[bytes] = []
+    size = 0
+    scale = 2**32 / BLOCK_AVG
+    with path.open("rb") as fh:
+        for line in fh:
+            block.append(line)
+            size += len(line)
+            if size >= BLOCK_MAX or zlib.crc32(line) < len(line) * scale:
+                yield b"".join(block)
+                block, size = [], 0
+    if block:
+        yield b"".join(block)
 
 
 def bound_dir(root: Path, limit: int = DIR_LIMIT) -> None:

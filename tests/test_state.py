@@ -593,3 +593,42 @@ def test_listing_plans_fetches_every_plan_once_and_the_reads_after_it_fetch_noth
     assert reader.network_ops == 1
     reader.read("p")  # a second read of a plan fetches again: it may have moved since
     assert reader.network_ops == 2
+
+
+def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(tmp_path):
+    """A log over the block threshold goes in as blocks of whole lines cut by content: appending to it, or cutting
+    its head, keeps the earlier blocks (same blobs), the restored file is byte for byte the log, and a secret in
+    the new lines is redacted in what is stored."""
+    import runner.state as st
+
+    make_repo(tmp_path / "w").close()
+    src = tmp_path / "t1"
+    src.mkdir()
+    lines = [b'{"type": "assistant", "n": %d, "text": "%s"}\n' % (i, b"w" * (i % 97)) for i in range(60_000)]
+    (src / "stream.log").write_bytes(b"".join(lines[:40_000]))
+    store = GitStateStore(tmp_path / "w", remote=None)
+    v1 = store.append("p", [parked("1")], None, dirs={"transcripts": src})
+    later = GitStateStore(tmp_path / "w", remote=None)
+    dest = tmp_path / "t2"
+    later.read_dir("p", "transcripts", dest)
+    assert (dest / "stream.log").read_bytes() == b"".join(lines[:40_000])
+    with (dest / "stream.log").open("ab") as log:
+        log.write(b"".join(lines[40_000:]) + b'{"key": "sk-ant-SECRETVALUE"}\n')
+    v2 = later.append("p", [parked("2")], v1, dirs={"transcripts": dest}, redact=[b"sk-ant-SECRETVALUE"])
+
+    def blocks(v):
+        with git.Repo(tmp_path / "w") as r:
+            listing = r.git.ls_tree(f"{v}:transcripts/stream.log{st.BLOCKS_SUFFIX}").splitlines()
+        return [line.split()[2] for line in listing]
+    b1, b2 = blocks(v1), blocks(v2)
+    assert len(b1) >= 3 and b2[: len(b1) - 1] == b1[:-1]  # all but the last (then open) block are shared
+    again = tmp_path / "t3"
+    GitStateStore(tmp_path / "w", remote=None).read_dir("p", "transcripts", again)
+    assert (again / "stream.log").read_bytes() == b"".join(lines) + b'{"key": "***"}\n'
+    st._keep_tail(again / "stream.log", (again / "stream.log").stat().st_size - 100_000)  # the bound cuts the head
+    cut = GitStateStore(tmp_path / "w", remote=None)
+    cut.read_dir("p", "transcripts", tmp_path / "t4")
+    st._keep_tail(tmp_path / "t4" / "stream.log", (tmp_path / "t4" / "stream.log").stat().st_size - 100_000)
+    v3 = cut.append("p", [parked("3")], v2, dirs={"transcripts": tmp_path / "t4"})
+    b3 = blocks(v3)
+    assert len(set(b3) & set(b2)) >= len(b2) - 2  # only the blocks around the cut are new
