@@ -6,10 +6,8 @@ The same function serves the local loop and the GitHub job; the drivers
 
 from __future__ import annotations
 
-import io
 import os
 import socket
-import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -19,7 +17,7 @@ from typing import Literal
 from runner import gitwork
 from runner.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
 from runner.agentenv import secret_values
-from runner.errors import PlanRunnerError, StateConflict
+from runner.errors import PlanRunnerError
 from runner.evidence import Evidence
 from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord
 from runner.plan import Plan
@@ -311,19 +309,3 @@ class Session:
                 action = self.consult(action)
         raise PlanRunnerError(what="the policy did not settle on an action", why=describe(action),
                               fix="report this as a bug with the plan's ledger attached")
-
-
-def pack_dir(path: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        if path.exists():
-            tar.add(path, arcname=".")
-    return buf.getvalue()
-
-
-def unpack_dir(data: bytes | None, path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    if not data:
-        return
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(path, filter="data")

@@ -50,11 +50,9 @@ from git.exc import GitCommandError
 from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
-from pydantic import ValidationError
-
 from runner.errors import PlanRunnerError, StateConflict
 from runner.gitwork import BOT_EMAIL, BOT_ENV, BOT_NAME, JUDGE_GIT_ENV, objects_dir, ref_sha, run_git, stderr_of
-from runner.ledger import Entry, Ledger, dump_entry, parse_entry
+from runner.ledger import Entry, Ledger, dump_entry
 
 NAMESPACE = "refs/plan-runner/state"
 TRACKING = "refs/plan-runner/remote-state"  # + /<remote>/<plan_id>
@@ -891,5 +889,3 @@ def push_atomic(repo: Path | str, remote: str, updates: Sequence[tuple[str | Non
         fix="check the remote URL, the token's `contents: write` permission and any branch protection rule",
     )
 
-
-__all__ = ["GitStateStore", "state_ref", "push_atomic", "bound_dir", "parse_entry", "ValidationError"]
