@@ -6,6 +6,8 @@ many plans at once, and with a big work tree.
   10,000-entry ledger without a snapshot (every entry parsed and folded, as every session did before);
 * transcripts: 60 sessions in a row (12 in --quick) of a Claude Code stand-in that streams 6 MB of
   stream-json per session and commits; overhead and peak RSS of the first sessions vs the last ones;
+* (every session runs with `isolation: none`: these figures are the state's, section 1 and
+  benchmarks/isolation.py measure isolation)
 * network: git processes and network git operations (fetch, push, ls-remote) of one dispatching session
   on the Actions path (the GitHub test server as dispatcher), and of one tick over 50 plans, counted by a
   `git` wrapper on PATH;
@@ -81,7 +83,7 @@ def _past(entries: int) -> list:
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     out: list = []
     n = 0
-    while len(out) < entries:
+    while len(out) < entries + 3:
         n += 1
         at = t0 + timedelta(minutes=10 * n)
         run = RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="progress: keep delivering")
@@ -90,11 +92,11 @@ def _past(entries: int) -> list:
         out.append(SessionRecord(
             n=n, kind=SessionKind.DELIVERY, checkpoint="1.1", stage=1, started_at=at, finished_at=at + timedelta(minutes=8),
             outcome=Outcome.PROGRESS, blame=Blame.NONE, rule=10, reasons=(f"{n % 7 + 1} commits, no checkpoint flipped",),
-            backend="claude-code", tokens=120_000 + n, cost_usd=0.42, base_sha="a" * 40, head_sha="b" * 40,
+            backend="claude-code", tokens=120_000 + n, cost_usd=0.0, base_sha="a" * 40, head_sha="b" * 40,
             work_commits=n % 7 + 1, agent_session_id="0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
             gates=(GateSummary(name="tests", required=True, passed=True, duration_s=12.5),), next_action=run))
         out.append(Dispatched(at=at + timedelta(minutes=9), for_session=n + 1, key=f"plan#{n + 1}", confirmed=True))
-    return out[:entries]
+    return out[-entries:]  # ends on a dispatch: the next session is due
 
 
 def _seed(repo: Path, plan_id: str, entries: int, snapshot: bool) -> None:
@@ -108,7 +110,7 @@ def _seed(repo: Path, plan_id: str, entries: int, snapshot: bool) -> None:
 
 
 def bench_ledger(workdir: Path, sizes: list[int], reps: int) -> dict:
-    env = child_env()
+    env = child_env(PLAN_RUNNER_ISOLATION="none")
     script = workdir / "work.yaml"
     script.write_text(WORK_SCRIPT, encoding="utf-8")
     cases = [(size, True) for size in sizes] + [(sizes[-1], False)]
@@ -141,7 +143,7 @@ def bench_ledger(workdir: Path, sizes: list[int], reps: int) -> dict:
 def bench_transcripts(workdir: Path, sessions: int, stream_bytes: int) -> dict:
     from runner.state import DIR_LIMIT
 
-    env = child_env()
+    env = child_env(PLAN_RUNNER_ISOLATION="none")
     stream_py = Path(__file__).resolve().parent / "stream.py"
     fake = workdir / "claude-committing"
     fake.write_text("#!/bin/sh\n"  # a session that streams, then commits one line of work
@@ -213,7 +215,7 @@ def bench_network(workdir: Path, tick_plans: int) -> dict:
     from runner.step import run_session
     from tests.servers.github import GitHubServer
 
-    env_base = child_env()
+    env_base = child_env(PLAN_RUNNER_ISOLATION="none")
     script = workdir / "net.yaml"
     script.write_text("""sessions:\n  - - write: {path: app/f.py, content: "x = 1\\n"}\n    - commit: "Add f"\n""")
     repo = workdir / "repo-net"
@@ -224,7 +226,7 @@ def bench_network(workdir: Path, tick_plans: int) -> dict:
     _with_origin(trepo, env_base)
     due = _seed_tick_state(trepo, datetime.now(timezone.utc), tick_plans)
     with GitHubServer(token=TOKEN) as srv:
-        env = _env(srv)
+        env = {**_env(srv), "PLAN_RUNNER_ISOLATION": "none"}
         with GitHubDriver(GitHubContext.from_env(env), TOKEN, retry=RetryPolicy.fast()) as driver:
             ws = Workspace(repo=repo, plan_path="plans/work.md", env=env, remote="origin")
             (workdir / "s").mkdir()
@@ -257,7 +259,7 @@ def bench_network(workdir: Path, tick_plans: int) -> dict:
 
 
 def bench_concurrent(workdir: Path, plans: int) -> dict:
-    env = child_env()
+    env = child_env(PLAN_RUNNER_ISOLATION="none")
     script = workdir / "work.yaml"
     script.write_text(WORK_SCRIPT, encoding="utf-8")
     seed = workdir / "seed"
@@ -297,7 +299,7 @@ def bench_concurrent(workdir: Path, plans: int) -> dict:
 def bench_work_tree(workdir: Path, sizes: list[int], reps: int) -> dict:
     from benchmarks.overhead import plan_text, run_one
 
-    env = child_env()
+    env = child_env(PLAN_RUNNER_ISOLATION="none")
     script = workdir / "work.yaml"
     script.write_text(WORK_SCRIPT, encoding="utf-8")
     repos = {}
