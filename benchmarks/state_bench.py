@@ -240,11 +240,12 @@ def bench_network(workdir: Path, tick_plans: int) -> dict:
             (workdir / "t").mkdir()
             with counting_git(workdir / "t") as tick_calls:
                 tick = mode_tick(ctx, tenv, driver, Reporter(tenv, out=log))
-    s_net = [c for c in session_calls if _verb(c) in NETWORK]
-    t_net = [c for c in tick_calls if _verb(c) in NETWORK]
+    # Only what talks to the remote counts (the agent's own clone and its bundle are local copies).
+    s_net = [c for c in session_calls if _verb(c) in NETWORK and "origin" in c.split()]
+    t_net = [c for c in tick_calls if _verb(c) in NETWORK and "origin" in c.split()]
     t_fetch = [c for c in t_net if _verb(c) == "fetch"]
     return {"session_status": result.status, "session_git_processes": len(session_calls),
-            "session_network_ops": len(s_net), "session_network": [" ".join(c.split()[:3]) for c in s_net],
+            "session_network_ops": len(s_net), "session_network": [" ".join(c.split()[:4]) for c in s_net],
             "session_api_calls": api_calls,
             "tick_plans": tick_plans, "tick_due": due, "tick_outcome": tick.outcome,
             "tick_git_processes": len(tick_calls), "tick_fetches": len(t_fetch),

@@ -287,14 +287,15 @@ class GitStateStore:
         self._after_write(plan_id, dirs or {}, new)
         return new
 
-    def restore_own(self, plan_id: str, expected: str | None) -> list[str]:
+    def restore_own(self, plan_id: str, expected: str | None, *, remote: bool = True) -> list[str]:
         """Put this plan's state ref back at `expected` wherever the agent (it shares the repository and
         its remote) may have moved it: the local ref, the tracking ref, the remote; returns what was moved.
         Only this plan's ref is read and written: other plans' jobs write theirs meanwhile. On the remote,
         a commit that appends to `expected` (a tick or reply job wrote to this plan) is not the agent's:
-        it is left alone, and this session's own write then yields to it."""
+        it is left alone, and this session's own write then yields to it. `remote=False` (an isolated agent,
+        which has no credentials for the remote) skips the fetch the remote check costs."""
         found: list[str] = []
-        if self.remote is not None:
+        if self.remote is not None and remote:
             remote_sha = self._fetch(plan_id)
             if remote_sha != expected and not (remote_sha and expected and self._appends(remote_sha, expected)):
                 found.append(f"{self.ref(plan_id)} on {self.remote!r} was moved to {(remote_sha or 'deleted')[:12]}; "

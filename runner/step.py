@@ -224,7 +224,8 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         ws.on_event("warning", "not kept from the agent's state: " + "; ".join(skipped[:5]))
     restore_state = getattr(s.d.store, "restore_own", None)
     if restore_state is not None:  # this plan's own ref only: other plans' jobs write theirs meanwhile
-        moved += restore_state(plan.id, s.version)
+        # An isolated agent can reach neither this repository nor its remote's credentials: no fetch to check it.
+        moved += restore_state(plan.id, s.version, remote=not identity.isolated)
     fault_point(ws, "after-agent")
     ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
 
