@@ -48,7 +48,8 @@ gates:
   - name: trivial
     run: "true"
 budget:
-  max_sessions: 100000{extra}
+  max_sessions: 100000
+  max_cost_usd: 1000000{extra}
 ---
 # Bench
 
