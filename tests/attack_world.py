@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests.reliability_world import all_git_text, cli_env, git, ledger, write_calc_project
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
@@ -38,7 +40,7 @@ PLAN = """\
 agent:
   backend: command
   executable: {python}
-  args: ["-P", "{script}", "{loot}"]
+  args: ["-P", "{script}", "{loot}", "{scope}"]
   stall_minutes: 30s
   time_limit_minutes: 90s
 {front_extra}gates:
@@ -103,6 +105,7 @@ class Arena:
         self.repo = tmp / "repo"
         write_calc_project(self.repo, {".gitignore": "__pycache__/\n.pytest_cache/\n", **(files or {})})
         plan = PLAN.format(python=PY, script=self.drop / "attacks" / f"{attack}.py", loot=self.loot, gate=gate,
+                           scope=tmp,
                            front_extra=front_extra, verify=f" <!-- verify: {verify} -->" if verify else "")
         (self.repo / "plans" / "calc.md").write_text(plan)
         git(self.repo, "init", "-q", "-b", "main")
@@ -125,10 +128,10 @@ class Arena:
                        GIT_COMMITTER_NAME="T", GIT_COMMITTER_EMAIL="t@example.invalid",
                        **self.secrets, **{k: str(v) for k, v in self.command_files.items()}, **self.extra_env)
 
-    def session(self, timeout: float = 150) -> Run:
+    def session(self, timeout: float = 150, python: str = PY) -> Run:
         """`plan-runner session plans/calc.md --json`, as a child process holding the secrets."""
         try:
-            proc = subprocess.run([PY, "-m", "runner", "session", "plans/calc.md", "--json"], cwd=self.repo,
+            proc = subprocess.run([python, "-m", "runner", "session", "plans/calc.md", "--json"], cwd=self.repo,
                                   capture_output=True, text=True, env=self.env(), timeout=timeout,
                                   errors="replace")
         except subprocess.TimeoutExpired as exc:
@@ -268,3 +271,17 @@ def _files(root: Path, skip: str | None = None) -> bytes:
             except OSError:
                 continue
     return out
+
+
+@pytest.fixture
+def arena(tmp_path):
+    """A factory of arenas for one test; every arena is closed (its processes killed, its folder removed)."""
+    made: list[Arena] = []
+
+    def make(attack: str, **kw) -> Arena:
+        a = Arena(tmp_path, attack, **kw)
+        made.append(a)
+        return a
+    yield make
+    for a in made:
+        a.close()

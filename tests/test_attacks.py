@@ -5,29 +5,15 @@ The harness and its checks are in tests/attack_world.py; docs/security.md maps e
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.attack_world import CREDITED, Arena
+from tests.attack_world import CREDITED, Arena, arena  # noqa: F401 - the fixture
 from tests.reliability_world import fold_ledger, git, ledger
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def arena(tmp_path):
-    made: list[Arena] = []
-
-    def make(attack: str, **kw) -> Arena:
-        a = Arena(tmp_path, attack, **kw)
-        made.append(a)
-        return a
-    yield make
-    for a in made:
-        a.close()
 
 
 def test_an_honest_agent_is_credited_in_the_arena(arena):
@@ -118,8 +104,7 @@ def _second_session_is_not_credited(a: Arena) -> None:
     second = a.session()
     a.assert_all_well(second)
     assert second.outcome not in CREDITED, second.out
-    assert all(not g.get("cached") or g["passed"] is False for g in second.out["gates"]) or \
-        second.outcome not in CREDITED
+    assert not any(g.get("cached") and g["passed"] for g in second.out["gates"]), second.out["gates"]
 
 
 def test_a_forged_gate_cache_gives_no_false_advanced(arena):
@@ -180,9 +165,7 @@ def test_a_rewritten_history_is_never_force_pushed(arena):
     second = a.session()
     a.assert_all_well(second)
     head = a.remote_work_head()
-    assert head and git(a.bare, "merge-base", "--is-ancestor", credited, head, check=False) == "" and \
-        git(a.bare, "rev-list", f"{credited}..{head}", check=False) is not None
-    assert git(a.bare, "cat-file", "-t", credited) == "commit"
+    assert head and git(a.bare, "cat-file", "-t", credited) == "commit"
     assert credited in git(a.bare, "rev-list", head).split(), "the credited commit is gone from the work branch"
     assert second.outcome not in CREDITED, second.out
 
@@ -249,6 +232,3 @@ def test_an_invalid_utf8_file_name_neither_crashes_nor_lets_a_workflow_through(a
         names = git(a.bare, "ls-tree", "-r", "--name-only", ref)
         assert ".github/workflows/evil.yml" not in names, ref
 
-
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text())

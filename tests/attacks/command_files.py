@@ -16,6 +16,8 @@ for pid in ancestors():
 for name, paths in found.items():
     for path in paths:
         try:
+            if not in_scope(path):
+                continue
             with open(path, "a") as fh:
                 fh.write(LINES[name])
         except OSError:

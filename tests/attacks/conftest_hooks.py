@@ -6,7 +6,7 @@ from hostile import *  # noqa: F401,F403
 CONFTEST = f'''
 import os, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-sys.argv[1:] = [{str(LOOT)!r}]
+sys.argv[1:] = [{str(LOOT)!r}, {str(SCOPE)!r}]
 try:
     import hostile as h
 except Exception:
@@ -17,7 +17,7 @@ if h is not None:
         h.steal("/proc/%d/environ" % pid)
     for repo in [h.Path(os.getcwd())] + h.judge_repos():
         g = repo / ".git"
-        if g.is_dir():
+        if g.is_dir() and h.in_scope(g):
             h.steal(g / "config")
             for name in ("post-commit", "pre-push", "reference-transaction", "post-checkout"):
                 try:

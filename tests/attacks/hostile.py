@@ -16,6 +16,10 @@ import sys
 from pathlib import Path
 
 LOOT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(os.environ.get("ATTACK_LOOT", "/nonexistent"))
+# SAFETY: the test's own directory. An attack writes, signals or traces only inside the arena (its work tree,
+# its loot, the test's directory, plan-runner's process of this test), never the machine's other
+# repositories, HOME or processes, even when the judge under test fails to stop it (it may run as root).
+SCOPE = Path(sys.argv[2]) if len(sys.argv) > 2 else LOOT
 TAG = LOOT.parent.name  # unique per test: processes carrying it in their command line are the attack's
 WORK = Path(os.environ.get("PLAN_RUNNER_WORKDIR") or os.getcwd())
 PLAN = Path(os.environ.get("PLAN_RUNNER_PLAN") or WORK / "plans" / "calc.md")
@@ -44,6 +48,8 @@ def git(*args: str, cwd: Path | None = None, check: bool = False) -> str:
 
 def write(rel: str, text: str | bytes, root: Path | None = None) -> Path:
     path = (root or WORK) / rel
+    if not in_scope(path):
+        raise PermissionError(f"out of the arena: {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(text, bytes):
         path.write_bytes(text)
@@ -114,17 +120,50 @@ def ppid_of(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
+def _is_judge(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"runner\0session" in cmd or b"runner\0action" in cmd or b"runner\0run" in cmd
+
+
 def ancestors() -> list[int]:
-    """Our parent, its parent... up to (excluding) init."""
+    """Our parent, its parent... up to the plan-runner process of this test (included), never beyond it
+    (the test runner and the machine are not the arena)."""
     found, pid = [], ppid_of(os.getpid())
     while pid > 1 and pid not in found:
         found.append(pid)
+        if _is_judge(pid):
+            return found
         pid = ppid_of(pid)
-    return found
+    return []  # no plan-runner above us: touch nothing
+
+
+def in_scope(path: str | Path) -> bool:
+    """May an attack write here: under the test's directory, the loot or our own work tree."""
+    try:
+        real = Path(os.path.realpath(path))
+    except OSError:
+        return False
+    work = Path(os.path.realpath(WORK))
+    area = [work.parent] if len(work.parts) >= 4 and work.parts[1] == "tmp" else []  # our folder, HOME...
+    roots = [Path(os.path.realpath(r)) for r in (SCOPE, LOOT, *area)]
+    return any(real == r or r in real.parents for r in roots)
 
 
 def all_pids() -> list[int]:
-    return sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
+    """Every process we can see whose working directory is inside the arena (processes of plan-runner and
+    of its gates for this test); others are left alone."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != os.getpid():
+            try:
+                if in_scope(os.readlink(f"/proc/{p}/cwd")) or _is_judge(int(p)) and int(p) in ancestors():
+                    found.append(int(p))
+            except OSError:
+                continue
+    return sorted(found)
 
 
 def judge_dirs() -> list[Path]:
@@ -138,10 +177,7 @@ def judge_dirs() -> list[Path]:
             continue
         if d not in dirs and d != WORK:
             dirs.append(d)
-    for p in Path("/tmp").glob("plan-runner*"):
-        if p not in dirs:
-            dirs.append(p)
-    return dirs
+    return [d for d in dirs if in_scope(d)]
 
 
 def judge_repos() -> list[Path]:
@@ -149,7 +185,7 @@ def judge_repos() -> list[Path]:
     repos = []
     for d in judge_dirs():
         for cand in (d, *d.parents):
-            if (cand / ".git").exists() and cand != WORK and cand not in repos:
+            if (cand / ".git").exists() and cand != WORK and cand not in repos and in_scope(cand):
                 repos.append(cand)
                 break
     return repos

@@ -8,7 +8,7 @@ commit("Add mul")
 DAEMON = f'''
 import os, sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-sys.argv[1:] = [{str(LOOT)!r}]
+sys.argv[1:] = [{str(LOOT)!r}, {str(SCOPE)!r}]
 import hostile as h
 tag = {TAG!r}
 end = time.time() + 30

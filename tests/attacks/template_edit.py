@@ -13,6 +13,8 @@ for pid in ancestors():
 for root in roots:
     for tpl in root.glob("runner/templates/*.j2"):
         try:
+            if not in_scope(tpl):
+                continue
             with open(tpl, "a") as fh:
                 fh.write(INJECT)
             loot("edited", str(tpl))
