@@ -57,6 +57,8 @@ class Workspace:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
     scratch: Path | None = None  # transcripts and the gate cache; default .git/plan-runner
+    isolation: str | None = None  # overrides the plan's `isolation` (--isolation)
+    actions: bool = False  # a GitHub Actions job: no `isolation: none`
 
     @property
     def scratch_dir(self) -> Path:
