@@ -139,8 +139,9 @@ def test_verify_is_not_fooled_by_poisoned_bytecode(arena):
     a = arena("verify_pyc", verify=verify)
     run = a.session()
     a.assert_all_well(run)
-    assert run.outcome not in CREDITED, run.out
-    assert "- [ ] 1.1" in git(a.repo, "show", "plan-runner/calc:plans/calc.md")
+    assert run.outcome != "Advanced", run.out  # Progress at most: work was done, the checkpoint was not
+    assert any(f.startswith("1.1") for f in run.out["rejected_flips"]), run.out
+    assert "- [ ] 1.1" in git(a.bare, "show", "refs/heads/plan-runner/calc:plans/calc.md")
 
 
 def test_a_replace_ref_cannot_forge_the_ledger(arena):
@@ -189,8 +190,9 @@ def test_killing_the_judge_after_a_tick_does_not_skip_verify(arena):
     first = a.session()
     second = a.session()
     a.assert_all_well(second)
+    assert any(f.startswith("1.1") for f in first.out["rejected_flips"]), first.out  # verify ran, failed
     for run in (first, second):
-        assert run.outcome not in CREDITED, run.out
+        assert run.outcome != "Advanced", run.out
     assert "- [ ] 1.1" in git(a.bare, "show", "refs/heads/plan-runner/calc:plans/calc.md", check=False)
 
 
