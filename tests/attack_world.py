@@ -81,6 +81,8 @@ class Arena:
 
     def __init__(self, tmp: Path, attack: str, *, files: dict[str, str] | None = None, front_extra: str = "",
                  verify: str = "", gate: str = GATE, extraheader: bool = True) -> None:
+        scope, tmp = tmp, tmp / attack  # one folder per arena: a test may run several
+        tmp.mkdir()
         self.tmp = tmp
         self.drop = Path(tempfile.mkdtemp(prefix="pr-attack-"))  # the agent's own space, outside the judge's
         self.tag = self.drop.name
@@ -105,7 +107,7 @@ class Arena:
         self.repo = tmp / "repo"
         write_calc_project(self.repo, {".gitignore": "__pycache__/\n.pytest_cache/\n", **(files or {})})
         plan = PLAN.format(python=PY, script=self.drop / "attacks" / f"{attack}.py", loot=self.loot, gate=gate,
-                           scope=tmp,
+                           scope=scope,
                            front_extra=front_extra, verify=f" <!-- verify: {verify} -->" if verify else "")
         (self.repo / "plans" / "calc.md").write_text(plan)
         git(self.repo, "init", "-q", "-b", "main")
@@ -150,7 +152,7 @@ class Arena:
     # --- what the attack got ------------------------------------------------------------------------------
 
     def loot_text(self) -> bytes:
-        return _files(self.drop)
+        return _files(self.loot)
 
     def canaries(self) -> list[str]:
         path = self.loot / "canary"

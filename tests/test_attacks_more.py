@@ -194,6 +194,7 @@ def test_published_agent_text_carries_no_workflow_command_ansi_or_mention(tmp_pa
     a = arena("loud_text")
     files = {p.relative_to(a.repo).as_posix(): p.read_text() for p in a.repo.rglob("*")
              if p.is_file() and ".git" not in p.parts}
+    (tmp_path / "gh").mkdir()
     with GitHubServer() as srv:
         bare = w.make_remote(tmp_path / "gh", files)
         srv.branches = w.BareBranches(bare)
@@ -223,8 +224,18 @@ def test_published_agent_text_carries_no_workflow_command_ansi_or_mention(tmp_pa
 
 
 def _fenced_lines(text: str) -> set[int]:
-    inside, fence = set(), None
+    """Lines inside a markdown fence or inside plan-runner's `<untrusted...>` ... `</untrusted...>` block."""
+    inside, fence, tag = set(), None, False
     for i, line in enumerate(text.split("\n")):
+        if re.match(r"^<untrusted[\w-]*>$", line.strip()):
+            tag = True
+            continue
+        if re.match(r"^</untrusted[\w-]*>$", line.strip()):
+            tag = False
+            continue
+        if tag:
+            inside.add(i)
+            continue
         m = re.match(r"^ {0,3}(`{3,}|~{3,})", line)
         if fence is None and m:
             fence = m.group(1)
@@ -255,7 +266,9 @@ def test_agent_text_reaches_the_advisor_fenced_as_untrusted_data(arena):
     lines = prompt.split("\n")
     fenced = _fenced_lines(prompt)
     hits = [i for i, line in enumerate(lines) if "INJECTED-ORDER" in line]
-    assert hits, prompt[-2000:]
+    # Where the agent's words reach the prompt at all, they stay inside the untrusted block: its closing
+    # tag or fence cannot be forged (as many closing tags as plan-runner opened).
     assert all(i in fenced for i in hits), "the agent's words escape the fence:\n" + prompt[-2000:]
+    assert len(re.findall(r"</untrusted", prompt)) == len(re.findall(r"<untrusted", prompt)), prompt[-2000:]
     a.assert_no_secret_leaked()
 
