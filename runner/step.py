@@ -24,7 +24,7 @@ from runner.policy import decide_next, fold
 from runner.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
     EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, agent_pid_file,
-    fault_point, pack_dir, unpack_dir,
+    fault_point, isolation_of, pack_dir, unpack_dir,
 )
 
 
@@ -98,15 +98,6 @@ def run_session(ws: Workspace, drivers: Drivers) -> SessionResult:
         return action
     with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
         return _run(s, action, identity)
-
-
-def isolation_of(ws: Workspace, plan) -> sandbox.Isolation:
-    """The plan's `isolation`, unless the run overrides it (`--isolation`, PLAN_RUNNER_ISOLATION)."""
-    override = ws.isolation or ws.env.get("PLAN_RUNNER_ISOLATION")
-    if override and override not in ("auto", "user", "none"):
-        raise PlanRunnerError(what=f"unknown isolation {override!r}", why="it must be auto, user or none",
-                              fix="pass --isolation auto|user|none (or unset PLAN_RUNNER_ISOLATION)")
-    return override or plan.config.isolation  # type: ignore[return-value]
 
 
 def _secure_judge_repo(repo) -> None:

@@ -34,3 +34,10 @@ def _searchable(path: Path, stop: Path) -> None:
 def _agent_can_reach_tmp_path(request: pytest.FixtureRequest) -> None:
     if "tmp_path" in request.fixturenames:
         _searchable(request.getfixturevalue("tmp_path"), Path(tempfile.gettempdir()))
+
+
+def agent_writable(path: Path) -> Path:
+    """A file the agent's (unprivileged) user may append to, for tests whose scripted agent reports through it."""
+    path.touch()
+    path.chmod(0o666)
+    return path
