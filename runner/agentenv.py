@@ -26,12 +26,13 @@ _BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
     "claude-code": ANTHROPIC_VARS,
     "anthropic": ANTHROPIC_VARS,
     "codex": OPENAI_VARS,
+    "script": ANTHROPIC_VARS,  # the scripted stand-in plays a Claude Code agent (demo, tests)
 }
 
 
 def credential_vars(backend: str) -> tuple[str, ...]:
-    """The variable patterns a backend's agent receives as its credentials (command/script: none;
-    a plan passes what its command needs by name in `agent.env`)."""
+    """The variable patterns a backend's agent receives as its credentials (command: none; a plan passes
+    what its command needs by name in `agent.env`)."""
     return _BACKEND_CREDENTIALS.get(backend, ())
 
 

@@ -114,6 +114,13 @@ def _verify(flips: tuple[Flip, ...], plan: Plan, workdir: Path, env: Mapping[str
     return tuple(out)
 
 
+def _discard_gate_byproducts(repo: Path) -> None:
+    """The tree was clean (leftovers committed) before the gates ran in it: whatever they changed or
+    created (caches, coverage files, a formatter's rewrite) is theirs, not the agent's work."""
+    gitwork.run_git(repo, "checkout", "--", ".")
+    gitwork.run_git(repo, "clean", "-fdq")
+
+
 def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mapping[str, str],
                      observed_at: datetime, cache: GateCache | None = None,
                      on_gate: Callable[[GateEvent], None] | None = None,
