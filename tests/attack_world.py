@@ -85,6 +85,14 @@ class Arena:
         tmp.mkdir()
         self.tmp = tmp
         self.drop = Path(tempfile.mkdtemp(prefix="pr-attack-"))  # the agent's own space, outside the judge's
+        try:
+            self._build(tmp, scope, attack, files, front_extra, verify, gate, extraheader)
+        except BaseException:
+            shutil.rmtree(self.drop, ignore_errors=True)
+            raise
+
+    def _build(self, tmp: Path, scope: Path, attack: str, files: dict[str, str] | None, front_extra: str,
+               verify: str, gate: str, extraheader: bool) -> None:
         self.tag = self.drop.name
         os.chmod(self.drop, 0o755)
         shutil.copytree(ATTACKS, self.drop / "attacks", ignore=shutil.ignore_patterns("__pycache__"))
