@@ -155,11 +155,25 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
                                   fix=f"check that {area.root} is reachable by the user {identity.name or 'running plan-runner'}: "
                                       "every folder above it must be searchable (o+x)")
         run_as(identity, ["git", "remote", "remove", "plan-runner"], cwd=area.work, env=env)
+        name, email = _committer(repo)
+        run_as(identity, ["git", "config", "user.name", name], cwd=area.work, env=env)
+        run_as(identity, ["git", "config", "user.email", email], cwd=area.work, env=env)
     except GitCommandError as exc:
         raise PlanRunnerError(what=f"could not bundle the work branch {branch!r} for the agent",
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
     finally:
         bundle.unlink(missing_ok=True)
+
+
+def _committer(repo: Path) -> tuple[str, str]:
+    """Who the agent commits as in its clone: the repository's configured identity, else plan-runner's agent."""
+    found = []
+    for key, default in (("user.name", "plan-runner agent"), ("user.email", "plan-runner-agent@users.noreply.github.com")):
+        try:
+            found.append(gitwork.git_text(repo, "config", "--get", key) or default)
+        except GitCommandError:
+            found.append(default)
+    return found[0], found[1]
 
 
 @dataclass(frozen=True)

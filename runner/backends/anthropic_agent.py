@@ -174,7 +174,9 @@ class AnthropicAgentBackend:
         shell_timeout_s: float = 300.0,
         client_factory: ClientFactory | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        new_session_id: str | None = None,
     ) -> None:
+        self.new_session_id = new_session_id  # the id a fresh session takes (the isolated parent picks it)
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -190,7 +192,7 @@ class AnthropicAgentBackend:
         started = time.monotonic()
         model = request.agent.model or DEFAULT_MODEL
         tally = _Tally()
-        session_id = request.resume_session_id or uuid.uuid4().hex
+        session_id = request.resume_session_id or self.new_session_id or uuid.uuid4().hex
         kind, error, reset_at = ExitKind.FINISHED, None, None
         try:
             if not _SESSION_ID.match(session_id):
@@ -235,6 +237,7 @@ class AnthropicAgentBackend:
     def _run_isolated(self, request: SessionRequest) -> SessionSignals:
         """The same loop in a child process running as the agent's identity (runner.backends.anthropic_child)."""
         agent = request.agent
+        session_id = request.resume_session_id or uuid.uuid4().hex  # known here even if the child dies mid-turn
         payload = {
             "workdir": str(request.workdir), "prompt": request.prompt, "agent": agent.model_dump(mode="json"),
             "state_dir": str(request.state_dir), "resume_session_id": request.resume_session_id,
@@ -242,7 +245,8 @@ class AnthropicAgentBackend:
             "handoff_path": str(request.handoff_path) if request.handoff_path else None,
             "options": {"max_turns": self.max_turns, "max_tokens": self.max_tokens,
                         "shell_timeout_s": self.shell_timeout_s, "max_retries": self.max_retries,
-                        "backoff_s": self.backoff_s, "max_backoff_s": self.max_backoff_s},
+                        "backoff_s": self.backoff_s, "max_backoff_s": self.max_backoff_s,
+                        "new_session_id": session_id},
         }
         found: dict[str, Any] = {}
 
@@ -273,7 +277,7 @@ class AnthropicAgentBackend:
         return SessionSignals(backend=self.name, exit_kind=kind, exit_code=exit_.returncode,
                               error=(exit_.stderr_tail.strip()[-_FINAL_TEXT_LIMIT:] or f"the agent process {exit_.reason}"),
                               output_bytes=exit_.output_bytes, duration_s=exit_.duration_s,
-                              agent_session_id=request.resume_session_id)
+                              agent_session_id=session_id)
 
     def _start(self, request: SessionRequest, path: Path) -> list[dict[str, Any]]:
         if request.resume_session_id is None:

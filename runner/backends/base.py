@@ -43,6 +43,19 @@ class SessionRequest:
     def state_dir(self) -> Path:
         return self.agent_state_dir or self.transcript_dir
 
+    def state_subdir(self, name: str) -> Path:
+        """A folder in the agent's state directory that the agent's processes can write (a CLI's config dir):
+        made by the agent's identity itself when isolated."""
+        path = Path(self.state_dir).resolve() / name
+        if not self.identity.isolated:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        import subprocess
+
+        argv, extra = self.identity.command(["mkdir", "-p", str(path)], {"PATH": "/usr/bin:/bin"}, "/")
+        subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, check=False, **extra)
+        return path
+
     def write_input(self, name: str, text: str) -> Path:
         """A file plan-runner hands the agent (a prompt, a script): written before the agent starts, into
         the agent's state directory, never through a link planted there; readable, not writable, by it."""

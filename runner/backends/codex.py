@@ -94,8 +94,7 @@ class CodexBackend:
                                   error=f"cannot resume: {resume!r} is not a Codex thread id")
         env = dict(request.env)
         if "CODEX_HOME" not in env:
-            home = Path(request.state_dir) / "codex-home"
-            home.mkdir(parents=True, exist_ok=True)
+            home = request.state_subdir("codex-home")
             env["CODEX_HOME"] = str(home)
         argv = build_codex_argv(
             find_codex(request), model=agent.model, workdir=request.workdir, env=env, resume_thread_id=resume,
