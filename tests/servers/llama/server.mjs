@@ -221,8 +221,10 @@ async function generate(body, signal) {
         blocks = [{type: "text", text: raw}];
         stopReason = "end_turn";
     }
-    process.stderr.write(`[llama] ${stopReason} prompt=${promptTokens} new=${evaluated} out=${outputTokens} ` +
-        `${((Date.now() - started) / 1000).toFixed(1)}s ${raw.slice(0, 160).replace(/\n/g, "\\n")}\n`);
+    // One JSON line per request on stderr: what the tests and the docs' table read.
+    process.stderr.write(JSON.stringify({event: "reply", stop_reason: stopReason, prompt_tokens: promptTokens,
+        new_prompt_tokens: evaluated, output_tokens: outputTokens, seconds: (Date.now() - started) / 1000,
+        tool: blocks[0]?.name ?? null, raw: raw.slice(0, 400)}) + "\n");
     return {blocks, stopReason, usage};
 }
 
