@@ -16,10 +16,24 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.reliability_world import git, ledger
-
 PLAN_ID = "fix"
 BRANCH = f"plan-runner/{PLAN_ID}"
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    """git with no global or system configuration: what other tests plant in ~/.gitconfig cannot reach these runs."""
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "Maintainer", "GIT_AUTHOR_EMAIL": "m@example.invalid",
+           "GIT_COMMITTER_NAME": "Maintainer", "GIT_COMMITTER_EMAIL": "m@example.invalid"}
+    proc = subprocess.run(["git", *args], cwd=cwd, check=check, capture_output=True, text=True, env=env)
+    return proc.stdout.strip()
+
+
+def ledger(repo: Path, plan_id: str = PLAN_ID) -> list[dict]:
+    text = git(repo, "show", f"plan-runner/state:{plan_id}/ledger.jsonl", check=False)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 GATE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
 
 CALC = "def add(a, b):\n    return a - b\n"
@@ -86,7 +100,9 @@ def run_plan(repo: Path, url: str, *, timeout_s: float) -> RunResult:
     import time
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "ANTHROPIC_", "GITHUB_"))}
-    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="sk-local-model",
+    home = repo.parent / "home"  # no global git config of the machine's user reaches the run
+    home.mkdir(exist_ok=True)
+    env.update(HOME=str(home), GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="sk-local-model",
                PYTHONPATH=str(Path(__file__).resolve().parents[1]),
                GIT_AUTHOR_NAME="Agent", GIT_AUTHOR_EMAIL="agent@example.invalid",
                GIT_COMMITTER_NAME="Agent", GIT_COMMITTER_EMAIL="agent@example.invalid")
@@ -120,7 +136,7 @@ def clean_clone_gate(tmp: Path) -> CleanCheck:
     plan_text = (clone / "plans" / f"{PLAN_ID}.md").read_text()
     authors = git(clone, "log", "--format=%an", f"origin/main..{head}").splitlines()
     return CleanCheck(head, proc.returncode == 0, probe.stdout.strip() == "True", "- [x] 1.1" in plan_text,
-                      sum(1 for a in authors if a == "Agent"), proc.stdout[-2000:] + proc.stderr[-1000:])
+                      sum(1 for a in authors if a != "plan-runner"), proc.stdout[-2000:] + proc.stderr[-1000:])
 
 
 def describe(result: RunResult) -> str:

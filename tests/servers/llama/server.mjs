@@ -106,7 +106,8 @@ function toolsText(tools) {
     return "\n\n# Tools\n" + lines.join("\n") +
         "\n\n# How to reply\nReply with exactly one JSON object and nothing else.\n" +
         "To call a tool: {\"tool\": \"<tool name>\", \"input\": {<the tool's input>}}\n" +
-        "The result comes back in the next message. When the task is done: {\"answer\": \"<a short summary>\"}";
+        "The result comes back in the next message. Work with the tools, one call per reply, until the task is done.\n" +
+        "Only when all of it is done, reply: {\"answer\": \"<a short summary of what you did>\"}";
 }
 
 function blockText(content) {
