@@ -184,11 +184,28 @@ function serialized(task) {
     return run;
 }
 
+class ApiError extends Error {
+    constructor(status, type, message) {
+        super(message);
+        this.status = status;
+        this.type = type;
+    }
+}
+
+function promptTokenCount(items) {
+    const state = chat.chatWrapper.generateContextState({chatHistory: items});
+    return state.contextText.tokenize(model.tokenizer).length;
+}
+
 async function generate(body, signal) {
     const tools = Array.isArray(body.tools) ? body.tools : [];
     const items = history(body, tools);
+    // As the real API does: a prompt the context cannot hold is a 400, never silently truncated.
+    const needed = promptTokenCount(items);
+    if (needed >= context.contextSize)
+        throw new ApiError(400, "invalid_request_error", `prompt is too long: ${needed} tokens > ${context.contextSize - 1} maximum`);
     const grammar = tools.length ? await grammarFor(tools) : undefined;
-    const maxTokens = Math.max(1, Math.min(Number(body.max_tokens) || 1024, args.maxTokensCap));
+    const maxTokens = Math.max(1, Math.min(Number(body.max_tokens) || 1024, args.maxTokensCap, context.contextSize - needed));
     const meter = sequence.tokenMeter.getState();
     const started = Date.now();
     const result = await chat.generateResponse(items, {
@@ -291,9 +308,7 @@ async function messages(req, res, body) {
 
 async function countTokens(res, body) {
     const tools = Array.isArray(body.tools) ? body.tools : [];
-    const items = history(body, tools);
-    const state = chat.chatWrapper.generateContextState({chatHistory: items});
-    sendJson(res, 200, {input_tokens: state.contextText.tokenize(model.tokenizer).length});
+    sendJson(res, 200, {input_tokens: promptTokenCount(history(body, tools))});
 }
 
 const server = http.createServer((req, res) => {
@@ -316,9 +331,14 @@ const server = http.createServer((req, res) => {
             if (path === "/v1/messages") return await messages(req, res, body);
             return apiError(res, 404, "not_found_error", `${path} is not served here`);
         } catch (err) {
-            process.stderr.write(`[llama] error: ${err?.stack ?? err}\n`);
-            if (!res.headersSent) apiError(res, 500, "api_error", String(err?.message ?? err));
-            else res.end();
+            const status = err instanceof ApiError ? err.status : 500;
+            const type = err instanceof ApiError ? err.type : "api_error";
+            process.stderr.write(JSON.stringify({event: "error", status, type, message: String(err?.message ?? err)}) + "\n");
+            if (!res.headersSent) apiError(res, status, type, String(err?.message ?? err));
+            else {  // mid-stream, as the real API does: an error event, then the end of the stream
+                sse(res, "error", {type: "error", error: {type, message: String(err?.message ?? err)}});
+                res.end();
+            }
         }
     });
 });
