@@ -69,6 +69,8 @@ def make_project(tmp: Path, *, model: str, time_limit: str = "10m", max_sessions
     (repo / "calc.py").write_text(CALC)
     (repo / "tests" / "test_calc.py").write_text(TEST)
     (repo / ".gitignore").write_text("__pycache__/\n")
+    # `pytest` and `python -m pytest` both import calc from the root (an agent runs either)
+    (repo / "conftest.py").write_text("")
     advisor = f"advisor:\n  model: {advisor_model}\n" if advisor_model else ""
     (repo / "plans" / f"{PLAN_ID}.md").write_text(PLAN.format(
         model=model, time_limit=time_limit, gate=GATE, max_sessions=max_sessions, attempts=attempts, advisor=advisor))

@@ -344,6 +344,7 @@ const server = http.createServer((req, res) => {
 });
 
 function shutdown() {
+    setTimeout(() => process.exit(0), 2000).unref();  // a generation in progress does not hold the exit
     server.close();
     server.closeAllConnections?.();
     Promise.resolve().then(() => context.dispose()).then(() => model.dispose()).then(() => llama.dispose())
