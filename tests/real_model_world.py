@@ -56,7 +56,15 @@ budget:
 # Fix calc
 
 ## Stage 1: Fix add <!-- sessions: {attempts} -->
-- [ ] 1.1 Fix add(a, b) in calc.py so that it returns a + b (tests/test_calc.py must pass)
+
+`add(a, b)` in calc.py returns a - b; tests/test_calc.py expects a + b. The steps, one tool call each:
+1. write_file calc.py with the fixed function.
+2. run_shell `pytest -q tests` (it must pass).
+3. run_shell `git commit -am "Fix add"`.
+4. edit_file plans/fix.md with old_string `- [ ] 1.1` and new_string `- [x] 1.1`.
+5. run_shell `git commit -am "Tick 1.1"`, then answer.
+
+- [ ] 1.1 Fix add in calc.py
 """
 
 

@@ -102,7 +102,14 @@ def test_the_advisor_against_the_real_model_answers_human_unless_it_got_the_clos
                "#2 delivery checkpoint 1.1 -> GatesRed (blame: agent) because required gate tests failed "
                "fingerprint ab12 1 work commit(s), 2800 tokens red gates: tests")
     before = len(server.replies())
-    answer = consult_advisor(history, "the attempts for checkpoint 1.1 are spent", model=MODEL, env=env)
+    # The real SDK over real HTTP; only the timeout is longer than the advisor's 60 s, because a
+    # loaded 2-core machine decodes a few tokens a second (a timeout would also give `human`, for
+    # another reason than the one under test).
+    def slow_client(**kw):  # noqa: ANN003, ANN202
+        return anthropic.Anthropic(**{**kw, "timeout": 900.0, "max_retries": 0})
+
+    answer = consult_advisor(history, "the attempts for checkpoint 1.1 are spent", model=MODEL, env=env,
+                             client_factory=slow_client)
     assert isinstance(answer, AdvisorAnswer)
     replies = server.replies()[before:]
     assert len(replies) == 1, replies
