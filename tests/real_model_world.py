@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -57,14 +58,16 @@ budget:
 
 ## Stage 1: Fix add <!-- sessions: {attempts} -->
 
-`add(a, b)` in calc.py returns a - b; tests/test_calc.py expects a + b. The steps, one tool call each:
-1. write_file calc.py with the fixed function.
-2. run_shell `pytest -q tests` (it must pass).
-3. run_shell `git commit -am "Fix add"`.
-4. edit_file plans/fix.md with old_string `- [ ] 1.1` and new_string `- [x] 1.1`.
-5. run_shell `git commit -am "Tick 1.1"`, then answer.
+The function `add(a, b)` in the file `calc.py` returns a - b; `tests/test_calc.py` expects a + b.
+Do these steps, one tool call each, and nothing else:
+1. read_file `calc.py`.
+2. write_file `calc.py` with `add` returning a + b.
+3. run_shell `pytest -q tests` (it must pass).
+4. run_shell `git commit -am "Fix add"`.
+5. edit_file `plans/fix.md` with old_string `- [ ] 1.1` and new_string `- [x] 1.1`.
+6. run_shell `git commit -am "Tick 1.1"`, then answer.
 
-- [ ] 1.1 Fix add in calc.py
+- [ ] 1.1 Make add in calc.py return a + b
 """
 
 
@@ -122,6 +125,9 @@ def run_plan(repo: Path, url: str, *, timeout_s: float) -> RunResult:
     return RunResult(proc.returncode, proc.stdout, proc.stderr, ledger(repo, PLAN_ID), time.monotonic() - started)
 
 
+_TICKED = re.compile(r"(?m)^- \[[xX]\] 1\.1 ")
+
+
 @dataclass
 class CleanCheck:
     commit: str | None  # the pushed head of the plan's branch, None if nothing was pushed
@@ -145,7 +151,7 @@ def clean_clone_gate(tmp: Path) -> CleanCheck:
                            cwd=clone, capture_output=True, text=True, timeout=60)
     plan_text = (clone / "plans" / f"{PLAN_ID}.md").read_text()
     authors = git(clone, "log", "--format=%an", f"origin/main..{head}").splitlines()
-    return CleanCheck(head, proc.returncode == 0, probe.stdout.strip() == "True", "- [x] 1.1" in plan_text,
+    return CleanCheck(head, proc.returncode == 0, probe.stdout.strip() == "True", _TICKED.search(plan_text) is not None,
                       sum(1 for a in authors if a != "plan-runner"), proc.stdout[-2000:] + proc.stderr[-1000:])
 
 

@@ -10,6 +10,7 @@ model's replies are whatever the model produces at temperature 0.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,6 +130,7 @@ def test_fetching_a_cached_model_checks_it_and_does_not_download_again(tmp_path)
     spec = importlib.util.spec_from_file_location("fetch_models", Path(__file__).resolve().parents[1] / "scripts" / "fetch-models.py")
     assert spec and spec.loader
     fetch = importlib.util.module_from_spec(spec)
+    sys.modules["fetch_models"] = fetch  # dataclasses look their module up there
     spec.loader.exec_module(fetch)
     real = model_path(MODEL)
     entry = fetch.MODELS[MODEL]

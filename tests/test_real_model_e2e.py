@@ -28,16 +28,16 @@ def test_the_1_5b_model_fixes_the_bug_and_the_verdict_matches_a_clean_clone_of_t
     assert "Traceback" not in result.stderr, result.stderr
     check = clean_clone_gate(tmp_path)
     sessions = result.sessions
-    assert sessions, describe(result)
+    story = describe(result) + f"\n{check}\n" + "\n".join(r["raw"] for r in replies)
+    assert sessions and check.commit is not None, story
     credited = [s for s in sessions if "1.1" in s["advanced"]]
-    # What the task asks for: a finished plan, or at least the checkpoint credited.
-    assert result.exit_code == 0 or credited, describe(result) + f"\n{check}\n{[r['raw'] for r in replies]}"
-    # Whatever the verdict, it must be what the pushed commit shows when gated by hand.
-    assert check.commit is not None
-    assert check.gate_passed and check.calc_fixed and check.ticked, check
-    assert all(s["outcome"] == "Advanced" for s in credited)
-    last = sessions[-1]
-    gate = next(g for g in last["gates"] if g["name"] == "tests")
-    assert gate["passed"] is check.gate_passed, (last["gates"], check)
-    assert sum(s["work_commits"] for s in sessions) >= 1
-    assert all(r["stop_reason"] in ("tool_use", "end_turn", "max_tokens") for r in replies)
+    # Whatever the verdict, it is what the pushed commit shows when gated by hand in a fresh clone.
+    assert all(s["outcome"] == "Advanced" for s in credited), story
+    assert bool(credited) == check.ticked, story  # a tick survives in the pushed commit only if credited
+    if credited:
+        assert check.gate_passed and check.calc_fixed, story
+    last_gate = next(g for g in sessions[-1]["gates"] if g["name"] == "tests")
+    assert last_gate["passed"] is check.gate_passed, story
+    assert all(r["stop_reason"] in ("tool_use", "end_turn", "max_tokens") for r in replies), story
+    # What the task asks of this model: a finished plan, or at least the checkpoint credited.
+    assert result.exit_code == 0 or credited, story
