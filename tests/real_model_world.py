@@ -128,6 +128,12 @@ def run_plan(repo: Path, url: str, *, timeout_s: float) -> RunResult:
 _TICKED = re.compile(r"(?m)^- \[[xX]\] 1\.1 ")
 
 
+def _protected(plan_text: str) -> tuple[str, list[str]]:
+    """What an agent may not change in a plan: the front matter, the stage headings, the checkpoint lines."""
+    _, front, body = plan_text.split("---\n", 2) if plan_text.startswith("---\n") else ("", "", plan_text)
+    return front, [line for line in body.splitlines() if line.startswith("## ") or re.match(r"- \[.\] \d", line)]
+
+
 @dataclass
 class CleanCheck:
     commit: str | None  # the pushed head of the plan's branch, None if nothing was pushed
@@ -136,6 +142,7 @@ class CleanCheck:
     ticked: bool  # 1.1 is ticked in the pushed plan file
     work_commits: int  # commits on the branch that are not on main and not plan-runner's own
     gate_output: str
+    plan_intact: bool = False  # the pushed plan's front matter, stage and checkpoint lines are the original's (box aside)
 
 
 def clean_clone_gate(tmp: Path) -> CleanCheck:
@@ -151,8 +158,10 @@ def clean_clone_gate(tmp: Path) -> CleanCheck:
                            cwd=clone, capture_output=True, text=True, timeout=60)
     plan_text = (clone / "plans" / f"{PLAN_ID}.md").read_text()
     authors = git(clone, "log", "--format=%an", f"origin/main..{head}").splitlines()
+    original = git(clone, "show", f"origin/main:plans/{PLAN_ID}.md")
+    intact = _protected(_TICKED.sub("- [ ] 1.1 ", plan_text)) == _protected(original)
     return CleanCheck(head, proc.returncode == 0, probe.stdout.strip() == "True", _TICKED.search(plan_text) is not None,
-                      sum(1 for a in authors if a != "plan-runner"), proc.stdout[-2000:] + proc.stderr[-1000:])
+                      sum(1 for a in authors if a != "plan-runner"), proc.stdout[-2000:] + proc.stderr[-1000:], intact)
 
 
 def describe(result: RunResult) -> str:

@@ -89,7 +89,7 @@ def test_the_135m_model_on_a_real_plan_is_never_credited_without_the_work(server
     assert session["advanced"] == [], describe(result)
     check = clean_clone_gate(tmp_path)
     assert check.commit is not None, "plan-runner pushed nothing"
-    assert not check.gate_passed and not check.calc_fixed and not check.ticked, check
+    assert not check.gate_passed and not check.calc_fixed and not check.ticked and check.plan_intact, check
     gate = next(g for g in session["gates"] if g["name"] == "tests")
     assert gate["passed"] is False, session["gates"]
     assert server.replies(), "the model was never asked"
