@@ -21,6 +21,21 @@ BASE_VARS: tuple[str, ...] = (
 ANTHROPIC_VARS: tuple[str, ...] = ("ANTHROPIC_*", "CLAUDE_CODE_*")
 OPENAI_VARS: tuple[str, ...] = ("OPENAI_*", "CODEX_*")
 
+# Each backend's own credentials, and nothing else (SPEC 4b, invariant 7: least credentials).
+_BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
+    "claude-code": ANTHROPIC_VARS,
+    "anthropic": ANTHROPIC_VARS,
+    "codex": OPENAI_VARS,
+    "script": ANTHROPIC_VARS,  # the scripted stand-in plays a Claude Code agent (demo, tests)
+}
+
+
+def credential_vars(backend: str) -> tuple[str, ...]:
+    """The variable patterns a backend's agent receives as its credentials (command: none; a plan passes
+    what its command needs by name in `agent.env`)."""
+    return _BACKEND_CREDENTIALS.get(backend, ())
+
+
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
 _GITHUB_CREDENTIALS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN"})
 _GITHUB_PREFIXES = ("GITHUB_", "GH_", "ACTIONS_")

@@ -56,7 +56,7 @@ class Progress:
             self.tool = detail
         elif kind == "gate":
             err.say(f"  gate {detail}")
-        elif kind in ("outcome", "agent", "advisor", "reconciled"):
+        elif kind in ("outcome", "agent", "advisor", "reconciled", "isolation", "warning", "setup"):
             err.say(f"  {kind}: {detail}")
         self._redraw()
 
@@ -76,6 +76,9 @@ class Progress:
 
 def _plan_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan", type=Path, help="the plan file, e.g. plans/add-auth.md")
+    parser.add_argument("--isolation", choices=("auto", "user", "none"), default=None,
+                        help="override the plan's `isolation`: `none` runs the agent and the gates as your own "
+                             "user, unprotected (local mode only)")
 
 
 def session_json(result) -> dict:
@@ -130,7 +133,7 @@ def cmd_session(args: argparse.Namespace) -> int:
     from runner.policy import decide_start
     from runner.session import Session
 
-    ws = local_workspace(args.plan)
+    ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
     if args.dry_run:
         s = Session(ws, drivers)
@@ -178,7 +181,7 @@ def print_sessions_table(state_entries, title: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.local import local_drivers, local_workspace, run_loop
 
-    ws = local_workspace(args.plan)
+    ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
     progress = Progress()
     ws.on_event = progress.event

@@ -19,6 +19,7 @@ from runner import gitwork
 from runner.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
 from runner.gates import GateCache, GateEvent, run_gates
 from runner.plan import GateConfig, Plan
+from runner.sandbox import Identity
 from runner.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
 
 PROTECTED_PATHS = [".github/workflows/", ".github/actions/", "action.yml"]
@@ -100,20 +101,21 @@ def _flips(scene: SessionScene, agent_head_text: str | None, final_text: str) ->
     return tuple(flips)
 
 
-def _verify(flips: tuple[Flip, ...], plan: Plan, repo: Path, env: Mapping[str, str]) -> tuple[Flip, ...]:
+def _verify(flips: tuple[Flip, ...], plan: Plan, workdir: Path, env: Mapping[str, str],
+            identity: Identity | None) -> tuple[Flip, ...]:
     out = []
     for f in flips:
         cp = plan.checkpoint(f.checkpoint_id)
         if cp is not None and cp.verify and f.after is not None and f.after.value == "DONE":
             gate = GateConfig(name=f"verify {cp.id}", run=cp.verify)
-            (result,) = run_gates([gate], workdir=repo, env=env)
+            (result,) = run_gates([gate], workdir=workdir, env=env, identity=identity)
             f = f.model_copy(update={"verify_passed": result.passed, "verify_output": result.output_tail[-2000:]})
         out.append(f)
     return tuple(out)
 
 
 def _discard_gate_byproducts(repo: Path) -> None:
-    """The tree was clean (leftovers committed) before the gates ran: whatever they changed or
+    """The tree was clean (leftovers committed) before the gates ran in it: whatever they changed or
     created (caches, coverage files, a formatter's rewrite) is theirs, not the agent's work."""
     gitwork.run_git(repo, "checkout", "--", ".")
     gitwork.run_git(repo, "clean", "-fdq")
@@ -125,14 +127,19 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
                      checks_runner=None, extra_tampering: tuple[str, ...] = (),
                      before_gates: Callable[[str], None] | None = None,
                      secrets: Sequence[str] = (), unpushed_from: str | None = None,
-                     carry_from: str | None = None) -> Evidence:
+                     carry_from: str | None = None, identity: Identity | None = None,
+                     checkout: Callable[[str], Path] | None = None,
+                     gate_env: Mapping[str, str] | None = None) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
 
     `secrets` are values that must never leave the machine in a commit: everything the work branch
     would publish (from `unpushed_from`, the remote's head of it, else the session base) is searched
     for them first, and `before_gates` (the early push) is skipped when one is found. `carry_from`
     is where the interrupted sessions before this one began: their commits are carried into the
-    evidence for the verdict to judge."""
+    evidence for the verdict to judge.
+
+    `checkout(sha)` makes the fresh checkout of the judged commit that `verify:` and the gates run on
+    (as `identity`, with `gate_env`); without it they run in `scene.repo` (tests of this function)."""
     repo, path = scene.repo, scene.plan.path
     agent_head = gitwork.head_sha(repo)
     agent_text = gitwork.read_file_at(repo, agent_head, path)
@@ -146,21 +153,25 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         handoff = None  # an earlier session's handoff, already read; only this session's words count
     tampering, head = _repair_tampering(scene, head)
     final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
-    flips = _verify(_flips(scene, agent_text, final_text), scene.plan, repo, env)
+    gate_env = env if gate_env is None else gate_env
+    flips = _flips(scene, agent_text, final_text)
+    leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
+    workdir = checkout(head) if checkout is not None and not leaked else repo
+    flips = _verify(flips, scene.plan, workdir, gate_env, identity)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     carried: tuple[CommitInfo, ...] = ()
     if carry_from and carry_from != scene.base_sha and _is_ancestor(repo, carry_from, scene.base_sha):
         carried = gitwork.collect_commits(repo, carry_from, scene.base_sha, {path, scene.handoff_path})
     deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
-    leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
     if before_gates is not None and not leaked:
         before_gates(head)  # remote `checks:` gates judge the pushed commit
     # A leaked secret decides the outcome (row 1) and the commit is not pushed, so remote `checks:`
     # would wait for a commit GitHub never sees: the gates are not run.
     gates: tuple[GateResult, ...] = () if leaked else run_gates(
-        scene.plan.config.gates, workdir=repo, env=env, tree_hash=gitwork.tree_hash(repo, head),
-        cache=cache, on_event=on_gate, checks_runner=checks_runner)
-    _discard_gate_byproducts(repo)
+        scene.plan.config.gates, workdir=workdir, env=gate_env, tree_hash=gitwork.tree_hash(repo, head),
+        cache=cache, on_event=on_gate, checks_runner=checks_runner, identity=identity)
+    if workdir == repo:
+        _discard_gate_byproducts(repo)
     return Evidence(
         plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,
         started_at=scene.started_at, observed_at=observed_at, base_sha=scene.base_sha, head_sha=head,

@@ -27,6 +27,7 @@ from typing import Literal
 from runner.evidence import GateResult
 from runner.fingerprint import fingerprint
 from runner.plan import GateConfig
+from runner.sandbox import Identity
 from runner.tail import BoundedTail
 
 __all__ = [
@@ -68,6 +69,7 @@ def run_gates(
     on_event: Callable[[GateEvent], None] | None = None,
     checks_runner: ChecksRunner | None = None,
     tail_bytes: int = TAIL_BYTES,
+    identity: Identity | None = None,
 ) -> tuple[GateResult, ...]:
     """Run every gate in order and return one result per gate.
 
@@ -85,10 +87,12 @@ def run_gates(
             results.append(cached)
             continue
         emit(GateEvent("start", gate.name))
-        result = run_gate(gate, workdir=workdir, env=env, checks_runner=checks_runner, tail_bytes=tail_bytes)
+        result = run_gate(gate, workdir=workdir, env=env, checks_runner=checks_runner, tail_bytes=tail_bytes,
+                          identity=identity)
         if gate.required and not result.passed and _worth_rerunning(gate, result, checks_runner):
             emit(GateEvent("rerun", gate.name, result))
-            second = run_gate(gate, workdir=workdir, env=env, checks_runner=checks_runner, tail_bytes=tail_bytes)
+            second = run_gate(gate, workdir=workdir, env=env, checks_runner=checks_runner, tail_bytes=tail_bytes,
+                          identity=identity)
             if second.passed:
                 # Keep the first failure's tail: it is the evidence that the gate is flaky.
                 result = second.model_copy(update={"reran": True, "flaky": True, "output_tail": result.output_tail})
@@ -113,10 +117,11 @@ def run_gate(
     env: Mapping[str, str],
     checks_runner: ChecksRunner | None = None,
     tail_bytes: int = TAIL_BYTES,
+    identity: Identity | None = None,
 ) -> GateResult:
-    """Run one gate once."""
+    """Run one gate once (command gates as `identity`: gate code is untrusted)."""
     if gate.kind == "command":
-        return run_command_gate(gate, workdir=workdir, env=env, tail_bytes=tail_bytes)
+        return run_command_gate(gate, workdir=workdir, env=env, tail_bytes=tail_bytes, identity=identity)
     if gate.kind == "http":
         return run_http_gate(gate, tail_bytes=tail_bytes)
     if checks_runner is not None:
@@ -144,7 +149,8 @@ def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def run_command_gate(
-    gate: GateConfig, *, workdir: Path, env: Mapping[str, str], tail_bytes: int = TAIL_BYTES
+    gate: GateConfig, *, workdir: Path, env: Mapping[str, str], tail_bytes: int = TAIL_BYTES,
+    identity: Identity | None = None,
 ) -> GateResult:
     """Run ``gate.run`` in a shell; exit code 0 is green. Output is streamed, never held whole."""
     assert gate.run is not None
@@ -156,11 +162,13 @@ def run_command_gate(
     if not cwd.is_dir():
         why = f"the gate's working directory {gate.cwd!r} does not exist in the work tree"
         return GateResult(**base, passed=False, error=why, fingerprint=fingerprint(f"{gate.name}\n{why}"))
+    identity = identity or Identity()
+    argv, extra = identity.command([*_shell(), gate.run], full_env, cwd)
     try:
         proc = subprocess.Popen(
-            [*_shell(), gate.run],
-            cwd=cwd,
+            argv,
             env=full_env,
+            **extra,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -172,9 +180,10 @@ def run_command_gate(
 
     assert proc.stdout is not None
     try:
-        timed_out = _stream_until_done(proc, tail, started + gate.timeout_minutes)
+        timed_out = _stream_until_done(proc, tail, started + gate.timeout_minutes, identity)
     finally:
         proc.stdout.close()
+        identity.kill_all()  # a daemon the gate started (setsid included) ends with it
     duration = time.monotonic() - started
 
     code = proc.returncode
@@ -197,7 +206,8 @@ def run_command_gate(
     )
 
 
-def _stream_until_done(proc: subprocess.Popen[bytes], tail: BoundedTail, deadline: float) -> bool:
+def _stream_until_done(proc: subprocess.Popen[bytes], tail: BoundedTail, deadline: float,
+                       identity: Identity) -> bool:
     """Feed the process's output into ``tail`` until it exits; True when it hit ``deadline``.
 
     One loop in this thread instead of a reader thread: a background child that
@@ -217,6 +227,7 @@ def _stream_until_done(proc: subprocess.Popen[bytes], tail: BoundedTail, deadlin
             exited_at = exited_at or now
             if now - exited_at >= _DRAIN_GRACE_S:
                 _kill_group(proc, signal.SIGKILL)  # leftovers still holding the pipe
+                identity.kill_all()
                 break
         elif now >= deadline:
             if not timed_out:
@@ -224,6 +235,7 @@ def _stream_until_done(proc: subprocess.Popen[bytes], tail: BoundedTail, deadlin
                 _kill_group(proc, signal.SIGTERM)
             elif kill_at is not None and now >= kill_at:
                 _kill_group(proc, signal.SIGKILL)
+                identity.kill_all()
                 kill_at = None
         if eof:
             try:

@@ -11,6 +11,7 @@ prompt or be blocked by a pre-commit hook while saving the agent's work.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from collections.abc import Iterable
@@ -37,6 +38,17 @@ BOT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
 }
 _NO_SIGN = ("-c", "commit.gpgsign=false")
+# plan-runner's own git never runs code or follows indirections someone else could have planted:
+# no hooks, no fsmonitor, no replace objects, no pager (SPEC 4b, invariant 3).
+JUDGE_GIT_ENV = {
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_PAGER": "cat",
+    "GIT_CONFIG_COUNT": "4",
+    "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": os.devnull,
+    "GIT_CONFIG_KEY_1": "core.fsmonitor", "GIT_CONFIG_VALUE_1": "false",
+    "GIT_CONFIG_KEY_2": "core.untrackedCache", "GIT_CONFIG_VALUE_2": "false",
+    "GIT_CONFIG_KEY_3": "protocol.ext.allow", "GIT_CONFIG_VALUE_3": "never",
+}
 
 
 def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
@@ -45,7 +57,8 @@ def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[s
     Raises GitCommandError on a non-zero exit (its `stderr` says why).
     """
     g = Git(str(repo))
-    kwargs = dict(stdout_as_string=False, strip_newline_in_stdout=False, env={**BOT_ENV, **(env or {})})
+    kwargs = dict(stdout_as_string=False, strip_newline_in_stdout=False,
+                  env={**BOT_ENV, **JUDGE_GIT_ENV, **(env or {})})
     try:
         if data is None:
             return g.execute(["git", *args], **kwargs)
@@ -190,6 +203,29 @@ def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
         return False
 
 
+is_ancestor = _is_ancestor
+
+
+def git_dir(repo: Path | str) -> Path:
+    """The repository's git directory (absolute)."""
+    handle = _ref_reader(repo)
+    if handle is not None:
+        return Path(handle.git_dir)
+    return Path(git_text(repo, "rev-parse", "--absolute-git-dir"))
+
+
+def fast_forward(repo: Path, branch: str, head: str) -> None:
+    """Move the checked-out work branch (and the judge's work tree) forward to `head`."""
+    try:
+        if current_branch(repo) == branch:
+            run_git(repo, "merge", "--ff-only", "--quiet", head)
+        else:
+            run_git(repo, "update-ref", f"refs/heads/{branch}", head)
+    except GitCommandError as exc:
+        raise _fail(f"could not move the work branch {branch!r} to the agent's commits", exc,
+                    f"inspect `git -C {repo} status`; the agent's commits are at {head}") from None
+
+
 def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None) -> str:
     """Check out the work branch, creating it from `base` on first use; returns its head sha.
 
@@ -236,6 +272,14 @@ def push_branch(repo: Path, branch: str, remote: str, expected_remote_sha: str |
     """
     head = _resolve(repo, f"refs/heads/{branch}")
     ref = f"refs/heads/{branch}"
+    if expected_remote_sha and expected_remote_sha != head and not _is_ancestor(repo, expected_remote_sha, head):
+        # The remote only moves forward (SPEC 4b, invariant 5): every commit it holds stays reachable.
+        raise PlanRunnerError(
+            what=f"refusing to push the work branch {branch!r}: it would drop commits from {remote!r}",
+            why=f"the remote's {expected_remote_sha[:12]} is not in the history of {head[:12]}; plan-runner never "
+                "force-pushes a rewritten history",
+            fix=f"inspect `git -C {repo} log {head}...{expected_remote_sha}`; merge the remote's commits into the "
+                "work branch by hand, push, then run again")
     push_ref(repo, remote, head, ref, expected_remote_sha, what=f"the work branch {branch!r}")
     return head
 
@@ -356,8 +400,38 @@ def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> st
 # --- evidence --------------------------------------------------------------------------------
 
 
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """`**/` any folders (none included), `*` and `?` within one path component, a trailing `/` a folder."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    if pattern.endswith("/"):
+        out.append(".*")
+    return re.compile("".join(out), re.DOTALL)
+
+
 def _matches(path: str, patterns: Iterable[str]) -> bool:
-    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in patterns)
+    for p in patterns:
+        if any(c in p for c in "*?"):
+            if _glob_regex(p).fullmatch(path):
+                return True
+        elif path == p or (p.endswith("/") and path.startswith(p)):
+            return True
+    return False
 
 
 def _trailers(body: str) -> dict[str, str]:

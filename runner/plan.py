@@ -120,6 +120,17 @@ class BudgetConfig(Config):
     max_resumes: int = Field(2, ge=0, description="Resumes of one stalled/timed-out session.")
 
 
+class SetupConfig(Config):
+    """Commands run on the fresh checkout before the gates (as the agent's identity: untrusted code)."""
+
+    run: tuple[str, ...] = Field((), description="Shell commands, in order, e.g. `pip install -e .[test]`.")
+    cache: tuple[str, ...] = Field((), description="Paths (relative to the checkout) the commands produce, "
+                                                   "kept between sessions, e.g. `.venv`.")
+    key: tuple[str, ...] = Field((), description="Files whose content keys the cache (lock files). The cache is "
+                                                 "reused only while they, and the commands, are unchanged.")
+    timeout_minutes: Duration = 20 * 60
+
+
 class PlanConfig(Config):
     """The front matter. Always read from the session's base commit."""
 
@@ -131,8 +142,14 @@ class PlanConfig(Config):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     advisor: AdvisorConfig | None = None
     protected: tuple[str, ...] = Field(
-        (), description="Paths the agent must not change (a trailing / protects a folder), e.g. tests the gates "
-                        "rely on: a change is reverted and parks the plan, like an edit of the gates.")
+        (), description="Paths the agent must not change (a trailing / protects a folder; `*`, `?` and `**` "
+                        "are glob patterns, e.g. `**/conftest.py`), e.g. tests the gates rely on: a change is "
+                        "reverted and parks the plan, like an edit of the gates.")
+    isolation: Literal["auto", "user", "none"] = Field(
+        "auto", description="How the agent and the gates are kept from plan-runner: `auto`/`user` run them as a "
+                            "dedicated unprivileged user (needs root or passwordless sudo); `none` runs them as "
+                            "plan-runner's own user (local mode only, at your own risk).")
+    setup: SetupConfig | None = Field(None, description="Commands run on the gates' fresh checkout before them.")
 
 
 class Checkpoint(Config):

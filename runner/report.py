@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import jinja2
 
+from runner.inert import defang, fence  # noqa: F401 - re-exported
+
 from runner.actions import Verdict, describe
 from runner.evidence import Evidence
 from runner.plan import Plan
@@ -24,22 +26,6 @@ _ENV = jinja2.Environment(
     keep_trailing_newline=True,
     trim_blocks=False,
 )
-# Workflow commands (`::set-output`, `::add-mask::`...) in untrusted text must not reach a runner's log as commands.
-_WORKFLOW_COMMAND = re.compile(r"^(\s*)::", re.MULTILINE)
-
-
-def fence(text: str, info: str = "text") -> str:
-    """A code fence longer than any backtick run inside, so untrusted text cannot close it."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{info}\n{defang(text.rstrip())}\n{ticks}"
-
-
-def defang(text: str) -> str:
-    """Neutralise GitHub workflow commands in text that is not ours."""
-    return _WORKFLOW_COMMAND.sub(lambda m: m.group(1) + ":\u200b:", text)
-
-
 def redact(text: str, secrets: Iterable[str]) -> str:
     for s in sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True):
         text = text.replace(s, "***")

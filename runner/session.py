@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from runner import gitwork
+from runner import agentarea, gitwork, sandbox
 from runner.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
 from runner.agentenv import secret_values
 from runner.errors import PlanRunnerError, StateConflict
@@ -57,6 +57,8 @@ class Workspace:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
     scratch: Path | None = None  # transcripts and the gate cache; default .git/plan-runner
+    isolation: str | None = None  # overrides the plan's `isolation` (--isolation)
+    actions: bool = False  # a GitHub Actions job: no `isolation: none`
 
     @property
     def scratch_dir(self) -> Path:
@@ -123,6 +125,15 @@ def _tracked_plan(ws: Workspace, plan: Plan) -> tuple[Plan, str | None]:
             if text is not None:
                 return with_tracker(plan, text), text
     return plan, None
+
+
+def isolation_of(ws: Workspace, plan: Plan) -> sandbox.Isolation:
+    """The plan's `isolation`, unless the run overrides it (`--isolation`, PLAN_RUNNER_ISOLATION)."""
+    override = ws.isolation or ws.env.get("PLAN_RUNNER_ISOLATION")
+    if override and override not in ("auto", "user", "none"):
+        raise PlanRunnerError(what=f"unknown isolation {override!r}", why="it must be auto, user or none",
+                              fix="pass --isolation auto|user|none (or unset PLAN_RUNNER_ISOLATION)")
+    return override or plan.config.isolation  # type: ignore[return-value]
 
 
 def _pid_alive(job: str) -> bool:
@@ -241,14 +252,14 @@ class Session:
         if stopped is not None:  # its plan-runner was killed outright; it must not write while we save its work
             self.ws.on_event("reconciled", f"stopped the agent of session {open_.n} (process group {stopped}), "
                                            "still running after its plan-runner was killed")
-        if gitwork.current_branch(self.ws.repo) == self.plan.work_branch:
-            gitwork.commit_leftovers(self.ws.repo)  # the killed agent's uncommitted work is kept
+        salvaged = self._salvage(open_.base_sha)  # the killed agent's work, committed or not, is kept
         now = self.ws.clock()
         verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
                           reasons=(f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
                                    f"by job {open_.job or '?'} and never finished (the job was killed or lost)"
                                    + (f"; its agent was still running (process group {stopped}) and was stopped "
                                       "before its work was saved" if stopped is not None else "")
+                                   + (f"; {salvaged}" if salvaged else "")
                                    + (f"; if it got past the agent's exit, the agent's commits are kept on {self.ws.remote} at "
                                       f"refs/plan-runner/sessions/{self.trusted.id}/{open_.n}" if self.ws.remote else ""),),
                           agent_session_id=open_.resume_session_id)
@@ -262,6 +273,27 @@ class Session:
         self.write([record.model_copy(update={"next_action": action})])
         self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
         return True
+
+    def _salvage(self, base_sha: str | None) -> str:
+        """Import what the agent of a killed session left in its area (its commits and, as a WIP commit, its
+        uncommitted changes) onto the work branch; what was done, in words."""
+        area = agentarea.area_for(self.ws.repo, self.trusted.id)
+        branch = self.plan.work_branch
+        if base_sha is None or not area.work.is_dir() or gitwork.ref_sha(self.ws.repo, f"refs/heads/{branch}") != base_sha:
+            return ""
+        try:
+            with sandbox.leased(isolation_of(self.ws, self.trusted), actions=self.ws.actions) as identity:
+                imported = agentarea.export_work(area, identity, self.ws.repo, branch, base_sha, self.trusted.id,
+                                                 self.ws.scratch_dir / self.trusted.id)
+        except PlanRunnerError as exc:
+            return f"its agent's work could not be saved: {exc.what}"
+        if imported.problem:
+            return f"its agent's work could not be saved: {imported.problem}"
+        head = imported.head
+        if head and head != base_sha and gitwork.is_ancestor(self.ws.repo, base_sha, head):
+            gitwork.fast_forward(self.ws.repo, branch, head)
+            return f"its agent's work up to {head[:12]} was saved on {branch}"
+        return ""
 
     # --- step 1 and 2: what to do now -----------------------------------------------------
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import shutil
 
-from runner import gitwork, guard
+from runner import agentarea, gitwork, guard, sandbox, setup
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
-from runner.agentenv import build_agent_env, key_like
+from runner.agentenv import build_agent_env, credential_vars, key_like
 from runner.backends import SessionRequest, get_backend
 from runner.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.errors import PlanRunnerError, StateConflict
@@ -24,8 +24,26 @@ from runner.policy import decide_next, fold
 from runner.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
     EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, agent_pid_file,
-    fault_point, pack_dir, unpack_dir,
+    fault_point, isolation_of, pack_dir, unpack_dir,
 )
+
+
+AGENT_STATE = "agent-state"
+
+
+def _take_in(repo, branch: str, base_sha: str, imported: agentarea.Imported) -> list[str]:
+    """Move the judge's work branch to the agent's imported head when it builds on the session base;
+    what the verdict must know otherwise (a rewrite is never taken: the remote only moves forward)."""
+    if imported.problem:
+        return [f"the agent's work could not be imported: {imported.problem}"]
+    head = imported.head
+    if head is None or head == base_sha:
+        return []
+    if not gitwork.is_ancestor(repo, base_sha, head):
+        return [f"the work branch was rewritten: the session base {base_sha[:12]} is no longer in its "
+                f"history (the agent's head {head[:12]} is kept locally, never pushed)"]
+    gitwork.fast_forward(repo, branch, head)
+    return []
 
 
 def _prompt(s: Session, action: RunSession, plan_text: str, handoff_path: str) -> str:
@@ -78,11 +96,46 @@ def run_session(ws: Workspace, drivers: Drivers) -> SessionResult:
     action = s.next_run()
     if isinstance(action, SessionResult):
         return action
-    return _run(s, action)
+    with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
+        return _run(s, action, identity)
 
 
-def _run(s: Session, action: RunSession) -> SessionResult:
+def _secure_judge_repo(repo) -> None:
+    """The judge's repository is private: the agent's identity cannot read its config (on GitHub it holds
+    the checkout's token) nor write anything in it."""
+    git_dir = gitwork.git_dir(repo)
+    mode = git_dir.stat().st_mode & 0o7777
+    if mode & 0o077:
+        git_dir.chmod(mode & ~0o077)
+
+
+def _gate_env(ws: Workspace, plan, area: agentarea.AgentArea) -> dict[str, str]:
+    """Gates get the basics and the plan's own names, no credentials of the backend, and a clean HOME."""
+    env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
+    env["HOME"] = str(area.gate_home)
+    return env
+
+
+def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.AgentArea, env: dict[str, str],
+                        failures: list):
+    """The fresh checkout the gates judge, with the plan's `setup:` commands run in it first (a failed
+    one is added to `failures`, reported as a red gate)."""
     ws, plan = s.ws, s.trusted
+    scratch = ws.scratch_dir / plan.id
+
+    def make(sha: str):
+        workdir = agentarea.checkout(area, identity, ws.repo, sha, scratch)
+        if plan.config.setup is not None:
+            failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=ws.repo, workdir=workdir, env=env,
+                                            identity=identity, cache_dir=scratch / "setup-cache",
+                                            on_event=ws.on_event))
+        return workdir
+    return make
+
+
+def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionResult:
+    ws, plan = s.ws, s.trusted
+    ws.on_event("isolation", identity.describe())
     if gitwork.is_dirty(ws.repo):
         raise PlanRunnerError(
             what=f"the work tree {ws.repo} has uncommitted changes",
@@ -107,22 +160,42 @@ def _run(s: Session, action: RunSession) -> SessionResult:
     transcripts = ws.scratch_dir / plan.id / "transcripts"
     shutil.rmtree(transcripts, ignore_errors=True)
     unpack_dir(s.d.store.read_file(plan.id, TRANSCRIPTS_FILE), transcripts)
-    agent_env = build_agent_env(ws.env, allow=plan.config.agent.env)
+    if identity.isolated:
+        _secure_judge_repo(ws.repo)
+    area = agentarea.area_for(ws.repo, plan.id)
+    agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, ws.scratch_dir / plan.id)
+    agent_env = build_agent_env(ws.env, allow=plan.config.agent.env,
+                                api_key_vars=credential_vars(plan.config.agent.backend))
+    agent_env["HOME"] = str(area.home)
     request = SessionRequest(
-        workdir=ws.repo, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
+        workdir=area.work, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
         env=agent_env, transcript_dir=transcripts, resume_session_id=action.resume_session_id,
-        plan_path=ws.repo / plan.path, handoff_path=ws.repo / handoff_path, pid_file=agent_pid_file(ws, plan.id),
-        on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)))  # its words may hold a key
+        plan_path=area.work / plan.path, handoff_path=area.work / handoff_path, pid_file=agent_pid_file(ws, plan.id),
+        on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)),  # its words may hold a key
+        identity=identity, agent_state_dir=area.state, input_dir=area.inputs)
     control = guard.snapshot(ws.repo)
-    signals = get_backend(plan.config.agent.backend).run(request)
+    try:
+        signals = get_backend(plan.config.agent.backend).run(request)
+    finally:
+        identity.kill_all()  # nothing the agent started outlives it (invariant 2)
     # First thing after the agent: undo what it may have done to git itself, before any git command of ours.
     moved = guard.restore(control)
+    imported = agentarea.export_work(area, identity, ws.repo, plan.work_branch, base_sha, plan.id,
+                                     ws.scratch_dir / plan.id)
+    skipped = agentarea.save_state(area, identity, transcripts / AGENT_STATE)
+    moved += _take_in(ws.repo, plan.work_branch, base_sha, imported)
+    for note in imported.notes:
+        ws.on_event("warning", note)
+    if skipped:
+        ws.on_event("warning", "not kept from the agent's state: " + "; ".join(skipped[:5]))
     restore_state = getattr(s.d.store, "restore_version", None)
     if restore_state is not None:
         moved += restore_state(s.version)
     fault_point(ws, "after-agent")
     ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
 
+    gate_env = _gate_env(ws, plan, area)
+    setup_failures: list = []
     scene = SessionScene(repo=ws.repo, plan=tracked, plan_text=plan_text, base_sha=base_sha,
                          handoff_path=handoff_path, started_at=started_at, session_number=n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
@@ -132,7 +205,11 @@ def _run(s: Session, action: RunSession) -> SessionResult:
                                 checks_runner=s.d.checks_runner, extra_tampering=tuple(moved),
                                 before_gates=_push_early(ws, plan, n, work_remote_sha),
                                 secrets=key_like(s.secrets), unpushed_from=work_remote_sha,
-                                carry_from=_carry_from(s, action))
+                                carry_from=_carry_from(s, action), identity=identity,
+                                checkout=_setup_and_checkout(s, identity, area, gate_env, setup_failures),
+                                gate_env=gate_env)
+    if setup_failures:
+        evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     guard.redact_tree(transcripts, s.secrets)
     signals = evidence.signals

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from runner.errors import PlanRunnerError
+from runner.sandbox import Identity
 
 ExitReason = Literal["exited", "stalled", "time_limit", "stopped"]
 
@@ -195,13 +196,16 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     _killpg(pgid, signal.SIGKILL)
 
 
-def _start(argv: list[str], cwd: Path, env: dict[str, str], want_stdin: bool) -> subprocess.Popen[bytes]:
-    """Popen in a new session; a missing or non-executable program is a user error with a fix."""
+def _start(argv: list[str], cwd: Path, env: dict[str, str], want_stdin: bool,
+           identity: Identity | None = None) -> subprocess.Popen[bytes]:
+    """Popen in a new session, as `identity` when given; a missing or non-executable program is a
+    user error with a fix."""
+    full_argv, extra = (identity or Identity()).command(argv, env, cwd)
     try:
         return subprocess.Popen(
-            argv,
-            cwd=cwd,
+            full_argv,
             env=env,
+            **extra,
             stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -244,6 +248,7 @@ def supervise(
     kill_grace_s: float = 2.0,
     on_stderr_line: Callable[[str], None] | None = None,
     pid_file: Path | None = None,
+    identity: Identity | None = None,
 ) -> ProcessExit:
     """Run `argv` with exactly `env` and feed each stdout line to `on_line` until the process ends.
 
@@ -251,9 +256,12 @@ def supervise(
     killed on stall, time limit, `Controller.stop()`, any exception, and also after
     a normal exit (so nothing the agent started outlives its session). With `pid_file`,
     the group is recorded there while it runs, so that if this process is killed outright
-    the next plan-runner can stop it (`reap_leftover`).
+    the next plan-runner can stop it (`reap_leftover`). With an isolated `identity`, the process
+    runs as that user and every process of that uid is killed when the leader exits (daemons that
+    left the group with `setsid` included).
     """
-    proc = _start(argv, cwd, env, stdin_text is not None or keep_stdin_open)
+    identity = identity or Identity()
+    proc = _start(argv, cwd, env, stdin_text is not None or keep_stdin_open, identity)
     if pid_file is not None:
         _record_group(pid_file, proc.pid)
     started = time.monotonic()
@@ -278,6 +286,7 @@ def supervise(
             killed = True
             reason = why
             _kill_group(proc, kill_grace_s)
+            identity.kill_all()
 
     try:
         if stdin_text is not None:
@@ -294,6 +303,7 @@ def supervise(
                 if not killed:
                     # the agent is done; whatever it left running in its group goes too
                     _killpg(proc.pid, signal.SIGTERM)
+                identity.kill_all()  # and whatever left the group: nothing of its uid outlives it
             if exited_at is None and not killed:
                 if ctl.stop_detail is not None:
                     kill("stopped")
@@ -348,6 +358,7 @@ def supervise(
         raise
     finally:
         _killpg(proc.pid, signal.SIGKILL)  # leftovers that ignored SIGTERM
+        identity.kill_all()
         sel.close()
         ctl._shutdown_writer()
         for stream in (proc.stdout, proc.stderr):

@@ -9,6 +9,8 @@ or a pipe prints plain lines and starts faster.
 
 from __future__ import annotations
 
+from runner.inert import strip_control
+
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
@@ -42,7 +44,9 @@ class Output:
         return self._console
 
     def say(self, text: str, style: str | None = None) -> None:
-        """One message; `style` (e.g. "bold red") only colours it on a terminal."""
+        """One message; `style` (e.g. "bold red") only colours it on a terminal. Control sequences in it
+        (an agent's words, a gate's output) are removed: they would drive the user's terminal."""
+        text = strip_control(text)
         if self.is_terminal():
             self.console().print(text, style=style, markup=False, emoji=False)
         else:

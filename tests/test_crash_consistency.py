@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.agentarea import area_for
 from runner.session import FAULT_POINTS
+from tests.conftest import agent_writable
 from tests.reliability_world import (
     GH_SCRIPT,
     MUL_STEP,
@@ -81,7 +83,7 @@ def _check_ledger(where: Path) -> list[dict]:
 def test_sigkill_at_each_point_loses_nothing_and_the_next_session_carries_on(tmp_path, point):
     """Killed at `point`, the next session reconciles or continues: commits survive, the ledger folds, one of
     everything (record per session, dispatch per session, park report per plan)."""
-    shas = tmp_path / "agent-commits"
+    shas = agent_writable(tmp_path / "agent-commits")
     park = point in PARK_POINTS
     repo = make_repo(tmp_path, _work_script(shas, park))
     bare = tmp_path / "origin.git"
@@ -128,7 +130,7 @@ def test_sigkill_at_each_point_loses_nothing_and_the_next_session_carries_on(tmp
 def test_sigkill_of_the_whole_job_while_the_agent_works_keeps_its_commits_and_leftovers(tmp_path):
     """The job and its agent killed mid-session: the commit and the uncommitted file both survive as work/WIP,
     and the session is reconciled TimedOut."""
-    shas = tmp_path / "agent-commits"
+    shas = agent_writable(tmp_path / "agent-commits")
     stop = tmp_path / "stop"  # the replayed session (its cursor died with the job) must not wait again
     repo = make_repo(tmp_path, script(
         [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},
@@ -164,7 +166,7 @@ def _group_alive(pgid: int) -> bool:
 def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_work_is_saved(tmp_path):
     """Only plan-runner is SIGKILLed; its agent (a process group of its own) keeps writing. The next session
     stops exactly that group before it saves the leftovers, says so in the record, and loses no work."""
-    shas, stop = tmp_path / "agent-commits", tmp_path / "stop"
+    shas, stop = agent_writable(tmp_path / "agent-commits"), tmp_path / "stop"
     late = "calc/late.txt"
     repo = make_repo(tmp_path, script(
         [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},
@@ -172,10 +174,11 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
          {"run": f"while [ ! -e {stop} ]; do echo . >> {late}; sleep 0.05; done"}],
         [{"say": "resumed"}]))
     pid_file = repo / ".git" / "plan-runner" / "calc" / "agent.pid"
+    written = area_for(repo, "calc").work / late  # the agent works in its own clone (runner.agentarea)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                             env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (repo / late).exists():
+    while time.monotonic() < deadline and not written.exists():
         time.sleep(0.05)
     agent_group = json.loads(pid_file.read_text())["pgid"]
     os.kill(proc.pid, signal.SIGKILL)  # plan-runner only: the agent lives on in its own group
@@ -185,9 +188,9 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
     try:
         out = result_json(run_session(repo))
         assert not _group_alive(agent_group), "the leftover agent was not stopped"
-        size = (repo / late).stat().st_size if (repo / late).exists() else 0
+        size = written.stat().st_size if written.exists() else 0
         time.sleep(0.3)
-        assert ((repo / late).stat().st_size if (repo / late).exists() else 0) == size, "something still writes"
+        assert (written.stat().st_size if written.exists() else 0) == size, "something still writes"
     finally:
         stop.touch()
     assert out["outcome"] is not None and not pid_file.exists()

@@ -22,6 +22,7 @@ from tests.reliability_world import (
     run_session,
     script,
 )
+from tests.conftest import agent_writable
 from tests.servers.github import GitHubServer
 
 pytestmark = pytest.mark.integration
@@ -47,8 +48,8 @@ def _env() -> dict[str, str]:
 
 def test_the_agent_environment_holds_only_the_allow_list(tmp_path):
     """An agent that dumps its environment sees its API key and the plan's listed names, never a token or an
-    unlisted secret; a gate gets the same allow-listed environment."""
-    dump, gate_dump = tmp_path / "agent-env.json", tmp_path / "gate-env.txt"
+    unlisted secret; a gate gets the plan's listed names and no credentials at all."""
+    dump, gate_dump = agent_writable(tmp_path / "agent-env.json"), agent_writable(tmp_path / "gate-env.txt")
     repo = make_repo(tmp_path, script([{"env_dump": str(dump)}, MUL_STEP, {"commit": "Add mul"}]),
                      agent_extra="\n  env: [DATABASE_URL, PUBLIC_FLAG]",
                      gate=f"env > {gate_dump}")
@@ -61,6 +62,7 @@ def test_the_agent_environment_holds_only_the_allow_list(tmp_path):
         assert name not in seen and value not in json.dumps(seen), name
     gate_env = gate_dump.read_text()
     assert all(value not in gate_env for value in UNLISTED.values())
+    assert API_KEY not in gate_env and LISTED["DATABASE_URL"] in gate_env  # least credentials
 
 
 def test_a_plan_cannot_hand_the_github_token_to_the_agent(tmp_path):
@@ -84,8 +86,8 @@ def _printing_script(tmp_path: Path) -> str:
 def test_secrets_printed_by_the_agent_or_a_gate_appear_nowhere_plan_runner_writes(tmp_path):
     """Local mode: the terminal, the --json record, the ledger and its files, the transcripts, the report
     and every git object on both sides carry no secret value, though the agent and the gate printed them."""
-    gate = "echo gate sees $ANTHROPIC_API_KEY; exit 1"
-    repo = make_repo(tmp_path, _printing_script(tmp_path), gate=gate)
+    gate = "echo gate sees $DEPLOY_PASSWORD; exit 1"  # a secret the plan hands the agent and its gates by name
+    repo = make_repo(tmp_path, _printing_script(tmp_path), gate=gate, agent_extra="\n  env: [DEPLOY_PASSWORD]")
     outputs = []
     for _ in range(3):  # GatesRed, then more sessions until the circuit breaker parks with a report
         proc = run_session(repo, env={**_env(), "DEPLOY_PASSWORD": UNLISTED["DEPLOY_PASSWORD"]})
@@ -109,7 +111,8 @@ def test_secrets_never_reach_github_the_job_log_or_the_summary(tmp_path):
     # the script is committed to the repository: it names the variable, never the value
     script_text = ("sessions:\n  - - run: 'echo key $ANTHROPIC_API_KEY; echo token $GITHUB_TOKEN'\n"
                    "    - write: {path: a.py, content: x}\n    - commit: a\n    - handoff: 'HUMAN: which?'\n")
-    plan = w.PLAN.replace("run: python3 -m unittest -q", "run: echo gate sees $ANTHROPIC_API_KEY")
+    plan = w.PLAN.replace("run: python3 -m unittest -q", "run: echo gate sees $DEPLOY_PASSWORD").replace(
+        "  backend: script\n", "  backend: script\n  env: [DEPLOY_PASSWORD]\n")
     with GitHubServer(token=GITHUB_TOKEN) as srv:
         bare = w.make_remote(tmp_path, {"plans/greeter.md": plan, "plans/greeter.script.yaml": script_text})
         srv.branches = w.BareBranches(bare)

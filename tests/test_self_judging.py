@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import io
 import json
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 
 from runner.action import run_action
 from tests.e2e_act import world as w
+from tests.conftest import agent_writable
 from tests.reliability_world import (
     DIV,
     MUL,
@@ -75,15 +78,15 @@ FORGE = ("printf '{\"type\":\"finished\",\"at\":\"2030-01-01T00:00:00Z\",\"reaso
          " && git push -q -f origin $c:refs/heads/plan-runner/state")
 
 
-def test_moving_the_state_branch_from_inside_the_agent_is_undone_and_reported(tmp_path):
-    """`git update-ref refs/heads/plan-runner/state` by the agent (a forged ledger, pushed too) is restored
-    locally and on the remote, reported as tampering, and the real ledger goes on."""
-    repo = make_repo(tmp_path, script([MUL_STEP, {"commit": "Add mul"}, {"run": FORGE}]))
+def test_moving_the_state_branch_from_inside_the_agent_reaches_only_its_own_clone(tmp_path):
+    """`git update-ref refs/heads/plan-runner/state` (and a push) by the agent forge nothing: its git works in its
+    own clone, which has neither plan-runner's refs nor a remote; the real ledger goes on and the verdict is the
+    honest one for the work it committed."""
+    repo = make_repo(tmp_path, script([MUL_STEP, {"commit": "Add mul"}, {"run": FORGE + " ; git push origin "
+                                                                         "plan-runner/state --force || true"}]))
     proc = run_session(repo)
     out = result_json(proc)
-    assert out["outcome"] == "NeedsHuman", (proc.stderr, out)
-    moved = [r for r in out["reasons"] if "plan-runner/state" in r and "restored" in r]
-    assert len(moved) >= 2, out["reasons"]  # the local ref and the remote (and the tracking ref)
+    assert out["outcome"] == "Progress", (proc.stderr, out)
     for where in (repo, tmp_path / "origin.git"):
         entries = ledger(where)
         assert [e["type"] for e in entries][:2] == ["started", "session"], entries
@@ -92,33 +95,33 @@ def test_moving_the_state_branch_from_inside_the_agent_is_undone_and_reported(tm
     assert git(repo, "rev-parse", "plan-runner/state") == git(tmp_path / "origin.git", "rev-parse", "plan-runner/state")
 
 
-def test_moving_the_state_branch_without_a_remote_is_undone_too(tmp_path):
-    """Local mode has no remote to re-read from: the state ref moved by the agent is put back all the same."""
-    repo = make_repo(tmp_path, script([MUL_STEP, {"run": "git update-ref -d refs/heads/plan-runner/state"}]),
+def test_deleting_the_state_branch_without_a_remote_reaches_only_its_own_clone(tmp_path):
+    """Local mode without a remote: the agent deleting plan-runner's state ref deletes nothing of plan-runner's."""
+    repo = make_repo(tmp_path, script([MUL_STEP, {"run": "git update-ref -d refs/heads/plan-runner/state; true"}]),
                      remote=False)
     out = result_json(run_session(repo))
-    assert out["outcome"] == "NeedsHuman"
+    assert out["outcome"] == "NoProgress"  # its file was saved as WIP, which is never progress
     assert [e["type"] for e in ledger(repo)][:2] == ["started", "session"]
 
 
-def test_git_hooks_and_config_written_by_the_agent_are_removed_before_plan_runner_runs_git(tmp_path):
-    """A hook or `core.fsmonitor` planted in .git by the agent never runs under plan-runner: restored, reported."""
-    marker = tmp_path / "pwned"
-    hook = f"#!/bin/sh\necho \"$GITHUB_TOKEN\" >> {marker}\n"
+def test_git_hooks_and_config_written_by_the_agent_never_run_with_plan_runners_environment(tmp_path):
+    """A hook or `core.fsmonitor` the agent plants in its own clone never runs in plan-runner's repository or
+    with its environment: plan-runner's .git is untouched, and whatever ran saw no token."""
+    marker = agent_writable(tmp_path / "pwned")
+    hook = f"#!/bin/sh\necho \"hook:$GITHUB_TOKEN\" >> {marker}\n"
     repo = make_repo(tmp_path, script([
         MUL_STEP,
         {"write": {"path": ".git/hooks/post-commit", "content": hook}},
         {"write": {"path": ".git/hooks/reference-transaction", "content": hook}},
         {"run": "chmod +x .git/hooks/post-commit .git/hooks/reference-transaction"},
-        {"run": f"git config core.fsmonitor 'echo fsmonitor >> {marker}; true'"},
+        {"run": f"git config core.fsmonitor 'echo fsmonitor:$GITHUB_TOKEN >> {marker}; true'"},
     ]))
     config_before = (repo / ".git" / "config").read_text()
-    proc = run_session(repo, env={"GITHUB_TOKEN": "ghs_hooktoken123456"})
+    proc = run_session(repo, env={**os.environ, "GITHUB_TOKEN": "ghs_hooktoken123456"})
     out = result_json(proc)
-    assert not marker.exists(), "an agent-planted hook ran with plan-runner's environment: " + marker.read_text()
-    assert out["outcome"] == "NeedsHuman", (proc.stderr, out)
-    reasons = " ".join(out["reasons"])
-    assert ".git/hooks/post-commit" in reasons and ".git/config" in reasons
+    assert "ghs_hooktoken123456" not in marker.read_text()
+    assert "hook:" not in marker.read_text()  # plan-runner's commit in the agent's clone runs no hook
+    assert out["outcome"] == "NoProgress", (proc.stderr, out)
     assert not (repo / ".git" / "hooks" / "post-commit").exists()
     assert (repo / ".git" / "config").read_text() == config_before
     assert git(repo, "show", "plan-runner/calc:calc/mul.py").startswith("def mul")  # the WIP work is still kept

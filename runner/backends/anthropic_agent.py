@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from runner.backends.base import SessionRequest, register_backend
 from runner.backends.claims import parse_claims
 from runner.evidence import ExitKind, Hints, SessionSignals
 from runner.fingerprint import normalise_error
-from runner.supervise import NUDGE_TEXT, TokenMeter
+from runner.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -173,7 +174,9 @@ class AnthropicAgentBackend:
         shell_timeout_s: float = 300.0,
         client_factory: ClientFactory | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        new_session_id: str | None = None,
     ) -> None:
+        self.new_session_id = new_session_id  # the id a fresh session takes (the isolated parent picks it)
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -184,10 +187,12 @@ class AnthropicAgentBackend:
         self.sleep = sleep
 
     def run(self, request: SessionRequest) -> SessionSignals:
+        if request.identity.isolated:
+            return self._run_isolated(request)
         started = time.monotonic()
         model = request.agent.model or DEFAULT_MODEL
         tally = _Tally()
-        session_id = request.resume_session_id or uuid.uuid4().hex
+        session_id = request.resume_session_id or self.new_session_id or uuid.uuid4().hex
         kind, error, reset_at = ExitKind.FINISHED, None, None
         try:
             if not _SESSION_ID.match(session_id):
@@ -228,6 +233,51 @@ class AnthropicAgentBackend:
                 empty_plan=tally.tool_calls == 0,
             ),
         )
+
+    def _run_isolated(self, request: SessionRequest) -> SessionSignals:
+        """The same loop in a child process running as the agent's identity (runner.backends.anthropic_child)."""
+        agent = request.agent
+        session_id = request.resume_session_id or uuid.uuid4().hex  # known here even if the child dies mid-turn
+        payload = {
+            "workdir": str(request.workdir), "prompt": request.prompt, "agent": agent.model_dump(mode="json"),
+            "state_dir": str(request.state_dir), "resume_session_id": request.resume_session_id,
+            "plan_path": str(request.plan_path) if request.plan_path else None,
+            "handoff_path": str(request.handoff_path) if request.handoff_path else None,
+            "options": {"max_turns": self.max_turns, "max_tokens": self.max_tokens,
+                        "shell_timeout_s": self.shell_timeout_s, "max_retries": self.max_retries,
+                        "backoff_s": self.backoff_s, "max_backoff_s": self.max_backoff_s,
+                        "new_session_id": session_id},
+        }
+        found: dict[str, Any] = {}
+
+        def on_line(line: str, ctl: Controller) -> None:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                return
+            if not isinstance(msg, dict):
+                return
+            if "signals" in msg:
+                found["signals"] = msg["signals"]
+            elif isinstance(msg.get("event"), str) and isinstance(msg.get("detail"), str):
+                request.on_event(msg["event"], msg["detail"])
+
+        # The loop bounds itself (time, stalls per call, turns); the supervisor's limits are the backstop.
+        exit_ = supervise(
+            [sys.executable, "-I", "-m", "runner.backends.anthropic_child"], cwd=request.workdir,
+            env=dict(request.env), stall_s=agent.stall_minutes * 2 + 10, time_limit_s=agent.time_limit_minutes + 30,
+            on_line=on_line, stdin_text=json.dumps(payload) + "\n", pid_file=request.pid_file,
+            identity=request.identity)
+        if "signals" in found:
+            try:
+                return SessionSignals.model_validate(found["signals"])
+            except ValueError:
+                pass
+        kind = {"stalled": ExitKind.STALLED, "time_limit": ExitKind.TIME_LIMIT}.get(exit_.reason, ExitKind.CRASHED)
+        return SessionSignals(backend=self.name, exit_kind=kind, exit_code=exit_.returncode,
+                              error=(exit_.stderr_tail.strip()[-_FINAL_TEXT_LIMIT:] or f"the agent process {exit_.reason}"),
+                              output_bytes=exit_.output_bytes, duration_s=exit_.duration_s,
+                              agent_session_id=session_id)
 
     def _start(self, request: SessionRequest, path: Path) -> list[dict[str, Any]]:
         if request.resume_session_id is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Protocol
 from runner.errors import PlanRunnerError
 from runner.evidence import SessionSignals
 from runner.plan import AgentConfig
+from runner.sandbox import Identity
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,44 @@ class SessionRequest:
     pid_file: Path | None = None
     # live progress for the terminal / summary: (event, detail), e.g. ("tool", "Bash"), ("tokens", "1234")
     on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
+    # who the agent's processes run as (runner.sandbox); the default is plan-runner's own user
+    identity: Identity = field(default_factory=Identity)
+    # a directory the agent's processes may write (a CLI's config, sessions to resume); None: transcript_dir.
+    # transcript_dir itself is plan-runner's: only the backend's parent process writes there.
+    agent_state_dir: Path | None = None
+    # where plan-runner puts files the agent reads but must not change (a prompt file, a script); None: state_dir
+    input_dir: Path | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.agent_state_dir or self.transcript_dir
+
+    def state_subdir(self, name: str) -> Path:
+        """A folder in the agent's state directory that the agent's processes can write (a CLI's config dir):
+        made by the agent's identity itself when isolated."""
+        path = Path(self.state_dir).resolve() / name
+        if not self.identity.isolated:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        import subprocess
+
+        argv, extra = self.identity.command(["mkdir", "-p", str(path)], {"PATH": "/usr/bin:/bin"}, "/")
+        subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, check=False, **extra)
+        return path
+
+    def write_input(self, name: str, text: str) -> Path:
+        """A file plan-runner hands the agent (a prompt, a script): written before the agent starts, into
+        the agent's state directory, never through a link planted there; readable, not writable, by it."""
+        folder = Path(self.input_dir or self.state_dir).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(path, 0o644)
+        return path
 
 
 class AgentBackend(Protocol):

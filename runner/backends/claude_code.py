@@ -65,8 +65,7 @@ def build_claude_argv(
 def build_claude_env(request: SessionRequest) -> dict[str, str]:
     """`request.env` as given (already allow-listed), plus the config dir and the quiet switches."""
     env = dict(request.env)
-    config = Path(request.transcript_dir).resolve() / CONFIG_SUBDIR
-    config.mkdir(parents=True, exist_ok=True)
+    config = request.state_subdir(CONFIG_SUBDIR)
     env["CLAUDE_CONFIG_DIR"] = str(config)
     env.setdefault("HOME", str(config))  # the CLI needs one; the allow-list normally passes the real HOME
     for name, value in QUIET_ENV.items():
@@ -144,6 +143,7 @@ class ClaudeCodeBackend:
                 keep_stdin_open=True,
                 kill_grace_s=self.kill_grace_s,
                 pid_file=request.pid_file,
+                identity=request.identity,
             )
         if parser.session_id is None and resume is not None:
             parser.session_id = resume  # killed before the init line: the session is still the resumed one

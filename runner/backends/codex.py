@@ -94,8 +94,7 @@ class CodexBackend:
                                   error=f"cannot resume: {resume!r} is not a Codex thread id")
         env = dict(request.env)
         if "CODEX_HOME" not in env:
-            home = Path(request.transcript_dir) / "codex-home"
-            home.mkdir(parents=True, exist_ok=True)
+            home = request.state_subdir("codex-home")
             env["CODEX_HOME"] = str(home)
         argv = build_codex_argv(
             find_codex(request), model=agent.model, workdir=request.workdir, env=env, resume_thread_id=resume,
@@ -121,7 +120,7 @@ class CodexBackend:
             exit_ = supervise(
                 argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes,
                 on_line=on_line, stdin_text=request.prompt, kill_grace_s=self.kill_grace_s,
-                pid_file=request.pid_file,
+                pid_file=request.pid_file, identity=request.identity,
             )
 
         kind, error, reset_at = ExitKind.FINISHED, None, None

@@ -145,8 +145,7 @@ class CommandBackend:
         request.transcript_dir.mkdir(parents=True, exist_ok=True)
         prompt_file = None
         if agent.prompt_via == "file":
-            prompt_file = (request.transcript_dir / "prompt.md").resolve()
-            prompt_file.write_text(request.prompt, encoding="utf-8")
+            prompt_file = request.write_input("prompt.md", request.prompt)
         argv = build_argv(request, prompt_file)
         values = _placeholders(request, prompt_file)
         env = dict(request.env)
@@ -170,7 +169,7 @@ class CommandBackend:
                 argv, cwd=request.workdir, env=env,
                 stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes, on_line=on_line,
                 stdin_text=request.prompt if agent.prompt_via == "stdin" else None,
-                pid_file=request.pid_file,
+                pid_file=request.pid_file, identity=request.identity,
             )
         # CLIs print reset clock times in the machine's local zone
         verdict = classify_command_exit(result, list(tail), agent, datetime.now(UTC).astimezone())

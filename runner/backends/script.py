@@ -286,8 +286,7 @@ class ScriptBackend:
             )
         entry = sessions[index]
         session_id = request.resume_session_id or entry.id
-        steps_file = request.transcript_dir / f"script-{index + 1}.steps.json"
-        steps_file.write_text(json.dumps(list(entry.steps)), encoding="utf-8")
+        steps_file = request.write_input(f"script-{index + 1}.steps.json", json.dumps(list(entry.steps)))
         argv = [sys.executable, "-P", str(Path(script_agent.__file__).resolve()),
                 "--steps", str(steps_file.resolve()), "--workdir", str(request.workdir.resolve()),
                 "--session-id", session_id]
@@ -305,7 +304,7 @@ class ScriptBackend:
                 on_line=state.on_line, keep_stdin_open=True,
                 stdin_text=json.dumps({"type": "prompt", "text": request.prompt}) + "\n",
                 kill_grace_s=1.0,
-                pid_file=request.pid_file,
+                pid_file=request.pid_file, identity=request.identity,
             )
         except BaseException:
             state.transcript.close()

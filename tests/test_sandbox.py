@@ -1,0 +1,140 @@
+"""The identity untrusted code runs as (runner.sandbox): what it cannot reach, and that nothing of it survives.
+
+These tests need what CI has: root (the suite runs as root; scripts/test installs sudo). The
+judge-with-sudo tests create ordinary users the way a GitHub-hosted runner has one (`runner`
+with passwordless sudo) and run plan-runner as them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from runner import sandbox
+from runner.errors import PlanRunnerError
+from runner.supervise import supervise
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(identity, script: str, tmp_path: Path, env: dict | None = None) -> list[str]:
+    lines: list[str] = []
+    supervise(["sh", "-c", script], cwd=Path("/"), env=env or {"PATH": "/usr/bin:/bin"}, stall_s=20,
+              time_limit_s=30, on_line=lambda line, ctl: lines.append(line), identity=identity)
+    return lines
+
+
+def test_suite_runs_where_isolation_is_possible():
+    """CI runs as root, so every session of the suite runs isolated; without it these tests mean nothing."""
+    assert sandbox.available() == "root", "run the suite as root (as CI does): sessions are isolated there"
+
+
+def test_the_agent_cannot_read_the_judges_environment_or_signal_it(tmp_path):
+    """/proc/<judge>/environ is the owner's: the agent's user reads nothing of it and cannot signal the judge."""
+    with sandbox.leased("auto") as identity:
+        out = _run(identity, f"cat /proc/{os.getpid()}/environ >/dev/null 2>&1 && echo READ || echo DENIED; "
+                             f"kill -0 {os.getpid()} 2>/dev/null && echo SIGNAL || echo NOSIGNAL; id -u", tmp_path)
+    assert out[:2] == ["DENIED", "NOSIGNAL"]
+    assert int(out[2]) == identity.uid != os.geteuid()
+
+
+def test_a_setsid_daemon_does_not_outlive_the_agent(tmp_path):
+    """A daemon that left the process group with setsid is gone when the supervised process returns."""
+    marker = tmp_path / "alive"
+    tmp_path.chmod(0o777)
+    with sandbox.leased("auto") as identity:
+        _run(identity, f"setsid sh -c 'sleep 2; touch {marker}' </dev/null >/dev/null 2>&1 & echo started", tmp_path)
+        assert identity.pids() == []
+    threading.Event().wait(2.5)
+    assert not marker.exists()
+
+
+def test_overlapping_sessions_get_different_users():
+    """Two sessions at once never share a uid: one's uid-wide kill cannot touch the other's agent."""
+    with sandbox.leased("auto") as first, sandbox.leased("auto") as second:
+        assert first.uid != second.uid and first.isolated and second.isolated
+
+
+def test_isolation_none_is_refused_on_github_actions():
+    """Actions mode refuses to run the agent as the job's own user."""
+    with pytest.raises(PlanRunnerError, match="refused on GitHub Actions"):
+        sandbox.acquire("none", actions=True)
+
+
+# --- plan-runner as an ordinary user, with and without sudo ----------------------------------------
+
+MAKE_REPO = textwrap.dedent("""\
+    import sys
+    sys.path.insert(0, {root!r})
+    from pathlib import Path
+    import tests.test_session_local as t
+    t.make_repo(Path({where!r}), f'''
+    sessions:
+      - - write: {{t.MUL}}
+        - commit: "Add mul"
+        - check: "1.1"
+        - commit: "Tick 1.1"
+    ''')
+    """)
+
+
+def _user(name: str, sudo: bool) -> pwd.struct_passwd:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True)
+    sudoers = Path(f"/etc/sudoers.d/{name}")
+    if sudo:
+        sudoers.write_text(f"{name} ALL=(ALL) NOPASSWD:ALL\n")
+        sudoers.chmod(0o440)
+    else:
+        sudoers.unlink(missing_ok=True)
+    entry = pwd.getpwnam(name)
+    Path(entry.pw_dir).chmod(0o750)  # like /home/runner: other users cannot enter it
+    return entry
+
+
+def _as_user(entry: pwd.struct_passwd, argv: list[str], cwd: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": entry.pw_dir, "LANG": "C.UTF-8"}
+    return subprocess.run(argv, cwd=cwd, env=env, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
+                          capture_output=True, text=True, timeout=180)
+
+
+def _session_as(entry: pwd.struct_passwd, tag: str) -> subprocess.CompletedProcess[str]:
+    where = Path(entry.pw_dir) / tag
+    subprocess.run(["rm", "-rf", str(where)], check=True)
+    made = _as_user(entry, [sys.executable, "-c", MAKE_REPO.format(root=str(ROOT), where=str(where))], entry.pw_dir)
+    assert made.returncode == 0, made.stderr
+    return _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(where / "repo"))
+
+
+def test_a_judge_with_passwordless_sudo_isolates_like_a_hosted_runner():
+    """An ordinary user with `sudo -n` (GitHub's `runner`) runs the agent as its own pooled user and advances."""
+    entry = _user("pr-test-sudo", sudo=True)
+    proc = _session_as(entry, "sudo-trial")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["outcome"] == "Advanced", (result["reasons"], proc.stderr)
+    assert f"isolated as user {sandbox.agent_user_name(0, entry.pw_uid)}" in proc.stderr
+
+
+def test_without_root_or_sudo_a_session_refuses_to_run_unisolated():
+    """No isolation available: the session stops with what/why/fix and records nothing, unless isolation: none."""
+    entry = _user("pr-test-plain", sudo=False)
+    proc = _session_as(entry, "plain-trial")
+    assert proc.returncode == 2 and "cannot isolate the agent" in proc.stderr and "isolation: none" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    repo = Path(entry.pw_dir) / "plain-trial" / "repo"
+    ran = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json", "--isolation", "none"],
+                   str(repo))
+    assert ran.returncode == 0 and json.loads(ran.stdout)["outcome"] == "Advanced", ran.stderr
+    assert "no isolation" in ran.stderr
