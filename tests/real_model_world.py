@@ -128,10 +128,17 @@ def run_plan(repo: Path, url: str, *, timeout_s: float) -> RunResult:
 _TICKED = re.compile(r"(?m)^- \[[xX]\] 1\.1 ")
 
 
+def _sections(plan_text: str) -> tuple[str, str]:
+    """(front matter, everything from the first stage heading on); the text between is free text."""
+    _, front, body = plan_text.split("---\n", 2) if plan_text.startswith("---\n") else ("", "", plan_text)
+    at = body.find("\n## ")
+    return front, body[at + 1:] if at >= 0 else ""
+
+
 def _protected(plan_text: str) -> tuple[str, list[str]]:
     """What an agent may not change in a plan: the front matter, the stage headings, the checkpoint lines."""
-    _, front, body = plan_text.split("---\n", 2) if plan_text.startswith("---\n") else ("", "", plan_text)
-    return front, [line for line in body.splitlines() if line.startswith("## ") or re.match(r"- \[.\] \d", line)]
+    front, stages = _sections(plan_text)
+    return front, [line for line in stages.splitlines() if line.startswith("## ") or re.match(r"- \[.\] \d", line)]
 
 
 @dataclass
@@ -160,7 +167,7 @@ def clean_clone_gate(tmp: Path) -> CleanCheck:
     authors = git(clone, "log", "--format=%an", f"origin/main..{head}").splitlines()
     original = git(clone, "show", f"origin/main:plans/{PLAN_ID}.md")
     intact = _protected(_TICKED.sub("- [ ] 1.1 ", plan_text)) == _protected(original)
-    return CleanCheck(head, proc.returncode == 0, probe.stdout.strip() == "True", _TICKED.search(plan_text) is not None,
+    return CleanCheck(head, proc.returncode == 0, probe.stdout.strip() == "True", _TICKED.search(_sections(plan_text)[1]) is not None,
                       sum(1 for a in authors if a != "plan-runner"), proc.stdout[-2000:] + proc.stderr[-1000:], intact)
 
 
