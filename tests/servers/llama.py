@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +123,3 @@ class LlamaServer:
         if os.environ.get("PLAN_RUNNER_KEEP_LLAMA_LOG") is None:
             self.log_path.unlink(missing_ok=True)
 
-
-def wait_for(predicate, timeout_s: float, interval_s: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
