@@ -22,7 +22,7 @@ from runner.backends.agent_tools import TOOL_NAMES, TOOL_SPECS
 from tests.real_model_world import clean_clone_gate, describe, make_project, run_plan
 from tests.servers.llama import LlamaServer, model_path
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # CPU inference on a shared machine
 
 MODEL = "smollm2-135m"
 FAILED_OUTCOMES = {"AgentError", "NoProgress", "GatesRed"}

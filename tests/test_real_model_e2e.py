@@ -15,7 +15,7 @@ import pytest
 from tests.real_model_world import clean_clone_gate, describe, make_project, run_plan
 from tests.servers.llama import LlamaServer, model_path
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3300)]  # minutes of CPU inference: see docs/real-model.md
 
 MODEL = "qwen-1.5b"
 
