@@ -35,6 +35,24 @@ SIZES = {
 }
 
 
+# What a part needs beyond the project's own dependencies: without it the part is skipped with the
+# reason (the README installs the project without its test extra; the `action` part drives the
+# end-to-end test world, which imports pytest, and `act`).
+NEEDS = {"action": ("pytest",)}
+
+
+def missing_for(name: str) -> list[str]:
+    import importlib
+
+    missing = []
+    for module in NEEDS.get(name, ()):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    return missing
+
+
 def run_part(name: str, quick: bool, workdir: Path) -> dict:
     size = SIZES.get(name, ({}, {}))[0 if quick else 1]
     if name == "overhead":
@@ -71,6 +89,8 @@ def _mark(met: object) -> str:
 def rows_for(name: str, r: dict) -> list[tuple[str, str, str, str]]:
     if "error" in r:
         return [(name, "crashed", r["error"].splitlines()[-1][:70], "MISSED")]
+    if "skipped" in r:
+        return [(name, "skipped", r["skipped"][:70], "-")]
     out: list[tuple[str, str, str, str]] = []
     if name == "overhead":
         for row in r["rows"]:
@@ -176,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {name} ...", file=sys.stderr, flush=True)
             workdir = Path(tmp) / name
             workdir.mkdir()
+            missing = missing_for(name)
+            if missing:
+                result = {"skipped": f"needs {', '.join(missing)}: pip install -e '.[test]'"}
+                print(f"skipping {name}: {result['skipped']}", file=sys.stderr)
+                report["parts"][name] = result
+                continue
             try:
                 result = run_part(name, args.quick, workdir)
             except Exception:  # noqa: BLE001 - one broken part must not hide the others' figures

@@ -1,4 +1,4 @@
-"""3. The loop under weather: the same seeded plans through plan-runner's policy and two baselines."""
+"""3. The loop under weather: the same seeded plans, as raw signals, through plan-runner and three baselines."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import time
 from collections import Counter
 from dataclasses import asdict
 
-from benchmarks.sim_loops import PlanRun, run_claim_driven, run_naive, run_plan_runner
+from benchmarks.sim_loops import PlanRun, run_claim_driven, run_naive, run_plan_runner, run_sensible
 from benchmarks.sim_world import FaultModel, generate_plans
 
-LOOPS = (("plan-runner", run_plan_runner), ("naive", run_naive), ("claim-driven", run_claim_driven))
+LOOPS = (("plan-runner", run_plan_runner), ("sensible", run_sensible), ("naive", run_naive),
+         ("claim-driven", run_claim_driven))
 
 
 def summarise(runs: list[PlanRun]) -> dict:
@@ -57,7 +58,7 @@ def bench_loop(plans: int, seed: int = 20260105, faults: FaultModel | None = Non
         started = time.perf_counter()
         results[name] = summarise([loop(t, seed, faults) for t in truths])
         timings[name] = round(time.perf_counter() - started, 2)
-    pr, naive = results["plan-runner"], results["naive"]
+    pr, naive, sensible = results["plan-runner"], results["naive"], results["sensible"]
     targets = {
         "zero_false_done": {"value": pr["false_done"], "met": pr["false_done"] == 0},
         "zero_attempts_burned_by_environment": {"value": pr["attempts_burned_by_environment"],
@@ -67,6 +68,12 @@ def bench_loop(plans: int, seed: int = 20260105, faults: FaultModel | None = Non
         "fewer_sessions_per_checkpoint_than_naive": {
             "value": f"{pr['sessions_per_finished_checkpoint']} vs {naive['sessions_per_finished_checkpoint']}",
             "met": (pr["sessions_per_finished_checkpoint"] or 1e9) < (naive["sessions_per_finished_checkpoint"] or 1e9)},
+        "finishes_at_least_what_the_sensible_loop_finishes": {
+            "value": f"{pr['finishable_finished']} vs {sensible['finishable_finished']}",
+            "met": pr["finishable_finished"] >= sensible["finishable_finished"]},
+        "fewer_sessions_per_checkpoint_than_sensible": {
+            "value": f"{pr['sessions_per_finished_checkpoint']} vs {sensible['sessions_per_finished_checkpoint']}",
+            "met": (pr["sessions_per_finished_checkpoint"] or 1e9) < (sensible["sessions_per_finished_checkpoint"] or 1e9)},
     }
     return {"seed": seed, "plans": plans, "fault_model": asdict(faults), "loops": results,
             "loop_seconds": timings, "targets": targets}

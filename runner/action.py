@@ -24,6 +24,7 @@ from runner import gitwork
 from runner.action_io import Reporter, basic_auth, parse_bool
 from runner.actions import Finish, Park, Wait, describe
 from runner.errors import PlanRunnerError, StateConflict
+from runner.exits import Exit
 from runner.events import GitHubContext, WorkflowDispatch
 from runner.ledger import SessionRecord
 from runner.policy import decide_start
@@ -173,8 +174,12 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
                                                  f"{s.plan.id}: dry run", s.state.skipped))
+    from runner.preflight import before_first_session
     from runner.step import run_session
 
+    # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
+    # with what/why/fix before any session is recorded
+    before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"))
     return session_mode_result(run_session(ws, drivers))
 
 
@@ -247,7 +252,7 @@ def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | No
                             annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
     except Exception as exc:  # noqa: BLE001 - the job must still leave a summary and fail visibly
         trace = traceback.format_exc()
-        result = ModeResult(outcome="error", exit_code=1,
+        result = ModeResult(outcome="error", exit_code=Exit.UNEXPECTED,
                             summary=f"# plan-runner: unexpected error\n\n`{type(exc).__name__}: {exc}`\n\n"
                                     f"Please report this with the trace below.\n\n```text\n{trace}\n```\n",
                             annotations=[("error", f"unexpected error: {type(exc).__name__}: {exc}", "plan-runner")])

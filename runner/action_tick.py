@@ -16,6 +16,7 @@ from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, wor
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, Wait, describe
 from runner.errors import PlanRunnerError, StateConflict
 from runner.events import GitHubContext
+from runner.exits import Exit
 from runner.ledger import Dispatched, Reply, SessionRecord, SessionStarted
 from runner.plan import Plan
 from runner.policy import decide_start
@@ -128,4 +129,4 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeRe
     table = "\n".join(f"| `{pid}` | {line.replace('|', '/')} |" for pid, line in rows) or "| - | no plan has state yet |"
     summary = (f"# plan-runner tick: {dispatched} run(s) dispatched\n\n| plan | state |\n|---|---|\n{table}\n")
     return ModeResult(outcome="dispatched" if dispatched else "idle", summary=summary, annotations=annotations,
-                      exit_code=2 if failed else 0)
+                      exit_code=Exit.USER_ERROR if failed else Exit.OK)

@@ -25,6 +25,9 @@ class Outcome(str, Enum):
     ADVANCED = "Advanced"
     PROGRESS = "Progress"
     NO_PROGRESS = "NoProgress"
+    # Not in the classification table: recorded when plan-runner itself was stopped mid-session
+    # (Ctrl-C, SIGTERM, its own failure). No blame; no attempt, resume or backoff budget burned.
+    INTERRUPTED = "Interrupted"
 
 
 class Blame(str, Enum):

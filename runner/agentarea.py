@@ -37,6 +37,19 @@ IMPORT_PREFIX = "refs/plan-runner/agent"
 STATE_COPY_LIMIT = 64 * 2**20  # the agent's saved CLI state kept with the plan: bounded
 BUNDLE_LIMIT = 2 * 2**30
 _AGENT_GIT_TIMEOUT_S = 300
+_EXPORT_SCRIPT = r"""
+branch=$1 base=$2 out=$3 msg=$4
+g() { git -c core.hooksPath=/dev/null -c commit.gpgsign=false "$@"; }
+if ! s=$(g status --porcelain --untracked-files=all 2>&1); then echo "$s" >&2; exit 10; fi
+if [ -n "$s" ]; then { g add --all && g commit --quiet --no-verify --allow-empty -m "$msg"; } >&2 || echo wip-failed; fi
+set --
+if g rev-parse --verify --quiet "refs/heads/$branch^{commit}" >/dev/null; then echo has-branch; set -- "refs/heads/$branch"; fi
+ref=$(g symbolic-ref --quiet HEAD); echo "head-ref=$ref"
+if [ "$ref" != "refs/heads/$branch" ]; then set -- "$@" HEAD; fi
+[ $# -gt 0 ] || exit 0
+if [ -z "$(g rev-list --max-count=1 "$@" "^$base")" ]; then echo empty; exit 0; fi
+g bundle create --quiet "$out" "$@" "^$base" && echo bundled
+"""
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
                 "Saved by plan-runner so no work is lost; this commit does not count as progress.\n\n"
                 f"{gitwork.WIP_TRAILER}: true\n")
@@ -147,17 +160,15 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
         gitwork.run_git(repo, "bundle", "create", "--quiet", str(bundle), f"refs/heads/{branch}")
         os.chmod(bundle, 0o644)
         env = agent_git_env(area)
-        proc = run_as(identity, ["git", "clone", "--quiet", "--no-tags", "--origin", "plan-runner",
-                                 "--branch", branch, str(bundle), str(area.work)], cwd=area.home, env=env)
+        name, email = _committer(repo)
+        proc = run_as(identity, ["git", "clone", "--quiet", "--no-tags", "--origin", "plan-runner", "--branch", branch,
+                                 "-c", f"user.name={name}", "-c", f"user.email={email}", str(bundle), str(area.work)],
+                      cwd=area.home, env=env)
         if proc.returncode != 0:
             raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
                                   why=_tail(proc),
                                   fix=f"check that {area.root} is reachable by the user {identity.name or 'running plan-runner'}: "
                                       "every folder above it must be searchable (o+x)")
-        run_as(identity, ["git", "remote", "remove", "plan-runner"], cwd=area.work, env=env)
-        name, email = _committer(repo)
-        run_as(identity, ["git", "config", "user.name", name], cwd=area.work, env=env)
-        run_as(identity, ["git", "config", "user.email", email], cwd=area.work, env=env)
     except GitCommandError as exc:
         raise PlanRunnerError(what=f"could not bundle the work branch {branch!r} for the agent",
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
@@ -167,13 +178,16 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
 
 def _committer(repo: Path) -> tuple[str, str]:
     """Who the agent commits as in its clone: the repository's configured identity, else plan-runner's agent."""
-    found = []
-    for key, default in (("user.name", "plan-runner agent"), ("user.email", "plan-runner-agent@users.noreply.github.com")):
-        try:
-            found.append(gitwork.git_text(repo, "config", "--get", key) or default)
-        except GitCommandError:
-            found.append(default)
-    return found[0], found[1]
+    found = {"user.name": "plan-runner agent", "user.email": "plan-runner-agent@users.noreply.github.com"}
+    try:
+        text = gitwork.git_text(repo, "config", "--get-regexp", r"^user\.(name|email)$")
+    except GitCommandError:  # neither is set
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key in found and value.strip() and "\n" not in value:
+            found[key] = value.strip()
+    return found["user.name"], found["user.email"]
 
 
 @dataclass(frozen=True)
@@ -189,50 +203,34 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
     """After the agent: its leftovers committed and its work branch imported into the judge's repository."""
     identity.kill_all()
     env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}
-    git = ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false"]
-    status = run_as(identity, [*git, "status", "--porcelain", "-z", "--untracked-files=all"], cwd=area.work, env=env)
-    if status.returncode != 0:
-        return Imported(None, None, problem=f"the agent's clone is no longer a usable git repository: {_tail(status)}")
-    notes: list[str] = []
-    if status.stdout.strip(b"\0").strip():
-        add = run_as(identity, [*git, "add", "--all"], cwd=area.work, env=env)
-        commit = run_as(identity, [*git, "commit", "--quiet", "--no-verify", "--allow-empty", "-m", _WIP_MESSAGE],
-                        cwd=area.work, env=env)
-        if add.returncode or commit.returncode:
-            notes.append("the agent's uncommitted changes could not be saved as a WIP commit: "
-                         + _tail(commit if commit.returncode else add))
-    heads = run_as(identity, [*git, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}"],
-                   cwd=area.work, env=env)
-    head_ref = run_as(identity, [*git, "symbolic-ref", "--quiet", "HEAD"], cwd=area.work, env=env)
-    on_branch = head_ref.stdout.decode("utf-8", "replace").strip() == f"refs/heads/{branch}"
-    refs = []
-    if heads.returncode == 0:
-        refs.append(f"refs/heads/{branch}")
-    else:
-        notes.append(f"the agent deleted the work branch {branch!r} in its clone")
-    if not on_branch:
-        refs.append("HEAD")
-    if not refs:
-        return Imported(None, None, tuple(notes))
     out = area.out / "work.bundle"
-    made = run_as(identity, [*git, "bundle", "create", "--quiet", str(out), *refs, f"^{base_sha}"],
+    # One process as the agent (its git, its config: its own business), arguments passed positionally.
+    proc = run_as(identity, ["sh", "-c", _EXPORT_SCRIPT, "export", branch, base_sha, str(out), _WIP_MESSAGE],
                   cwd=area.work, env=env)
-    if made.returncode != 0:
-        if b"empty bundle" in (made.stderr or b""):
-            return Imported(base_sha if heads.returncode == 0 else None, None, tuple(notes))
-        return Imported(None, None, tuple(notes), problem=f"git could not bundle the agent's work: {_tail(made)}")
+    said = proc.stdout.decode("utf-8", "replace").splitlines()
+    if proc.returncode == 10:
+        return Imported(None, None, problem=f"the agent's clone is no longer a usable git repository: {_tail(proc)}")
+    notes: list[str] = []
+    if "wip-failed" in said:
+        notes.append("the agent's uncommitted changes could not be saved as a WIP commit: " + _tail(proc))
+    has_branch, on_branch = "has-branch" in said, f"head-ref=refs/heads/{branch}" in said
+    if not has_branch:
+        notes.append(f"the agent deleted the work branch {branch!r} in its clone")
+    if "empty" in said or (not has_branch and on_branch):
+        return Imported(base_sha if has_branch else None, None, tuple(notes))
+    if proc.returncode != 0 or "bundled" not in said:
+        return Imported(None, None, tuple(notes), problem=f"git could not bundle the agent's work: {_tail(proc)}")
     copy = scratch / f"import-{plan_id}.bundle"
     identity.reclaim(area.out)
     problem = _copy_regular(out, copy, identity, BUNDLE_LIMIT)
     if problem:
         return Imported(None, None, tuple(notes), problem=problem)
     ns = f"{IMPORT_PREFIX}/{plan_id}"
-    refspecs = [f"+refs/heads/{branch}:{ns}/branch"] if heads.returncode == 0 else []
+    refspecs = [f"+refs/heads/{branch}:{ns}/branch"] if has_branch else []
     if not on_branch:
         refspecs.append(f"+HEAD:{ns}/other")
     try:
-        for ref in (f"{ns}/branch", f"{ns}/other"):
-            gitwork.run_git(repo, "update-ref", "-d", ref)
+        gitwork.run_git(repo, "update-ref", "--stdin", data=f"delete {ns}/branch\ndelete {ns}/other\n".encode())
         gitwork.run_git(repo, "-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true", "fetch",
                         "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance", str(copy), *refspecs)
     except GitCommandError as exc:
@@ -240,7 +238,7 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
                                                           f"{gitwork.stderr_of(exc)[-1000:]}")
     finally:
         copy.unlink(missing_ok=True)
-    head = gitwork.ref_sha(repo, f"{ns}/branch") if heads.returncode == 0 else None
+    head = gitwork.ref_sha(repo, f"{ns}/branch") if has_branch else None
     other = gitwork.ref_sha(repo, f"{ns}/other") if not on_branch else None
     if other is not None and other != head:
         notes.append(f"the agent left HEAD off the work branch (at {other[:12]}, kept locally as {ns}/other); "

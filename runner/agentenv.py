@@ -1,8 +1,11 @@
 """The environment an agent's process gets: an allow-list, never the GitHub token.
 
 plan-runner pushes, dispatches and comments; the agent only edits the work tree.
-So the agent's process sees the basics a shell needs, its own API key, and the
-names the plan lists in `agent.env`; nothing else from the job's environment.
+So the agent's process sees the basics a shell needs, its own backend's credentials
+(SPEC 4b, invariant 7: least credentials) and the names the plan lists in `agent.env`;
+nothing else from the job's environment. Claude Code never sees an OpenAI key, Codex
+never sees an Anthropic key, and a `command` agent sees no key at all unless the
+plan names it.
 """
 
 from __future__ import annotations
@@ -19,21 +22,23 @@ BASE_VARS: tuple[str, ...] = (
     "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
 )
 ANTHROPIC_VARS: tuple[str, ...] = ("ANTHROPIC_*", "CLAUDE_CODE_*")
-OPENAI_VARS: tuple[str, ...] = ("OPENAI_*", "CODEX_*")
-
+OPENAI_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*")
 # Each backend's own credentials, and nothing else (SPEC 4b, invariant 7: least credentials).
-_BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
+# A plugin backend declares its own in a `credentials` class attribute.
+BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
     "claude-code": ANTHROPIC_VARS,
     "anthropic": ANTHROPIC_VARS,
     "codex": OPENAI_VARS,
+    "command": (),
     "script": ANTHROPIC_VARS,  # the scripted stand-in plays a Claude Code agent (demo, tests)
 }
 
 
 def credential_vars(backend: str) -> tuple[str, ...]:
-    """The variable patterns a backend's agent receives as its credentials (command: none; a plan passes
-    what its command needs by name in `agent.env`)."""
-    return _BACKEND_CREDENTIALS.get(backend, ())
+    """The variable patterns a backend's agent receives as its credentials (command: none; a plan
+    passes what its command needs by name in `agent.env`; a plugin backend: the `credentials` of its
+    class, recorded when it registers)."""
+    return BACKEND_CREDENTIALS.get(backend, ())
 
 
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.

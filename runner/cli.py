@@ -22,6 +22,7 @@ from pathlib import Path
 
 from runner import __version__
 from runner.errors import PlanError, PlanRunnerError
+from runner.exits import Exit
 
 DEBUG_ENV = "PLAN_RUNNER_DEBUG"
 _COMMAND_MODULES: tuple[str, ...] = ("runner.cli_local", "runner.cli_action")  # each registers with @command on import
@@ -98,6 +99,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         else:
             n = len(plan.checkpoints)
             print(f"ok {plan.path}: {len(plan.stages)} stage(s), {n} checkpoint(s), {len(plan.config.gates)} gate(s)")
+            _warn_unresolvable_gates(plan, args.root or find_root(file))
     if bad:
         raise PlanRunnerError(
             what=f"{bad} of {len(files)} plan file(s) invalid",
@@ -105,6 +107,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
             fix="correct each problem listed above, then run `plan-runner validate` again",
         )
     return 0
+
+
+def _warn_unresolvable_gates(plan, root: Path) -> None:
+    """Gate commands that resolve to nothing here (the shell would exit 127): warnings, the plan stays valid."""
+    from runner.preflight import gate_command_problem
+
+    for gate in plan.config.gates:
+        problem = gate_command_problem(gate, os.environ, root)
+        if problem is not None:
+            print(f"  warning: {problem.what} ({problem.fix})")
 
 
 # --- schema ----------------------------------------------------------------------------------
@@ -149,14 +161,14 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         print("plan-runner: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes a message
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
         else:
             print(f"plan-runner: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
             print(f"  hint: rerun with {DEBUG_ENV}=1 for the traceback, and report it", file=sys.stderr)
-        return 1
+        return Exit.UNEXPECTED
 
 
 if __name__ == "__main__":

@@ -11,24 +11,28 @@ from pathlib import Path
 
 from runner.actions import Wait, describe, short
 from runner.cli import command
+from runner.exits import Exit
 from runner.term import err, out
 
 # The session machinery (git, httpx, jinja2...) is imported inside the commands that need it,
 # so `plan-runner validate` and `--help` start fast.
-EXIT_FINISHED, EXIT_PARKED = 0, 3
+EXIT_FINISHED, EXIT_PARKED = Exit.OK, Exit.PARKED
 
 
 class Progress:
     """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes.
 
     On a terminal the status line is redrawn every second (the elapsed time moves while a quiet
-    agent thinks); elsewhere only the events are printed, one line each."""
+    agent thinks); event lines are printed above it, never on it (runner.term). Elsewhere only
+    the events are printed, one line each. The status line names plan-runner's session (number,
+    kind, checkpoint) for the whole session: the agent's own session id is not a session of ours."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.session = ""
         self.tokens = "0"
         self.tool = "-"
+        self.retry = ""
         self.waiting: str | None = None
         self.status = err.status("starting")
         self._stopped = threading.Event()
@@ -43,22 +47,31 @@ class Progress:
     def _redraw(self) -> None:
         if self.status and not self._stopped.is_set():
             elapsed = time.monotonic() - self.started
-            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · last tool {self.tool}")
+            retry = f" · API retry {self.retry}" if self.retry else ""
+            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · "
+                               f"last tool {self.tool}{retry}")
 
     def event(self, kind: str, detail: str) -> None:
         self.waiting = None
         if kind == "session":
-            self.started, self.session, self.tokens, self.tool = time.monotonic(), detail, "0", "-"
+            self.started, self.session, self.tokens, self.tool, self.retry = time.monotonic(), detail, "0", "-", ""
             err.say(f"session {detail}", "bold")
         elif kind == "tokens":
-            self.tokens = detail
+            self.tokens, self.retry = detail, ""
         elif kind == "tool":
-            self.tool = detail
+            self.tool, self.retry = detail, ""
+        elif kind == "retry":  # the agent CLI's own API retry: shown as it happens
+            self.retry = detail
+            err.say(f"  API retry by the agent: {detail}", "yellow")
         elif kind == "gate":
             err.say(f"  gate {detail}")
         elif kind in ("outcome", "agent", "advisor", "reconciled", "isolation", "warning", "setup"):
             err.say(f"  {kind}: {detail}")
         self._redraw()
+
+    def result(self, result) -> None:
+        """A session's result line (run's `on_result`): printed above the status line."""
+        _print_result(result)
 
     def wait(self, action: Wait, left: float) -> None:
         text = f"waiting {left:5.0f}s: {action.reason} (Ctrl-C stops; state is saved)"
@@ -103,6 +116,13 @@ def session_json(result) -> dict:
     }
 
 
+def _preflight(ws, drivers) -> None:
+    """SPEC 9: before the first session, stop on a setup mistake with what/why/fix, recording nothing."""
+    from runner.preflight import before_first_session
+
+    before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"))
+
+
 def _print_result(result) -> None:
     if result.record is None:
         err.say(result.message)
@@ -141,18 +161,25 @@ def cmd_session(args: argparse.Namespace) -> int:
         print(json.dumps({"plan": s.plan.id, "next": describe(action), "next_action": action.model_dump(mode="json")},
                          indent=2) if args.json else describe(action))
         return 0
+    _preflight(ws, drivers)
     progress = Progress()
     ws.on_event = progress.event
     try:
+        from runner.interrupt import recorded_interruptions
         from runner.step import run_session
 
-        result = run_session(ws, drivers)
+        with recorded_interruptions(ws, drivers):
+            result = run_session(ws, drivers)
     finally:
         progress.stop()
     if args.json:
         print(json.dumps(session_json(result), indent=2))
     else:
         _print_result(result)
+    if result.status == "parked":
+        plan_arg = _plan_display(args.plan)
+        err.say(f"report: {result.url}\nanswer it here: plan-runner reply {plan_arg} resume|retry|skip|stop "
+                f"[instructions]\nwhat the agent did: plan-runner logs {plan_arg}")
     return EXIT_PARKED if result.status == "parked" else 0
 
 
@@ -171,9 +198,14 @@ def print_sessions_table(state_entries, title: str) -> None:
             red = [g.name for g in e.gates if g.required and not g.passed]
             gates = ("red: " + ", ".join(red)) if red else ("green" if e.gates else "-")
             rows.append((str(e.n), e.kind.value, e.checkpoint or "-", e.outcome.value, e.blame.value,
-                         str(e.tokens), gates, short(e.next_action) if e.next_action else "-"))
-    out.table(title, ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "gates", "next"), rows,
+                         str(e.tokens), cost_text(e.cost_usd), gates, short(e.next_action) if e.next_action else "-"))
+    out.table(title, ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "cost", "gates", "next"), rows,
               no_wrap=("outcome", "kind"))
+
+
+def cost_text(cost_usd: float | None) -> str:
+    """`$0.0123`, or `-` when the backend reported no cost."""
+    return "-" if cost_usd is None else (f"${cost_usd:.2f}" if cost_usd >= 1 else f"${cost_usd:.4f}")
 
 
 @command("run", help="run a plan's sessions until it finishes or parks (exit 0 finished, 3 parked, 4 waiting)",
@@ -181,24 +213,48 @@ def print_sessions_table(state_entries, title: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.local import local_drivers, local_workspace, run_loop
 
+    from runner.interrupt import recorded_interruptions
+
     ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
+    _preflight(ws, drivers)
     progress = Progress()
     ws.on_event = progress.event
     try:
-        code, result = run_loop(ws, drivers, max_wait_s=args.max_wait, on_result=_print_result, on_wait=progress.wait)
+        with recorded_interruptions(ws, drivers):
+            code, result = run_loop(ws, drivers, max_wait_s=args.max_wait, on_result=progress.result,
+                                    on_wait=progress.wait)
     finally:
         progress.stop()
     entries, _ = drivers.store.read(result.plan.id)
     print_sessions_table(entries, f"plan {result.plan.id}")
+    plan_arg = _plan_display(args.plan)
     if code == EXIT_PARKED:
-        out.say(result.report or "")
-        err.say(f"parked: {result.message}\nreport: {result.url}", "bold red")
-    elif code == EXIT_FINISHED:
+        from runner.termreport import print_report
+
+        print_report(out, result.report or "")
+        err.say(f"{result.message}\nreport: {result.url}", "bold red")
+        err.say(f"answer it here: plan-runner reply {plan_arg} resume|retry|skip|stop [instructions]\n"
+                f"what the agent did: plan-runner logs {plan_arg}")
+    elif code == EXIT_FINISHED and result.status == "finished":
+        plan = result.plan
+        base = getattr(getattr(plan, "config", None), "base", None) or "main"
         err.say(result.message + (f"\nreport: {result.url}" if result.url else ""), "bold green")
+        err.say(f"the work is on branch {plan.work_branch}; to merge it:\n"
+                f"  git switch {base} && git merge --no-ff {plan.work_branch}")
+    elif code == EXIT_FINISHED:
+        err.say(result.message)
     else:
         err.say(f"stopped: {result.message}; run again later (the state is saved)")
     return code
+
+
+def _plan_display(path: Path) -> str:
+    """The plan's path as the user should type it again (relative to where they are)."""
+    try:
+        return os.path.relpath(path.absolute(), Path.cwd())
+    except ValueError:
+        return str(path)
 
 
 def _status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -209,16 +265,21 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
 @command("status", help="every plan's stage, checkpoints, attempts left, last outcome and what happens next",
          arguments=_status_arguments)
 def cmd_status(args: argparse.Namespace) -> int:
-    from runner.status import plan_statuses
+    from runner.status import default_plan_paths, plan_statuses
 
-    rows = plan_statuses(args.plans or sorted(p for p in Path("plans").glob("*.md") if not p.name.endswith(".handoff.md")))
+    rows = plan_statuses(args.plans or default_plan_paths(Path.cwd()))
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    out.table("plan-runner status", ("plan", "stage", "done", "attempts left", "sessions", "last outcome", "next"),
+        return 1 if any(r.get("error") for r in rows) else 0
+    ok = [r for r in rows if not r.get("error")]
+    out.table("plan-runner status", ("plan", "stage", "done", "attempts left", "sessions", "cost", "last outcome", "next"),
               [(r["plan"], r["stage"], f"{r['done']}/{r['checkpoints']}", str(r["attempts_left"]),
-                str(r["sessions"]), r["last_outcome"] or "-", r["next"]) for r in rows])
-    return 0
+                str(r["sessions"]), cost_text(r["cost_usd"]) if r["cost_known"] else "-", r["last_outcome"] or "-",
+                r["next"]) for r in ok])
+    for r in rows:
+        if r.get("error"):
+            err.say(f"{r['path']}: {r['error']}\n  fix: {r['fix']}", "bold red")
+    return 1 if len(ok) < len(rows) else 0
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -230,3 +291,87 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from runner.demo import run_demo
 
     return run_demo(args.dir)
+
+
+# --- reply -----------------------------------------------------------------------------------
+
+
+def _reply_arguments(parser: argparse.ArgumentParser) -> None:
+    _plan_argument(parser)
+    parser.add_argument("verb", choices=("resume", "retry", "skip", "stop"),
+                        help="resume: go on; retry: fresh attempt budgets; skip: skip the checkpoint; stop: end the plan")
+    parser.add_argument("text", nargs="*", help="instructions for the next session's prompt (or the reason)")
+
+
+def local_user(repo: Path) -> str:
+    """Who answers locally: git's user.name, else the login name."""
+    from runner import gitwork
+
+    try:
+        name = gitwork.git_text(repo, "config", "user.name").strip()
+    except Exception:  # noqa: BLE001 - no name configured
+        name = ""
+    return name or os.environ.get("USER", "") or "local user"
+
+
+@command("reply", help="answer a parked plan locally: resume, retry, skip or stop (as `/plan-runner ...` on GitHub)",
+         arguments=_reply_arguments)
+def cmd_reply(args: argparse.Namespace) -> int:
+    from runner.errors import PlanRunnerError
+    from runner.ledger import Reply
+    from runner.local import local_drivers, local_workspace
+    from runner.policy import decide_after_reply
+    from runner.replies import MAX_INSTRUCTIONS
+    from runner.session import Session
+
+    text = " ".join(args.text).strip()
+    if len(text) > MAX_INSTRUCTIONS:
+        raise PlanRunnerError(what=f"the instructions are {len(text)} characters long",
+                              why=f"a reply is a prompt addendum of at most {MAX_INSTRUCTIONS} characters",
+                              fix="shorten them, or write them to a file in the repository and name it")
+    ws = local_workspace(args.plan)
+    s = Session(ws, local_drivers(ws))
+    plan_arg = _plan_display(args.plan)
+    if s.state.open_session is not None:
+        raise PlanRunnerError(what=f"session {s.state.open_session.n} of {s.plan.id} has started and not finished",
+                              why="a reply steers a parked plan; this one is running (or its job was killed)",
+                              fix=f"wait for it, or run `plan-runner run {plan_arg}` to reconcile it")
+    if not s.state.parked:
+        now = "finished" if s.state.finished else ("not started" if not s.entries else "not parked")
+        raise PlanRunnerError(what=f"plan {s.plan.id} is {now}, so there is nothing to answer",
+                              why="`reply` answers a parked plan, as a `/plan-runner` comment on its park issue does",
+                              fix=f"see `plan-runner status`; `plan-runner run {plan_arg}` runs it")
+    user = local_user(ws.repo)
+    action = decide_after_reply(args.verb, text, user, s.state, s.plan)
+    s.write([Reply(at=ws.clock(), command=args.verb, text=text, user=user, source="local: plan-runner reply",
+                   next_action=action)])
+    if args.verb == "stop":
+        err.say(f"plan {s.plan.id} is stopped; nothing more runs. `plan-runner reply {plan_arg} retry` starts it again.")
+        return 0
+    said = " Your instructions go into the next session's prompt." if text else ""
+    err.say(f"{args.verb} recorded for plan {s.plan.id}.{said}\nnext: {describe(action)}\n"
+            f"continue with: plan-runner run {plan_arg}")
+    return 0
+
+
+# --- logs ------------------------------------------------------------------------------------
+
+
+def _logs_arguments(parser: argparse.ArgumentParser) -> None:
+    _plan_argument(parser)
+    parser.add_argument("session", nargs="?", type=int, default=None,
+                        help="a session number (see the sessions table; default: the last session)")
+    parser.add_argument("--max-lines", type=int, default=400, metavar="N",
+                        help="print at most the last N lines (default 400)")
+
+
+@command("logs", help="what the agent did in a session: its words, tool calls and results, as readable text",
+         arguments=_logs_arguments)
+def cmd_logs(args: argparse.Namespace) -> int:
+    from runner.local import local_drivers, local_workspace
+    from runner.transcripts import render_logs
+
+    ws = local_workspace(args.plan)
+    text = render_logs(ws, local_drivers(ws), args.session, max_lines=args.max_lines)
+    out.say(text.rstrip("\n"))
+    return 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass
+
+from runner.exits import Exit
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class PlanRunnerError(Exception):
     several lines, e.g. YAML to paste).
     """
 
-    exit_code = 2
+    exit_code: int = Exit.USER_ERROR
 
     def __init__(self, what: str, why: str = "", fix: str = "") -> None:
         super().__init__(what)
@@ -64,10 +65,10 @@ class PlanError(PlanRunnerError):
 class StateConflict(PlanRunnerError):
     """Another job advanced the plan first (compare-and-swap lost)."""
 
-    exit_code = 0
+    exit_code = Exit.OK
 
 
 class ServiceUnavailable(PlanRunnerError):
     """An external service (GitHub, model API) stayed down past the retry budget."""
 
-    exit_code = 3
+    exit_code = Exit.SERVICE_UNAVAILABLE  # not PARKED: nothing waits for a human, a later run goes on

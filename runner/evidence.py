@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +18,15 @@ class Record(BaseModel):
     """Base for every record: immutable, strict about unknown fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    def evolve(self, **changes: object) -> Self:
+        """A copy with `changes` applied; a name that is not a field is an error (a misspelt field
+        given to pydantic's `model_copy(update=...)` would silently become an extra attribute)."""
+        unknown = sorted(set(changes) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(unknown)}; "
+                            f"its fields are {', '.join(type(self).model_fields)}")
+        return self.model_copy(update=changes)
 
 
 class CheckpointState(str, Enum):

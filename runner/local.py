@@ -15,14 +15,13 @@ from pathlib import Path
 from runner import gitwork
 from runner.actions import Wait
 from runner.errors import PlanRunnerError
+from runner.exits import Exit
 from runner.planfile import plan_id_from_path
 from runner.session import Drivers, SessionResult, Workspace
 from runner.state import GitStateStore
 from runner.step import run_session
 
-EXIT_FINISHED = 0  # also in runner.cli_local
-EXIT_PARKED = 3
-EXIT_WAITING = 4  # a backoff longer than --max-wait: run again later
+EXIT_FINISHED, EXIT_PARKED, EXIT_WAITING = Exit.OK, Exit.PARKED, Exit.WAITING
 
 
 @dataclass
@@ -40,6 +39,7 @@ class LocalParker:
     """Writes park and finish reports to files under `reports_dir`."""
 
     reports_dir: Path
+    local = True  # park reports say `plan-runner reply`, not a GitHub comment
 
     def _write(self, name: str, body: str) -> str:
         self.reports_dir.mkdir(parents=True, exist_ok=True)

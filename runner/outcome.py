@@ -117,6 +117,10 @@ def _no_progress(e: Evidence) -> list[str]:
     return ["no work commits (commits that touch only the plan, tracker or handoff do not count)"]
 
 
+# `Interrupted` is not in this table: no evidence classifies it. It is recorded, as rule 0, when
+# plan-runner itself was stopped mid-session (Ctrl-C, SIGTERM, its own failure): see runner/interrupt.py.
+INTERRUPTED_RULE = 0
+
 RULES: tuple[_Rule, ...] = (
     _Rule(1, Outcome.NEEDS_HUMAN, Blame.NONE, _needs_human),
     _Rule(2, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT, _exit(ExitKind.RATE_LIMIT, "the backend hit a rate or usage limit")),

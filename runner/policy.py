@@ -33,7 +33,8 @@ _FIX_KIND = {
 }
 _STALLS = (Outcome.STALLED, Outcome.TIMED_OUT)
 # Sessions cut short before any verdict on their work: what they committed is judged with the next session.
-_UNJUDGED = (Outcome.STALLED, Outcome.TIMED_OUT, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER, Outcome.AGENT_ERROR)
+_UNJUDGED = (Outcome.STALLED, Outcome.TIMED_OUT, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER, Outcome.AGENT_ERROR,
+             Outcome.INTERRUPTED)
 
 AnyAction = RunSession | Wait | ConsultAdvisor | Park | Finish
 
@@ -67,7 +68,20 @@ class RunState(Record):
         return isinstance(self.pending, Park)
 
 
+def _note_interruption(state: RunState, r: SessionRecord) -> RunState:
+    """plan-runner was stopped mid-session: the session counts (its tokens and cost were spent),
+    but no budget moves: attempts, resumes, backoffs and the circuit breaker stay as they were."""
+    open_session = state.open_session if state.open_session and state.open_session.n != r.n else None
+    return state.model_copy(update=dict(
+        sessions=state.sessions + 1, tokens=state.tokens + r.tokens, cost_usd=state.cost_usd + (r.cost_usd or 0.0),
+        last=r, open_session=open_session, pending=r.next_action, park_issue=None, parked_at=None,
+        uncredited_base=state.uncredited_base or r.base_sha or None,
+    ))
+
+
 def _note_session(state: RunState, r: SessionRecord) -> RunState:
+    if r.outcome is Outcome.INTERRUPTED:
+        return _note_interruption(state, r)
     attempts = dict(state.stage_attempts)
     if r.stage is not None:
         if r.outcome is Outcome.ADVANCED:
@@ -79,7 +93,7 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
             and last.outcome is r.outcome and last.fingerprint == r.fingerprint)
     stalled = r.outcome in _STALLS
     open_session = state.open_session if state.open_session and state.open_session.n != r.n else None
-    return state.model_copy(update=dict(
+    return state.evolve(
         sessions=state.sessions + 1,
         tokens=state.tokens + r.tokens,
         cost_usd=state.cost_usd + (r.cost_usd or 0.0),
@@ -95,7 +109,7 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
         park_issue=None,  # a session ran: any earlier park is over
         parked_at=None,
         uncredited_base=(state.uncredited_base or r.base_sha or None) if r.outcome in _UNJUDGED else None,
-    ))
+    )
 
 
 def _fresh_budgets(state: RunState, **extra) -> RunState:
@@ -104,10 +118,10 @@ def _fresh_budgets(state: RunState, **extra) -> RunState:
     attempts = dict(state.stage_attempts)
     if stage is not None:
         attempts[stage] = 0
-    return state.model_copy(update=dict(
+    return state.evolve(
         stage_attempts=attempts, streak=0, consecutive_backoffs=0,
         consecutive_zero_stalls=0, consecutive_stalls=0, **extra,
-    ))
+    )
 
 
 def fold(ledger: Iterable[Entry]) -> RunState:
@@ -115,7 +129,7 @@ def fold(ledger: Iterable[Entry]) -> RunState:
     state = RunState()
     for entry in ledger:
         if isinstance(entry, SessionStarted):
-            state = state.model_copy(update={"open_session": entry})
+            state = state.evolve(open_session=entry)
         elif isinstance(entry, SessionRecord):
             state = _note_session(state, entry)
         elif isinstance(entry, Advice):
@@ -130,12 +144,11 @@ def fold(ledger: Iterable[Entry]) -> RunState:
                                    finished=False,
                                    uncredited_base=None if entry.command == "skip" else state.uncredited_base)
         elif isinstance(entry, Dispatched):
-            state = state.model_copy(update={"last_dispatch": max(state.last_dispatch, entry.for_session)})
+            state = state.evolve(last_dispatch=max(state.last_dispatch, entry.for_session))
         elif isinstance(entry, Parked):
-            state = state.model_copy(update={"park_issue": entry.issue_url or entry.report_path,
-                                             "parked_at": entry.at})
+            state = state.evolve(park_issue=entry.issue_url or entry.report_path, parked_at=entry.at)
         elif isinstance(entry, Finished):
-            state = state.model_copy(update={"finished": True, "pull_request": entry.pull_request_url})
+            state = state.evolve(finished=True, pull_request=entry.pull_request_url)
     return state
 
 
@@ -234,7 +247,7 @@ def decide_after_advice(answer: str, reason: str, state: RunState, plan: Plan) -
         return _next_work(plan, state, _retry_kind(state), f"advisor: resume, no agent session to resume ({reason})")
     if answer == "skip":
         skipped = state.skipped | ({last.checkpoint} if last and last.checkpoint else set())
-        return _next_work(plan, state.model_copy(update={"skipped": skipped}), SessionKind.DELIVERY,
+        return _next_work(plan, state.evolve(skipped=skipped), SessionKind.DELIVERY,
                           f"advisor: skip ({reason})")
     return Park(reason=f"the advisor asks for a human: {reason}")
 
@@ -248,7 +261,7 @@ def decide_after_reply(command: str, text: str, user: str, state: RunState, plan
         return Park(reason=f"stopped by {who}")
     if command == "skip":
         skipped = state.skipped | ({last.checkpoint} if last and last.checkpoint else set())
-        return _next_work(plan, fresh.model_copy(update={"skipped": skipped}), SessionKind.DELIVERY,
+        return _next_work(plan, fresh.evolve(skipped=skipped), SessionKind.DELIVERY,
                           f"{who}: skip the checkpoint")
     if command == "resume" and last is not None and last.outcome in _STALLS and last.agent_session_id:
         return RunSession(kind=SessionKind.RESUME, checkpoint=last.checkpoint, reason=f"{who}: resume",

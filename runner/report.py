@@ -79,8 +79,9 @@ def render_report(plan: Plan, state: RunState, *, title: str, verdict: Verdict |
     return redact(text, secrets)
 
 
-def render_park_issue(plan: Plan, report: str, checkpoint: str | None) -> str:
-    return _ENV.get_template("park_issue.md.j2").render(plan=plan, report=report, checkpoint=checkpoint)
+def render_park_issue(plan: Plan, report: str, checkpoint: str | None, *, local: bool = False) -> str:
+    """The park report with how to answer it: `/plan-runner` comments on GitHub, `plan-runner reply` locally."""
+    return _ENV.get_template("park_issue.md.j2").render(plan=plan, report=report, checkpoint=checkpoint, local=local)
 
 
 def park_marker(plan_id: str) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from runner.actions import Wait, describe
-from runner.local import local_drivers, local_workspace
+from runner.errors import PlanRunnerError
+from runner.local import local_drivers, local_workspace, repo_root
 from runner.policy import decide_start
 from runner.session import Session
 
@@ -30,6 +32,7 @@ def plan_status(path: Path) -> dict:
         "done": sum(c.state.value == "DONE" for c in plan.checkpoints), "checkpoints": len(plan.checkpoints),
         "attempts_left": (plan.stage_attempt_budget(stage) - state.stage_attempts.get(stage.number, 0)) if stage else 0,
         "sessions": state.sessions, "tokens": state.tokens, "cost_usd": round(state.cost_usd, 4),
+        "cost_known": any(e.cost_usd is not None for e in s.entries if hasattr(e, "cost_usd")),
         "last_outcome": state.last.outcome.value if state.last else None,
         "parked": state.parked, "finished": state.finished,
         "waiting_until": action.until.isoformat() if isinstance(action, Wait) else None,
@@ -37,5 +40,23 @@ def plan_status(path: Path) -> dict:
     }
 
 
+def default_plan_paths(cwd: Path) -> list[Path]:
+    """Every plan in the repository around `cwd` (`plans/*.md`, handoffs excluded), from any subdirectory.
+    Outside a repository: a PlanRunnerError (exit 2), never an empty table."""
+    plans = repo_root(cwd) / "plans"
+    return sorted(p for p in plans.glob("*.md") if not p.name.endswith(".handoff.md"))
+
+
 def plan_statuses(paths: list[Path]) -> list[dict]:
-    return [plan_status(p) for p in paths]
+    """One row per plan; a plan that cannot be read is a row with `error`, never hiding the others."""
+    rows = []
+    for p in paths:
+        try:
+            rows.append(plan_status(p))
+        except PlanRunnerError as exc:
+            shown = os.path.relpath(p.absolute(), Path.cwd())  # as the user would type it again
+            problems = getattr(exc, "problems", None)
+            first = f": line {problems[0].line}: {problems[0].what}" if problems else ""
+            rows.append({"plan": p.stem, "path": shown, "error": exc.what + first,
+                         "fix": f"plan-runner validate {shown}" if problems else (exc.fix or f"plan-runner validate {shown}")})
+    return rows

@@ -16,6 +16,10 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_active: list[_Status] = []  # the live status line on the terminal, if any (at most one)
+
+
 class Output:
     def __init__(self, stream: str) -> None:
         self._stream_name = stream  # looked up on every call: tests and callers may swap sys.stdout/stderr
@@ -45,10 +49,12 @@ class Output:
 
     def say(self, text: str, style: str | None = None) -> None:
         """One message; `style` (e.g. "bold red") only colours it on a terminal. Control sequences in it
-        (an agent's words, a gate's output) are removed: they would drive the user's terminal."""
+        (an agent's words, a gate's output) are removed: they would drive the user's terminal. A live
+        status line is cleared first and drawn again below the message, so the two never share a line."""
         text = strip_control(text)
         if self.is_terminal():
-            self.console().print(text, style=style, markup=False, emoji=False)
+            with _above_status():
+                self.console().print(text, style=style, markup=False, emoji=False)
         else:
             print(text, file=self.stream, flush=True)
 
@@ -63,30 +69,80 @@ class Output:
             table.add_column(Text(col), no_wrap=col in keep)
         for row in rows:
             table.add_row(*(Text(cell) for cell in row))
-        self.console().print(table)
+        with _above_status():
+            self.console().print(table)
 
     def status(self, text: str) -> Any:
         """A live status line on a terminal (an object with update/stop), or None elsewhere."""
         if not self.is_terminal():
             return None
-        from rich.text import Text
+        status = _Status(self.stream)
+        _active.append(status)
+        status.update(text)
+        return status
 
-        status = self.console().status(Text(text))
-        status.start()
-        return _Status(status)
+
+class _above_status:
+    """Around a print on the terminal: the status line is erased before and drawn again after."""
+
+    def __enter__(self) -> None:
+        for status in _active:
+            status.lock.acquire()
+            status.erase()
+
+    def __exit__(self, *exc: object) -> None:
+        for status in _active:
+            status.draw()
+            status.lock.release()
 
 
 class _Status:
-    def __init__(self, status: Any) -> None:
-        self._status = status
+    """One line at the bottom of the terminal, redrawn in place (carriage return, erase line).
+
+    Written directly, not through rich's Live: Live swaps sys.stdout/sys.stderr for proxies, and
+    a message printed through another console then lands after the spinner's text on the same
+    line. The line is cut to the terminal's width, so it never wraps (a wrapped line cannot be
+    erased with a carriage return). Every write holds `lock`: the progress thread redraws while
+    the main thread prints."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        import threading
+
+        self.stream = stream
+        self.lock = threading.RLock()
+        self.text = ""
+        self.frame = 0
+        self.stopped = False
+
+    def _width(self) -> int:
+        import shutil
+
+        return max(10, shutil.get_terminal_size((80, 24)).columns)
+
+    def draw(self) -> None:
+        if self.stopped or not self.text:
+            return
+        self.frame = (self.frame + 1) % len(_SPINNER)
+        line = f"{_SPINNER[self.frame]} {self.text}"[: self._width() - 1]
+        self.stream.write("\r\x1b[2K" + line)
+        self.stream.flush()
+
+    def erase(self) -> None:
+        if not self.stopped:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
 
     def update(self, text: str) -> None:
-        from rich.text import Text
-
-        self._status.update(Text(text))
+        with self.lock:
+            self.text = " ".join(strip_control(text).split())  # one line of plain text, whatever the text held
+            self.draw()
 
     def stop(self) -> None:
-        self._status.stop()
+        with self.lock:
+            self.erase()
+            self.stopped = True
+            if self in _active:
+                _active.remove(self)
 
 
 err = Output("stderr")

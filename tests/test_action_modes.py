@@ -327,3 +327,16 @@ def test_real_shaped_issue_comment_and_schedule_payloads_drive_reply_and_tick(jo
     tick = json.loads((EVENTS / "schedule.json").read_text())
     rc, _, outputs, _, _ = jobs.run("schedule", tick)
     assert rc == 0 and len(jobs.srv.dispatches) == 1  # the reply dispatched; the tick adds none
+
+
+def test_session_mode_preflight_fails_the_job_before_recording_anything(tmp_path):
+    """A claude-code plan whose CLI does not exist fails the session job with what/why/fix; no ledger entry,
+    no dispatch, no park issue."""
+    plan = w.PLAN.replace("  backend: script\n", f"  backend: claude-code\n  executable: {tmp_path / 'no-claude'}\n")
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script="sessions: []\n", plan=plan)
+        rc, out, outputs, summary, _ = jobs.session()
+        assert rc == 2, out
+        assert "preflight" in out and "cannot be found" in out
+        refs = w.git(jobs.bare, "for-each-ref", "--format=%(refname)").split()
+        assert refs == ["refs/heads/main"] and srv.dispatches == [] and not srv.issues  # no state, no work branch

@@ -113,7 +113,7 @@ def test_session_commits_and_flips_checkbox(srv: MessagesServer, repo: git.Repo,
     assert sig.output_tokens == u["output_tokens"] and sig.output_tokens >= 30
     assert sig.cost_usd == result["total_cost_usd"]
     assert sig.hints.final_text == "All done: hello.txt is committed." and sig.hints.claimed_done is True
-    assert ("tool", "Bash") in events and ("session", sig.agent_session_id) in events
+    assert ("tool", "Bash") in events and ("agent_session", sig.agent_session_id) in events
     # the prompt went in on stdin as a user message
     assert "Write hello.txt, commit it" in _texts(srv.message_requests[0].json)
     assert collect_transcript(request.transcript_dir, sig.agent_session_id) is not None

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from runner.errors import PlanRunnerError, ServiceUnavailable
+from runner.exits import Exit
 from runner.events import GitHubContext
 from runner.github import GitHubDriver, ParkIssue, park_marker, parse_park_marker
 from runner.github_api import RetryPolicy
@@ -345,7 +346,7 @@ def test_service_staying_down_is_service_unavailable(srv: GitHubServer, driver: 
     with pytest.raises(ServiceUnavailable) as info:
         driver.open_park("a", "t", "b")
     assert info.value.what and info.value.why and "githubstatus" in info.value.fix
-    assert info.value.exit_code == 3
+    assert info.value.exit_code == Exit.SERVICE_UNAVAILABLE != Exit.PARKED
     assert srv.count() == RetryPolicy.fast().total + 1
 
 

@@ -142,7 +142,7 @@ def test_editing_the_gates_parks_and_is_reverted(tmp_path):
     assert any("protected configuration" in r for r in out["reasons"])
     assert "unittest discover" in git(repo, "show", "plan-runner/calc:plans/calc.md")
     report = Path(out["url"]).read_text()
-    assert "needs a human" in report and "/plan-runner resume" in report
+    assert "needs a human" in report and "plan-runner reply plans/calc.md resume" in report and "/plan-runner resume" not in report
 
 
 def test_silent_agent_stalls_and_the_next_session_resumes_it(tmp_path):

@@ -174,7 +174,7 @@ def test_feed_reports_progress_events() -> None:
     """feed returns the session id, tool and token events for the live display."""
     parser = StreamJsonParser()
     lines = _lines("tool-use-success.jsonl")
-    assert parser.feed(lines[0]) == (("session", "1a7ad00a-983e-46d2-ad06-7c80ff842a16"),)
+    assert parser.feed(lines[0]) == (("agent_session", "1a7ad00a-983e-46d2-ad06-7c80ff842a16"),)
     assert parser.feed(lines[1]) == (("tokens", "120"), ("tool", "Bash"))
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from runner.agentenv import BACKEND_CREDENTIALS
 from runner.errors import PlanRunnerError
 from runner.evidence import SessionSignals
 from runner.plan import AgentConfig
@@ -92,6 +93,9 @@ _BUILTIN = {
 
 def register_backend(name: str, factory: Callable[[], AgentBackend]) -> None:
     _REGISTRY[name] = factory
+    credentials = getattr(factory, "credentials", None)
+    if credentials is not None and name not in BACKEND_CREDENTIALS:  # a built-in's list is never replaced
+        BACKEND_CREDENTIALS[name] = tuple(credentials)
 
 
 def get_backend(name: str) -> AgentBackend:

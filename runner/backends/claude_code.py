@@ -24,7 +24,10 @@ import re
 from pathlib import Path
 
 from runner.backends.base import SessionRequest, register_backend
-from runner.backends.streamjson import STOP_AUTH, STOP_TOKEN_BUDGET, StreamJsonParser, build_signals, classify_api_error
+from runner.backends.streamjson import (
+    LONG_RETRY_S, MAX_LIMIT_RETRIES, STOP_AUTH, STOP_RATE_LIMIT, STOP_TOKEN_BUDGET, StreamJsonParser, build_signals,
+    classify_api_error,
+)
 from runner.evidence import ExitKind, SessionSignals
 from runner.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
@@ -120,8 +123,13 @@ class ClaudeCodeBackend:
                 request.on_event(kind, detail)
                 if kind == "result":
                     ctl.close_stdin()  # the turn is over: let the CLI exit
-                elif kind == "retry" and classify_api_error(parser.retry_status, parser.retry_code) is ExitKind.AUTH:
-                    ctl.stop(STOP_AUTH)  # retrying a rejected key only burns the session's time
+                elif kind == "retry":
+                    failure = classify_api_error(parser.retry_status, parser.retry_code)
+                    if failure is ExitKind.AUTH:
+                        ctl.stop(STOP_AUTH)  # retrying a rejected key only burns the session's time
+                    elif failure is ExitKind.RATE_LIMIT and (
+                            (parser.retry_delay_s or 0) >= LONG_RETRY_S or parser.retry_attempts >= MAX_LIMIT_RETRIES):
+                        ctl.stop(STOP_RATE_LIMIT)  # it is waiting out a limit: back off until the reset instead
             verdict = meter.set_used(parser.live_tokens)
             if verdict == "stop":
                 ctl.stop(STOP_TOKEN_BUDGET)

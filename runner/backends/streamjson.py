@@ -30,6 +30,11 @@ FINAL_TEXT_CHARS = 2000
 ERROR_CHARS = 300
 STOP_TOKEN_BUDGET = "token budget"  # Controller.stop detail used by the backend
 STOP_AUTH = "auth"  # the backend stops a CLI that retries an authentication failure
+STOP_RATE_LIMIT = "rate limit"  # the backend stops a CLI that waits out a rate limit in its own retries
+# A rate-limit retry the CLI schedules this far out (or the Nth in a row) means it is waiting out a
+# limit inside the session's time: plan-runner stops it and backs off until the reset instead.
+LONG_RETRY_S = 20.0
+MAX_LIMIT_RETRIES = 3
 
 # The CLI's normalised `error` codes (assistant `error`, api_retry `error`).
 _RATE_LIMIT_CODES = frozenset({"rate_limit"})
@@ -98,6 +103,7 @@ class StreamJsonParser:
         self.retry_status: int | None = None  # latest api_retry, cleared likewise
         self.retry_code: str | None = None
         self.retry_attempts = 0
+        self.retry_delay_s: float | None = None  # the delay of the CLI's last API retry
         self.reset_at: datetime | None = None
         self.rate_limit_status: str | None = None
 
@@ -213,7 +219,7 @@ class StreamJsonParser:
                 self.session_id = sid
             model = msg.get("model")
             self.model = model if isinstance(model, str) else self.model
-            return (("session", str(sid)),)
+            return (("agent_session", str(sid)),)
         if subtype == "api_retry":
             status = msg.get("error_status")
             self.retry_status = status if isinstance(status, int) else None
@@ -221,9 +227,16 @@ class StreamJsonParser:
             self.retry_code = code if isinstance(code, str) else None
             self.retry_attempts += 1
             delay = msg.get("retry_delay_ms")
-            if classify_api_error(self.retry_status, self.retry_code) is ExitKind.RATE_LIMIT and isinstance(delay, (int, float)):
-                self.reset_at = self._clock() + timedelta(milliseconds=delay)
-            return (("retry", f"{status} {code}"),)
+            self.retry_delay_s = delay / 1000 if isinstance(delay, (int, float)) and not isinstance(delay, bool) else None
+            if classify_api_error(self.retry_status, self.retry_code) is ExitKind.RATE_LIMIT and self.retry_delay_s is not None:
+                self.reset_at = self._clock() + timedelta(seconds=self.retry_delay_s)
+            attempt, most = msg.get("attempt"), msg.get("max_retries")
+            detail = f"{status} {code}"
+            if isinstance(attempt, int):
+                detail += f", attempt {attempt}" + (f"/{most}" if isinstance(most, int) else "")
+            if self.retry_delay_s is not None:
+                detail += f", next try in {self.retry_delay_s:.0f}s"
+            return (("retry", detail),)
         return ()
 
     def _rate_limit(self, msg: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -294,6 +307,10 @@ def decide_exit(
     """How the session ended, from the supervisor's reason and what the stream said. Pure."""
     if reason == "stopped" and stop_detail == STOP_TOKEN_BUDGET:
         return ExitKind.TOKEN_BUDGET, None
+    if reason == "stopped" and stop_detail == STOP_RATE_LIMIT:
+        waited = f", next try in {parser.retry_delay_s:.0f}s" if parser.retry_delay_s is not None else ""
+        return ExitKind.RATE_LIMIT, (f"rate limited: claude was retrying ({parser.retry_attempts} retries{waited}); "
+                                     "stopped to back off until the reset")[:ERROR_CHARS]
     api = parser.api_failure(include_retry=reason != "exited")
     if api is not None:
         status = parser.api_error_status or parser.retry_status

@@ -1,0 +1,194 @@
+"""The architecture in the imports: a pure core, adapters to the world, backends, drivers.
+
+Each group is an explicit list of modules, so moving modules into packages only edits the lists.
+Imports anywhere in a module count (also the ones inside functions, which load lazily).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Pure: records, decisions, parsers of text into records. No clock, no environment, no I/O.
+CORE = {
+    "runner.actions", "runner.errors", "runner.evidence", "runner.exits", "runner.fingerprint", "runner.inert",
+    "runner.lazyre",
+    "runner.ledger", "runner.outcome", "runner.plan", "runner.policy", "runner.ports", "runner.replies",
+    "runner.tail",
+}
+# Read or change the world: git, gates, GitHub, the state branch, processes, files, the terminal, templates.
+ADAPTERS = {
+    "runner.action_io", "runner.advisor", "runner.agentarea", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
+    "runner.github", "runner.github_api", "runner.github_checks", "runner.gitwork", "runner.guard", "runner.init",
+    "runner.planfile", "runner.planfile_body", "runner.planfile_front", "runner.prompts", "runner.report",
+    "runner.sandbox", "runner.setup", "runner.state", "runner.supervise", "runner.term", "runner.termreport",
+}
+BACKENDS = {
+    "runner.backends", "runner.backends.agent_tools", "runner.backends.anthropic_agent", "runner.backends.anthropic_child",
+    "runner.backends.anthropic_errors", "runner.backends.base", "runner.backends.claims",
+    "runner.backends.claude_code", "runner.backends.codex", "runner.backends.codexjson",
+    "runner.backends.command", "runner.backends.limits", "runner.backends.script",
+    "runner.backends.script_agent", "runner.backends.streamjson",
+}
+# Put it all together: one session, the local loop, the GitHub Actions modes, the command line.
+DRIVERS = {
+    "runner", "runner.__main__", "runner.action", "runner.action_reply", "runner.action_tick", "runner.cli",
+    "runner.cli_action", "runner.cli_local", "runner.demo", "runner.interrupt", "runner.local", "runner.preflight",
+    "runner.session", "runner.status", "runner.step", "runner.transcripts",
+}
+GROUPS = {"core": CORE, "adapters": ADAPTERS, "backends": BACKENDS, "drivers": DRIVERS}
+# A group may import its own modules and those of the groups listed here, nothing else.
+MAY_IMPORT = {
+    "core": {"core"},
+    "adapters": {"core", "adapters"},
+    "backends": {"core", "adapters", "backends"},
+    "drivers": {"core", "adapters", "backends", "drivers"},
+}
+# Everything outside the project the core may import: the standard library's pure parts and pydantic.
+CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "enum", "functools", "hashlib", "math",
+                  "pydantic", "re", "typing"}
+# Calls that read the clock, the environment or files: never in the core (time is a field of the evidence).
+IMPURE_CALLS = {"now", "utcnow", "today", "open", "getenv", "monotonic", "time", "sleep", "read_text", "write_text"}
+# Module-level import cycles (strongly connected groups of modules) that exist today, all inside the
+# drivers group; the list must stay exact, so a new cycle fails and a fixed one is taken off.
+KNOWN_CYCLES = {
+    frozenset({"runner.action", "runner.action_reply", "runner.action_tick"}),
+    frozenset({"runner.cli_local", "runner.demo"}),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {_module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted((ROOT / "runner").rglob("*.py"))}
+
+
+def _imports(name: str, tree: ast.Module, known: set[str]) -> tuple[set[str], set[str]]:
+    """(project modules, outside libraries) the module imports, anywhere in it."""
+    inside, outside = set(), set()
+    package = name if (ROOT / name.replace(".", "/") / "__init__.py").exists() else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for n in names:
+            if n == "runner" or n.startswith("runner."):
+                while n not in known:  # `runner.backends.base.X` -> the module that holds X
+                    n = n.rpartition(".")[0]
+                inside.add(n)
+            else:
+                outside.add(n)
+    inside.discard(name)
+    return inside, outside
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, tree, known)[0] for name, tree in modules.items()}
+
+
+def _group(module: str) -> str:
+    return next(g for g, members in GROUPS.items() if module in members)
+
+
+def test_every_module_is_in_exactly_one_group():
+    """A new module must be placed in a group (and so in the architecture) before it can land."""
+    modules = set(_modules())
+    placed = [m for members in GROUPS.values() for m in members]
+    assert sorted(modules - set(placed)) == [], "put these modules in a group of tests/test_import_direction.py"
+    assert sorted(set(placed) - modules) == [], "these modules no longer exist: take them off the lists"
+    assert len(placed) == len(set(placed)), "a module is listed in two groups"
+
+
+def test_groups_import_only_inward():
+    """The core imports only the core; adapters no backend or driver; backends no driver."""
+    wrong = [f"{m} ({_group(m)}) imports {d} ({_group(d)})"
+             for m, deps in _graph().items() for d in sorted(deps) if _group(d) not in MAY_IMPORT[_group(m)]]
+    assert wrong == []
+
+
+def test_group_graph_has_no_cycles():
+    """Between groups the imports form a DAG: core <- adapters <- backends <- drivers."""
+    edges = {(_group(m), _group(d)) for m, deps in _graph().items() for d in deps if _group(m) != _group(d)}
+    order = list(GROUPS)
+    assert all(order.index(a) > order.index(b) for a, b in edges), sorted(edges)
+
+
+def test_core_imports_only_pure_libraries():
+    """The core's outside imports are pure parts of the standard library and pydantic: no git, HTTP, os, time."""
+    modules = _modules()
+    known = set(modules)
+    wrong = [f"{m} imports {lib}" for m in sorted(CORE) for lib in sorted(_imports(m, modules[m], known)[1])
+             if lib.split(".")[0] not in CORE_LIBRARIES]
+    assert wrong == []
+
+
+def test_core_reads_no_clock_environment_or_files():
+    """No call in the core reads the clock, the environment or a file (`datetime.now`, `open`, `os.getenv`...)."""
+    modules = _modules()
+    wrong = []
+    for m in sorted(CORE):
+        for node in ast.walk(modules[m]):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                if called in IMPURE_CALLS:
+                    wrong.append(f"{m}:{node.lineno} calls {called}()")
+    assert wrong == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: set[frozenset[str]] = set()
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_module_cycles_are_only_the_known_ones_inside_the_drivers():
+    """Module-level import cycles are exactly the listed ones, each within the drivers group."""
+    components = _cycles(_graph())
+    assert all({_group(m) for m in c} == {"drivers"} for c in components), components
+    assert components == KNOWN_CYCLES
+
+
+def test_cycle_finder_finds_a_cycle():
+    """The cycle check itself works: a three-module loop and a self-contained chain are told apart."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == set()
