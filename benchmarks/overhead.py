@@ -63,7 +63,7 @@ def run_one(repo: Path, n: int, env: dict[str, str]) -> dict[str, float]:
     result = json.loads(run.stdout)
     if result["outcome"] != "Advanced":
         raise RuntimeError(f"expected Advanced, got {result['outcome']}: {result['reasons']}")
-    evidence = json.loads(git(repo, "show", f"plan-runner/state:{plan_id}/files/last-evidence.json"))
+    evidence = json.loads(git(repo, "show", f"refs/plan-runner/state/{plan_id}:files/last-evidence.json"))
     agent_s = float(evidence["signals"]["duration_s"])
     gates_s = sum(float(g["duration_s"]) for g in result["gates"])
     return {"wall_s": run.wall_s, "agent_s": agent_s, "gates_s": gates_s,

@@ -25,13 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import ROOT, machine  # noqa: E402
 
-PARTS = ("overhead", "volume", "loop", "github", "action")
+PARTS = ("overhead", "volume", "loop", "github", "action", "state")
 SIZES = {
     # part: (quick, full)
     "overhead": ({"sizes": [100, 10_000], "reps": 2}, {"sizes": [100, 10_000, 100_000], "reps": 7}),
     "volume": ({"gate_bytes": 50 * 2**20, "stream_bytes": 50 * 2**20}, {"gate_bytes": 2**30, "stream_bytes": 2**30}),
     "loop": ({"plans": 300}, {"plans": 2000}),
     "github": ({"tick_plans": 10}, {"tick_plans": 20}),
+    "state": ({"ledger_sizes": [10, 1000, 10_000], "reps": 2, "sessions": 12, "stream_bytes": 6 * 10**6,
+               "tick_plans": 50, "plans": 20, "tree_files": [200, 50_000]},
+              {"ledger_sizes": [10, 1000, 10_000], "reps": 5, "sessions": 60, "stream_bytes": 6 * 10**6,
+               "tick_plans": 50, "plans": 20, "tree_files": [200, 50_000]}),
 }
 
 
@@ -77,7 +81,14 @@ def run_part(name: str, quick: bool, workdir: Path) -> dict:
         from benchmarks.action_startup import bench_action_startup
 
         return bench_action_startup(workdir)
+    if name == "state":
+        from benchmarks.state_bench import bench_state
+
+        return bench_state(workdir, {**size, **({"only": STATE_ONLY} if STATE_ONLY else {})})
     raise ValueError(name)
+
+
+STATE_ONLY: tuple[str, ...] = ()  # --state-parts ledger,network: a subset of the state part
 
 
 # ---- the table ---------------------------------------------------------------------------
@@ -160,10 +171,54 @@ def rows_for(name: str, r: dict) -> list[tuple[str, str, str, str]]:
                         f"{first['calls']} then {second['calls']} calls", _mark(tick["met"])))
         else:
             out.append((name, "tick", "not measured", "-"))
+    elif name == "state":
+        out += _state_rows(r)
     elif name == "action":
         out.append((name, "job start to agent start: cold (venv installed)", f"{r['cold_to_agent_s']:.1f} s", ""))
         out.append((name, "job start to agent start: warm (venv cached)", f"{r['warm_to_agent_s']:.1f} s", ""))
         out.append((name, "whole job: cold, warm", f"{r['cold_job_s']:.1f} s, {r['warm_job_s']:.1f} s", ""))
+    return out
+
+
+def _state_rows(r: dict) -> list[tuple[str, str, str, str]]:
+    out = []
+    if "ledger" in r:
+        lg = r["ledger"]
+        for row in lg["rows"]:
+            label = f"{row['entries']:,} ledger entries" + ("" if row["snapshot"] else " WITHOUT snapshot (baseline: full fold)")
+            out.append(("state", f"{label}: overhead, CPU, peak RSS",
+                        f"{row['overhead_median_s']:.3f} s, {row['cpu_median_s']:.2f} s, {row['peak_rss_mb']:.0f} MB", ""))
+        out.append(("state", "overhead ratio 10,000 / 10 entries", f"{lg['ratio']}x (CPU {lg['cpu_ratio']}x)",
+                    _mark(lg["targets"]["ratio"]["met"])))
+    if "transcripts" in r:
+        t = r["transcripts"]
+        out.append(("state", f"claude-code stand-in, {t['stream_bytes'] / 1e6:.0f} MB/session: overhead first vs "
+                    f"session {t['sessions']}", f"{t['first_overhead_s']:.3f} s vs {t['last_overhead_s']:.3f} s "
+                    f"({t['ratio']}x)", _mark(t["targets"]["ratio"]["met"])))
+        out.append(("state", f"  peak RSS first vs session {t['sessions']}",
+                    f"{t['first_peak_rss_mb']:.0f} MB vs {t['last_peak_rss_mb']:.0f} MB",
+                    _mark(t["targets"]["peak_rss_mb"]["met"])))
+        out.append(("state", "  transcripts kept with the state (bound)",
+                    f"{t['transcripts_kept_bytes'] / 2**20:.1f} MB ({t['transcripts_bound_bytes'] / 2**20:.0f} MB)", ""))
+    if "network" in r:
+        n = r["network"]
+        out.append(("state", "dispatching session: network git ops (git processes)",
+                    f"{n['session_network_ops']} ({n['session_git_processes']})",
+                    _mark(n["targets"]["session_network_ops"]["met"])))
+        out.append(("state", f"tick over {n['tick_plans']} plans ({n['tick_due']} due): fetches, pushes (processes)",
+                    f"{n['tick_fetches']}, {n['tick_pushes']} ({n['tick_git_processes']})",
+                    _mark(n["targets"]["tick_fetches"]["met"])))
+    if "concurrent" in r:
+        c = r["concurrent"]
+        out.append(("state", f"{c['plans']} plans at once, separate clones: advanced, entries lost",
+                    f"{c['advanced']}/{c['plans']}, {c['lost']} ({c['wall_s']} s)",
+                    _mark(c["targets"]["all_advance"]["met"] and c["targets"]["lost"]["met"])))
+    if "work_tree" in r:
+        w = r["work_tree"]
+        for row in w["rows"]:
+            out.append(("state", f"work tree of {row['files']:,} files: overhead (CPU)",
+                        f"{row['overhead_median_s']:.3f} s ({row['cpu_median_s']:.2f} s)", ""))
+        out.append(("state", "work tree ratio, biggest/smallest", f"{w['ratio']}x", ""))
     return out
 
 
@@ -180,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, under a minute")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts: {', '.join(PARTS)}")
+    parser.add_argument("--state-parts", default="", help="a subset of the state part: ledger, transcripts, "
+                        "network, concurrent, work_tree")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    global STATE_ONLY
+    STATE_ONLY = tuple(p.strip() for p in args.state_parts.split(",") if p.strip())
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")

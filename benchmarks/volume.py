@@ -48,7 +48,7 @@ def _session(repo: Path, plan_id: str, env: dict[str, str]) -> tuple[dict, dict,
                     timeout_s=900)
     if run.returncode != 0:
         raise RuntimeError(f"plan-runner session failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    evidence = json.loads(git(repo, "show", f"plan-runner/state:{plan_id}/files/last-evidence.json"))
+    evidence = json.loads(git(repo, "show", f"refs/plan-runner/state/{plan_id}:files/last-evidence.json"))
     return json.loads(run.stdout), evidence, run.maxrss_mb
 
 
@@ -92,6 +92,12 @@ def bench_stream_output(workdir: Path, size_bytes: int) -> dict:
     return bench_stream(workdir, size_bytes)
 
 
+def tree_bytes(repo: Path, tree: str) -> int:
+    """The size of every blob under a tree (the transcripts kept with a plan's state)."""
+    listing = git(repo, "ls-tree", "-r", "-l", tree)
+    return sum(int(line.split()[3]) for line in listing.splitlines() if line.split()[1] == "blob")
+
+
 def _claude_plan(executable: Path) -> str:
     return f"""\
 ---
@@ -128,7 +134,7 @@ def bench_agent_stream(workdir: Path, size_bytes: int) -> dict:
     right = (sig.get("cost_usd") == COST and sig.get("total_tokens") == 123 + 456
              and sig.get("output_bytes", 0) >= 0.99 * size_bytes)
     duration = float(sig["duration_s"])
-    state_bytes = int(git(repo, "cat-file", "-s", "plan-runner/state:cc-big/files/transcripts.tar.gz"))
+    state_bytes = tree_bytes(repo, "refs/plan-runner/state/cc-big:transcripts")
     extra = big_mb - idle_mb
     return {
         "bytes": size_bytes,

@@ -9,7 +9,7 @@ dispatches of the plans that are due.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, workspace_root
@@ -35,7 +35,7 @@ def orphan_deadline(started_at: datetime, plan: Plan) -> datetime:
     return started_at + timedelta(seconds=plan.config.agent.time_limit_minutes + gates) + ORPHAN_MARGIN
 
 
-def stopped_by_reply(entries: list) -> bool:
+def stopped_by_reply(entries: Sequence) -> bool:
     """The last human word was `stop` and nothing ran since: the plan stays stopped."""
     for entry in reversed(entries):
         if isinstance(entry, Reply):
@@ -45,11 +45,17 @@ def stopped_by_reply(entries: list) -> bool:
     return False
 
 
-def lost_dispatch(entries: list, n: int, now: datetime) -> bool:
-    """A dispatch for session `n` was recorded long ago and that session never started."""
-    if any(isinstance(e, SessionStarted) and e.n >= n for e in entries):
-        return False
-    times = [e.at for e in entries if isinstance(e, Dispatched) and e.for_session >= n]
+def lost_dispatch(entries: Sequence, n: int, now: datetime) -> bool:
+    """A dispatch for session `n` was recorded long ago and that session never started.
+    Reads back only to the last session record: anything about session `n` comes after it."""
+    times = []
+    for e in reversed(entries):
+        if isinstance(e, SessionStarted) and e.n >= n:
+            return False
+        if isinstance(e, Dispatched) and e.for_session >= n:
+            times.append(e.at)
+        if isinstance(e, SessionRecord) and e.n < n:
+            break
     return bool(times) and now - max(times) >= LOST_DISPATCH_AFTER
 
 

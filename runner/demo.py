@@ -185,7 +185,7 @@ def run_demo(directory: Path | None = None) -> int:
     entries, _ = drivers.store.read(result.plan.id)
     print_sessions_table(entries, "demo: every session and its verdict")
     err.say(f"\n{result.message}\nreport: {result.url}\nrepository: {repo} "
-            f"(work branch {result.plan.work_branch}, state branch plan-runner/state)")
+            f"(work branch {result.plan.work_branch}, state ref refs/plan-runner/state/{result.plan.id})")
     if code != EXIT_FINISHED:
         out.say(result.report or "")
     return code

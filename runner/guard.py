@@ -1,14 +1,14 @@
 """What the agent must not touch, checked and undone around its run; secrets kept out of the record.
 
 The agent works in the same git repository as plan-runner. Besides the files
-`runner.collect` protects in the work tree, it could move the state branch
-(`git update-ref refs/heads/plan-runner/state ...`) to forge or erase the
+`runner.collect` protects in the work tree, it could move its plan's state ref
+(`git update-ref refs/plan-runner/state/<plan> ...`) to forge or erase the
 ledger, or write `.git/config` / `.git/hooks` so that plan-runner's own later
 git commands run code of its choosing with the job's environment (a hook, a
 `core.fsmonitor` command). `snapshot` is taken before the agent starts;
 `restore` runs first thing after it exits, puts everything back and says what
-it found, which the verdict treats as tampering. The state branch itself is
-guarded by `GitStateStore.restore_version`.
+it found, which the verdict treats as tampering. The state ref itself is
+guarded by `GitStateStore.restore_own` (the plan's own ref only).
 
 `redact_*` remove known secret values from what is kept or published about a
 session (evidence, transcripts), whoever printed them: the agent or a gate.
@@ -101,6 +101,11 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
     for form in _forms(secrets):
         text = text.replace(form, "***")
     return text
+
+
+def secret_forms(secrets: Iterable[str]) -> list[bytes]:
+    """The byte strings `redact_*` replace (each secret, raw and JSON-escaped), longest first."""
+    return [form.encode() for form in _forms(secrets)]
 
 
 def redact_evidence(evidence: Evidence, secrets: Iterable[str]) -> Evidence:

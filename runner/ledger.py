@@ -1,15 +1,16 @@
 """The append-only ledger of one plan: the records the run state is folded from.
 
-One JSON object per line (`ledger.jsonl` on the state branch). Every entry
+One JSON object per line (`ledger.jsonl` on the plan's state ref). Every entry
 carries a `type`; unknown fields are rejected so a corrupted ledger is noticed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Union, overload
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, ValidationError
 
 from runner.actions import Blame, NextAction, Outcome, SessionKind
 from runner.evidence import Hints, Record
@@ -131,3 +132,79 @@ def parse_entry(line: str) -> Entry:
 
 def dump_entry(entry: Entry) -> str:
     return entry.model_dump_json()
+
+
+class Ledger(Sequence):
+    """A plan's ledger as read from the state: the raw lines, parsed (and checked) only when asked for.
+
+    With a trusted `snapshot` (the folded state stored with the ledger it was folded from) a
+    session reads no entry at all unless it looks back (a few from the end); without one,
+    `parse_all` checks every line. `error(line_number, detail)` makes the corrupt-line error.
+    """
+
+    def __init__(self, raw: bytes, error: Callable[[int, str], Exception], snapshot: str | None = None) -> None:
+        self._lines = [line for line in raw.split(b"\n") if line.strip()]
+        self._raw = raw
+        self._parsed: dict[int, Entry] = {}
+        self._error = error
+        self.snapshot = snapshot
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @overload
+    def __getitem__(self, index: int) -> Entry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Entry]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        entry = self._parsed.get(index)
+        if entry is None:
+            entry = self._parsed[index] = self._parse(index)
+        return entry
+
+    def __iter__(self) -> Iterator[Entry]:
+        return (self[i] for i in range(len(self)))
+
+    def __reversed__(self) -> Iterator[Entry]:
+        return (self[i] for i in range(len(self) - 1, -1, -1))
+
+    def __add__(self, other) -> list[Entry]:
+        return list(self) + list(other)
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, tuple, Ledger)) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Ledger({len(self)} entries)"
+
+    def parse_all(self) -> None:
+        for _ in self:
+            pass
+
+    def _parse(self, index: int) -> Entry:
+        line = self._lines[index].decode("utf-8", "replace")
+        try:
+            return parse_entry(line)
+        except ValidationError as exc:
+            first = exc.errors()[0] if exc.errors() else {}
+            detail = f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', exc)}"
+            raise self._error(self._line_number(index), detail) from None
+
+    def _line_number(self, index: int) -> int:
+        """The 1-based line in the file (blank lines count, as an editor shows them)."""
+        seen = -1
+        for number, line in enumerate(self._raw.split(b"\n"), start=1):
+            if line.strip():
+                seen += 1
+                if seen == index:
+                    return number
+        return index + 1

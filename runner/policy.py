@@ -9,10 +9,11 @@ outcomes loops forever: `max_sessions` parks the plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from runner.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
@@ -66,6 +67,12 @@ class RunState(Record):
     @property
     def parked(self) -> bool:
         return isinstance(self.pending, Park)
+
+    @property
+    def next_n(self) -> int:
+        """The number of the next session to start (one past every session started or recorded)."""
+        return max(self.sessions, self.last.n if self.last else 0,
+                   self.open_session.n if self.open_session else 0) + 1
 
 
 def _note_interruption(state: RunState, r: SessionRecord) -> RunState:
@@ -124,9 +131,34 @@ def _fresh_budgets(state: RunState, **extra) -> RunState:
     )
 
 
-def fold(ledger: Iterable[Entry]) -> RunState:
-    """The run state, derived from the plan's ledger in order."""
-    state = RunState()
+FOLD_VERSION = 1  # bump when fold() changes what it derives: stored snapshots are then refolded
+
+
+def snapshot_json(state: RunState) -> str:
+    """The folded state as stored with the ledger (`snapshot.json`), tagged with the fold's version."""
+    return json.dumps({"fold": FOLD_VERSION, "state": json.loads(state.model_dump_json())})
+
+
+def folded(ledger: Sequence[Entry]) -> RunState:
+    """The run state of a ledger read from the store: from its stored snapshot when the store
+    vouched that the snapshot was folded from exactly this ledger, else folded entry by entry.
+    A snapshot that does not parse, or comes from another fold version, is never trusted."""
+    raw = getattr(ledger, "snapshot", None)
+    if raw:
+        try:
+            snap = json.loads(raw)
+            if isinstance(snap, dict) and snap.get("fold") == FOLD_VERSION:
+                return RunState.model_validate(snap["state"])
+        except (ValueError, KeyError, TypeError, ValidationError):
+            pass
+    if hasattr(ledger, "parse_all"):
+        ledger.parse_all()
+    return fold(ledger)
+
+
+def fold(ledger: Iterable[Entry], state: RunState | None = None) -> RunState:
+    """The run state, derived from the plan's ledger in order (continuing from `state`, if given)."""
+    state = state if state is not None else RunState()
     for entry in ledger:
         if isinstance(entry, SessionStarted):
             state = state.evolve(open_session=entry)

@@ -6,11 +6,9 @@ The same function serves the local loop and the GitHub job; the drivers
 
 from __future__ import annotations
 
-import io
 import os
 import socket
-import tarfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,14 +17,18 @@ from typing import Literal
 from runner import agentarea, gitwork, sandbox
 from runner.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
 from runner.agentenv import secret_values
-from runner.errors import PlanRunnerError, StateConflict
+from runner.errors import PlanRunnerError
 from runner.evidence import Evidence
 from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord
 from runner.plan import Plan
 from runner.planfile import parse_plan, with_tracker
-from runner.policy import AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold
+from runner.guard import secret_forms
+from runner.policy import (
+    AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold, folded, snapshot_json,
+)
 from runner.ports import Dispatcher, Parker, StateStore
 from runner.report import render_park_issue, render_report
+from runner.state import GitStateStore
 
 Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
 # Where crash-consistency tests kill plan-runner (PLAN_RUNNER_FAULT=<point>), in the order a session passes them.
@@ -34,7 +36,29 @@ FAULT_POINTS = ("after-start", "after-agent", "after-gates", "before-push", "aft
                 "before-ledger", "after-ledger", "before-dispatch", "dispatch-recorded", "after-dispatch",
                 "before-park", "park-opened", "after-park")
 EVIDENCE_FILE = "last-evidence.json"
-TRANSCRIPTS_FILE = "transcripts.tar.gz"
+TRANSCRIPTS_DIR = "transcripts"  # kept with the plan's state as a git tree (unchanged files are not stored again)
+
+
+class _Appended(Sequence):
+    """The ledger as read plus what this process appended, without parsing what it never looks at."""
+
+    def __init__(self, base: Sequence[Entry], more: list[Entry]) -> None:
+        self.base, self.more = base, list(more)
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.more)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.base[index] if index < len(self.base) else self.more[index - len(self.base)]
+
+    def __add__(self, other) -> list[Entry]:
+        return list(self) + list(other)
 
 
 @dataclass
@@ -157,28 +181,24 @@ class Session:
         self.trusted, self.trusted_text = load_trusted_plan(ws)
         self.plan, _ = _tracked_plan(ws, self.trusted)
         self.entries, self.version = drivers.store.read(self.trusted.id)
-        self.state = fold(self.entries)
+        self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)
 
     # --- ledger -------------------------------------------------------------------------
 
-    def write(self, entries: list[Entry], files: dict[str, bytes] | None = None) -> None:
-        """Compare-and-swap append. A conflict caused by another plan's write is retried;
-        one caused by this plan's ledger moving means another job won: re-raise."""
-        for _ in range(5):
-            try:
-                self.version = self.d.store.append(self.trusted.id, entries, self.version, files)
-                self.entries = self.entries + entries
-                self.state = fold(self.entries)
-                return
-            except StateConflict:
-                fresh, version = self.d.store.read(self.trusted.id)
-                if len(fresh) != len(self.entries):
-                    raise
-                self.version = version
-        raise StateConflict(what="the state branch kept moving under this job",
-                            why="other jobs wrote to plan-runner/state five times in a row",
-                            fix="nothing to do: the next tick retries this plan")
+    def write(self, entries: list[Entry], files: dict[str, bytes] | None = None,
+              dirs: dict[str, Path] | None = None, also_push=()) -> None:
+        """Compare-and-swap append on this plan's state ref, with the folded state stored beside it.
+        A conflict always means another job advanced this plan (plans never share a ref): re-raised."""
+        state = fold(entries, self.state)
+        kw = {"snapshot": snapshot_json(state)} if isinstance(self.d.store, GitStateStore) else {}
+        if dirs:
+            kw.update(dirs=dirs, redact=secret_forms(self.secrets))
+        if also_push:
+            kw["also_push"] = also_push
+        self.version = self.d.store.append(self.trusted.id, entries, self.version, files, **kw)
+        self.entries = _Appended(self.entries, entries)
+        self.state = state
 
     # --- the non-running actions ----------------------------------------------------------
 
@@ -226,7 +246,7 @@ class Session:
     def _ask_advisor(self, question: str) -> tuple[str, str, bool, str]:
         """Deterministic first, model second: no advisor configured means a human decides."""
         if self.d.advisor is not None:
-            return self.d.advisor(question, self.entries, self.trusted)
+            return self.d.advisor(question, list(self.entries), self.trusted)
         cfg = self.trusted.config.advisor
         if cfg is None or not cfg.enabled:
             return "human", f"{question}; no advisor is configured", False, ""
@@ -269,7 +289,7 @@ class Session:
                                finished_at=now, outcome=verdict.outcome, blame=verdict.blame, rule=6,
                                reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
                                resume_session_id=open_.resume_session_id)
-        action = decide_next(verdict, fold(self.entries + [record]), self.plan)
+        action = decide_next(verdict, fold([record], self.state), self.plan)
         self.write([record.model_copy(update={"next_action": action})])
         self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
         return True
@@ -319,19 +339,3 @@ class Session:
                 action = self.consult(action)
         raise PlanRunnerError(what="the policy did not settle on an action", why=describe(action),
                               fix="report this as a bug with the plan's ledger attached")
-
-
-def pack_dir(path: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        if path.exists():
-            tar.add(path, arcname=".")
-    return buf.getvalue()
-
-
-def unpack_dir(data: bytes | None, path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    if not data:
-        return
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(path, filter="data")

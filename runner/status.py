@@ -12,9 +12,9 @@ from runner.policy import decide_start
 from runner.session import Session
 
 
-def plan_status(path: Path) -> dict:
+def plan_status(path: Path, drivers=None) -> dict:
     ws = local_workspace(path)
-    s = Session(ws, local_drivers(ws))
+    s = Session(ws, drivers or local_drivers(ws))
     plan, state = s.plan, s.state
     nxt = plan.next_checkpoint(state.skipped)
     stage = plan.stage_of(nxt.id) if nxt else None
@@ -48,15 +48,25 @@ def default_plan_paths(cwd: Path) -> list[Path]:
 
 
 def plan_statuses(paths: list[Path]) -> list[dict]:
-    """One row per plan; a plan that cannot be read is a row with `error`, never hiding the others."""
+    """One row per plan; a plan that cannot be read is a row with `error`, never hiding the others. Every
+    plan's state comes from one read of the remote: one fetch brings all plans' state refs."""
+    shared, repo = None, None
+    try:
+        first = local_workspace(paths[0]) if paths else None
+        if first is not None:
+            shared, repo = local_drivers(first), first.repo
+            shared.store.plans()
+    except PlanRunnerError:
+        shared = None  # each plan reads its own state; its row says what is wrong
     rows = []
     for p in paths:
         try:
-            rows.append(plan_status(p))
+            same = shared is not None and local_workspace(p).repo == repo
+            rows.append(plan_status(p, shared if same else None))
         except PlanRunnerError as exc:
             shown = os.path.relpath(p.absolute(), Path.cwd())  # as the user would type it again
             problems = getattr(exc, "problems", None)
-            first = f": line {problems[0].line}: {problems[0].what}" if problems else ""
-            rows.append({"plan": p.stem, "path": shown, "error": exc.what + first,
+            first_problem = f": line {problems[0].line}: {problems[0].what}" if problems else ""
+            rows.append({"plan": p.stem, "path": shown, "error": exc.what + first_problem,
                          "fix": f"plan-runner validate {shown}" if problems else (exc.fix or f"plan-runner validate {shown}")})
     return rows

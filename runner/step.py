@@ -23,8 +23,8 @@ from runner.planfile import with_tracker
 from runner.policy import decide_next, fold
 from runner.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
-    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_FILE, Drivers, Session, SessionResult, Workspace, agent_pid_file,
-    fault_point, isolation_of, pack_dir, unpack_dir,
+    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file,
+    fault_point, isolation_of,
 )
 
 
@@ -71,6 +71,9 @@ def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
                              fingerprint=g.fingerprint) for g in evidence.gates)
 
 
+_early_pushed: dict[tuple[str, str, int], str] = {}  # session refs pushed before the gates, to delete atomically
+
+
 def session_ref(plan_id: str, n: int) -> str:
     return f"refs/plan-runner/sessions/{plan_id}/{n}"
 
@@ -85,9 +88,31 @@ def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
 
     def push(head: str) -> None:
         gitwork.push_ref(ws.repo, ws.remote, head, session_ref(plan.id, n), None, what="the session's commits")
+        _early_pushed[(str(ws.repo), plan.id, n)] = head
         if checks:
             gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
     return push
+
+
+def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, str | None]]:
+    """The work branch (compare-and-swap on the remote's copy as last seen) and the deletion of the session
+    ref (if it was pushed), to push atomically with the state; a secret in a commit never leaves this machine."""
+    branch = f"refs/heads/{plan.work_branch}"
+    head = gitwork.ref_sha(ws.repo, branch)
+    expected = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}")
+    if expected and head and expected != head and not gitwork.is_ancestor(ws.repo, expected, head):
+        # The remote only moves forward (SPEC 4b, invariant 5): every commit it holds stays reachable.
+        raise PlanRunnerError(
+            what=f"refusing to push the work branch {plan.work_branch!r}: it would drop commits from {ws.remote!r}",
+            why=f"the remote's {expected[:12]} is not in the history of {head[:12]}; plan-runner never "
+                "force-pushes a rewritten history",
+            fix=f"inspect `git -C {ws.repo} log {head}...{expected}`; merge the remote's commits into the "
+                "work branch by hand, push, then run again")
+    updates = [(head, branch, expected)]
+    pushed = _early_pushed.pop((str(ws.repo), plan.id, n), None)
+    if pushed is not None:
+        updates.append((None, session_ref(plan.id, n), pushed))
+    return updates
 
 
 def run_session(ws: Workspace, drivers: Drivers) -> SessionResult:
@@ -145,7 +170,7 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
     plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
     tracked = with_tracker(plan, plan_text)
-    n = max([0] + [getattr(e, "n", 0) for e in s.entries]) + 1
+    n = s.state.next_n
     started_at = ws.clock()
     started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
                              base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id)
@@ -159,7 +184,7 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     handoff_path = handoff_path_of(plan)
     transcripts = ws.scratch_dir / plan.id / "transcripts"
     shutil.rmtree(transcripts, ignore_errors=True)
-    unpack_dir(s.d.store.read_file(plan.id, TRANSCRIPTS_FILE), transcripts)
+    s.d.store.read_dir(plan.id, TRANSCRIPTS_DIR, transcripts)
     if identity.isolated:
         _secure_judge_repo(ws.repo)
     area = agentarea.area_for(ws.repo, plan.id)
@@ -188,9 +213,10 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         ws.on_event("warning", note)
     if skipped:
         ws.on_event("warning", "not kept from the agent's state: " + "; ".join(skipped[:5]))
-    restore_state = getattr(s.d.store, "restore_version", None)
-    if restore_state is not None:
-        moved += restore_state(s.version)
+    restore_state = getattr(s.d.store, "restore_own", None)
+    if restore_state is not None:  # this plan's own ref only: other plans' jobs write theirs meanwhile
+        # An isolated agent can reach neither this repository nor its remote's credentials: no fetch to check it.
+        moved += restore_state(plan.id, s.version, remote=not identity.isolated)
     fault_point(ws, "after-agent")
     ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
 
@@ -211,7 +237,6 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
-    guard.redact_tree(transcripts, s.secrets)
     signals = evidence.signals
     fault_point(ws, "after-gates")
     verdict = classify(evidence)
@@ -226,22 +251,21 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         tokens=signals.total_tokens, cost_usd=signals.cost_usd, base_sha=base_sha, head_sha=head,
         work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
         resume_session_id=action.resume_session_id, instructions=action.instructions)
-    next_action = decide_next(verdict, fold(s.entries + [record]), s.plan)
+    next_action = decide_next(verdict, fold([record], s.state), s.plan)
     record = record.model_copy(update={"next_action": next_action})
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
 
     fault_point(ws, "before-push")
-    if ws.remote and not evidence.leaked_secrets:  # a secret in a commit stays on this machine
-        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote,
-                            gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}"))
     fault_point(ws, "after-push")
     fault_point(ws, "before-ledger")
-    s.write([record], files={EVIDENCE_FILE: evidence.model_dump_json().encode(),
-                             TRANSCRIPTS_FILE: pack_dir(transcripts)})
+    # One write, one atomic push: the verdict (with the intent to dispatch the next run, when that is what
+    # follows), the work branch and the removal of the session ref land together or not at all.
+    intent = _dispatch_intent(s, next_action)
+    s.write([record, *intent], files={EVIDENCE_FILE: evidence.model_dump_json().encode()},
+            dirs={TRANSCRIPTS_DIR: transcripts},
+            also_push=_work_updates(ws, plan, n) if ws.remote and not evidence.leaked_secrets else ())
     fault_point(ws, "after-ledger")
-    if ws.remote and not evidence.leaked_secrets:  # the work branch and the ledger hold it all now
-        gitwork.delete_remote_ref(ws.repo, ws.remote, session_ref(plan.id, n))
-    result = apply_action(s, next_action, evidence, verdict)
+    result = apply_action(s, next_action, evidence, verdict, dispatch_recorded=bool(intent))
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
                          result.message, verdict=verdict, evidence=evidence, record=record,
                          report_text=result.report_text, url=result.url,
@@ -249,7 +273,17 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
                                                     evidence, verdict))
 
 
-def apply_action(s: Session, action, evidence=None, verdict=None) -> SessionResult:
+def _dispatch_intent(s: Session, action) -> list[Dispatched]:
+    """The Dispatched entry `dispatch` would write right after the record, written with it instead (one push
+    less); only for a plain next session, the one action that is dispatched without another decision first.
+    `s.state` is the state before the record: `dispatch` numbers the next run one past the record."""
+    nxt = s.state.sessions + 2
+    if not isinstance(action, RunSession) or s.state.last_dispatch >= nxt:
+        return []
+    return [Dispatched(at=s.ws.clock(), for_session=nxt, key=f"{s.trusted.id}#{nxt}")]
+
+
+def apply_action(s: Session, action, evidence=None, verdict=None, dispatch_recorded: bool = False) -> SessionResult:
     """Apply the decided next action: the one place that changes the world after a decision."""
     ws = s.ws
     while isinstance(action, ConsultAdvisor):
@@ -262,19 +296,21 @@ def apply_action(s: Session, action, evidence=None, verdict=None) -> SessionResu
     if isinstance(action, Finish):
         return s.apply_finish(action, evidence, verdict)
     if isinstance(action, RunSession) or (isinstance(action, Wait) and action.until <= ws.clock()):
-        return dispatch(s, action)
+        return dispatch(s, action, recorded=dispatch_recorded)
     return SessionResult("waiting", s.plan, s.state, action, describe(action))
 
 
-def dispatch(s: Session, action) -> SessionResult:
+def dispatch(s: Session, action, recorded: bool = False) -> SessionResult:
     """Dispatch the next run once: the intent is in the ledger before the call, so a crash after it never
-    dispatches twice; a call lost to a crash before it is redone by the tick after a while."""
+    dispatches twice; a call lost to a crash before it is redone by the tick after a while. `recorded`: this
+    session wrote the intent with its record (so it was not dispatched yet)."""
     n = s.state.sessions + 1
-    if s.state.last_dispatch >= n:
+    if s.state.last_dispatch >= n and not recorded:
         return SessionResult("ran", s.plan, s.state, action, f"next run already dispatched: {describe(action)}")
     key = f"{s.trusted.id}#{n}"
     fault_point(s.ws, "before-dispatch")
-    s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
+    if not recorded:
+        s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
     fault_point(s.ws, "dispatch-recorded")
     s.d.dispatcher.dispatch_next(s.trusted.path, key)
     fault_point(s.ws, "after-dispatch")

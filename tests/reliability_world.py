@@ -128,16 +128,16 @@ def result_json(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout) if proc.stdout.strip() else {}
 
 
-def ledger_lines(repo: Path, plan_id: str = "calc", ref: str = "plan-runner/state") -> list[str]:
-    text = git(repo, "show", f"{ref}:{plan_id}/ledger.jsonl", check=False)
+def ledger_lines(repo: Path, plan_id: str = "calc", ref: str = "refs/plan-runner/state") -> list[str]:
+    text = git(repo, "show", f"{ref}/{plan_id}:ledger.jsonl", check=False)
     return [line for line in text.splitlines() if line.strip()]
 
 
-def ledger(repo: Path, plan_id: str = "calc", ref: str = "plan-runner/state") -> list[dict]:
+def ledger(repo: Path, plan_id: str = "calc", ref: str = "refs/plan-runner/state") -> list[dict]:
     return [json.loads(line) for line in ledger_lines(repo, plan_id, ref)]
 
 
-def fold_ledger(repo: Path, plan_id: str = "calc", ref: str = "plan-runner/state"):
+def fold_ledger(repo: Path, plan_id: str = "calc", ref: str = "refs/plan-runner/state"):
     """Parse every line as a ledger entry and fold them: raises if the ledger is corrupt."""
     return fold([parse_entry(line) for line in ledger_lines(repo, plan_id, ref)])
 

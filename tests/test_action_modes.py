@@ -206,7 +206,7 @@ def test_dry_run_changes_nothing(jobs):
     """dry-run says what the next session would be and writes nothing anywhere."""
     rc, _, outputs, _, _ = jobs.session(PLAN_RUNNER_DRY_RUN="true")
     assert rc == 0 and outputs["outcome"] == "dry-run" and "1.1" in outputs["next-action"]
-    assert w.ref(jobs.bare, "plan-runner/state") is None and jobs.srv.calls == []
+    assert w.ref(jobs.bare, "refs/plan-runner/state/calc") is None and jobs.srv.calls == []
 
 
 def test_user_error_is_one_error_line_and_a_summary(jobs):

@@ -232,3 +232,24 @@ def test_codex_hang_is_a_stall(tmp_path: Path, codex_exe: str) -> None:
         signals = CodexBackend(kill_grace_s=0.5).run(_request(tmp_path, srv, codex_exe, stall="2s"))
     assert signals.exit_kind is ExitKind.STALLED
     assert time.monotonic() - t0 < 30
+
+
+def test_the_event_log_kept_with_the_state_is_bounded_per_session(tmp_path: Path, monkeypatch) -> None:
+    """A CLI that streams more events than the bound leaves a log of at most the bound (plus one newline per
+    cut line), like Claude Code's stream log: the state never keeps an unbounded Codex log."""
+    import runner.backends.codex as codex_module
+
+    monkeypatch.setattr(codex_module, "EVENT_LOG_LIMIT", 4000)
+    line = '{"type":"item.completed","item":{"id":"item_%d","type":"agent_message","text":"%s"}}'
+    stand_in = tmp_path / "codex"
+    stand_in.write_text("#!/bin/sh\nfor i in $(seq 1 300); do echo '" + (line % (0, "x" * 80)) + "'; done\n")
+    stand_in.chmod(0o755)
+    make_repo(tmp_path / "repo")
+    request = SessionRequest(
+        workdir=tmp_path / "repo", prompt="p",
+        agent=AgentConfig(backend="codex", model="gpt-5-codex", executable=str(stand_in), stall_minutes="60s",
+                          time_limit_minutes="60s"),
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, transcript_dir=tmp_path / "transcripts")
+    CodexBackend().run(request)
+    log = (tmp_path / "transcripts" / "codex-events.jsonl").read_bytes()
+    assert 3900 <= len(log) <= 4000 + 2 and log.count(b"\n") < 300

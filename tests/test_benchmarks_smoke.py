@@ -102,6 +102,21 @@ def test_run_py_quick_prints_a_table_and_writes_json(tmp_path):
     assert figures["machine"]["cores"] >= 1
 
 
+@pytest.mark.integration
+def test_state_benchmark_counts_one_fetch_per_tick_and_no_lost_plan(tmp_path):
+    """The state benchmark's network and concurrency parts run on tiny inputs: a tick over 6 plans fetches once,
+    and 3 plans run at once in separate clones all advance with nothing lost."""
+    from benchmarks.state_bench import bench_concurrent, bench_network
+
+    (tmp_path / "n").mkdir()
+    (tmp_path / "c").mkdir()
+    net = bench_network(tmp_path / "n", 6)
+    assert net["tick_fetches"] == 1 and net["session_status"] == "ran"
+    assert 1 <= net["session_network_ops"] <= 8
+    many = bench_concurrent(tmp_path / "c", 3)
+    assert many["advanced"] == 3 and many["lost"] == 0
+
+
 def test_run_py_without_pytest_skips_the_action_part_with_the_reason(tmp_path):
     """Installed without the test extra (no pytest), run.py skips the part that needs it, says why, and exits 0."""
     out = tmp_path / "figures.json"

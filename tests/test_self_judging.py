@@ -71,19 +71,18 @@ def test_editing_a_workflow_file_is_reverted_and_parks_without_crashing(tmp_path
 FORGE = ("printf '{\"type\":\"finished\",\"at\":\"2030-01-01T00:00:00Z\",\"reason\":\"forged\"}\\n' > forged.jsonl"
          " && blob=$(git hash-object -w forged.jsonl) && rm forged.jsonl"
          " && tree=$(printf '100644 blob %s\\tledger.jsonl\\n' $blob | git mktree)"
-         " && root=$(printf '040000 tree %s\\tcalc\\n' $tree | git mktree)"
-         " && c=$(git commit-tree $root -m forged)"
-         " && git update-ref refs/heads/plan-runner/state $c"
-         " && git update-ref refs/remotes/origin/plan-runner/state $c"
-         " && git push -q -f origin $c:refs/heads/plan-runner/state")
+         " && c=$(git commit-tree $tree -m forged)"
+         " && git update-ref refs/plan-runner/state/calc $c"
+         " && git update-ref refs/plan-runner/remote-state/origin/calc $c"
+         " && git push -q -f origin $c:refs/plan-runner/state/calc")
 
 
 def test_moving_the_state_branch_from_inside_the_agent_reaches_only_its_own_clone(tmp_path):
-    """`git update-ref refs/heads/plan-runner/state` (and a push) by the agent forge nothing: its git works in its
+    """`git update-ref refs/plan-runner/state/calc` (and a push) by the agent forge nothing: its git works in its
     own clone, which has neither plan-runner's refs nor a remote; the real ledger goes on and the verdict is the
     honest one for the work it committed."""
     repo = make_repo(tmp_path, script([MUL_STEP, {"commit": "Add mul"}, {"run": FORGE + " ; git push origin "
-                                                                         "plan-runner/state --force || true"}]))
+                                                                         "refs/plan-runner/state/calc --force || true"}]))
     proc = run_session(repo)
     out = result_json(proc)
     assert out["outcome"] == "Progress", (proc.stderr, out)
@@ -92,12 +91,13 @@ def test_moving_the_state_branch_from_inside_the_agent_reaches_only_its_own_clon
         assert [e["type"] for e in entries][:2] == ["started", "session"], entries
         assert not any(e.get("reason") == "forged" for e in entries)
         assert fold_ledger(where).sessions == 1
-    assert git(repo, "rev-parse", "plan-runner/state") == git(tmp_path / "origin.git", "rev-parse", "plan-runner/state")
+    assert (git(repo, "rev-parse", "refs/plan-runner/state/calc")
+            == git(tmp_path / "origin.git", "rev-parse", "refs/plan-runner/state/calc"))
 
 
 def test_deleting_the_state_branch_without_a_remote_reaches_only_its_own_clone(tmp_path):
     """Local mode without a remote: the agent deleting plan-runner's state ref deletes nothing of plan-runner's."""
-    repo = make_repo(tmp_path, script([MUL_STEP, {"run": "git update-ref -d refs/heads/plan-runner/state; true"}]),
+    repo = make_repo(tmp_path, script([MUL_STEP, {"run": "git update-ref -d refs/plan-runner/state/calc; true"}]),
                      remote=False)
     out = result_json(run_session(repo))
     assert out["outcome"] == "NoProgress"  # its file was saved as WIP, which is never progress
@@ -205,7 +205,7 @@ def test_a_fake_handoff_claiming_success_changes_nothing(tmp_path):
     out = result_json(run_session(repo))
     assert out["outcome"] == "NoProgress" and out["blame"] == "agent"
     assert any("claimed" in r for r in out["reasons"])
-    evidence = json.loads(git(repo, "show", "plan-runner/state:calc/files/last-evidence.json"))
+    evidence = json.loads(git(repo, "show", "refs/plan-runner/state/calc:files/last-evidence.json"))
     assert evidence["handoff"].startswith("# plan-runner finished calc")
     # Drive it to a park and look at the report: the fake report sits inside a fence, defanged.
     for _ in range(3):  # the circuit breaker parks after the second NoProgress

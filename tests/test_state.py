@@ -46,16 +46,16 @@ def parked(reason: str) -> Parked:
     return Parked(at=AT, reason=reason)
 
 
-def remote_state(bare: Path) -> str | None:
+def remote_state(bare: Path, plan_id: str = "p") -> str | None:
     with git.Repo(bare) as r:
         try:
-            return r.git.rev_parse("--verify", "--quiet", "refs/heads/plan-runner/state")
+            return r.git.rev_parse("--verify", "--quiet", f"refs/plan-runner/state/{plan_id}")
         except git.GitCommandError:
             return None
 
 
 def test_empty_store_reads_nothing(tmp_path):
-    """A repository without a state branch has no plans and an empty ledger with version None."""
+    """A repository without state refs has no plans and an empty ledger with version None."""
     make_repo(tmp_path / "w").close()
     store = GitStateStore(tmp_path / "w")
     assert store.read("p") == ([], None)
@@ -69,18 +69,19 @@ def test_append_then_read_round_trips_entries_and_files(tmp_path):
     store = GitStateStore(tmp_path / "w")
     v1 = store.append("alpha", [parked("one")], None, files={"transcript.jsonl": b"\x00bin\n"})
     v2 = store.append("alpha", [parked("two"), Finished(at=AT, reason="done")], v1)
-    store.append("beta", [parked("b")], v2)
+    vb = store.append("beta", [parked("b")], None)  # another plan: its own ref, its own version
     entries, version = store.read("alpha")
     assert [e.type for e in entries] == ["park", "park", "finish"]
     assert [getattr(e, "reason") for e in entries] == ["one", "two", "done"]
-    assert version != v2 and version is not None
+    assert version == v2 and store.read("beta")[1] == vb != v2
     assert store.read_file("alpha", "transcript.jsonl") == b"\x00bin\n"
     assert store.read_file("beta", "transcript.jsonl") is None
     assert store.plans() == ["alpha", "beta"]
     with git.Repo(tmp_path / "w") as r:
-        text = r.git.show("plan-runner/state:alpha/ledger.jsonl")
+        text = r.git.show("refs/plan-runner/state/alpha:ledger.jsonl")
         assert len(text.splitlines()) == 3
-        assert r.commit("plan-runner/state").parents[0].hexsha == v2
+        assert r.commit("refs/plan-runner/state/alpha").parents[0].hexsha == v1
+        assert r.commit("refs/plan-runner/state/beta").parents == ()
 
 
 def test_state_writes_leave_work_tree_and_index_alone(tmp_path):
@@ -127,28 +128,25 @@ def test_corrupt_ledger_line_names_plan_line_and_fix(tmp_path):
     store = GitStateStore(work)
     v = store.append("p", [parked("ok")], None)
     with git.Repo(work) as r:
-        good = r.git.show(f"{v}:p/ledger.jsonl")
+        good = r.git.show(f"{v}:ledger.jsonl")
         (tmp_path / "ledger").write_text(good + "\n" + '{"type": "park", "reason": 3}\n')
         blob = r.git.hash_object("-w", str(tmp_path / "ledger"))
         (tmp_path / "tree").write_text(f"100644 blob {blob}\tledger.jsonl\n")
         with open(tmp_path / "tree", "rb") as fh:
             plan_tree = r.git.mktree(istream=fh)
-        (tmp_path / "root").write_text(f"040000 tree {plan_tree}\tp\n")
-        with open(tmp_path / "root", "rb") as fh:
-            root = r.git.mktree(istream=fh)
-        commit = r.git.commit_tree(root, "-p", v, "-m", "hand edit")
-        r.git.update_ref("refs/heads/plan-runner/state", commit, v)
+        commit = r.git.commit_tree(plan_tree, "-p", v, "-m", "hand edit")
+        r.git.update_ref("refs/plan-runner/state/p", commit, v)
     with pytest.raises(PlanRunnerError) as info:
         store.read("p")
     err = info.value
     assert "'p'" in err.what and "line 2" in err.what
-    assert "git show plan-runner/state:p/ledger.jsonl" in err.fix and "line 2" in err.fix
+    assert "git show refs/plan-runner/state/p:ledger.jsonl" in err.fix and "line 2" in err.fix
     assert not isinstance(err, StateConflict)
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", "..", ".git", "x\ny", " p"])
 def test_bad_plan_id_is_a_clear_error(tmp_path, bad):
-    """A plan id that cannot be a folder name on the state branch is rejected with a fix."""
+    """A plan id that cannot be a ref name is rejected with a fix."""
     make_repo(tmp_path / "w").close()
     store = GitStateStore(tmp_path / "w")
     with pytest.raises(PlanRunnerError) as info:
@@ -189,7 +187,7 @@ def test_lost_push_is_a_conflict_and_resets_local_ref_to_remote(tmp_path):
         sb.append("p", [parked("b loses")], v1)
     assert remote_state(bare) == v2
     with git.Repo(b) as rb:
-        assert rb.git.rev_parse("refs/heads/plan-runner/state") == v2
+        assert rb.git.rev_parse("refs/plan-runner/state/p") == v2
     entries, version = sb.read("p")
     assert version == v2 and [e.reason for e in entries] == ["one", "a wins"]
 
@@ -203,7 +201,7 @@ def test_first_writers_race_on_the_remote(tmp_path):
     with pytest.raises(StateConflict):
         sb.append("p", [parked("b")], None)
     with git.Repo(b) as rb:
-        assert rb.git.rev_parse("refs/heads/plan-runner/state") == v
+        assert rb.git.rev_parse("refs/plan-runner/state/p") == v
 
 
 def test_unreachable_remote_is_not_a_conflict(tmp_path):
@@ -355,7 +353,7 @@ def test_declined_push_leaves_no_local_state(tmp_path):
         store.append("p", [parked("two")], v1)
     assert not isinstance(info.value, StateConflict)
     with git.Repo(a) as ra:
-        assert ra.git.rev_parse("refs/heads/plan-runner/state") == v1
+        assert ra.git.rev_parse("refs/plan-runner/state/p") == v1
     assert store.read("p")[1] == v1 == remote_state(bare)
 
 
@@ -364,20 +362,273 @@ def test_objects_written_without_git_are_valid_git_objects_in_gits_order(tmp_pat
     accepts every object the store wrote, and git itself reads the ledger and files back."""
     make_repo(tmp_path / "r").close()
     store = GitStateStore(tmp_path / "r", remote=None)
-    version = None
     for plan in ("a", "a-b", "a.b", "a0", "b"):
-        version = store.append(plan, [parked(f"why {plan}")], version, files={"t.tar.gz": b"\x00\x01" * 10,
-                                                                            "e.json": b"{}"})
+        version = store.append(plan, [parked(f"why {plan}")], None, files={"t.tar.gz": b"\x00\x01" * 10,
+                                                                         "e.json": b"{}"})
         version = store.append(plan, [Finished(at=AT, reason="done")], version, files={"e.json": b'{"x": 1}'})
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "sub" / "x.jsonl").write_text("x\n")
+    (tmp_path / "d" / "sub.txt").write_text("y\n")
+    store.append("a", [], store.read("a")[1], dirs={"transcripts": tmp_path / "d"})
     fsck = subprocess.run(["git", "fsck", "--strict", "--no-dangling"], cwd=tmp_path / "r",
                           capture_output=True, text=True)
     assert fsck.returncode == 0 and not fsck.stderr.strip(), fsck.stderr
-    listed = subprocess.run(["git", "ls-tree", "--name-only", "plan-runner/state"], cwd=tmp_path / "r",
-                            capture_output=True, text=True, check=True).stdout.split()
-    assert listed == ["a-b", "a.b", "a", "a0", "b"]
-    shown = subprocess.run(["git", "show", "plan-runner/state:a.b/files/e.json"], cwd=tmp_path / "r",
+    listed = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/plan-runner/state/"],
+                            cwd=tmp_path / "r", capture_output=True, text=True, check=True).stdout.split()
+    assert listed == [f"refs/plan-runner/state/{p}" for p in ("a", "a-b", "a.b", "a0", "b")]
+    shown = subprocess.run(["git", "show", "refs/plan-runner/state/a.b:files/e.json"], cwd=tmp_path / "r",
                            capture_output=True, text=True, check=True).stdout
     assert shown == '{"x": 1}'
     entries, _ = store.read("a.b")
     assert [e.type for e in entries] == ["park", "finish"] and store.plans() == ["a", "a-b", "a.b", "a0", "b"]
     assert store.read_file("a", "t.tar.gz") == b"\x00\x01" * 10
+    store.read_dir("a", "transcripts", tmp_path / "back")
+    assert (tmp_path / "back/sub/x.jsonl").read_text() == "x\n" and (tmp_path / "back/sub.txt").read_text() == "y\n"
+
+
+# --- snapshots of the folded state ------------------------------------------------------------------------
+
+
+def _write_with_snapshot(store: GitStateStore, plan_id: str, entries: list, version: str | None) -> str:
+    from runner.policy import fold, snapshot_json
+
+    before = store.read(plan_id)[0] if version else []
+    return store.append(plan_id, entries, version, snapshot=snapshot_json(fold(list(before) + entries)))
+
+
+def test_a_snapshot_written_with_the_ledger_is_used_without_parsing_the_ledger(tmp_path):
+    """A read whose snapshot matches the ledger blob folds nothing: the state comes from the snapshot."""
+    from runner.policy import fold, folded
+
+    make_repo(tmp_path / "w").close()
+    store = GitStateStore(tmp_path / "w", remote=None)
+    v = _write_with_snapshot(store, "p", [parked("one")], None)
+    v = _write_with_snapshot(store, "p", [parked("two"), Finished(at=AT, reason="done")], v)
+    ledger, version = store.read("p")
+    assert version == v and ledger.snapshot is not None and ledger._parsed == {}
+    state = folded(ledger)
+    assert ledger._parsed == {} and state == fold(list(ledger)) and state.finished
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other ledger", "other fold version"])
+def test_a_snapshot_that_does_not_match_is_rebuilt_never_trusted(tmp_path, damage):
+    """A snapshot that does not parse, was folded from another ledger, or by another fold version is ignored:
+    the state is folded from the entries, which are all checked."""
+    import json
+
+    from runner.policy import fold, folded
+
+    make_repo(tmp_path / "w").close()
+    store = GitStateStore(tmp_path / "w", remote=None)
+    v = _write_with_snapshot(store, "p", [parked("one"), Finished(at=AT, reason="done")], None)
+    with git.Repo(tmp_path / "w") as r:
+        snap = json.loads(r.git.show(f"{v}:snapshot.json"))
+        if damage == "garbage":
+            text = "{not json"
+        elif damage == "other ledger":
+            snap["state"]["finished"] = False
+            snap["ledger"] = "0" * 40
+            text = json.dumps(snap)
+        else:
+            snap["state"]["fold"] = -1
+            snap["state"]["state"]["finished"] = False
+            text = json.dumps(snap)
+        (tmp_path / "snap").write_text(text)
+        blob = r.git.hash_object("-w", str(tmp_path / "snap"))
+        listing = [line for line in r.git.ls_tree(v).splitlines() if not line.endswith("\tsnapshot.json")]
+        (tmp_path / "tree").write_text("\n".join(listing + [f"100644 blob {blob}\tsnapshot.json"]) + "\n")
+        with open(tmp_path / "tree", "rb") as fh:
+            tree = r.git.mktree(istream=fh)
+        r.git.update_ref("refs/plan-runner/state/p", r.git.commit_tree(tree, "-p", v, "-m", "edit"), v)
+    ledger, _ = store.read("p")
+    assert (ledger.snapshot is None) == (damage != "other fold version")
+    state = folded(ledger)
+    assert state.finished and state == fold([parked("one"), Finished(at=AT, reason="done")])
+
+
+# --- directories kept as trees --------------------------------------------------------------------------
+
+
+def test_a_directory_is_kept_as_a_tree_and_an_unchanged_file_is_not_stored_again(tmp_path):
+    """Transcripts go in as a directory and come back out; a file unchanged since it was restored keeps its blob,
+    and only the changed one is new."""
+    make_repo(tmp_path / "w").close()
+    src = tmp_path / "t1"
+    (src / "projects").mkdir(parents=True)
+    (src / "projects" / "s.jsonl").write_bytes(b"conversation\n" * 1000)
+    (src / "stream.log").write_bytes(b"session one\n")
+    store = GitStateStore(tmp_path / "w", remote=None)
+    v1 = store.append("p", [parked("1")], None, dirs={"transcripts": src})
+    later = GitStateStore(tmp_path / "w", remote=None)  # the next session: another process
+    dest = tmp_path / "t2"
+    later.read_dir("p", "transcripts", dest)
+    assert (dest / "projects" / "s.jsonl").read_bytes() == b"conversation\n" * 1000
+    with (dest / "stream.log").open("ab") as log:
+        log.write(b"session two\n")
+    v2 = later.append("p", [parked("2")], v1, dirs={"transcripts": dest})
+    with git.Repo(tmp_path / "w") as r:
+        def blob(v, path):
+            return r.git.rev_parse(f"{v}:transcripts/{path}")
+        assert blob(v1, "projects/s.jsonl") == blob(v2, "projects/s.jsonl")
+        assert blob(v1, "stream.log") != blob(v2, "stream.log")
+        assert r.git.show(f"{v2}:transcripts/stream.log") == "session one\nsession two"
+
+
+def test_a_directory_over_its_bound_drops_the_oldest_files_then_cuts_the_head_of_the_newest(tmp_path):
+    """`bound_dir` keeps the total under the limit: least recently written files go first, then the newest file
+    keeps its last lines."""
+    from runner.state import bound_dir
+
+    root = tmp_path / "d"
+    root.mkdir()
+    old, new = root / "old.jsonl", root / "new.log"
+    old.write_bytes(b"o" * 50 + b"\n")
+    os.utime(old, ns=(1, 1))
+    new.write_bytes(b"".join(b"line %03d\n" % i for i in range(30)))
+    bound_dir(root, limit=100)
+    assert not old.exists()
+    kept = new.read_bytes()
+    assert len(kept) <= 100 and kept.endswith(b"line 029\n") and kept.startswith(b"line ")
+
+
+def test_redaction_is_streamed_and_finds_secrets_across_chunk_boundaries(tmp_path, monkeypatch):
+    """A secret split over two read chunks is still replaced; the result equals a whole-file replace."""
+    import runner.state as st
+
+    secret = b"sk-ant-SECRETVALUE"
+    data = b"".join(b"x" * i + secret + b"y" for i in range(40)) + b"tail sk-ant-SECRET"
+    path = tmp_path / "t.log"
+    path.write_bytes(data)
+    monkeypatch.setattr(st, "_CHUNK", 7)
+    st.redact_file(path, [secret, b"sk-ant-SECRETV"])
+    assert path.read_bytes() == data.replace(secret, b"***")
+    assert secret not in path.read_bytes()
+
+
+# --- migration from the single state branch --------------------------------------------------------------
+
+
+def _legacy_branch(repo: Path, plans: dict[str, list]) -> str:
+    """A `plan-runner/state` branch in the old layout: <plan>/ledger.jsonl and <plan>/files/e.json."""
+    from runner.ledger import dump_entry
+
+    with git.Repo(repo) as r:
+        root_lines = []
+        for plan_id, entries in plans.items():
+            (repo.parent / "l").write_text("".join(dump_entry(e) + "\n" for e in entries))
+            ledger_blob = r.git.hash_object("-w", str(repo.parent / "l"))
+            (repo.parent / "e").write_text('{"plan": "%s"}' % plan_id)
+            e_blob = r.git.hash_object("-w", str(repo.parent / "e"))
+            files = _mktree(repo, f"100644 blob {e_blob}\te.json\n")
+            tree = _mktree(repo, f"100644 blob {ledger_blob}\tledger.jsonl\n040000 tree {files}\tfiles\n")
+            root_lines.append(f"040000 tree {tree}\t{plan_id}\n")
+        root = _mktree(repo, "".join(root_lines))
+        commit = r.git.commit_tree(root, "-m", "old state")
+        r.git.update_ref("refs/heads/plan-runner/state", commit)
+        return commit
+
+
+def _mktree(repo: Path, text: str) -> str:
+    return subprocess.run(["git", "mktree"], cwd=repo, input=text, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_legacy_state_branch_is_split_into_one_ref_per_plan_losing_nothing(tmp_path):
+    """Locally, the old branch's folders become the plans' refs with the same ledgers and files; the old branch is
+    kept as refs/plan-runner/legacy-state and no longer blocks `plan-runner/state` as a work branch name."""
+    make_repo(tmp_path / "w").close()
+    legacy = _legacy_branch(tmp_path / "w", {"a": [parked("a1"), parked("a2")], "b": [parked("b1")]})
+    store = GitStateStore(tmp_path / "w", remote=None)
+    assert store.plans() == ["a", "b"]
+    assert [e.reason for e in store.read("a")[0]] == ["a1", "a2"] and [e.reason for e in store.read("b")[0]] == ["b1"]
+    assert store.read_file("b", "e.json") == b'{"plan": "b"}'
+    with git.Repo(tmp_path / "w") as r:
+        assert r.git.rev_parse("refs/plan-runner/legacy-state") == legacy
+        assert r.git.for_each_ref("refs/heads/plan-runner/state") == ""
+    v = store.read("a")[1]
+    store.append("a", [parked("a3")], v)
+    assert [e.reason for e in GitStateStore(tmp_path / "w", remote=None).read("a")[0]] == ["a1", "a2", "a3"]
+
+
+def test_a_legacy_state_branch_on_the_remote_is_migrated_once_atomically(tmp_path):
+    """On a remote, the first clone to run migrates in one atomic push; the other clone then reads the same refs."""
+    bare, a, b = make_remote_pair(tmp_path)
+    _legacy_branch(a, {"p": [parked("one")], "q": [parked("q1")]})
+    with git.Repo(a) as r:
+        r.git.push("origin", "plan-runner/state")
+        r.git.update_ref("-d", "refs/heads/plan-runner/state")  # only the remote has it, as for a fresh runner
+    entries, version = GitStateStore(a).read("p")
+    assert [e.reason for e in entries] == ["one"] and version == remote_state(bare, "p")
+    assert remote_state(bare, "q") is not None
+    with git.Repo(bare) as r:
+        assert r.git.for_each_ref("refs/heads/plan-runner/state") == ""
+        assert r.git.for_each_ref("--format=%(refname)", "refs/plan-runner/legacy-state") == "refs/plan-runner/legacy-state"
+    sb = GitStateStore(b)
+    assert sb.plans() == ["p", "q"] and [e.reason for e in sb.read("q")[0]] == ["q1"]
+
+
+def test_a_work_branch_named_plan_runner_state_is_not_taken_for_legacy_state(tmp_path):
+    """A plan named `state` has the work branch `plan-runner/state`: it holds project files, so nothing migrates."""
+    make_repo(tmp_path / "w").close()
+    with git.Repo(tmp_path / "w") as r:
+        r.git.branch("plan-runner/state")
+    store = GitStateStore(tmp_path / "w", remote=None)
+    assert store.plans() == [] and store.read("state") == ([], None)
+    with git.Repo(tmp_path / "w") as r:
+        assert r.git.for_each_ref("--format=%(refname)", "refs/heads/plan-runner/state") == "refs/heads/plan-runner/state"
+
+
+def test_listing_plans_fetches_every_plan_once_and_the_reads_after_it_fetch_nothing(tmp_path):
+    """`plans()` (status, tick) brings every plan's state ref in one fetch; one read per plan after it needs none,
+    and sees what the other clone wrote."""
+    bare, a, b = make_remote_pair(tmp_path)
+    writer = GitStateStore(a)
+    for plan_id in ("p", "q", "r"):
+        writer.append(plan_id, [parked(plan_id)], None)
+    reader = GitStateStore(b)
+    assert reader.plans() == ["p", "q", "r"] and reader.network_ops == 1
+    for plan_id in ("p", "q", "r"):
+        entries, version = reader.read(plan_id)
+        assert [e.reason for e in entries] == [plan_id] and version == remote_state(bare, plan_id)
+    assert reader.network_ops == 1
+    reader.read("p")  # a second read of a plan fetches again: it may have moved since
+    assert reader.network_ops == 2
+
+
+def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(tmp_path):
+    """A log over the block threshold goes in as blocks of whole lines cut by content: appending to it, or cutting
+    its head, keeps the earlier blocks (same blobs), the restored file is byte for byte the log, and a secret in
+    the new lines is redacted in what is stored."""
+    import runner.state as st
+
+    make_repo(tmp_path / "w").close()
+    src = tmp_path / "t1"
+    src.mkdir()
+    lines = [b'{"type": "assistant", "n": %d, "text": "%s"}\n' % (i, b"w" * (i % 97)) for i in range(60_000)]
+    (src / "stream.log").write_bytes(b"".join(lines[:40_000]))
+    store = GitStateStore(tmp_path / "w", remote=None)
+    v1 = store.append("p", [parked("1")], None, dirs={"transcripts": src})
+    later = GitStateStore(tmp_path / "w", remote=None)
+    dest = tmp_path / "t2"
+    later.read_dir("p", "transcripts", dest)
+    assert (dest / "stream.log").read_bytes() == b"".join(lines[:40_000])
+    with (dest / "stream.log").open("ab") as log:
+        log.write(b"".join(lines[40_000:]) + b'{"key": "sk-ant-SECRETVALUE"}\n')
+    v2 = later.append("p", [parked("2")], v1, dirs={"transcripts": dest}, redact=[b"sk-ant-SECRETVALUE"])
+
+    def blocks(v):
+        with git.Repo(tmp_path / "w") as r:
+            listing = r.git.ls_tree(f"{v}:transcripts/stream.log{st.BLOCKS_SUFFIX}").splitlines()
+        return [line.split()[2] for line in listing]
+    b1, b2 = blocks(v1), blocks(v2)
+    assert len(b1) >= 3 and b2[: len(b1) - 1] == b1[:-1]  # all but the last (then open) block are shared
+    again = tmp_path / "t3"
+    GitStateStore(tmp_path / "w", remote=None).read_dir("p", "transcripts", again)
+    assert (again / "stream.log").read_bytes() == b"".join(lines) + b'{"key": "***"}\n'
+    st._keep_tail(again / "stream.log", (again / "stream.log").stat().st_size - 100_000)  # the bound cuts the head
+    cut = GitStateStore(tmp_path / "w", remote=None)
+    cut.read_dir("p", "transcripts", tmp_path / "t4")
+    st._keep_tail(tmp_path / "t4" / "stream.log", (tmp_path / "t4" / "stream.log").stat().st_size - 100_000)
+    v3 = cut.append("p", [parked("3")], v2, dirs={"transcripts": tmp_path / "t4"})
+    b3 = blocks(v3)
+    assert len(set(b3) & set(b2)) >= len(b2) - 2  # only the blocks around the cut are new

@@ -78,6 +78,9 @@ def find_codex(request: SessionRequest) -> str:
     return os.environ.get("PLAN_RUNNER_CODEX") or "codex"
 
 
+
+EVENT_LOG_LIMIT = 5 * 2**20  # bytes of the event log kept per session
+
 class CodexBackend:
     name = "codex"
 
@@ -105,9 +108,16 @@ class CodexBackend:
         transcript = Path(request.transcript_dir) / "codex-events.jsonl"
         transcript.parent.mkdir(parents=True, exist_ok=True)
 
+        logged = 0
+
         with transcript.open("a", encoding="utf-8") as log:
             def on_line(line: str, ctl: Controller) -> None:
-                log.write(line + "\n")
+                nonlocal logged
+                # Kept with the state for humans: bounded per session like Claude Code's stream log (the
+                # state bounds the directory in total); resuming uses Codex's own session files.
+                if logged < EVENT_LOG_LIMIT:
+                    log.write(line[: EVENT_LOG_LIMIT - logged] + "\n")
+                    logged += len(line) + 1
                 event = fold.feed(line)
                 if event is None:
                     return

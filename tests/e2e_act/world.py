@@ -131,7 +131,7 @@ class BareBranches(dict):
 
 
 def ledger(bare: Path, plan_id: str) -> list[dict]:
-    text = git(bare, "show", f"plan-runner/state:{plan_id}/ledger.jsonl")
+    text = git(bare, "show", f"refs/plan-runner/state/{plan_id}:ledger.jsonl")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
