@@ -31,7 +31,7 @@ def git(cwd: Path, *args: str, check: bool = True) -> str:
 
 
 def ledger(repo: Path, plan_id: str = PLAN_ID) -> list[dict]:
-    text = git(repo, "show", f"plan-runner/state:{plan_id}/ledger.jsonl", check=False)
+    text = git(repo, "show", f"refs/plan-runner/state/{plan_id}:ledger.jsonl", check=False)  # one state ref per plan
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
