@@ -24,6 +24,8 @@ from typing import Any
 OUTPUT_LIMIT = 16 * 1024  # bytes of one tool result the model sees
 _LIST_LIMIT = 500  # entries of one list_files call
 _SKIP_DIRS = {".git"}
+_HINT_ENTRIES = 30  # names listed when a file is missing
+_HINT_LIMIT = 4 * 1024  # bytes of the file shown when an edit does not match
 
 
 class ToolError(Exception):
@@ -56,7 +58,7 @@ TOOL_SPECS: list[dict[str, Any]] = [
     },
     {
         "name": "write_file",
-        "description": "Create or overwrite a file of the work tree with the given content.",
+        "description": "Create or overwrite a whole file of the work tree: `content` is the complete new text of the file.",
         "input_schema": {
             "type": "object",
             "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
@@ -65,7 +67,8 @@ TOOL_SPECS: list[dict[str, Any]] = [
     },
     {
         "name": "edit_file",
-        "description": "Replace exactly one occurrence of old_string with new_string in a file.",
+        "description": ("Replace exactly one occurrence of old_string with new_string in a file; old_string must match the "
+                        "file exactly, whitespace and line breaks included (for a small file, write_file is simpler)."),
         "input_schema": {
             "type": "object",
             "properties": {
@@ -144,8 +147,21 @@ class Workspace:
     def read_file(self, path: object) -> str:
         target = self.resolve(path)
         if not target.is_file():
-            raise ToolError(f"no such file: {path!r}")
+            raise ToolError(f"no such file: {path!r}{self._nearby(target)}")
         return target.read_bytes().decode("utf-8", errors="replace")
+
+    def _nearby(self, target: Path) -> str:
+        """The files of the nearest existing directory, so a model that guessed a path can pick a real one."""
+        where = target.parent
+        while where != self.root and not where.is_dir():
+            where = where.parent
+        try:
+            names = sorted(p.name + ("/" if p.is_dir() else "") for p in where.iterdir() if p.name not in _SKIP_DIRS)
+        except OSError:
+            return ""
+        shown = names[:_HINT_ENTRIES]
+        more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
+        return f"; {self._rel(where)!r} holds: {', '.join(shown) or '(nothing)'}{more}"
 
     def write_file(self, path: object, content: object) -> str:
         if not isinstance(content, str):
@@ -162,6 +178,10 @@ class Workspace:
             raise ToolError("`old_string` (non-empty) and `new_string` must be strings")
         text = self.read_file(path)
         count = text.count(old_string)
+        if count == 0:
+            raise ToolError(f"old_string was not found in {path!r}; it must match the file exactly, whitespace and line "
+                            f"breaks included. Copy it from the file as it is now, or replace the whole file with "
+                            f"write_file:\n{bound_output(text, _HINT_LIMIT)}")
         if count != 1:
             raise ToolError(f"old_string occurs {count} times in {path!r}; it must occur exactly once")
         self.resolve(path).write_text(text.replace(old_string, new_string, 1), encoding="utf-8")
