@@ -47,7 +47,7 @@ MAY_IMPORT = {
     "drivers": {"core", "adapters", "backends", "drivers"},
 }
 # Everything outside the project the core may import: the standard library's pure parts and pydantic.
-CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "enum", "functools", "hashlib", "math",
+CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "enum", "functools", "hashlib", "json", "math",
                   "pydantic", "re", "typing"}
 # Calls that read the clock, the environment or files: never in the core (time is a field of the evidence).
 IMPURE_CALLS = {"now", "utcnow", "today", "open", "getenv", "monotonic", "time", "sleep", "read_text", "write_text"}
