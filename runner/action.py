@@ -304,16 +304,17 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         ws = github_workspace(env, plan_input(env, ctx))
         s = Session(ws, Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=None, parker=None))
         open_ = s.state.open_session
-        if open_ is None or gitwork.current_branch(ws.repo) != s.trusted.work_branch:
+        if open_ is None:
             return "no session was running: nothing to push"
         reap_leftover(agent_pid_file(ws, s.trusted.id), grace_s=1.0)
         ref = session_ref(s.trusted.id, open_.n)
-        # The agent was cut off before plan-runner's guard restored git's control files: its hooks and
-        # fsmonitor must not run in this process, which holds the token.
-        with _git_config(("core.hooksPath", os.devnull), ("core.fsmonitor", "false")):
-            gitwork.commit_leftovers(ws.repo)
-            gitwork.push_ref(ws.repo, REMOTE, gitwork.ref_sha(ws.repo, "HEAD"), ref, None,
-                             what="the session's commits")
+        # The agent worked in its own clone: a git running as the agent saves its leftovers and bundles its
+        # commits, which come onto the work branch here (runner.agentarea), never through its hooks or config.
+        s.salvage(open_.base_sha)
+        head = gitwork.ref_sha(ws.repo, f"refs/heads/{s.trusted.work_branch}")
+        if head is None or head == open_.base_sha:
+            return f"the agent of session {open_.n} had saved nothing yet; the next tick reconciles the session"
+        gitwork.push_ref(ws.repo, REMOTE, head, ref, None, what="the session's commits")
         return f"the agent's work of session {open_.n} is kept at {ref}; the next tick reconciles the session"
     except Exception as exc:  # noqa: BLE001 - the summary and outputs still have to be written
         return f"could not push the session's work: {type(exc).__name__}: {exc}"

@@ -40,15 +40,22 @@ BOT_ENV = {
 _NO_SIGN = ("-c", "commit.gpgsign=false")
 # plan-runner's own git never runs code or follows indirections someone else could have planted:
 # no hooks, no fsmonitor, no replace objects, no pager (SPEC 4b, invariant 3).
-JUDGE_GIT_ENV = {
-    "GIT_NO_REPLACE_OBJECTS": "1",
-    "GIT_PAGER": "cat",
-    "GIT_CONFIG_COUNT": "4",
-    "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": os.devnull,
-    "GIT_CONFIG_KEY_1": "core.fsmonitor", "GIT_CONFIG_VALUE_1": "false",
-    "GIT_CONFIG_KEY_2": "core.untrackedCache", "GIT_CONFIG_VALUE_2": "false",
-    "GIT_CONFIG_KEY_3": "protocol.ext.allow", "GIT_CONFIG_VALUE_3": "never",
-}
+_JUDGE_CONFIG = (("core.hooksPath", os.devnull), ("core.fsmonitor", "false"), ("core.untrackedCache", "false"),
+                 ("protocol.ext.allow", "never"))
+
+
+def judge_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that sanitise one git command, appended after any `GIT_CONFIG_*` entries already in
+    this process's environment or in `base` (the push credentials live there and must survive)."""
+    merged = {**os.environ, **(base or {})}
+    try:
+        n = int(merged.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        n = 0
+    env = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_PAGER": "cat", "GIT_CONFIG_COUNT": str(n + len(_JUDGE_CONFIG))}
+    for i, (key, value) in enumerate(_JUDGE_CONFIG, n):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return env
 
 
 def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
@@ -58,7 +65,7 @@ def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[s
     """
     g = Git(str(repo))
     kwargs = dict(stdout_as_string=False, strip_newline_in_stdout=False,
-                  env={**BOT_ENV, **JUDGE_GIT_ENV, **(env or {})})
+                  env={**BOT_ENV, **(env or {}), **judge_git_env(env)})
     try:
         if data is None:
             return g.execute(["git", *args], **kwargs)

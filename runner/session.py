@@ -298,7 +298,7 @@ class Session:
         if stopped is not None:  # its plan-runner was killed outright; it must not write while we save its work
             self.ws.on_event("reconciled", f"stopped the agent of session {open_.n} (process group {stopped}), "
                                            "still running after its plan-runner was killed")
-        salvaged = self._salvage(open_.base_sha)  # the killed agent's work, committed or not, is kept
+        salvaged = self.salvage(open_.base_sha)  # the killed agent's work, committed or not, is kept
         now = self.ws.clock()
         verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
                           reasons=(f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
@@ -320,7 +320,7 @@ class Session:
         self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
         return True
 
-    def _salvage(self, base_sha: str | None) -> str:
+    def salvage(self, base_sha: str | None) -> str:
         """Import what the agent of a killed session left in its area (its commits and, as a WIP commit, its
         uncommitted changes) onto the work branch; what was done, in words."""
         area = agentarea.area_for(self.ws.repo, self.trusted.id)

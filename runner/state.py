@@ -51,7 +51,7 @@ from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
 from runner.errors import PlanRunnerError, StateConflict
-from runner.gitwork import BOT_EMAIL, BOT_ENV, BOT_NAME, JUDGE_GIT_ENV, objects_dir, ref_sha, run_git, stderr_of
+from runner.gitwork import BOT_EMAIL, BOT_ENV, BOT_NAME, judge_git_env, objects_dir, ref_sha, run_git, stderr_of
 from runner.ledger import Entry, Ledger, dump_entry
 
 NAMESPACE = "refs/plan-runner/state"
@@ -92,7 +92,7 @@ class _CatFile:
 
     def __init__(self, repo: Path) -> None:
         self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env={**os.environ, **BOT_ENV, **JUDGE_GIT_ENV})
+                                     stdout=subprocess.PIPE, env={**os.environ, **BOT_ENV, **judge_git_env()})
         self._finalizer = weakref.finalize(self, _close, self.proc)
 
     def get(self, spec: str) -> tuple[bytes, bytes] | None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
 import git
 import pytest
 
+from runner import gitwork
 from runner.errors import PlanRunnerError, StateConflict
 from runner.gitwork import (
     collect_commits,
@@ -344,3 +347,17 @@ def test_push_refused_by_the_remote_is_not_a_conflict(tmp_path):
         push_branch(a, "plan-runner/p", "origin", None)
     assert not isinstance(info.value, StateConflict) and "permission" in info.value.fix
     assert remote_head(bare, "plan-runner/p") is None
+
+
+def test_plan_runners_git_keeps_push_credentials_and_runs_no_hooks(tmp_path, monkeypatch):
+    """The judge's sanitising `GIT_CONFIG_*` entries come after the process's own (the push token's header),
+    so both hold: credentials are kept, hooks and fsmonitor are off."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "http.https://github.invalid/.extraheader")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "AUTHORIZATION: basic dG9rZW4=")
+    seen = gitwork.run_git(tmp_path, "config", "--get-regexp", "extraheader|hookspath|fsmonitor").decode()
+    assert "AUTHORIZATION: basic dG9rZW4=" in seen
+    assert f"core.hookspath {os.devnull}" in seen and "core.fsmonitor false" in seen
