@@ -80,18 +80,21 @@ class Identity:
     # --- stopping everything it started -------------------------------------------------------
 
     def pids(self) -> list[int]:
-        """Every live process of this uid (Linux /proc)."""
+        """Every live process of this uid (Linux /proc): real, effective or saved uid, so a setuid program
+        the agent started (its real uid stays the agent's) is found too."""
         if not self.isolated:
             return []
         found = []
+        me = str(self.uid)
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
             try:
-                st = os.stat(entry.path)
+                with open(os.path.join(entry.path, "status"), "rb") as fh:
+                    uids = next((line.split()[1:4] for line in fh if line.startswith(b"Uid:")), [])
             except OSError:
                 continue
-            if st.st_uid == self.uid:
+            if me.encode() in uids:
                 found.append(int(entry.name))
         return found
 
