@@ -221,8 +221,8 @@ def stream_until_done(proc: subprocess.Popen[bytes], tail: _Sink, deadline: floa
     keeps the pipe open (or escapes the process group) can never block us. After
     the shell exits, its leftovers get a short grace to finish writing, then the
     group is killed and we stop reading. ``proc`` must lead its own process group
-    (``start_new_session=True``); the caller closes ``proc.stdout``. Returns at the
-    latest ``term_grace_s + drain_grace_s`` after ``deadline``.
+    (``start_new_session=True``); the caller closes ``proc.stdout``. Returns about
+    ``term_grace_s + drain_grace_s`` after ``deadline`` at the latest.
     """
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
