@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 
 from runner.evidence import GateResult
@@ -39,6 +39,7 @@ __all__ = [
     "run_gate",
     "run_gates",
     "run_http_gate",
+    "stream_until_done",
 ]
 
 TAIL_BYTES = 16384
@@ -181,7 +182,7 @@ def run_command_gate(
 
     assert proc.stdout is not None
     try:
-        timed_out = _stream_until_done(proc, tail, started + gate.timeout_minutes, identity)
+        timed_out = stream_until_done(proc, tail, started + gate.timeout_minutes, identity)
     finally:
         proc.stdout.close()
         identity.kill_all()  # a daemon the gate started (setsid included) ends with it
@@ -207,14 +208,21 @@ def run_command_gate(
     )
 
 
-def _stream_until_done(proc: subprocess.Popen[bytes], tail: BoundedTail, deadline: float,
-                       identity: Identity) -> bool:
+class _Sink(Protocol):
+    def feed(self, chunk: bytes) -> None: ...
+
+
+def stream_until_done(proc: subprocess.Popen[bytes], tail: _Sink, deadline: float,
+                      identity: Identity | None = None, *, term_grace_s: float = _TERM_GRACE_S,
+                      drain_grace_s: float = _DRAIN_GRACE_S) -> bool:
     """Feed the process's output into ``tail`` until it exits; True when it hit ``deadline``.
 
     One loop in this thread instead of a reader thread: a background child that
     keeps the pipe open (or escapes the process group) can never block us. After
     the shell exits, its leftovers get a short grace to finish writing, then the
-    group is killed and we stop reading.
+    group is killed and we stop reading. ``proc`` must lead its own process group
+    (``start_new_session=True``); the caller closes ``proc.stdout``. Returns about
+    ``term_grace_s + drain_grace_s`` after ``deadline`` at the latest.
     """
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
@@ -226,17 +234,19 @@ def _stream_until_done(proc: subprocess.Popen[bytes], tail: BoundedTail, deadlin
             if eof:
                 break
             exited_at = exited_at or now
-            if now - exited_at >= _DRAIN_GRACE_S:
+            if now - exited_at >= drain_grace_s:
                 _kill_group(proc, signal.SIGKILL)  # leftovers still holding the pipe
-                identity.kill_all()
+                if identity is not None:
+                    identity.kill_all()
                 break
         elif now >= deadline:
             if not timed_out:
-                timed_out, kill_at = True, now + _TERM_GRACE_S
+                timed_out, kill_at = True, now + term_grace_s
                 _kill_group(proc, signal.SIGTERM)
             elif kill_at is not None and now >= kill_at:
                 _kill_group(proc, signal.SIGKILL)
-                identity.kill_all()
+                if identity is not None:
+                    identity.kill_all()
                 kill_at = None
         if eof:
             try:

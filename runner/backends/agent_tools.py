@@ -16,16 +16,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runner.gates import stream_until_done
+from runner.tail import BoundedTail
 
 OUTPUT_LIMIT = 16 * 1024  # bytes of one tool result the model sees
 _LIST_LIMIT = 500  # entries of one list_files call
 _SKIP_DIRS = {".git"}
 _HINT_ENTRIES = 30  # names listed when a file is missing
 _HINT_LIMIT = 4 * 1024  # bytes of the file shown when an edit does not match
+_SHELL_TERM_GRACE_S = 0.5  # after a timeout: SIGTERM, then SIGKILL this much later
+_SHELL_DRAIN_GRACE_S = 1.0  # after the shell exits: how long a leftover may hold the pipe
 
 
 class ToolError(Exception):
@@ -102,9 +108,38 @@ def bound_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
     if len(data) <= limit:
         return text
     half = limit // 2
-    head = data[:half].decode("utf-8", errors="ignore")
-    tail = data[-half:].decode("utf-8", errors="ignore")
-    return f"{head}\n[... {len(data) - 2 * half} bytes omitted ...]\n{tail}"
+    return _head_tail(data[:half], data[-half:], len(data) - 2 * half)
+
+
+def _head_tail(head: bytes, tail: bytes, omitted: int) -> str:
+    head_text = head.decode("utf-8", errors="ignore")
+    tail_text = tail.decode("utf-8", errors="ignore")
+    return f"{head_text}\n[... {omitted} bytes omitted ...]\n{tail_text}"
+
+
+class _HeadTail:
+    """The first and last `limit` bytes of a stream: all `bound_output` looks at, in bounded memory."""
+
+    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+        self.limit = limit
+        self._head = bytearray()
+        self._tail = BoundedTail(limit)
+
+    def feed(self, chunk: bytes) -> None:
+        if len(self._head) < self.limit:
+            self._head += chunk[: self.limit - len(self._head)]
+        self._tail.feed(chunk)
+
+    def bounded(self, prefix: str) -> str:
+        """`bound_output(prefix + everything fed)`, without ever holding everything fed."""
+        total = self._tail.total_bytes
+        tail = self._tail.bytes()
+        if total <= 2 * self.limit:  # head and tail overlap or touch: the whole stream is here
+            whole = bytes(self._head) + tail[len(tail) - (total - len(self._head)):]
+            return bound_output(prefix + whole.decode("utf-8", errors="replace"), self.limit)
+        start = prefix.encode("utf-8", errors="replace")
+        half = self.limit // 2
+        return _head_tail((start + bytes(self._head))[:half], tail[-half:], len(start) + total - 2 * half)
 
 
 class Workspace:
@@ -204,17 +239,19 @@ class Workspace:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a timeout kills everything the command started
         )
+        assert proc.stdout is not None
+        output = _HeadTail()
         try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            out, _ = proc.communicate()
-            text = out.decode("utf-8", errors="replace")
-            return False, f"killed after {timeout:g}s (timeout)\n{text}"
+            # Streamed with a deadline: a grandchild that escapes the group (setsid) and
+            # keeps the pipe open cannot hold the tool past its timeout plus the graces.
+            timed_out = stream_until_done(proc, output, time.monotonic() + timeout,
+                                          term_grace_s=_SHELL_TERM_GRACE_S, drain_grace_s=_SHELL_DRAIN_GRACE_S)
         finally:
+            proc.stdout.close()
             _kill_group(proc.pid, signal.SIGKILL)  # whatever it left running in the background
-        text = out.decode("utf-8", errors="replace")
-        return proc.returncode == 0, f"exit code {proc.returncode}\n{text}"
+        if timed_out:
+            return False, output.bounded(f"killed after {timeout:g}s (timeout)\n")
+        return proc.returncode == 0, output.bounded(f"exit code {proc.returncode}\n")
 
     def run(self, name: str, args: Any, *, time_left_s: float | None = None) -> ToolOutcome:
         """Run one tool call; never raises for a bad call, it becomes a failed outcome."""
@@ -231,7 +268,7 @@ class Workspace:
                 return ToolOutcome(True, self.edit_file(args.get("path"), args.get("old_string"), args.get("new_string")))
             if name == "run_shell":
                 ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
-                return ToolOutcome(ok, bound_output(text))
+                return ToolOutcome(ok, text)  # already bounded as it streamed
             return ToolOutcome(False, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOL_NAMES))}")
         except ToolError as exc:
             return ToolOutcome(False, str(exc))
