@@ -164,6 +164,24 @@ def create_demo_repo(root: Path) -> tuple[Path, Path]:
     return repo, plan
 
 
+def _demo_isolation(err) -> str | None:
+    """The demo isolates its scripted agent like any plan where it can; where it cannot (no root or sudo, or a
+    Python the agent's user cannot run), it says why and runs unisolated: its agent is plan-runner's own script."""
+    import sys
+
+    from runner import sandbox
+
+    if sandbox.available() is None:
+        why = "plan-runner is neither root nor allowed `sudo -n` here"
+    elif sandbox.unreachable(sys.executable) is not None:
+        why = f"other users cannot run this Python ({sandbox.unreachable(sys.executable)} is private)"
+    else:
+        return None
+    err.say(f"note: the demo runs without isolation: {why}. Its agent is plan-runner's own script; your own plans "
+            "run isolated or need `isolation: none` (docs/security.md).\n")
+    return "none"
+
+
 def run_demo(directory: Path | None = None) -> int:
     from runner.cli_local import Progress, _print_result, print_sessions_table
     from runner.term import err, out
@@ -174,7 +192,7 @@ def run_demo(directory: Path | None = None) -> int:
     repo, plan = create_demo_repo(root)
     err.say(f"plan-runner demo: a real repository at {repo}\n"
             "The agent is scripted; gates, git and every verdict are real.\n", "bold")
-    ws = local_workspace(plan)
+    ws = local_workspace(plan, isolation=_demo_isolation(err))
     drivers = local_drivers(ws)
     progress = Progress()
     ws.on_event = progress.event

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from typing import Literal
 from runner.agentenv import credential_vars, build_agent_env
 from runner.errors import PlanRunnerError
 from runner.plan import GateConfig, Plan
+from runner import sandbox
+from runner.sandbox import unreachable
 
 # Words a shell runs without looking anything up on the PATH.
 _SHELL_WORDS = frozenset("""
@@ -90,7 +93,7 @@ _INSTALL = {
 }
 
 
-def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem]:
+def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
     agent = plan.config.agent
     found: list[Problem] = []
     exe, setting = agent_executable(plan, env)
@@ -110,6 +113,22 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem
             if not path.is_file():
                 found.append(Problem("error", f"the agent's script {agent.script} does not exist",
                                      f"no file at {path}", "correct `agent.script` in the plan"))
+    if isolated:
+        resolved = _which(exe, env, repo) if exe else None
+        needed = [resolved] if resolved else []
+        if agent.backend in ("script", "anthropic"):
+            needed.append(sys.executable)  # the scripted agent and the built-in agent's loop run on this Python
+        for path in needed:
+            part = unreachable(path)
+            if part is not None:
+                found.append(Problem(
+                    "error", f"the agent's user cannot run {path}",
+                    f"the agent runs as an unprivileged user of its own, and {part} is not "
+                    f"{'searchable' if part != Path(os.path.realpath(path)) else 'readable and executable'} "
+                    "by other users",
+                    f"`chmod o+x {part}` (others may then open what they know the name of, nothing more), or "
+                    "install it in a shared location (/usr/local, /opt); or, locally and at your own risk, "
+                    "`isolation: none`"))
     names = _CREDENTIAL_NAMES.get(agent.backend)
     if names:
         agent_env = build_agent_env(env, allow=agent.env, api_key_vars=credential_vars(agent.backend))
@@ -155,9 +174,9 @@ def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path) -
                    "or correct the gate's `run:` in the plan")
 
 
-def problems(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem]:
+def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
     """Every problem a session of `plan` would meet, errors first."""
-    found = _check_agent(plan, env, repo)
+    found = _check_agent(plan, env, repo, isolated)
     agent_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=credential_vars(plan.config.agent.backend))
     for gate in plan.config.gates:
         problem = gate_command_problem(gate, agent_env, repo)  # gates run with the agent's environment
@@ -166,9 +185,10 @@ def problems(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem]:
     return sorted(found, key=lambda p: p.level != "error")
 
 
-def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None) -> None:
-    """Raise one PlanRunnerError for the errors found; hand each warning to `warn`."""
-    found = problems(plan, env, repo)
+def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None, isolated: bool = False) -> None:
+    """Raise one PlanRunnerError for the errors found; hand each warning to `warn`. `isolated`: the session
+    will run the agent as its own user, which must be able to reach the agent's program."""
+    found = problems(plan, env, repo, isolated)
     for p in found:
         if p.level == "warning":
             warn(p.line())
@@ -198,4 +218,7 @@ def before_first_session(ws, drivers, *, warn=lambda text: None) -> None:
     state = fold(entries)
     if state.parked or state.finished:
         return
-    check(plan, ws.env, ws.repo, warn=warn)
+    from runner.session import isolation_of
+
+    isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
+    check(plan, ws.env, ws.repo, warn=warn, isolated=isolated)

@@ -191,6 +191,23 @@ def available() -> str | None:
     return "sudo" if _can_sudo() else None
 
 
+def unreachable(path: str | Path) -> Path | None:
+    """The first part of `path` (its real location) another user cannot reach: a folder above it without
+    o+x, or the file itself without o+r/o+x; None when the agent's user can run it."""
+    real = Path(os.path.realpath(path))
+    for folder in reversed(real.parents):
+        try:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                return folder
+        except OSError:
+            return folder
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return real
+    return None if mode & stat.S_IXOTH and mode & stat.S_IROTH else real
+
+
 def judge_dir(name: str) -> Path:
     """A directory only the judge may write, under the system temp dir, checked (never a planted link)."""
     base = Path(os.environ.get("PLAN_RUNNER_SANDBOX_ROOT") or tempfile.gettempdir())
