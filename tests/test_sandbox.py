@@ -138,3 +138,19 @@ def test_without_root_or_sudo_a_session_refuses_to_run_unisolated():
                    str(repo))
     assert ran.returncode == 0 and json.loads(ran.stdout)["outcome"] == "Advanced", ran.stderr
     assert "no isolation" in ran.stderr
+
+
+def test_unreachable_names_the_private_folder_that_hides_a_program(tmp_path):
+    """A program under a folder others cannot search is unreachable for the agent's user, and the preflight's
+    fix names that folder; searchable folders and an o+rx file make it reachable."""
+    private = tmp_path / "private"
+    (private / "bin").mkdir(parents=True)
+    program = private / "bin" / "agent"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    private.chmod(0o700)
+    assert sandbox.unreachable(program) == private
+    private.chmod(0o711)
+    assert sandbox.unreachable(program) is None
+    program.chmod(0o700)
+    assert sandbox.unreachable(program) == program
