@@ -195,7 +195,8 @@ def render_dir(directory: Path, session_id: str | None = None) -> list[str]:
     events = directory / "codex-events.jsonl"
     if events.is_file():
         lines += _codex(events, session_id)
-    for path in sorted(directory.glob("*.json")):
+    # the built-in agent saves its conversation in its own state folder when it runs isolated (runner.step)
+    for path in sorted([*directory.glob("*.json"), *directory.glob("agent-state/*.json")]):
         if path.name.startswith("script-") or path.name.startswith("."):
             continue
         if session_id is None or path.stem == session_id:
@@ -219,7 +220,7 @@ def _bounded(lines: Iterable[str], max_lines: int) -> list[str]:
 def render_logs(ws, drivers, session: int | None, *, max_lines: int = 400) -> str:
     """The text of `plan-runner logs PLAN [SESSION]`."""
     from runner.ledger import SessionRecord
-    from runner.session import TRANSCRIPTS_FILE, load_trusted_plan, unpack_dir
+    from runner.session import TRANSCRIPTS_DIR, load_trusted_plan
 
     plan, _ = load_trusted_plan(ws)
     entries, _ = drivers.store.read(plan.id)
@@ -240,7 +241,7 @@ def render_logs(ws, drivers, session: int | None, *, max_lines: int = 400) -> st
             f"{record.outcome.value}, {record.tokens} tokens, backend {record.backend or '?'}"]
     head += [f"  - {r}" for r in record.reasons]
     with tempfile.TemporaryDirectory(prefix="plan-runner-logs-") as tmp:
-        unpack_dir(drivers.store.read_file(plan.id, TRANSCRIPTS_FILE), Path(tmp))
+        drivers.store.read_dir(plan.id, TRANSCRIPTS_DIR, Path(tmp))
         sid = record.agent_session_id or record.resume_session_id
         body = render_dir(Path(tmp), sid)
         if not body and sid:
