@@ -161,12 +161,19 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
 def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionResult:
     ws, plan = s.ws, s.trusted
     ws.on_event("isolation", identity.describe())
-    if gitwork.is_dirty(ws.repo):
-        raise PlanRunnerError(
-            what=f"the work tree {ws.repo} has uncommitted changes",
-            why="plan-runner checks out the work branch and commits the agent's leftovers; your changes would mix in",
-            fix="commit or stash them (`git stash -u`), then run again")
-    base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote)
+    try:
+        if gitwork.is_dirty(ws.repo):
+            raise PlanRunnerError(
+                what=f"the work tree {ws.repo} has uncommitted changes",
+                why="plan-runner checks out the work branch and commits the agent's leftovers; your changes would mix in",
+                fix="commit or stash them (`git stash -u`), then run again")
+        base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote)
+    except PlanRunnerError:
+        # Two sessions of one plan started at once in one clone: the other one is already moving this work
+        # tree. That is a lost race, not the user's mistake: yield to it, as a lost compare-and-swap would.
+        if s.d.store.read(plan.id)[1] != s.version:
+            return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
+        raise
     work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
     plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
     tracked = with_tracker(plan, plan_text)
