@@ -8,6 +8,7 @@ next action is applied only after the ledger says what it is.
 from __future__ import annotations
 
 import shutil
+import time
 
 from runner import agentarea, gitwork, guard, sandbox, setup
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
@@ -170,9 +171,12 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote)
     except PlanRunnerError:
         # Two sessions of one plan started at once in one clone: the other one is already moving this work
-        # tree. That is a lost race, not the user's mistake: yield to it, as a lost compare-and-swap would.
-        if s.d.store.read(plan.id)[1] != s.version:
-            return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
+        # tree (its start is recorded a moment later). That is a lost race, not the user's mistake: yield to
+        # it, as a lost compare-and-swap would.
+        for _ in range(10):
+            if s.d.store.read(plan.id)[1] != s.version:
+                return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
+            time.sleep(0.5)
         raise
     work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
     plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text

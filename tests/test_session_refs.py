@@ -33,5 +33,5 @@ def test_a_finished_session_leaves_no_session_ref(tmp_path):
     repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}]))
     rw.result_json(rw.run_session(repo))
     bare = tmp_path / "origin.git"
-    assert rw.git(bare, "for-each-ref", "refs/plan-runner/") == ""
+    assert rw.git(bare, "for-each-ref", "refs/plan-runner/sessions/") == ""  # the plan's state ref stays
     assert "Add mul" in rw.git(bare, "log", "--format=%s", "plan-runner/calc")
