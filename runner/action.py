@@ -119,25 +119,6 @@ def fetch_work_branch(ws: Workspace, branch: str) -> None:
 
 
 @contextmanager
-def _git_config(*pairs: tuple[str, str]) -> Iterator[None]:
-    """Git configuration for this process's git commands only (`GIT_CONFIG_*`), above any file's."""
-    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
-    names = ("GIT_CONFIG_COUNT", *(f"GIT_CONFIG_{kind}_{n + i}" for i in range(len(pairs)) for kind in ("KEY", "VALUE")))
-    saved = {k: os.environ.get(k) for k in names}
-    for i, (key, value) in enumerate(pairs):
-        os.environ[f"GIT_CONFIG_KEY_{n + i}"], os.environ[f"GIT_CONFIG_VALUE_{n + i}"] = key, value
-    os.environ["GIT_CONFIG_COUNT"] = str(n + len(pairs))
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextmanager
 def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
     """plan-runner's own git commands (fetch, push) authenticate with the token through
     `GIT_CONFIG_*` variables of this process only: nothing is written to `.git/config`, where

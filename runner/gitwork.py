@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from git import Git, Repo
@@ -297,15 +297,29 @@ _CONFLICT_REASON = re.compile(r"stale info|fetch first|non-fast-forward|already 
 
 def push_ref(repo: Path | str, remote: str, sha: str, ref: str, expected: str | None, *, what: str) -> None:
     """Compare-and-swap push of `sha` to `ref` on the remote: the remote must still be at `expected`."""
-    lease = f"--force-with-lease={ref}:{expected or ''}"
+    push_leased(repo, remote, [(sha, ref, expected)], what=what)
+
+
+def push_leased(repo: Path | str, remote: str, updates: Sequence[tuple[str | None, str, str | None]], *,
+                what: str, atomic: bool = False) -> None:
+    """Push every `(sha or None to delete, ref, expected remote sha or None for absent)`, each with its own
+    lease; `atomic`: all land or none does. A lost lease is a StateConflict, anything else a clear error."""
+    args = ["push", "--porcelain", "--no-verify", *(["--atomic"] if atomic else [])]
+    specs = []
+    for sha, ref, expected in updates:
+        args.append(f"--force-with-lease={ref}:{expected or ''}")
+        specs.append(f"{sha}:{ref}" if sha else f":{ref}")
     try:
-        run_git(repo, "push", "--porcelain", "--no-verify", lease, remote, f"{sha}:{ref}")
+        run_git(repo, *args, remote, *specs)
         return
     except GitCommandError as exc:
         out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else str(exc.stdout or "")
         err = stderr_of(exc)
     rejected = [line for line in out.splitlines() if line.startswith("!")]
-    if any("[rejected]" in line or _CONFLICT_REASON.search(line) for line in rejected):
+    # A lease lost on the client is "[rejected] (stale info)"; lost on the server (another push landed between
+    # the check and the ref transaction) it is "[remote rejected]" with "cannot lock ref ... expected" on stderr.
+    if any("[rejected]" in line or _CONFLICT_REASON.search(line) for line in rejected) or (
+            rejected and re.search(r"cannot lock ref|is at [0-9a-f]+ but expected|atomic transaction failed", err)):
         raise StateConflict(
             what=f"{what} moved on {remote!r} since it was read",
             why="another job pushed first; compare-and-swap lost (" + "; ".join(rejected) + ")",

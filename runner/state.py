@@ -37,7 +37,6 @@ import atexit
 import hashlib
 import json
 import os
-import re
 import subprocess
 import time
 import weakref
@@ -51,7 +50,9 @@ from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
 from runner.errors import PlanRunnerError, StateConflict
-from runner.gitwork import BOT_EMAIL, BOT_ENV, BOT_NAME, judge_git_env, objects_dir, ref_sha, run_git, stderr_of
+from runner.gitwork import (
+    BOT_EMAIL, BOT_ENV, BOT_NAME, judge_git_env, objects_dir, push_leased, ref_sha, run_git, stderr_of,
+)
 from runner.ledger import Entry, Ledger, dump_entry
 
 NAMESPACE = "refs/plan-runner/state"
@@ -861,32 +862,5 @@ def push_atomic(repo: Path | str, remote: str, updates: Sequence[tuple[str | Non
                 what: str) -> None:
     """One `git push --atomic`: every `(sha or None to delete, ref, expected remote sha or None for
     absent)` lands, each compare-and-swapped with its own lease, or none does."""
-    from runner.gitwork import _CONFLICT_REASON
-
-    args = ["push", "--porcelain", "--no-verify", "--atomic"]
-    specs = []
-    for sha, ref, expected in updates:
-        args.append(f"--force-with-lease={ref}:{expected or ''}")
-        specs.append(f"{sha}:{ref}" if sha else f":{ref}")
-    try:
-        run_git(repo, *args, remote, *specs)
-        return
-    except GitCommandError as exc:
-        out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else str(exc.stdout or "")
-        err = stderr_of(exc)
-    rejected = [line for line in out.splitlines() if line.startswith("!")]
-    # A lease lost on the client is "[rejected] (stale info)"; lost on the server (another push landed between
-    # the check and the ref transaction) it is "[remote rejected]" with "cannot lock ref ... expected" on stderr.
-    if any("[rejected]" in line or _CONFLICT_REASON.search(line) for line in rejected) or (
-            rejected and re.search(r"cannot lock ref|is at [0-9a-f]+ but expected|atomic transaction failed", err)):
-        raise StateConflict(
-            what=f"{what} moved on {remote!r} since it was read",
-            why="another job pushed first; compare-and-swap lost (" + "; ".join(rejected) + ")",
-            fix="nothing to do: re-read the state and yield to the job that won",
-        )
-    raise PlanRunnerError(
-        what=f"could not push {what} to {remote!r}",
-        why=err or out or "git push failed",
-        fix="check the remote URL, the token's `contents: write` permission and any branch protection rule",
-    )
+    push_leased(repo, remote, updates, what=what, atomic=True)
 
