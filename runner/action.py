@@ -189,8 +189,8 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         ensure_agent_cli(s.trusted, ws.env, rep.log)  # before anything of the session is recorded
     # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
-    before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"))
-    return session_mode_result(run_session(ws, drivers))
+    before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
+    return session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
 
 
 def session_mode_result(result: SessionResult) -> ModeResult:
@@ -273,8 +273,9 @@ def stop_signals_cancel() -> Iterator[None]:
 
 def salvage_open_session(env: Mapping[str, str]) -> str:
     """After a stop signal, push what must survive first: the agent's work so far (leftovers committed) to
-    the open session's ref. The ledger is left as it is; the next tick reconciles the session (TimedOut)
-    and names the ref. Best effort and quick: the runner kills the job a few seconds later."""
+    the open session's ref; then the session's `started` entry if it was written locally only (a dispatched
+    session does not push it before its agent runs). The next tick reconciles the session (TimedOut) and names
+    the ref. Best effort and quick: the runner kills the job a few seconds later."""
     from runner.session import agent_pid_file
     from runner.state import GitStateStore
     from runner.step import session_ref
@@ -283,10 +284,12 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
     try:
         ctx = GitHubContext.from_env(env)
         ws = github_workspace(env, plan_input(env, ctx))
-        s = Session(ws, Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=None, parker=None))
+        # The local state, as this job wrote it (no fetch: the remote may not hold the start yet).
+        s = Session(ws, Drivers(store=GitStateStore(ws.repo, remote=None), dispatcher=None, parker=None))
         open_ = s.state.open_session
         if open_ is None:
             return "no session was running: nothing to push"
+        kept = _push_start_after(ws, s.trusted.id)
         reap_leftover(agent_pid_file(ws, s.trusted.id), grace_s=1.0)
         ref = session_ref(s.trusted.id, open_.n)
         # The agent worked in its own clone: a git running as the agent saves its leftovers and bundles its
@@ -294,11 +297,23 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         s.salvage(open_.base_sha)
         head = gitwork.ref_sha(ws.repo, f"refs/heads/{s.trusted.work_branch}")
         if head is None or head == open_.base_sha:
-            return f"the agent of session {open_.n} had saved nothing yet; the next tick reconciles the session"
+            return (f"the agent of session {open_.n} had saved nothing yet{kept()}; the next tick reconciles "
+                    "the session")
         gitwork.push_ref(ws.repo, REMOTE, head, ref, None, what="the session's commits")
-        return f"the agent's work of session {open_.n} is kept at {ref}; the next tick reconciles the session"
+        return f"the agent's work of session {open_.n} is kept at {ref}{kept()}; the next tick reconciles the session"
     except Exception as exc:  # noqa: BLE001 - the summary and outputs still have to be written
         return f"could not push the session's work: {type(exc).__name__}: {exc}"
+
+
+def _push_start_after(ws: Workspace, plan_id: str) -> Callable[[], str]:
+    """Push the plan's local state (its `started` entry) once called: after the agent's commits, which go first."""
+    def push() -> str:
+        try:
+            store = GitStateStore(ws.repo, remote=REMOTE)
+            return "; its start is recorded on the remote" if store.push_pending(plan_id) else ""
+        except Exception as exc:  # noqa: BLE001 - best effort: the dispatch intent still lets the tick find it
+            return f"; its start could not be pushed ({type(exc).__name__})"
+    return push
 
 
 def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,

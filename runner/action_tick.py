@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, workspace_root
-from runner.actions import ConsultAdvisor, Finish, Park, RunSession, Wait, describe
+from runner import gitwork
+from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
 from runner.errors import PlanRunnerError, StateConflict
 from runner.events import GitHubContext
 from runner.exits import Exit
@@ -45,8 +46,16 @@ def stopped_by_reply(entries: Sequence) -> bool:
     return False
 
 
-def lost_dispatch(entries: Sequence, n: int, now: datetime) -> bool:
-    """A dispatch for session `n` was recorded long ago and that session never started.
+def unaccounted_after(plan: Plan) -> timedelta:
+    """How long after its dispatch intent a session can still be running without a word on the remote: a
+    dispatched session records its start only locally (one push less), so until its final push the remote
+    shows only the intent. Queueing (LOST_DISPATCH_AFTER) plus the longest a session can run."""
+    zero = datetime(2000, 1, 1)
+    return LOST_DISPATCH_AFTER + (orphan_deadline(zero, plan) - zero)
+
+
+def lost_dispatch(entries: Sequence, n: int, now: datetime, after: timedelta = LOST_DISPATCH_AFTER) -> bool:
+    """A dispatch for session `n` was recorded at least `after` ago and that session left no start on the remote.
     Reads back only to the last session record: anything about session `n` comes after it."""
     times = []
     for e in reversed(entries):
@@ -56,7 +65,16 @@ def lost_dispatch(entries: Sequence, n: int, now: datetime) -> bool:
             times.append(e.at)
         if isinstance(e, SessionRecord) and e.n < n:
             break
-    return bool(times) and now - max(times) >= LOST_DISPATCH_AFTER
+    return bool(times) and now - max(times) >= after
+
+
+def last_intent(entries: Sequence, n: int) -> Dispatched | None:
+    for e in reversed(entries):
+        if isinstance(e, Dispatched) and e.for_session >= n:
+            return e
+        if isinstance(e, SessionRecord):
+            return None
+    return None
 
 
 def decide_tick(s: Session, now: datetime) -> tuple[str, object | None]:
@@ -81,7 +99,7 @@ def decide_tick(s: Session, now: datetime) -> tuple[str, object | None]:
     if not isinstance(action, (Wait, RunSession, ConsultAdvisor, Park, Finish)):
         return "nothing to do", None
     n = st.sessions + 1
-    if st.last_dispatch >= n and not lost_dispatch(s.entries, n, now):
+    if st.last_dispatch >= n and not lost_dispatch(s.entries, n, now, unaccounted_after(s.trusted)):
         return f"session {n} already dispatched", None
     return seen, action
 
@@ -99,12 +117,33 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[s
     seen, action = decide_tick(s, now)
     if action is None:
         return seen, False
-    if s.state.last_dispatch >= s.state.sessions + 1:  # a lost dispatch: record a fresh intent
-        s.write([Dispatched(at=now, for_session=s.state.sessions + 1, key=f"{s.trusted.id}#{s.state.sessions + 1}:redo")])
-        drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{s.state.sessions + 1}")
-    else:
-        dispatch(s, action)
+    n = s.state.sessions + 1
+    if s.state.last_dispatch >= n:
+        # Dispatched long ago and not a word since: its job was killed or lost before its final push (a
+        # dispatched session pushes its start with its verdict), or it never started. Either way it is
+        # classified like any session that started and never finished (TimedOut), then the plan goes on.
+        intent = last_intent(s.entries, n)
+        fetch_work_branch(ws, s.trusted.work_branch)
+        s = Session(ws, drivers)
+        s.reconcile_orphan(started=_unaccounted_start(s, n, intent, action))
+        log(f"{s.trusted.id}: reconciled session {n} (dispatched at "
+            f"{intent.at.isoformat(timespec='seconds') if intent else '?'}, never reported)")
+        seen, action = decide_tick(s, now)
+        if action is None:
+            return f"reconciled session {n}; {seen}", False
+    dispatch(s, action)
     return f"{seen}: dispatched ({describe(action)})", True
+
+
+def _unaccounted_start(s: Session, n: int, intent: Dispatched | None, action) -> SessionStarted:
+    """The start a dispatched session would have recorded, as far as the remote knows it."""
+    run = action if isinstance(action, RunSession) else s.state.pending if isinstance(s.state.pending, RunSession) \
+        else None
+    work = s.ws.remote and gitwork.ref_sha(s.ws.repo, f"refs/remotes/{s.ws.remote}/{s.trusted.work_branch}")
+    return SessionStarted(n=n, kind=run.kind if run else SessionKind.DELIVERY, checkpoint=run.checkpoint if run else None,
+                          started_at=intent.at if intent else s.ws.clock(), base_sha=work or "",
+                          job=f"dispatched as {intent.key}" if intent else "",
+                          resume_session_id=run.resume_session_id if run else None)
 
 
 def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:

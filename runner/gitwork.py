@@ -233,19 +233,34 @@ def fast_forward(repo: Path, branch: str, head: str) -> None:
                     f"inspect `git -C {repo} status`; the agent's commits are at {head}") from None
 
 
-def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None) -> str:
+def branch_refspecs(remote: str, *branches: str) -> list[str]:
+    """Fetch refspecs bringing each branch into its tracking ref, for a fetch that carries other refs too
+    (the plan's state): a glob, so a branch the remote lacks is no error (with --prune its stale tracking
+    ref goes). It may also bring branches whose names extend the given one: harmless tracking refs."""
+    return [f"+refs/heads/{b}*:refs/remotes/{remote}/{b}*" for b in dict.fromkeys(branches)]
+
+
+def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *, fetched: bool = False) -> str:
     """Check out the work branch, creating it from `base` on first use; returns its head sha.
 
     With a remote, the remote's copy of the branch wins when it is ahead (another job
     pushed); a local branch with commits the remote lacks is kept. Diverged copies are
-    an error: plan-runner never discards commits to reconcile them.
+    an error: plan-runner never discards commits to reconcile them. `fetched`: the caller
+    fetched both branches into their tracking refs already (`branch_refspecs`, in the same
+    fetch as the plan's state): no network operation here.
     """
     local = ref_sha(repo, f"refs/heads/{branch}")
-    remote_head = _fetch_branch(repo, remote, branch) if remote else None
+    if remote and fetched:
+        remote_head = ref_sha(repo, f"refs/remotes/{remote}/{branch}")
+    else:
+        remote_head = _fetch_branch(repo, remote, branch) if remote else None
     if local is None:
         target = remote_head
         if target is None:
-            remote_base = _fetch_branch(repo, remote, base) if remote else None
+            if remote and fetched:
+                remote_base = ref_sha(repo, f"refs/remotes/{remote}/{base}")
+            else:
+                remote_base = _fetch_branch(repo, remote, base) if remote else None
             target = remote_base or _resolve(repo, base)
     elif remote_head is None or remote_head == local or _is_ancestor(repo, remote_head, local):
         target = local

@@ -208,14 +208,18 @@ class PreflightError(PlanRunnerError):
     """A setup problem found before any session: nothing was recorded."""
 
 
-def before_first_session(ws, drivers, *, warn=lambda text: None) -> None:
-    """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished)."""
+def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -> None:
+    """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished).
+    `session`: the state as the caller read it already (no second fetch)."""
     from runner.policy import fold
     from runner.session import load_trusted_plan
 
-    plan, _ = load_trusted_plan(ws)
-    entries, _ = drivers.store.read(plan.id)
-    state = fold(entries)
+    if session is not None:
+        plan, state = session.trusted, session.state
+    else:
+        plan, _ = load_trusted_plan(ws)
+        entries, _ = drivers.store.read(plan.id)
+        state = fold(entries)
     if state.parked or state.finished:
         return
     from runner.session import isolation_of

@@ -19,7 +19,7 @@ from runner.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSess
 from runner.agentenv import secret_values
 from runner.errors import PlanRunnerError, Refused
 from runner.evidence import Evidence
-from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord
+from runner.ledger import Advice, Entry, Finished, Parked, SessionRecord, SessionStarted
 from runner.plan import Plan
 from runner.planfile import parse_plan, with_tracker
 from runner.guard import secret_forms
@@ -179,15 +179,24 @@ class Session:
     def __init__(self, ws: Workspace, drivers: Drivers) -> None:
         self.ws, self.d = ws, drivers
         self.trusted, self.trusted_text = load_trusted_plan(ws)
-        self.plan, _ = _tracked_plan(ws, self.trusted)
+        fetch_also = getattr(drivers.store, "fetch_also", None)
+        if ws.remote and fetch_also is not None:
+            # One fetch for the session: the plan's state, its work branch and the base it starts from.
+            branch, base = self.trusted.work_branch, self.trusted.config.base
+            fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
+                       [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
+                        f"refs/remotes/{ws.remote}/{base}"])
         self.entries, self.version = drivers.store.read(self.trusted.id)
+        # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
+        self.branches_fetched = self.trusted.id in getattr(drivers.store, "fetched_with", ())
+        self.plan, _ = _tracked_plan(ws, self.trusted)
         self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)
 
     # --- ledger -------------------------------------------------------------------------
 
     def write(self, entries: list[Entry], files: dict[str, bytes] | None = None,
-              dirs: dict[str, Path] | None = None, also_push=()) -> None:
+              dirs: dict[str, Path] | None = None, also_push=(), push: bool = True) -> None:
         """Compare-and-swap append on this plan's state ref, with the folded state stored beside it.
         A conflict always means another job advanced this plan (plans never share a ref): re-raised."""
         state = fold(entries, self.state)
@@ -196,6 +205,8 @@ class Session:
             kw.update(dirs=dirs, redact=secret_forms(self.secrets))
         if also_push:
             kw["also_push"] = also_push
+        if not push:
+            kw["push"] = False
         self.version = self.d.store.append(self.trusted.id, entries, self.version, files, **kw)
         self.entries = _Appended(self.entries, entries)
         self.state = state
@@ -284,13 +295,14 @@ class Session:
 
     # --- reconciling a job that died ------------------------------------------------------
 
-    def reconcile_orphan(self) -> bool:
+    def reconcile_orphan(self, started: SessionStarted | None = None) -> bool:
         """A session that started and never finished is classified TimedOut, not forgotten.
-        Returns False when it may still be running (a live local process)."""
-        open_ = self.state.open_session
+        Returns False when it may still be running (a live local process). `started`: a dispatched session
+        the remote knows only by its dispatch intent (the tick passes the start it would have recorded)."""
+        open_ = started or self.state.open_session
         if open_ is None:
             return True
-        if _pid_alive(open_.job):
+        if started is None and _pid_alive(open_.job):
             return False
         from runner.supervise import reap_leftover
 
@@ -300,9 +312,13 @@ class Session:
                                            "still running after its plan-runner was killed")
         salvaged = self.salvage(open_.base_sha)  # the killed agent's work, committed or not, is kept
         now = self.ws.clock()
+        what = (f"session {open_.n} was dispatched at {open_.started_at.isoformat(timespec='seconds')} ({open_.job}) "
+                "and left no record: its job was killed or lost before its final push, or never started"
+                if started is not None else
+                f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
+                f"by job {open_.job or '?'} and never finished (the job was killed or lost)")
         verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
-                          reasons=(f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
-                                   f"by job {open_.job or '?'} and never finished (the job was killed or lost)"
+                          reasons=(what
                                    + (f"; its agent was still running (process group {stopped}) and was stopped "
                                       "before its work was saved" if stopped is not None else "")
                                    + (f"; {salvaged}" if salvaged else "")
@@ -315,8 +331,9 @@ class Session:
                                finished_at=now, outcome=verdict.outcome, blame=verdict.blame, rule=6,
                                reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
                                resume_session_id=open_.resume_session_id)
-        action = decide_next(verdict, fold([record], self.state), self.plan)
-        self.write([record.model_copy(update={"next_action": action})])
+        first = [started] if started is not None else []
+        action = decide_next(verdict, fold([*first, record], self.state), self.plan)
+        self.write([*first, record.model_copy(update={"next_action": action})])
         self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
         return True
 

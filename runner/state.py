@@ -148,7 +148,10 @@ class GitStateStore:
         self.remote = remote if remote in configured else None
         self._odb: LooseObjectDB | None = None
         self._cat_proc: _CatFile | None = None
+        self._known: dict[str, str | None] = {}  # plan -> its remote state as this process last fetched or pushed it
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
+        self._extra: dict[str, tuple[list[str], list[str]]] = {}  # plan -> (refspecs, negotiation tips) fetched with it
+        self.fetched_with: set[str] = set()  # plans whose last fetch carried their extra refspecs
         self._migrated = False
         self._legacy_fetched = False
         # restored files: size, mtime, sha (blob, or tree of blocks), the block shas (None for a blob)
@@ -232,6 +235,16 @@ class GitStateStore:
         """The plan's state ref as last synced, without fetching."""
         return ref_sha(self.repo, self.ref(plan_id))
 
+    def fetch_also(self, plan_id: str, refspecs: Sequence[str], negotiate: Sequence[str] = ()) -> None:
+        """Carry `refspecs` (the work and base branches) in the same fetch as the plan's state, with
+        `negotiate` as extra negotiation tips; `fetched_with` then names the plan."""
+        self._extra[plan_id] = (list(refspecs), list(negotiate))
+
+    def remote_seen(self, plan_id: str) -> str | None:
+        """The plan's state on the remote as last fetched or pushed by this process (None: absent or no remote)."""
+        tracking = self.tracking(plan_id)
+        return ref_sha(self.repo, tracking) if tracking else None
+
     def _corrupt(self, plan_id: str) -> Callable[[int, str], PlanRunnerError]:
         ref = self.ref(plan_id)
 
@@ -249,13 +262,17 @@ class GitStateStore:
     def append(self, plan_id: str, entries: Sequence[Entry], expected_version: str | None,
                files: dict[str, bytes] | None = None, *, snapshot: str | None = None,
                dirs: dict[str, Path] | None = None, redact: Sequence[bytes] = (),
-               also_push: Sequence[tuple[str | None, str, str | None]] = ()) -> str:
+               also_push: Sequence[tuple[str | None, str, str | None]] = (), push: bool = True) -> str:
         """Append `entries` if the plan's ref is still at `expected_version`; returns the new version.
 
         `snapshot` is the folded state after these entries (stored so the next read need not fold
         the whole ledger); `dirs` are directories kept as trees (only files changed since `read_dir`
         are read, cleared of the `redact` byte strings and stored; `DIR_LIMIT` bounds each in total); `also_push` are other
         `(sha or None to delete, ref, expected remote sha)` updates pushed atomically with the state.
+
+        `push=False` writes the local ref only (a session's `started` entry when the remote already holds the
+        intent that dispatched it): the next pushed append carries it to the remote with its own entries, the
+        lease still on the remote's version as last seen.
         """
         _check_name("plan id", plan_id)
         for name in list(files or {}) + list(dirs or {}):
@@ -264,29 +281,60 @@ class GitStateStore:
         current = ref_sha(self.repo, ref)
         if current != expected_version:
             raise self._conflict(plan_id, expected_version, current)
-        if tracking is not None:
-            seen = ref_sha(self.repo, tracking)
-            if seen is not None and seen != expected_version:
-                # The remote was last seen elsewhere: writing on `expected_version` would fork it.
-                raise self._conflict(plan_id, expected_version, seen)
+        seen = ref_sha(self.repo, tracking) if tracking is not None else None
+        if seen is not None and seen != expected_version and not (
+                expected_version and self._extends(expected_version, seen)):
+            # The remote was last seen elsewhere: writing on `expected_version` would fork it.
+            raise self._conflict(plan_id, expected_version, seen)
         new = self._commit(plan_id, entries, expected_version, files or {}, snapshot, dirs or {}, redact)
         try:
             run_git(self.repo, "update-ref", "-m", f"plan-runner: {plan_id}", ref, new, expected_version or _ZERO)
         except GitCommandError as exc:
             raise self._conflict(plan_id, expected_version, ref_sha(self.repo, ref), stderr_of(exc)) from None
-        if self.remote is not None:
-            remote_had = tracking is not None and ref_sha(self.repo, tracking) is not None
-            updates = [(new, ref, expected_version if remote_had else None), *also_push]
-            try:
-                push_atomic(self.repo, self.remote, updates, what=f"the state of plan {plan_id!r}")
-                self.network_ops += 1
-            except PlanRunnerError:
-                self.network_ops += 1
-                self._undo(plan_id, new, expected_version)
-                raise
-            run_git(self.repo, "update-ref", tracking, new)
+        if self.remote is not None and push:
+            self._push(plan_id, new, seen, also_push)
         self._after_write(plan_id, dirs or {}, new)
         return new
+
+    def _push(self, plan_id: str, new: str, seen: str | None,
+              also_push: Sequence[tuple[str | None, str, str | None]] = ()) -> None:
+        """One atomic push of the plan's local state `new` (with any entries written locally only before it),
+        leased on the remote's version as last seen."""
+        assert self.remote is not None
+        ref, tracking = self.ref(plan_id), self.tracking(plan_id)
+        updates = [(new, ref, seen), *also_push]
+        try:
+            push_atomic(self.repo, self.remote, updates, what=f"the state of plan {plan_id!r}")
+            self.network_ops += 1
+        except PlanRunnerError:
+            self.network_ops += 1
+            self._undo(plan_id, new, seen)
+            raise
+        run_git(self.repo, "update-ref", tracking, new)  # type: ignore[arg-type]
+        self._known[plan_id] = new
+
+    def push_pending(self, plan_id: str) -> bool:
+        """Push what was written locally only (a `started` entry) if the local state is ahead of the remote's
+        as last seen; True when something was pushed. For a cancelled job, after the agent's work is safe."""
+        _check_name("plan id", plan_id)
+        if self.remote is None:
+            return False
+        local, seen = ref_sha(self.repo, self.ref(plan_id)), self.remote_seen(plan_id)
+        if local is None or local == seen or (seen is not None and not self._extends(local, seen)):
+            return False
+        self._push(plan_id, local, seen)
+        return True
+
+    def _extends(self, new: str, old: str, depth: int = 8) -> bool:
+        """`new` is `old` with plan-runner's appends on top (at most `depth` of them): a local write not pushed yet."""
+        for _ in range(depth):
+            if new == old:
+                return True
+            if not self._appends(new, None):
+                return False
+            data = self._object(new, b"commit")
+            new = data.split(b"\nparent ", 1)[1][:40].decode()  # type: ignore[union-attr]
+        return new == old
 
     def restore_own(self, plan_id: str, expected: str | None, *, remote: bool = True) -> list[str]:
         """Put this plan's state ref back at `expected` wherever the agent (it shares the repository and
@@ -296,36 +344,49 @@ class GitStateStore:
         it is left alone, and this session's own write then yields to it. `remote=False` (an isolated agent,
         which has no credentials for the remote) skips the fetch the remote check costs."""
         found: list[str] = []
+        # What the remote held when this process last fetched or pushed it (remembered here, where the agent
+        # cannot reach): `expected` may carry entries written locally only (`append(push=False)`).
+        on_remote = self._known.get(plan_id, expected)
         if self.remote is not None and remote:
             remote_sha = self._fetch(plan_id)
-            if remote_sha != expected and not (remote_sha and expected and self._appends(remote_sha, expected)):
+            if remote_sha != on_remote and not (remote_sha and on_remote and self._appends(remote_sha, on_remote)):
                 found.append(f"{self.ref(plan_id)} on {self.remote!r} was moved to {(remote_sha or 'deleted')[:12]}; "
                              "restored")
-                push_atomic(self.repo, self.remote, [(expected, self.ref(plan_id), remote_sha)],
+                push_atomic(self.repo, self.remote, [(on_remote, self.ref(plan_id), remote_sha)],
                             what=f"the state of plan {plan_id!r}")
                 self.network_ops += 1
-                if expected is None:
+                if on_remote is None:
                     run_git(self.repo, "update-ref", "-d", self.tracking(plan_id))  # type: ignore[arg-type]
                 else:
-                    run_git(self.repo, "update-ref", self.tracking(plan_id), expected)  # type: ignore[arg-type]
-            elif remote_sha != expected:
+                    run_git(self.repo, "update-ref", self.tracking(plan_id), on_remote)  # type: ignore[arg-type]
+                self._known[plan_id] = on_remote
+            elif remote_sha != on_remote:
                 return found  # another job's write: this session's write will conflict and yield
-        for ref in [self.ref(plan_id)] + ([self.tracking(plan_id)] if self.remote else []):
+        for ref, want in [(self.ref(plan_id), expected)] + ([(self.tracking(plan_id), on_remote)] if self.remote else []):
             current = ref_sha(self.repo, ref)  # type: ignore[arg-type]
-            if current == expected:
+            if current == want:
                 continue
             found.append(f"{ref} was moved ({(expected or 'absent')[:12]} -> {(current or 'deleted')[:12]}); "
                          "the plan's state ref is plan-runner's record, not the agent's: restored")
-            if expected is None:
+            if want is None:
                 run_git(self.repo, "update-ref", "-d", ref)  # type: ignore[arg-type]
             else:
-                run_git(self.repo, "update-ref", "-m", "plan-runner: undo a move of the state ref", ref, expected)  # type: ignore[arg-type]
+                run_git(self.repo, "update-ref", "-m", "plan-runner: undo a move of the state ref", ref, want)  # type: ignore[arg-type]
         return found
 
-    def _appends(self, new: str, old: str) -> bool:
-        """`new` is a plan-runner write on top of `old`: its parent, with the old ledger as its prefix."""
+    def _appends(self, new: str, old: str | None) -> bool:
+        """`new` is a plan-runner write on top of `old` (None: its only parent): its parent, with the old
+        ledger as its prefix."""
         data = self._object(new, b"commit")
-        if data is None or f"\nparent {old}\n".encode() not in data.split(b"\n\n", 1)[0] + b"\n":
+        if data is None:
+            return False
+        header = data.split(b"\n\n", 1)[0] + b"\n"
+        if old is None:
+            parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
+            if len(parents) != 1:
+                return False
+            old = parents[0].decode()
+        if f"\nparent {old}\n".encode() not in header:
             return False
         new_ledger = self._tree_of(new, "?").get(LEDGER)
         old_ledger = self._tree_of(old, "?").get(LEDGER)
@@ -588,8 +649,12 @@ class GitStateStore:
             if remote_sha is None and not self._migrated:
                 self._migrate_if_needed()
                 remote_sha = ref_sha(self.repo, self.tracking(plan_id))  # type: ignore[arg-type]
+        self._known[plan_id] = remote_sha
         if remote_sha is not None:
-            if ref_sha(self.repo, ref) != remote_sha:
+            local = ref_sha(self.repo, ref)
+            if local != remote_sha:
+                if local is not None and self._extends(local, remote_sha):
+                    return local  # plan-runner's own entries written here and not pushed yet (a `started`): kept
                 run_git(self.repo, "update-ref", ref, remote_sha)
             return remote_sha
         # Absent on the remote: local-only state (if any) stays and is pushed by the next append.
@@ -631,10 +696,13 @@ class GitStateStore:
         Glob refspecs with --prune: a ref absent on the remote is no error, and its tracking ref goes."""
         tracking = self.tracking(plan_id)
         assert tracking is not None
-        # Negotiate only with the plan's state: the work history is unrelated and may be huge.
-        self._git_fetch(f"+{self.ref(plan_id)}*:{tracking}*", self._legacy_spec(),
-                        negotiate=[tracking, self.ref(plan_id)], prune=True)
+        extra, tips = self._extra.get(plan_id, ([], []))
+        # Negotiate only with the plan's state (and the branches fetched with it): the rest may be huge.
+        self._git_fetch(f"+{self.ref(plan_id)}*:{tracking}*", self._legacy_spec(), *extra,
+                        negotiate=[tracking, self.ref(plan_id), *tips], prune=True)
         self._legacy_fetched = True
+        if extra:
+            self.fetched_with.add(plan_id)
         return ref_sha(self.repo, tracking)
 
     def _fetch_all(self) -> None:

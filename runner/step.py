@@ -79,20 +79,40 @@ def session_ref(plan_id: str, n: int) -> str:
     return f"refs/plan-runner/sessions/{plan_id}/{n}"
 
 
+EARLY_PUSH = "PLAN_RUNNER_EARLY_PUSH"
+
+
+def early_push(ws: Workspace) -> bool:
+    """Opt-in (PLAN_RUNNER_EARLY_PUSH=1): the extra pushes a session made before issue 11 (its `started` entry
+    before the agent, the agent's commits under a session ref before the gates, a fetch checking the remote
+    state for tampering after the agent), so a job *killed outright* (SIGKILL, a lost runner) during the agent
+    or the gates still leaves its commits on the remote. By default a cancelled job pushes them on the stop
+    signal instead, and the next tick finds a killed session by its dispatch intent (docs/reliability.md)."""
+    return (ws.env.get(EARLY_PUSH) or "").strip().lower() in ("1", "true", "yes")
+
+
 def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
-    """Right after the agent (leftovers committed, tampering reverted): its commits go to the
-    remote under a session ref, so a job killed before the final push loses none of them.
-    With `checks:` gates the work branch goes too: the repository's own CI judges that commit."""
+    """Right after the agent (leftovers committed, tampering reverted), with `early_push`: its commits go to
+    the remote under a session ref, so a job killed before the final push loses none of them.
+    With `checks:` gates the work branch goes (always): the repository's own CI judges that commit."""
     if not ws.remote:
         return None
     checks = any(g.kind == "checks" for g in plan.config.gates)
+    early = early_push(ws)
+    if not checks and not early:
+        return None
 
     def push(head: str) -> None:
-        gitwork.push_ref(ws.repo, ws.remote, head, session_ref(plan.id, n), None, what="the session's commits")
-        _early_pushed[(str(ws.repo), plan.id, n)] = head
+        if early:
+            push_session_ref(ws, plan.id, n, head)
         if checks:
             gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
     return push
+
+
+def push_session_ref(ws: Workspace, plan_id: str, n: int, head: str) -> None:
+    gitwork.push_ref(ws.repo, ws.remote, head, session_ref(plan_id, n), None, what="the session's commits")
+    _early_pushed[(str(ws.repo), plan_id, n)] = head
 
 
 def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, str | None]]:
@@ -116,9 +136,9 @@ def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, st
     return updates
 
 
-def run_session(ws: Workspace, drivers: Drivers) -> SessionResult:
-    """Run at most one session of the plan and apply what follows from it."""
-    s = Session(ws, drivers)
+def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None) -> SessionResult:
+    """Run at most one session of the plan and apply what follows from it (`session`: already read)."""
+    s = session or Session(ws, drivers)
     action = s.next_run()
     if isinstance(action, SessionResult):
         return action
@@ -168,7 +188,8 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
                 what=f"the work tree {ws.repo} has uncommitted changes",
                 why="plan-runner checks out the work branch and commits the agent's leftovers; your changes would mix in",
                 fix="commit or stash them (`git stash -u`), then run again")
-        base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote)
+        base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote,
+                                              fetched=getattr(s, "branches_fetched", False))
     except PlanRunnerError:
         # Two sessions of one plan started at once in one clone: the other one is already moving this work
         # tree (its start is recorded a moment later). That is a lost race, not the user's mistake: yield to
@@ -185,8 +206,12 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     started_at = ws.clock()
     started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
                              base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id)
+    # The start goes to the remote only when nothing there says this session is due: a session a plan-runner
+    # job dispatched has its intent (`Dispatched`) on the remote already, and the tick finds it by that intent
+    # if this job dies without a word (action_tick). A session started by hand pushes it, so it is found too.
+    push_start = not ws.remote or early_push(ws) or s.state.last_dispatch < n
     try:
-        s.write([started])
+        s.write([started], push=push_start)
     except StateConflict:
         return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
     fault_point(ws, "after-start")
@@ -227,7 +252,9 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     restore_state = getattr(s.d.store, "restore_own", None)
     if restore_state is not None:  # this plan's own ref only: other plans' jobs write theirs meanwhile
         # An isolated agent can reach neither this repository nor its remote's credentials: no fetch to check it.
-        moved += restore_state(plan.id, s.version, remote=not identity.isolated)
+        # The remote is checked only with `early_push`: otherwise the final push's lease finds any move of it,
+        # and `_final_write` checks it then (one fetch on that path only).
+        moved += restore_state(plan.id, s.version, remote=early_push(ws) and not identity.isolated)
     fault_point(ws, "after-agent")
     ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
 
@@ -272,9 +299,9 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     # One write, one atomic push: the verdict (with the intent to dispatch the next run, when that is what
     # follows), the work branch and the removal of the session ref land together or not at all.
     intent = _dispatch_intent(s, next_action)
-    s.write([record, *intent], files={EVIDENCE_FILE: evidence.model_dump_json().encode()},
-            dirs={TRANSCRIPTS_DIR: transcripts},
-            also_push=_work_updates(ws, plan, n) if ws.remote and not evidence.leaked_secrets else ())
+    _final_write(s, n, base_sha, [record, *intent], files={EVIDENCE_FILE: evidence.model_dump_json().encode()},
+                 dirs={TRANSCRIPTS_DIR: transcripts},
+                 also_push=_work_updates(ws, plan, n) if ws.remote and not evidence.leaked_secrets else ())
     fault_point(ws, "after-ledger")
     result = apply_action(s, next_action, evidence, verdict, dispatch_recorded=bool(intent))
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
@@ -282,6 +309,36 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
                          report_text=result.report_text, url=result.url,
                          report_fn=lambda: s.report(f"session {n}: {verdict.outcome.value}", result.action,
                                                     evidence, verdict))
+
+
+def _final_write(s: Session, n: int, base_sha: str, entries, **kw) -> None:
+    """The session's one atomic push. A lost lease means the remote state moved during the session: a
+    tick or reply wrote to the plan (this session yields to it), or something else moved it (the agent, where
+    it shares credentials with plan-runner): then it is put back and the write tried once more. A session that
+    yields pushes the agent's commits to its session ref first, so none is lost."""
+    ws, plan = s.ws, s.trusted
+    try:
+        s.write(entries, **kw)
+        return
+    except StateConflict:
+        if not ws.remote:
+            raise
+        restore_state = getattr(s.d.store, "restore_own", None)
+        moved = restore_state(plan.id, s.version, remote=True) if restore_state is not None else []
+        if moved:
+            ws.on_event("warning", "; ".join(moved))
+            try:
+                s.write(entries, **kw)
+                return
+            except StateConflict:
+                pass
+        head = gitwork.ref_sha(ws.repo, f"refs/heads/{plan.work_branch}")
+        if head is not None and head != base_sha:
+            try:
+                push_session_ref(ws, plan.id, n, head)
+            except PlanRunnerError:
+                pass
+        raise
 
 
 def _dispatch_intent(s: Session, action) -> list[Dispatched]:
