@@ -202,9 +202,12 @@ def _state_rows(r: dict) -> list[tuple[str, str, str, str]]:
                     f"{t['transcripts_kept_bytes'] / 2**20:.1f} MB ({t['transcripts_bound_bytes'] / 2**20:.0f} MB)", ""))
     if "network" in r:
         n = r["network"]
-        out.append(("state", "dispatching session: network git ops (git processes)",
+        out.append(("state", "dispatched session (session 2): network git ops (git processes)",
                     f"{n['session_network_ops']} ({n['session_git_processes']})",
                     _mark(n["targets"]["session_network_ops"]["met"])))
+        out.append(("state", "  session 1 (started by hand), same run", f"{n['first_session_network_ops']}", ""))
+        out.append(("state", "  baseline, same run: PLAN_RUNNER_EARLY_PUSH=1, sessions 1 and 2",
+                    ", ".join(str(x) for x in n["early_push_network_ops"]), ""))
         out.append(("state", f"tick over {n['tick_plans']} plans ({n['tick_due']} due): fetches, pushes (processes)",
                     f"{n['tick_fetches']}, {n['tick_pushes']} ({n['tick_git_processes']})",
                     _mark(n["targets"]["tick_fetches"]["met"])))

@@ -204,6 +204,56 @@ def _verb(argv: str) -> str:
     return parts[i] if i < len(parts) else ""
 
 
+NET_SCRIPT = """sessions:
+  - - write: {path: app/f.py, content: "x = 1\\n"}
+    - commit: "Add f"
+    - check: "1.1"
+    - commit: "Tick 1.1"
+  - - write: {path: app/g.py, content: "y = 2\\n"}
+    - commit: "Add g"
+    - check: "1.2"
+    - commit: "Tick 1.2"
+"""
+
+
+def _net(calls: list[str]) -> list[str]:
+    """Only what talks to the remote counts (the agent's own clone and its bundle are local copies)."""
+    return [c for c in calls if _verb(c) in NETWORK and "origin" in c.split()]
+
+
+def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[dict]:
+    """Session 1 of a plan (started by hand) and session 2 (dispatched by session 1), each counted."""
+    from benchmarks.github_calls import TOKEN, _with_origin
+    from runner.events import GitHubContext
+    from runner.github import GitHubDriver
+    from runner.github_api import RetryPolicy
+    from runner.session import Drivers, Workspace
+    from runner.state import GitStateStore
+    from runner.step import run_session
+
+    script = workdir / f"{name}.yaml"
+    script.write_text(NET_SCRIPT)
+    repo = workdir / f"repo-{name}"
+    build_repo(repo, 10, {"plans/work.md": _plan(script, checkpoints=3)}, env=env)
+    _with_origin(repo, env)
+    out = []
+    for n in (1, 2):
+        with GitHubDriver(GitHubContext.from_env(env), TOKEN, retry=RetryPolicy.fast()) as driver:
+            ws = Workspace(repo=repo, plan_path="plans/work.md", env=env, remote="origin")
+            (workdir / f"{name}-{n}").mkdir()
+            api_before = len(srv.calls)
+            with counting_git(workdir / f"{name}-{n}") as calls:
+                result = run_session(ws, Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver,
+                                                 parker=driver))
+        net = _net(calls)
+        out.append({"session": n, "status": result.status,
+                    "outcome": result.record.outcome.value if result.record else None,
+                    "git_processes": len(calls), "network_ops": len(net),
+                    "network": [" ".join(c.split()[:4]) for c in net], "api_calls": len(srv.calls) - api_before})
+        git(repo, "checkout", "-q", "main", env=env)
+    return out
+
+
 def bench_network(workdir: Path, tick_plans: int) -> dict:
     from benchmarks.github_calls import TOKEN, _env, _plan as gh_plan, _seed_tick_state, _with_origin
     from runner.action_io import Reporter
@@ -211,48 +261,41 @@ def bench_network(workdir: Path, tick_plans: int) -> dict:
     from runner.events import GitHubContext
     from runner.github import GitHubDriver
     from runner.github_api import RetryPolicy
-    from runner.session import Drivers, Workspace
-    from runner.state import GitStateStore
-    from runner.step import run_session
     from tests.servers.github import GitHubServer
 
     env_base = child_env(PLAN_RUNNER_ISOLATION="none")
     script = workdir / "net.yaml"
-    script.write_text("""sessions:\n  - - write: {path: app/f.py, content: "x = 1\\n"}\n    - commit: "Add f"\n""")
-    repo = workdir / "repo-net"
-    build_repo(repo, 10, {"plans/work.md": gh_plan(script)}, env=env_base)
-    _with_origin(repo, env_base)
+    script.write_text(NET_SCRIPT)
     trepo = workdir / "repo-net-tick"
     build_repo(trepo, 10, {f"plans/tick-{i:02d}.md": gh_plan(script) for i in range(tick_plans)}, env=env_base)
     _with_origin(trepo, env_base)
     due = _seed_tick_state(trepo, datetime.now(timezone.utc), tick_plans)
     with GitHubServer(token=TOKEN) as srv:
         env = {**_env(srv), "PLAN_RUNNER_ISOLATION": "none"}
-        with GitHubDriver(GitHubContext.from_env(env), TOKEN, retry=RetryPolicy.fast()) as driver:
-            ws = Workspace(repo=repo, plan_path="plans/work.md", env=env, remote="origin")
-            (workdir / "s").mkdir()
-            with counting_git(workdir / "s") as session_calls:
-                result = run_session(ws, Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver,
-                                                 parker=driver))
-        api_calls = len(srv.calls)
+        # Side by side in one run: the default, and the opt-in that keeps the early pushes (the "before").
+        default = _two_sessions(workdir, "net", srv, env)
+        early = _two_sessions(workdir, "net-early", srv, {**env, "PLAN_RUNNER_EARLY_PUSH": "1"})
         tenv = {**env, "GITHUB_EVENT_NAME": "schedule", "GITHUB_WORKSPACE": str(trepo)}
         ctx = GitHubContext.from_env(tenv)
         with GitHubDriver(ctx, TOKEN, retry=RetryPolicy.fast()) as driver, open(workdir / "tick.log", "w") as log:
             (workdir / "t").mkdir()
             with counting_git(workdir / "t") as tick_calls:
                 tick = mode_tick(ctx, tenv, driver, Reporter(tenv, out=log))
-    # Only what talks to the remote counts (the agent's own clone and its bundle are local copies).
-    s_net = [c for c in session_calls if _verb(c) in NETWORK and "origin" in c.split()]
-    t_net = [c for c in tick_calls if _verb(c) in NETWORK and "origin" in c.split()]
+    t_net = _net(tick_calls)
     t_fetch = [c for c in t_net if _verb(c) == "fetch"]
-    return {"session_status": result.status, "session_git_processes": len(session_calls),
-            "session_network_ops": len(s_net), "session_network": [" ".join(c.split()[:4]) for c in s_net],
-            "session_api_calls": api_calls,
+    dispatched = default[1]  # the steady state: a session a plan-runner job dispatched
+    return {"sessions": default, "sessions_early_push": early,
+            "session_status": dispatched["status"], "session_git_processes": dispatched["git_processes"],
+            "session_network_ops": dispatched["network_ops"], "session_network": dispatched["network"],
+            "session_api_calls": dispatched["api_calls"],
+            "first_session_network_ops": default[0]["network_ops"],
+            "early_push_network_ops": [x["network_ops"] for x in early],
             "tick_plans": tick_plans, "tick_due": due, "tick_outcome": tick.outcome,
             "tick_git_processes": len(tick_calls), "tick_fetches": len(t_fetch),
             "tick_pushes": sum(_verb(c) == "push" for c in t_net),
-            "targets": {"session_network_ops": {"target": f"<= {TARGET_SESSION_NET_OPS} + dispatch",
-                                                "value": len(s_net), "met": len(s_net) <= TARGET_SESSION_NET_OPS},
+            "targets": {"session_network_ops": {"target": f"<= {TARGET_SESSION_NET_OPS} + dispatch (dispatched session)",
+                                                "value": dispatched["network_ops"],
+                                                "met": dispatched["network_ops"] <= TARGET_SESSION_NET_OPS},
                         "tick_fetches": {"target": f"{TARGET_TICK_FETCHES}", "value": len(t_fetch),
                                          "met": len(t_fetch) <= TARGET_TICK_FETCHES}}}
 
