@@ -146,13 +146,27 @@ def _unaccounted_start(s: Session, n: int, intent: Dispatched | None, action) ->
                           resume_session_id=run.resume_session_id if run else None)
 
 
+class _DispatchLater:
+    """The dispatcher of a tick: a run is dispatched only after its intent is on the remote, and the tick
+    pushes every plan's intent in one atomic push at the end, so the calls wait for that push."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def dispatch_next(self, plan_path: str, key: str) -> None:
+        self.calls.append((plan_path, key))
+
+
 def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:
     repo = workspace_root(env)
     store = GitStateStore(repo, remote=REMOTE)
     with_state = set(store.plans())
-    drivers = Drivers(store=store, dispatcher=driver, parker=driver)
+    later = _DispatchLater()
+    drivers = Drivers(store=store, dispatcher=later, parker=driver)
+    store.defer_pushes()  # every plan's writes go in one atomic push, after the loop
     rows, dispatched, failed = [], 0, 0
     annotations = []
+    calls: dict[str, list[tuple[str, str]]] = {}
     for path in plan_files(repo):
         plan_id = plan_id_from_path(path)
         if plan_id not in with_state:
@@ -160,6 +174,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeRe
         ws = Workspace(repo=repo, plan_path=path, env=dict(env), remote=REMOTE,
                        job=env.get("GITHUB_RUN_ID", "") or "actions")
         went = False
+        later.calls = calls.setdefault(plan_id, [])
         try:
             line, went = tick_plan(ws, drivers, rep.log)
         except StateConflict:
@@ -169,7 +184,23 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeRe
             line = f"error: {err.what}"
             annotations.append(("error", f"{plan_id}: {err.what}", "plan-runner tick"))
         dispatched += went
-        rows.append((plan_id, line))
+        rows.append([plan_id, line])
+    lost = store.flush()  # one push for every plan the tick wrote to; a plan another job moved meanwhile is left out
+    for row in rows:
+        plan_id = row[0]
+        if plan_id in lost:
+            dispatched -= any(calls.get(plan_id, ()))
+            row[1] = "another job moved the plan first; nothing to do"
+            continue
+        for plan_path, key in calls.get(plan_id, ()):
+            try:
+                driver.dispatch_next(plan_path, key)
+            except PlanRunnerError as err:
+                failed += 1
+                dispatched -= 1
+                row[1] = f"error: {err.what}"
+                annotations.append(("error", f"{plan_id}: {err.what}", "plan-runner tick"))
+    for plan_id, line in rows:
         rep.log(f"plan-runner tick: {plan_id}: {line}")
     table = "\n".join(f"| `{pid}` | {line.replace('|', '/')} |" for pid, line in rows) or "| - | no plan has state yet |"
     summary = (f"# plan-runner tick: {dispatched} run(s) dispatched\n\n| plan | state |\n|---|---|\n{table}\n")

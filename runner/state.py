@@ -148,6 +148,7 @@ class GitStateStore:
         self.remote = remote if remote in configured else None
         self._odb: LooseObjectDB | None = None
         self._cat_proc: _CatFile | None = None
+        self._deferred: dict[str, str | None] | None = None  # plan -> remote lease, while pushes are deferred
         self._known: dict[str, str | None] = {}  # plan -> its remote state as this process last fetched or pushed it
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
         self._extra: dict[str, tuple[list[str], list[str]]] = {}  # plan -> (refspecs, negotiation tips) fetched with it
@@ -292,7 +293,10 @@ class GitStateStore:
         except GitCommandError as exc:
             raise self._conflict(plan_id, expected_version, ref_sha(self.repo, ref), stderr_of(exc)) from None
         if self.remote is not None and push:
-            self._push(plan_id, new, seen, also_push)
+            if self._deferred is not None and not also_push:
+                self._deferred.setdefault(plan_id, seen)  # pushed by `flush`, with every other plan's
+            else:
+                self._push(plan_id, new, seen, also_push)
         self._after_write(plan_id, dirs or {}, new)
         return new
 
@@ -312,6 +316,47 @@ class GitStateStore:
             raise
         run_git(self.repo, "update-ref", tracking, new)  # type: ignore[arg-type]
         self._known[plan_id] = new
+
+    def defer_pushes(self) -> None:
+        """From now on appends are written locally and pushed by `flush`, all plans in one atomic push (a tick)."""
+        self._deferred = {}
+
+    def flush(self) -> dict[str, StateConflict]:
+        """Push every plan appended to since `defer_pushes` in one `git push --atomic`, each ref with its own
+        lease. git rejects the whole push when one lease is lost: then one glob fetch tells which plans moved on
+        the remote, their local refs take the remote's state, and the rest is pushed again without them.
+        Returns the plans left out, each with its conflict (another job advanced that plan first)."""
+        pending, self._deferred = dict(self._deferred or {}), None
+        failed: dict[str, StateConflict] = {}
+        while pending and self.remote is not None:
+            news = {plan_id: ref_sha(self.repo, self.ref(plan_id)) for plan_id in pending}
+            updates = [(news[p], self.ref(p), lease) for p, lease in pending.items() if news[p] != lease]
+            try:
+                if updates:
+                    push_atomic(self.repo, self.remote, updates,
+                                what=f"the state of {len(updates)} plan(s)" if len(updates) > 1 else
+                                f"the state of plan {updates[0][1].rsplit('/', 1)[1]!r}")
+                    self.network_ops += 1
+            except StateConflict as exc:
+                self.network_ops += 1
+                self._fetch_all()
+                lost = [p for p, lease in pending.items() if ref_sha(self.repo, self.tracking(p)) != lease]  # type: ignore[arg-type]
+                if not lost:
+                    raise
+                for plan_id in lost:
+                    failed[plan_id] = self._conflict(plan_id, pending.pop(plan_id),
+                                                     ref_sha(self.repo, self.tracking(plan_id)), str(exc.why))  # type: ignore[arg-type]
+                    remote_sha = ref_sha(self.repo, self.tracking(plan_id))  # type: ignore[arg-type]
+                    if remote_sha is None:
+                        run_git(self.repo, "update-ref", "-d", self.ref(plan_id))
+                    else:
+                        run_git(self.repo, "update-ref", self.ref(plan_id), remote_sha)
+                continue
+            for plan_id, new in news.items():
+                run_git(self.repo, "update-ref", self.tracking(plan_id), new)  # type: ignore[arg-type]
+                self._known[plan_id] = new
+            break
+        return failed
 
     def push_pending(self, plan_id: str) -> bool:
         """Push what was written locally only (a `started` entry) if the local state is ahead of the remote's

@@ -37,3 +37,68 @@ def test_the_early_push_opt_in_still_pushes_before_the_agent_and_the_gates(tmp_p
         _first, second = _two_sessions(tmp_path, "early", srv, env)
     assert [_verb(c) for c in second["network"]] == ["fetch", "push", "fetch", "push", "push"], second["network"]
     assert any("refs/plan-runner/sessions/work/2" in c for c in second["network"])
+
+
+def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path):
+    """12 plans, 7 of them due: one glob fetch, one atomic push carrying every dispatched plan's intent, then
+    the dispatch calls (each after its intent is on the remote)."""
+    from datetime import datetime, timezone
+
+    from benchmarks.github_calls import _plan as gh_plan, _seed_tick_state, _with_origin
+    from benchmarks.repos import build_repo, git
+    from benchmarks.state_bench import NET_SCRIPT, _net, counting_git
+    from runner.action_io import Reporter
+    from runner.action_tick import mode_tick
+    from runner.events import GitHubContext
+    from runner.github import GitHubDriver
+    from runner.github_api import RetryPolicy
+
+    env_base = child_env(PLAN_RUNNER_ISOLATION="none")
+    script = tmp_path / "net.yaml"
+    script.write_text(NET_SCRIPT)
+    repo = tmp_path / "repo"
+    build_repo(repo, 3, {f"plans/tick-{i:02d}.md": gh_plan(script) for i in range(12)}, env=env_base)
+    _with_origin(repo, env_base)
+    due = _seed_tick_state(repo, datetime.now(timezone.utc), 12)
+    with GitHubServer(token=TOKEN) as srv:
+        env = {**_env(srv), "PLAN_RUNNER_ISOLATION": "none", "GITHUB_EVENT_NAME": "schedule",
+               "GITHUB_WORKSPACE": str(repo)}
+        ctx = GitHubContext.from_env(env)
+        with GitHubDriver(ctx, TOKEN, retry=RetryPolicy.fast()) as driver, open(tmp_path / "tick.log", "w") as log:
+            (tmp_path / "t").mkdir()
+            with counting_git(tmp_path / "t") as calls:
+                result = mode_tick(ctx, env, driver, Reporter(env, out=log))
+        assert result.outcome == "dispatched" and len(srv.dispatches) == due == 7, result.summary
+    net = [_verb(c) for c in _net(calls)]
+    assert net == ["fetch", "push"], net
+    origin = repo.parent / f"{repo.name}-origin.git"
+    for i in range(12):  # every dispatched plan's intent is on the remote
+        kinds = git(origin, "show", f"refs/plan-runner/state/tick-{i:02d}:ledger.jsonl", env=env_base)
+        assert ('"dispatch"' in kinds) == (i % 10 < 5), (i, kinds)
+
+
+def test_a_lost_lease_in_the_batched_push_leaves_that_plan_out_and_pushes_the_rest(tmp_path: Path):
+    """Deferred appends of three plans; another clone advances one of them meanwhile: `flush` reports that plan's
+    conflict, resets its local ref to the remote's, and lands the other two (git's --atomic rejected all once)."""
+    from runner.state import GitStateStore
+    from tests.test_state import make_remote_pair, parked, remote_state
+
+    bare, a, b = make_remote_pair(tmp_path)
+    first = GitStateStore(a)
+    for plan_id in ("p1", "p2", "p3"):
+        first.append(plan_id, [parked(f"{plan_id} first")], first.read(plan_id)[1])
+    tick = GitStateStore(a)
+    assert tick.plans() == ["p1", "p2", "p3"]
+    seen = {p: tick.read(p)[1] for p in ("p1", "p2", "p3")}
+    other = GitStateStore(b)
+    other.append("p2", [parked("p2 by b")], other.read("p2")[1])  # b advances p2 after the tick read it
+    tick.defer_pushes()
+    before = tick.network_ops
+    news = {p: tick.append(p, [parked(f"{p} second")], seen[p]) for p in ("p1", "p2", "p3")}
+    assert tick.network_ops == before  # nothing pushed yet
+    lost = tick.flush()
+    assert set(lost) == {"p2"}
+    assert tick.network_ops == before + 3  # the rejected atomic push, one glob fetch, the push without p2
+    assert remote_state(bare, "p1") == news["p1"] and remote_state(bare, "p3") == news["p3"]
+    assert [e.reason for e in GitStateStore(b).read("p2")[0]] == ["p2 first", "p2 by b"]  # b's write stands
+    assert GitStateStore(a, remote=None).read("p2")[1] == remote_state(bare, "p2")  # a's local p2 took it
