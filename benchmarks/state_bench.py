@@ -29,6 +29,7 @@ from pathlib import Path
 from benchmarks.common import child_env, median, run_child
 from benchmarks.overhead import SCRIPT as WORK_SCRIPT
 from benchmarks.repos import build_repo, git
+from runner.state import ledger_text
 
 TARGET_LEDGER_RATIO = 1.3
 TARGET_TRANSCRIPT_RATIO = 1.3
@@ -327,7 +328,7 @@ def bench_concurrent(workdir: Path, plans: int) -> dict:
     entries = 0
     lost = 0
     for i in range(plans):
-        text = git(bare, "show", f"refs/plan-runner/state/c{i:02d}:ledger.jsonl", env=env)
+        text = ledger_text(bare, f"refs/plan-runner/state/c{i:02d}")
         kinds = [json.loads(line)["type"] for line in text.splitlines() if line.strip()]
         entries += len(kinds)
         lost += 3 - len(kinds)  # started, session, dispatch

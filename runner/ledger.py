@@ -6,7 +6,9 @@ carries a `type`; unknown fields are rejected so a corrupted ledger is noticed.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from datetime import datetime
 from typing import Annotated, Literal, Union, overload
 
@@ -208,3 +210,56 @@ class Ledger(Sequence):
                 if seen == index:
                     return number
         return index + 1
+
+
+class SegmentedLedger(Ledger):
+    """The ledger kept in segments (files of at most a fixed number of entries): a segment is loaded, split
+    and parsed only when an entry in it is asked for, so a session that trusts the stored snapshot and looks
+    back a few entries holds the last segment, not the whole past.
+
+    `loaders[i]()` gives segment i's bytes; `sizes` the entries of each (None: every segment is loaded to
+    count them); `error_for(i)` makes the corrupt-line error of segment i, `(line_number, detail)`.
+    """
+
+    def __init__(self, loaders: Sequence[Callable[[], bytes]], sizes: Sequence[int] | None,
+                 error_for: Callable[[int], Callable[[int, str], Exception]], snapshot: str | None = None) -> None:
+        self._loaders = list(loaders)
+        self._segments: dict[int, tuple[list[bytes], bytes]] = {}
+        self._error_for = error_for
+        self._parsed: dict[int, Entry] = {}
+        self.snapshot = snapshot
+        if sizes is None:
+            sizes = [len(self._segment(i)[0]) for i in range(len(self._loaders))]
+        self._starts = list(accumulate(sizes, initial=0))
+
+    def _segment(self, i: int) -> tuple[list[bytes], bytes]:
+        if i not in self._segments:
+            raw = self._loaders[i]()
+            self._segments[i] = ([line for line in raw.split(b"\n") if line.strip()], raw)
+        return self._segments[i]
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def _parse(self, index: int) -> Entry:
+        seg = bisect_right(self._starts, index) - 1
+        lines, raw = self._segment(seg)
+        local = index - self._starts[seg]
+        if local >= len(lines):
+            raise self._error_for(seg)(local + 1, "the segment holds fewer entries than the snapshot counted")
+        try:
+            return parse_entry(lines[local].decode("utf-8", "replace"))
+        except ValidationError as exc:
+            first = exc.errors()[0] if exc.errors() else {}
+            detail = f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', exc)}"
+            raise self._error_for(seg)(_line_number(raw, local), detail) from None
+
+
+def _line_number(raw: bytes, index: int) -> int:
+    seen = -1
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if line.strip():
+            seen += 1
+            if seen == index:
+                return number
+    return index + 1

@@ -37,6 +37,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 import weakref
@@ -53,14 +54,17 @@ from runner.errors import PlanRunnerError, StateConflict
 from runner.gitwork import (
     BOT_EMAIL, BOT_ENV, BOT_NAME, judge_git_env, objects_dir, push_leased, ref_sha, run_git, stderr_of,
 )
-from runner.ledger import Entry, Ledger, dump_entry
+from runner.ledger import Entry, Ledger, SegmentedLedger, dump_entry
 
 NAMESPACE = "refs/plan-runner/state"
 TRACKING = "refs/plan-runner/remote-state"  # + /<remote>/<plan_id>
 LEGACY_BRANCH = "plan-runner/state"
 LEGACY_REF = f"refs/heads/{LEGACY_BRANCH}"
 LEGACY_KEPT = "refs/plan-runner/legacy-state"
-LEDGER = "ledger.jsonl"
+LEDGER = "ledger.jsonl"  # the ledger in one blob: the format before segments, still read (migrated on write)
+LEDGER_DIR = "ledger"  # the ledger in segments: ledger/000000.jsonl, ledger/000001.jsonl, ...
+SEGMENT_ENTRIES = 256  # entries per segment; every segment but the last is full
+_SEGMENT_NAME = re.compile(r"[0-9]{6}\.jsonl")
 SNAPSHOT = "snapshot.json"
 FILES = "files"
 DIR_LIMIT = 16 * 2**20  # bytes kept per directory (transcripts) per plan, in total
@@ -176,8 +180,10 @@ class GitStateStore:
         if version is None:
             return Ledger(b"", self._corrupt(plan_id)), None
         tree = self._tree_of(version, plan_id)
-        ledger_sha = tree.get(LEDGER, (0, None))[1]
         snapshot_sha = tree.get(SNAPSHOT, (0, None))[1]
+        if LEDGER_DIR in tree:
+            return self._read_segments(plan_id, tree[LEDGER_DIR], snapshot_sha), version
+        ledger_sha = tree.get(LEDGER, (0, None))[1]
         raw = self._object(ledger_sha, b"blob") if ledger_sha else b""
         snapshot = None
         if snapshot_sha:
@@ -186,6 +192,49 @@ class GitStateStore:
         if snapshot is None:
             ledger.parse_all()  # no trusted fold to start from: every entry is read (and checked) now
         return ledger, version
+
+    def _segments(self, plan_id: str, entry: tuple[int, str]) -> list[tuple[str, str]]:
+        """(name, blob sha) of every segment in order; a clear error for anything that is not one."""
+        mode, sha = entry
+        names = _tree(self._object(sha, b"tree")) if mode == _TREE_MODE else None
+        bad = ["(not a folder)"] if names is None else [
+            n for n, (m, _) in names.items() if m != _BLOB_MODE or not _SEGMENT_NAME.fullmatch(n)]
+        ordered = sorted(names or {})
+        if not bad and ordered != [f"{i:06d}.jsonl" for i in range(len(ordered))]:
+            bad = ["(numbers with a gap)"]
+        if bad:
+            ref = self.ref(plan_id)
+            raise PlanRunnerError(
+                what=f"the ledger of plan {plan_id!r} is corrupt: {LEDGER_DIR}/ holds {', '.join(bad[:3])}",
+                why=f"{ref}:{LEDGER_DIR}/ must hold only the segments 000000.jsonl, 000001.jsonl, ... in sequence",
+                fix=f"inspect it with `git ls-tree {ref}:{LEDGER_DIR}`; restore the missing or misnamed segment "
+                    f"and commit that onto {ref} (push it if there is a remote), then run again")
+        return [(n, names[n][1]) for n in ordered]  # type: ignore[index]
+
+    def _read_segments(self, plan_id: str, entry: tuple[int, str], snapshot_sha: str | None) -> Ledger:
+        segments = self._segments(plan_id, entry)
+        loaders = [lambda sha=sha: self._object(sha, b"blob") or b"" for _, sha in segments]
+        sizes = snapshot = None
+        if snapshot_sha and segments:
+            data = self._object(snapshot_sha, b"blob")
+            try:
+                snap = json.loads(data or b"")
+                last_raw = loaders[-1]()  # the only segment read: every other one is full
+                loaders[-1] = lambda: last_raw
+                last = last_raw.count(b"\n")
+                count = (len(segments) - 1) * SEGMENT_ENTRIES + last
+                if (isinstance(snap, dict) and snap.get("ledger") == entry[1] and snap.get("entries") == count
+                        and snap.get("segment") == SEGMENT_ENTRIES):
+                    sizes = [SEGMENT_ENTRIES] * (len(segments) - 1) + [last]
+                    snapshot = json.dumps(snap["state"])
+            except (ValueError, KeyError, TypeError):
+                sizes = snapshot = None
+        names = [name for name, _ in segments]
+        ledger = SegmentedLedger(loaders, sizes, lambda i: self._corrupt(plan_id, f"{LEDGER_DIR}/{names[i]}"),
+                                 snapshot=snapshot)
+        if snapshot is None:
+            ledger.parse_all()  # no trusted fold to start from: every entry is read (and checked) now
+        return ledger
 
     def read_file(self, plan_id: str, name: str) -> bytes | None:
         _check_name("plan id", plan_id)
@@ -246,14 +295,15 @@ class GitStateStore:
         tracking = self.tracking(plan_id)
         return ref_sha(self.repo, tracking) if tracking else None
 
-    def _corrupt(self, plan_id: str) -> Callable[[int, str], PlanRunnerError]:
+    def _corrupt(self, plan_id: str, path: str = LEDGER) -> Callable[[int, str], PlanRunnerError]:
         ref = self.ref(plan_id)
 
         def error(number: int, detail: str) -> PlanRunnerError:
             return PlanRunnerError(
-                what=f"the ledger of plan {plan_id!r} is corrupt at line {number}",
-                why=f"{ref}:{LEDGER} line {number} is not a ledger entry ({detail})",
-                fix=f"inspect it with `git show {ref}:{LEDGER}`; correct or delete line {number} and commit "
+                what=f"the ledger of plan {plan_id!r} is corrupt at line {number}"
+                     + (f" of {path}" if path != LEDGER else ""),
+                why=f"{ref}:{path} line {number} is not a ledger entry ({detail})",
+                fix=f"inspect it with `git show {ref}:{path}`; correct or delete line {number} and commit "
                     f"that onto {ref} (push it if there is a remote), then run again",
             )
         return error
@@ -433,11 +483,34 @@ class GitStateStore:
             old = parents[0].decode()
         if f"\nparent {old}\n".encode() not in header:
             return False
-        new_ledger = self._tree_of(new, "?").get(LEDGER)
-        old_ledger = self._tree_of(old, "?").get(LEDGER)
-        if new_ledger is None or old_ledger is None:
-            return False
-        return (self._object(new_ledger[1], b"blob") or b"").startswith(self._object(old_ledger[1], b"blob") or b"")
+        return self._ledger_extends(self._tree_of(new, "?"), self._tree_of(old, "?"))
+
+    def _ledger_extends(self, new: dict[str, tuple[int, str]], old: dict[str, tuple[int, str]]) -> bool:
+        """The ledger in tree `new` is the one in `old` with entries appended."""
+        if LEDGER_DIR in new and LEDGER_DIR in old:  # the common case: compare segment shas, read two at most
+            try:
+                now, was = dict(self._segments("?", new[LEDGER_DIR])), self._segments("?", old[LEDGER_DIR])
+            except PlanRunnerError:
+                return False
+            if not was:
+                return True
+            *full, (last, last_sha) = was
+            if any(now.get(name) != sha for name, sha in full) or last not in now:
+                return False
+            return (self._object(now[last], b"blob") or b"").startswith(self._object(last_sha, b"blob") or b"")
+        return self._ledger_bytes(new).startswith(self._ledger_bytes(old)) if (
+            LEDGER in old or LEDGER_DIR in old) and (LEDGER in new or LEDGER_DIR in new) else False
+
+    def _ledger_bytes(self, tree: dict[str, tuple[int, str]]) -> bytes:
+        """The whole ledger as one text, whichever the format (a migration, compared once)."""
+        if LEDGER_DIR in tree:
+            try:
+                parts = [self._object(sha, b"blob") or b"" for _, sha in self._segments("?", tree[LEDGER_DIR])]
+            except PlanRunnerError:
+                return b"\0"
+            return b"".join(parts)
+        raw = self._object(tree[LEDGER][1], b"blob") or b""
+        return raw if not raw or raw.endswith(b"\n") else raw + b"\n"
 
     def _conflict(self, plan_id: str, expected: str | None, actual: str | None, detail: str = "") -> StateConflict:
         self._fresh.discard(plan_id)
@@ -478,18 +551,11 @@ class GitStateStore:
             plan = _tree(self._object(commit[5:45].decode(), b"tree"))
         else:
             plan = {}
-        old_ledger = plan.get(LEDGER)
-        old = (self._object(old_ledger[1], b"blob") or b"") if old_ledger else b""
-        if old and not old.endswith(b"\n"):
-            old += b"\n"
-        lines = "".join(dump_entry(e) + "\n" for e in entries).encode()
-        ledger = old + lines
-        ledger_sha = self._store(b"blob", ledger)
-        plan[LEDGER] = (_BLOB_MODE, ledger_sha)
+        lines = [(dump_entry(e) + "\n").encode() for e in entries]
+        ledger_sha, count = self._append_segments(plan_id, plan, lines)
         if snapshot is not None:
-            count = ledger.count(b"\n")
-            body = json.dumps({"entries": count, "ledger": ledger_sha, "state": json.loads(snapshot)},
-                              separators=(",", ":"), sort_keys=True)
+            body = json.dumps({"entries": count, "ledger": ledger_sha, "segment": SEGMENT_ENTRIES,
+                               "state": json.loads(snapshot)}, separators=(",", ":"), sort_keys=True)
             plan[SNAPSHOT] = (_BLOB_MODE, self._store(b"blob", body.encode()))
         else:
             plan.pop(SNAPSHOT, None)  # a snapshot of an older ledger would only be rejected on read
@@ -510,6 +576,46 @@ class GitStateStore:
                     plan[FILES] = (_TREE_MODE, self._write_tree(kept))
         kinds = ", ".join(dict.fromkeys(getattr(e, "type", "?") for e in entries)) or "files"
         return self._commit_tree(self._write_tree(plan), parent, f"plan-runner: {plan_id}: {kinds}")
+
+    def _append_segments(self, plan_id: str, plan: dict[str, tuple[int, str]], lines: list[bytes]) -> tuple[str, int]:
+        """Append `lines` to the plan's ledger in segments (in place in `plan`); returns the segments' tree sha
+        and the number of entries. Only the last segment is read and rewritten (and the ones the new lines
+        open): git keeps every full segment as it is. A ledger in the old single blob is split into segments
+        here, every line kept as it was."""
+        old_blob = plan.pop(LEDGER, None)
+        segments: dict[str, tuple[int, str]] = {}
+        if old_blob is not None:  # migrate: the whole old ledger, once
+            raw = self._object(old_blob[1], b"blob") or b""
+            tail = [line + b"\n" for line in raw.split(b"\n") if line.strip()]
+            first, before = 0, 0
+        elif LEDGER_DIR in plan:
+            ordered = self._segments(plan_id, plan[LEDGER_DIR])
+            segments = {name: (_BLOB_MODE, sha) for name, sha in ordered}
+            raw = self._object(ordered[-1][1], b"blob") or b"" if ordered else b""
+            tail = [line + b"\n" for line in raw.split(b"\n") if line.strip()]
+            first = max(0, len(ordered) - 1)
+            before = self._counted(plan, plan[LEDGER_DIR][1], ordered) - len(tail)
+        else:
+            tail, first, before = [], 0, 0
+        tail += lines
+        for i in range(0, max(len(tail), 1), SEGMENT_ENTRIES):
+            chunk = tail[i:i + SEGMENT_ENTRIES]
+            segments[f"{first + i // SEGMENT_ENTRIES:06d}.jsonl"] = (_BLOB_MODE, self._store(b"blob", b"".join(chunk)))
+        sha = self._write_tree(segments)
+        plan[LEDGER_DIR] = (_TREE_MODE, sha)
+        return sha, before + len(tail)
+
+    def _counted(self, plan: dict[str, tuple[int, str]], ledger_sha: str, ordered: list[tuple[str, str]]) -> int:
+        """The entries in the segments: from the stored snapshot when it was written for them, else counted."""
+        snap_entry = plan.get(SNAPSHOT)
+        if snap_entry is not None:
+            try:
+                snap = json.loads(self._object(snap_entry[1], b"blob") or b"")
+                if snap.get("ledger") == ledger_sha and snap.get("segment") == SEGMENT_ENTRIES:
+                    return int(snap["entries"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass
+        return sum((self._object(sha, b"blob") or b"").count(b"\n") for _, sha in ordered)
 
     def _commit_tree(self, tree: str, parent: str | None, message: str) -> str:
         stamp = f"{BOT_NAME} <{BOT_EMAIL}> {int(time.time())} +0000"
@@ -977,3 +1083,14 @@ def push_atomic(repo: Path | str, remote: str, updates: Sequence[tuple[str | Non
     absent)` lands, each compare-and-swapped with its own lease, or none does."""
     push_leased(repo, remote, updates, what=what, atomic=True)
 
+
+
+def ledger_text(repo: Path | str, rev: str) -> str:
+    """The whole ledger at `rev` (a plan's state commit) as one text, in either format; '' when there is none.
+    For tools and tests that read it with git, outside a store."""
+    try:
+        listing = run_git(repo, "ls-tree", "-z", rev, "--", LEDGER, LEDGER_DIR + "/").decode()
+    except GitCommandError:
+        return ""
+    names = sorted(item.split("\t", 1)[1] for item in listing.split("\0") if "\t" in item)
+    return "".join(run_git(repo, "cat-file", "blob", f"{rev}:{name}").decode("utf-8", "replace") for name in names)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from runner.state import ledger_text
 
 PLAN_ID = "fix"
 BRANCH = f"plan-runner/{PLAN_ID}"
@@ -31,7 +32,7 @@ def git(cwd: Path, *args: str, check: bool = True) -> str:
 
 
 def ledger(repo: Path, plan_id: str = PLAN_ID) -> list[dict]:
-    text = git(repo, "show", f"refs/plan-runner/state/{plan_id}:ledger.jsonl", check=False)  # one state ref per plan
+    text = ledger_text(repo, f"refs/plan-runner/state/{plan_id}")  # one state ref per plan
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

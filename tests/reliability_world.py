@@ -28,6 +28,7 @@ from runner.session import Drivers, Workspace
 from runner.state import GitStateStore
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
+from runner.state import ledger_text
 
 PLAN = """\
 ---
@@ -129,7 +130,7 @@ def result_json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def ledger_lines(repo: Path, plan_id: str = "calc", ref: str = "refs/plan-runner/state") -> list[str]:
-    text = git(repo, "show", f"{ref}/{plan_id}:ledger.jsonl", check=False)
+    text = ledger_text(repo, f"{ref}/{plan_id}")  # either format (one blob, or segments)
     return [line for line in text.splitlines() if line.strip()]
 
 

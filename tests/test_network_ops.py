@@ -11,6 +11,7 @@ from benchmarks.common import child_env
 from benchmarks.github_calls import TOKEN, _env
 from benchmarks.state_bench import _two_sessions, _verb
 from tests.servers.github import GitHubServer
+from runner.state import ledger_text
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +74,7 @@ def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path)
     assert net == ["fetch", "push"], net
     origin = repo.parent / f"{repo.name}-origin.git"
     for i in range(12):  # every dispatched plan's intent is on the remote
-        kinds = git(origin, "show", f"refs/plan-runner/state/tick-{i:02d}:ledger.jsonl", env=env_base)
+        kinds = ledger_text(origin, f"refs/plan-runner/state/tick-{i:02d}")
         assert ('"dispatch"' in kinds) == (i % 10 < 5), (i, kinds)
 
 

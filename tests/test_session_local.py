@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability_world import git, write_calc_project
+from runner.state import ledger_text
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +86,7 @@ def test_genuine_work_advances_and_is_recorded_in_the_ledger(tmp_path):
     assert code == 0 and out["outcome"] == "Advanced" and out["blame"] == "none"
     assert out["next_action"]["kind"] == "delivery" and out["next_action"]["checkpoint"] == "1.2"
     assert len(out["work_commits"]) == 1 and out["gates"][0]["passed"] is True
-    ledger = git(repo, "show", "refs/plan-runner/state/calc:ledger.jsonl").splitlines()
+    ledger = ledger_text(repo, "refs/plan-runner/state/calc").splitlines()
     assert [json.loads(x)["type"] for x in ledger] == ["started", "session", "dispatch"]
     assert git(repo, "status", "--porcelain") == ""
 
@@ -234,7 +235,7 @@ def test_killed_job_is_reconciled_as_timed_out_and_loses_no_commit(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     code, out, err = session(repo)
-    ledger = [json.loads(x) for x in git(repo, "show", "refs/plan-runner/state/calc:ledger.jsonl").splitlines()]
+    ledger = [json.loads(x) for x in ledger_text(repo, "refs/plan-runner/state/calc").splitlines()]
     reconciled = [e for e in ledger if e["type"] == "session" and e.get("reconciled")]
     assert reconciled and reconciled[0]["outcome"] == "TimedOut"
     assert "Add mul" in git(repo, "log", "--format=%s", "plan-runner/calc")

@@ -18,6 +18,7 @@ from runner.ledger import Finished, Parked
 from runner.state import GitStateStore
 
 from tests.git_repos import configure, fast_import_history, init_repo
+from runner.state import ledger_text
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +79,7 @@ def test_append_then_read_round_trips_entries_and_files(tmp_path):
     assert store.read_file("beta", "transcript.jsonl") is None
     assert store.plans() == ["alpha", "beta"]
     with git.Repo(tmp_path / "w") as r:
-        text = r.git.show("refs/plan-runner/state/alpha:ledger.jsonl")
+        text = ledger_text(tmp_path / "w", "refs/plan-runner/state/alpha")
         assert len(text.splitlines()) == 3
         assert r.commit("refs/plan-runner/state/alpha").parents[0].hexsha == v1
         assert r.commit("refs/plan-runner/state/beta").parents == ()
@@ -128,7 +129,7 @@ def test_corrupt_ledger_line_names_plan_line_and_fix(tmp_path):
     store = GitStateStore(work)
     v = store.append("p", [parked("ok")], None)
     with git.Repo(work) as r:
-        good = r.git.show(f"{v}:ledger.jsonl")
+        good = ledger_text(work, v).rstrip("\n")
         (tmp_path / "ledger").write_text(good + "\n" + '{"type": "park", "reason": 3}\n')
         blob = r.git.hash_object("-w", str(tmp_path / "ledger"))
         (tmp_path / "tree").write_text(f"100644 blob {blob}\tledger.jsonl\n")
@@ -632,3 +633,107 @@ def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(
     v3 = cut.append("p", [parked("3")], v2, dirs={"transcripts": tmp_path / "t4"})
     b3 = blocks(v3)
     assert len(set(b3) & set(b2)) >= len(b2) - 2  # only the blocks around the cut are new
+
+
+# --- the ledger in segments ------------------------------------------------------------------------------------
+
+
+def _old_format_state(repo: Path, ref: str, lines: list[str], parent: str | None = None) -> str:
+    """A state commit in the format before segments: the whole ledger in one `ledger.jsonl` blob."""
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="".join(lines), capture_output=True,
+                          text=True, check=True).stdout.strip()
+    tree = _mktree(repo, f"100644 blob {blob}\tledger.jsonl\n")
+    commit = subprocess.run(["git", "commit-tree", tree, *(["-p", parent] if parent else []), "-m", "old"], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["git", "update-ref", ref, commit], cwd=repo, check=True)
+    return commit
+
+
+def test_an_old_single_blob_ledger_is_read_and_split_into_segments_on_the_next_write(tmp_path, monkeypatch):
+    """A ledger in one blob reads as before; the next write migrates it into segments of at most SEGMENT_ENTRIES,
+    every line kept as it was, and the old blob goes."""
+    import runner.state as state
+    from runner.ledger import dump_entry
+
+    monkeypatch.setattr(state, "SEGMENT_ENTRIES", 4)
+    work = tmp_path / "w"
+    make_repo(work).close()
+    old = [dump_entry(parked(f"e{i}")) + "\n" for i in range(10)]
+    v = _old_format_state(work, "refs/plan-runner/state/p", old)
+    store = GitStateStore(work, remote=None)
+    entries, version = store.read("p")
+    assert version == v and [e.reason for e in entries] == [f"e{i}" for i in range(10)]
+    v2 = _write_with_snapshot(store, "p", [parked("new")], v)
+    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", v2], cwd=work, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert "ledger.jsonl" not in listing
+    assert [n for n in listing if n.startswith("ledger/")] == ["ledger/000000.jsonl", "ledger/000001.jsonl",
+                                                               "ledger/000002.jsonl"]
+    assert ledger_text(work, v2) == "".join(old) + dump_entry(parked("new")) + "\n"  # nothing lost, nothing moved
+    fresh = GitStateStore(work, remote=None)
+    entries, _ = fresh.read("p")
+    assert entries.snapshot is not None and len(entries) == 11 and entries[-1].reason == "new"
+    assert store._appends(v2, v)  # a migration is still an append (the tamper check accepts it)
+
+
+def test_segments_fill_up_and_only_the_last_one_is_rewritten(tmp_path, monkeypatch):
+    """At the boundary a full segment stays as it is (same blob) and the next entry opens a new one; a read
+    that trusts the snapshot loads only the last segment, and every entry is still there when asked for."""
+    import runner.state as state
+
+    monkeypatch.setattr(state, "SEGMENT_ENTRIES", 3)
+    work = tmp_path / "w"
+    make_repo(work).close()
+    store = GitStateStore(work, remote=None)
+    v = None
+    trees = []
+    for i in range(7):
+        v = _write_with_snapshot(store, "p", [parked(f"e{i}")], v)
+        trees.append(subprocess.run(["git", "ls-tree", f"{v}:ledger"], cwd=work, capture_output=True, text=True,
+                                    check=True).stdout.splitlines())
+    assert [len(t) for t in trees] == [1, 1, 1, 2, 2, 2, 3]
+    assert trees[3][0] == trees[2][0] == trees[6][0]  # segment 000000, full after e2, never rewritten
+    assert trees[5][1] == trees[6][1]  # segment 000001 full after e5
+    ledger, version = GitStateStore(work, remote=None).read("p")
+    assert version == v and ledger.snapshot is not None and len(ledger) == 7
+    assert list(ledger._segments) == []  # nothing parsed: the state is the snapshot's
+    assert ledger[-1].reason == "e6" and list(ledger._segments) == [2]  # looking back reads the last segment only
+    assert [e.reason for e in ledger] == [f"e{i}" for i in range(7)]
+
+
+def test_a_corrupt_segment_is_named_in_a_clear_error(tmp_path, monkeypatch):
+    """A hand-edited segment changes the ledger's tree, so the snapshot is not trusted: every segment is checked
+    and the bad line is reported with its segment and line; a missing segment is reported too."""
+    import runner.state as state
+
+    monkeypatch.setattr(state, "SEGMENT_ENTRIES", 2)
+    work = tmp_path / "w"
+    make_repo(work).close()
+    store = GitStateStore(work, remote=None)
+    v = None
+    for i in range(5):
+        v = _write_with_snapshot(store, "p", [parked(f"e{i}")], v)
+    listing = subprocess.run(["git", "ls-tree", f"{v}:ledger"], cwd=work, capture_output=True, text=True,
+                             check=True).stdout
+    bad = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, input='{"type": "park", "reason": 3}\n',
+                         capture_output=True, text=True, check=True).stdout.strip()
+
+    def commit_with(segments_text: str) -> None:
+        seg_tree = _mktree(work, segments_text)
+        top = subprocess.run(["git", "ls-tree", v], cwd=work, capture_output=True, text=True, check=True).stdout
+        top = "".join(line + "\n" for line in top.splitlines() if not line.endswith("\tledger"))
+        tree = _mktree(work, top + f"040000 tree {seg_tree}\tledger\n")
+        commit = subprocess.run(["git", "commit-tree", tree, "-p", v, "-m", "hand edit"], cwd=work,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        subprocess.run(["git", "update-ref", "refs/plan-runner/state/p", commit], cwd=work, check=True)
+
+    lines = listing.splitlines()
+    commit_with("\n".join([lines[0], f"100644 blob {bad}\t000001.jsonl", lines[2]]) + "\n")
+    with pytest.raises(PlanRunnerError) as info:
+        GitStateStore(work, remote=None).read("p")
+    assert "line 1 of ledger/000001.jsonl" in info.value.what
+    assert "git show refs/plan-runner/state/p:ledger/000001.jsonl" in info.value.fix
+    commit_with("\n".join([lines[0], lines[2]]) + "\n")  # 000001 missing
+    with pytest.raises(PlanRunnerError) as info:
+        GitStateStore(work, remote=None).read("p")
+    assert "corrupt" in info.value.what and "gap" in info.value.what
