@@ -185,7 +185,9 @@ def _state_rows(r: dict) -> list[tuple[str, str, str, str]]:
     if "ledger" in r:
         lg = r["ledger"]
         for row in lg["rows"]:
-            label = f"{row['entries']:,} ledger entries" + ("" if row["snapshot"] else " WITHOUT snapshot (baseline: full fold)")
+            label = f"{row['entries']:,} ledger entries" + (
+                " in ONE BLOB (baseline: the format before segments, split on this write)"
+                if row.get("format") == "blob" else "" if row["snapshot"] else " WITHOUT snapshot (baseline: full fold)")
             out.append(("state", f"{label}: overhead, CPU, peak RSS",
                         f"{row['overhead_median_s']:.3f} s, {row['cpu_median_s']:.2f} s, {row['peak_rss_mb']:.0f} MB", ""))
         out.append(("state", "overhead ratio 10,000 / 10 entries", f"{lg['ratio']}x (CPU {lg['cpu_ratio']}x)",

@@ -68,13 +68,15 @@ def lost_dispatch(entries: Sequence, n: int, now: datetime, after: timedelta = L
     return bool(times) and now - max(times) >= after
 
 
-def last_intent(entries: Sequence, n: int) -> Dispatched | None:
+def intents_for(entries: Sequence, n: int) -> list[Dispatched]:
+    """The dispatch intents for session `n` since the last session record, oldest first."""
+    found = []
     for e in reversed(entries):
-        if isinstance(e, Dispatched) and e.for_session >= n:
-            return e
         if isinstance(e, SessionRecord):
-            return None
-    return None
+            break
+        if isinstance(e, Dispatched) and e.for_session == n:
+            found.append(e)
+    return found[::-1]
 
 
 def decide_tick(s: Session, now: datetime) -> tuple[str, object | None]:
@@ -119,15 +121,20 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[s
         return seen, False
     n = s.state.sessions + 1
     if s.state.last_dispatch >= n:
-        # Dispatched long ago and not a word since: its job was killed or lost before its final push (a
-        # dispatched session pushes its start with its verdict), or it never started. Either way it is
-        # classified like any session that started and never finished (TimedOut), then the plan goes on.
-        intent = last_intent(s.entries, n)
+        # Dispatched long ago and not a word since: the call was lost, or the run was killed outright before its
+        # one push (a dispatched session pushes its start with its verdict). The remote cannot tell which: the
+        # first time the run is dispatched again (nothing burned, as for a lost call); if that one goes silent
+        # too, the session is classified like any that started and never finished (TimedOut), then the plan
+        # goes on, so a run killed every time cannot loop for free.
+        intents = intents_for(s.entries, n)
+        if len(intents) < 2:
+            s.write([Dispatched(at=now, for_session=n, key=f"{s.trusted.id}#{n}:redo")])
+            drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}")
+            return f"{seen}: session {n} never reported; dispatched again ({describe(action)})", True
         fetch_work_branch(ws, s.trusted.work_branch)
         s = Session(ws, drivers)
-        s.reconcile_orphan(started=_unaccounted_start(s, n, intent, action))
-        log(f"{s.trusted.id}: reconciled session {n} (dispatched at "
-            f"{intent.at.isoformat(timespec='seconds') if intent else '?'}, never reported)")
+        s.reconcile_orphan(started=_unaccounted_start(s, n, intents[0], action))
+        log(f"{s.trusted.id}: reconciled session {n} (dispatched {len(intents)} times, never reported)")
         seen, action = decide_tick(s, now)
         if action is None:
             return f"reconciled session {n}; {seen}", False

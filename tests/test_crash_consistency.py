@@ -254,6 +254,37 @@ def test_github_job_killed_at_each_point_is_reconciled_and_dispatched_at_most_on
         assert fold_ledger(jobs.bare, "greeter").open_session is None
 
 
+@pytest.mark.parametrize("point", ["after-start", "after-agent", "before-ledger"])
+def test_a_dispatched_job_killed_outright_is_found_by_its_intent_and_classified_once(tmp_path, point):
+    """Session 2, dispatched by session 1 (whose record carries the intent), is killed outright before its one
+    push: the remote shows only the intent. A tick while it may still run does nothing; once the intent is older
+    than any session can run, the tick dispatches session 2 again (as for a lost call: nothing burned); when that
+    run goes silent too, the tick records session 2 TimedOut (reconciled) and dispatches session 3, once."""
+    with GitHubServer() as srv:
+        jobs = GitHubJobs(tmp_path, srv, GH_SCRIPT)
+        assert jobs.session()["outcome"] not in ("error", "superseded")
+        assert len(srv.dispatches) == 1
+        jobs.killed_session(point)
+        assert [e["type"] for e in jobs.ledger()] == ["started", "session", "dispatch"]  # nothing of session 2
+        jobs.tick()
+        jobs.tick(timedelta(minutes=40))
+        assert len(srv.dispatches) == 1  # it may still be running
+        jobs.tick(timedelta(hours=3))
+        jobs.tick(timedelta(hours=3))
+        assert len(srv.dispatches) == 2 and not [e for e in jobs.ledger() if e["type"] == "session" and e["n"] == 2]
+        jobs.killed_session(point)  # the run dispatched again is killed as well
+        jobs.tick(timedelta(hours=6))
+        jobs.tick(timedelta(hours=6))
+        assert len(srv.dispatches) == 3
+        entries = jobs.ledger()
+        second = [e for e in entries if e["type"] == "session" and e["n"] == 2]
+        assert len(second) == 1 and second[0]["reconciled"] and second[0]["outcome"] == "TimedOut", second
+        assert "never started" in second[0]["reasons"][0]
+        assert Counter(e["n"] for e in entries if e["type"] == "started") == {1: 1, 2: 1}
+        assert [e["for_session"] for e in entries if e["type"] == "dispatch"] == [2, 2, 3]
+        assert fold_ledger(jobs.bare, "greeter").open_session is None
+
+
 @pytest.mark.parametrize("point", PARK_POINTS)
 def test_github_job_killed_around_the_park_issue_opens_exactly_one(tmp_path, point):
     """Killed before, during or after opening the park issue: after the next job there is exactly one open park

@@ -12,10 +12,11 @@ pytestmark = pytest.mark.integration
 
 
 def test_commits_survive_a_job_killed_before_the_work_branch_push(tmp_path):
-    """Killed after the gates, before the work-branch push: the bare remote holds the commits under a session ref,
-    and the next job (on a fresh clone) reconciles the session and names that ref."""
+    """With the opt-in PLAN_RUNNER_EARLY_PUSH=1, killed outright after the gates, before the work-branch push: the
+    bare remote holds the commits under a session ref (pushed before the gates), and the next job (on a fresh
+    clone) reconciles the session and names that ref."""
     repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "again"}]))
-    proc = rw.run_session(repo, fault="before-push")
+    proc = rw.run_session(repo, fault="before-push", env={"PLAN_RUNNER_EARLY_PUSH": "1"})
     assert proc.returncode != 0
     bare = tmp_path / "origin.git"
     assert rw.git(bare, "branch", "--list", "plan-runner/calc") == ""  # the work branch never got there
@@ -34,4 +35,21 @@ def test_a_finished_session_leaves_no_session_ref(tmp_path):
     rw.result_json(rw.run_session(repo))
     bare = tmp_path / "origin.git"
     assert rw.git(bare, "for-each-ref", "refs/plan-runner/sessions/") == ""  # the plan's state ref stays
+    assert "Add mul" in rw.git(bare, "log", "--format=%s", "plan-runner/calc")
+
+
+def test_by_default_a_job_killed_outright_pushes_nothing_before_its_one_push(tmp_path):
+    """Without the opt-in, a session killed outright (SIGKILL) before its final push has pushed its start (it was
+    started by hand: no dispatch intent on the remote) but neither its commits nor a session ref: that is the
+    price of one push per session (docs/reliability.md). The same clone's next session still saves the work
+    (the agent's area is on its disk) and pushes it with the reconciled record."""
+    repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "again"}]))
+    assert rw.run_session(repo, fault="before-push").returncode != 0
+    bare = tmp_path / "origin.git"
+    assert rw.git(bare, "for-each-ref", "refs/plan-runner/sessions/") == ""
+    assert [e["type"] for e in rw.ledger(bare)] == ["started"]
+    out = rw.result_json(rw.run_session(repo))
+    assert out["status"] == "ran"
+    reconciled = [e for e in rw.ledger(bare) if e["type"] == "session" and e.get("reconciled")]
+    assert reconciled and reconciled[0]["outcome"] == "TimedOut"
     assert "Add mul" in rw.git(bare, "log", "--format=%s", "plan-runner/calc")
