@@ -1,6 +1,6 @@
 """The append-only ledger of one plan: the records the run state is folded from.
 
-One JSON object per line (`ledger.jsonl` on the plan's state ref). Every entry
+One JSON object per line (`ledger/NNNNNN.jsonl` segments on the plan's state ref). Every entry
 carries a `type`; unknown fields are rejected so a corrupted ledger is noticed.
 """
 

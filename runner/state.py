@@ -5,7 +5,10 @@ outside `refs/heads/`, so no work branch can collide with it (plan ids have no
 slash, so `a/b` against `a/b/c` cannot happen inside the namespace either). The
 tree of a plan's state commit::
 
-    ledger.jsonl      one `runner.ledger` entry per line
+    ledger/000000.jsonl  the ledger: one `runner.ledger` entry per line, in segments of SEGMENT_ENTRIES
+    ledger/000001.jsonl  entries (all full but the last, so a write rewrites the last one only and a
+    ...                  read that trusts the snapshot loads the last one only); `ledger.jsonl`, the
+                         whole ledger in one blob as before segments, is read and split on the next write
     snapshot.json     the folded run state after the last entry, and the ledger blob it was folded from
     files/<name>      kept with the state, e.g. the last evidence
     <dir>/...         a directory kept with the state (the agent's transcripts): a git tree, so

@@ -45,7 +45,7 @@ def test_the_stop_signal_pushes_the_session_first_then_writes_summary_and_output
         bare = w.make_remote(tmp_path, {PLAN: ONE_STEP_PLAN, "plans/greeter.script.yaml": SLOW_SCRIPT})
         srv.branches = w.BareBranches(bare)
         if dispatched:
-            seed = w.checkout(bare, tmp_path / "seed")
+            seed = w.checkout(bare, tmp_path / "seed-state")
             GitStateStore(seed, remote="origin").append(
                 "greeter", [Dispatched(at=datetime.now(timezone.utc), for_session=1, key="greeter#1")], None)
         ws = w.checkout(bare, tmp_path / "job")

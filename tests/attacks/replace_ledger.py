@@ -20,7 +20,7 @@ def forge(repo: Path) -> None:
         subprocess.run(["git", "read-tree", sha], cwd=repo, env=env_index, capture_output=True)
         for f in files:
             meta, path = f.split("\t", 1)
-            if path.endswith("ledger.jsonl"):
+            if path.endswith("ledger.jsonl") or ("/ledger/" in "/" + path and path.endswith(".jsonl")):
                 text = git("cat-file", "blob", meta.split()[2], cwd=repo) + "\n" + FORGED + "\n"
                 blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=text,
                                       capture_output=True, text=True).stdout.strip()
