@@ -6,9 +6,7 @@ carries a `type`; unknown fields are rejected so a corrupted ledger is noticed.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate
 from datetime import datetime
 from typing import Annotated, Literal, Union, overload
 
@@ -230,7 +228,9 @@ class SegmentedLedger(Ledger):
         self.snapshot = snapshot
         if sizes is None:
             sizes = [len(self._segment(i)[0]) for i in range(len(self._loaders))]
-        self._starts = list(accumulate(sizes, initial=0))
+        self._starts = [0]
+        for size in sizes:
+            self._starts.append(self._starts[-1] + size)
 
     def _segment(self, i: int) -> tuple[list[bytes], bytes]:
         if i not in self._segments:
@@ -242,7 +242,14 @@ class SegmentedLedger(Ledger):
         return self._starts[-1]
 
     def _parse(self, index: int) -> Entry:
-        seg = bisect_right(self._starts, index) - 1
+        lo, hi = 0, len(self._starts) - 1  # the segment whose range holds `index` (binary search)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._starts[mid] <= index:
+                lo = mid
+            else:
+                hi = mid
+        seg = lo
         lines, raw = self._segment(seg)
         local = index - self._starts[seg]
         if local >= len(lines):
