@@ -211,7 +211,7 @@ class PreflightError(PlanRunnerError):
 def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -> None:
     """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished).
     `session`: the state as the caller read it already (no second fetch)."""
-    from runner.policy import fold
+    from runner.policy import folded
     from runner.session import load_trusted_plan
 
     if session is not None:
@@ -219,7 +219,7 @@ def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -
     else:
         plan, _ = load_trusted_plan(ws)
         entries, _ = drivers.store.read(plan.id)
-        state = fold(entries)
+        state = folded(entries)  # from the stored snapshot when it holds: no entry parsed
     if state.parked or state.finished:
         return
     from runner.session import isolation_of
