@@ -180,7 +180,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
                                                  f"{s.plan.id}: dry run", s.state.skipped))
-    from runner.action_cli import ensure_agent_cli
+    from runner.action_cli import ensure_agent_cli, ensure_python_packages
     from runner.action_permissions import check_job_permissions
     from runner.preflight import before_first_session
     from runner.step import run_session
@@ -191,6 +191,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     check_job_permissions(env, "session", s.trusted, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
     if isinstance(decide_start(s.state, s.plan), (RunSession, Wait)):  # a session may run: it needs its CLI
         ensure_agent_cli(s.trusted, ws.env, rep.log)  # before anything of the session is recorded
+    ensure_python_packages(s.trusted, ws.env, rep.log)  # the SDK for the built-in backend or advisor, if left out
     # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"))

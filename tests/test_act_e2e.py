@@ -49,9 +49,11 @@ def copy_action_source(dest: Path) -> Path:
 
 class ActWorld:
     def __init__(self, root: Path, srv: GitHubServer, files: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False) -> None:
+                 env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False,
+                 action: Path | None = None) -> None:
         """`files`: the repository (default: the greeter plan on the script backend), beside the workflow `init`
-        writes (and its example plan, `init_plan`); `env`: more variables for every job (act's `--env`)."""
+        writes (and its example plan, `init_plan`); `env`: more variables for every job (act's `--env`); `action`: the
+        action's files (default: a copy of this checkout's)."""
         self.root, self.srv, self.runs, self.seen_dispatches = root, srv, 0, 0
         self.env, self.plan_id = dict(env or {}), plan_id
         files = dict(files) if files is not None else {
@@ -68,7 +70,7 @@ class ActWorld:
         files[".github/workflows/plan-runner.yml"] = (init / ".github/workflows/plan-runner.yml").read_text()
         self.bare = w.make_remote(root, files)
         self.clone = w.checkout(self.bare, root / "clone")  # what act copies into each job's workspace
-        self.action = copy_action_source(root / "action-src")
+        self.action = action or copy_action_source(root / "action-src")
         srv.branches = w.BareBranches(self.bare)
         srv.set_permission("maintainer", "write")
         srv.set_permission("stranger", "read")
