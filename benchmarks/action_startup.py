@@ -76,6 +76,12 @@ def bench_variant(root: Path, ref: str | None) -> dict:
             figures[f"{label}_job_s"] = round(time.perf_counter() - t0, 2)
             figures[f"{label}_to_agent_s"] = round((_started_at(world, n) - start).total_seconds(), 2)
             world.new_dispatches()  # the job dispatched the next one; we start it ourselves above
+    tools = root / "act-cache" / "tool_cache" / "plan-runner"
+    (cfg,) = tools.glob("venv-*/pyvenv.cfg")
+    figures["python"] = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
+                             if line.startswith("home"))
+    figures["installer"] = "uv" if any(tools.glob("uv-*/uv")) else "pip"
+    figures["ensurepip"] = (cfg.parent / "bin" / "pip").exists()
     return figures
 
 
@@ -93,7 +99,8 @@ def bench_cli_install(root: Path) -> dict:
 
 
 def bench_action_startup(workdir: Path, before: str = "main") -> dict:
-    result: dict = {"measured": True, "before_ref": before}
+    result: dict = {"measured": True, "before_ref": before, "load_at_start": round(os.getloadavg()[0], 2),
+                    "at": datetime.now(timezone.utc).isoformat(timespec="minutes")}
     for name, ref in (("before", before), ("after", None)):
         root = workdir / f"act-startup-{name}"
         root.mkdir(parents=True)

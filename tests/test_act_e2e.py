@@ -1,5 +1,6 @@
 """End to end under act: the workflow `plan-runner init` writes, the composite action, a bare remote
-and the GitHub test server, with no network beyond 127.0.0.1.
+and the GitHub test server; no network beyond 127.0.0.1 but the action's install step (uv and
+plan-runner's dependencies from PyPI into act's fresh tool cache, as on a hosted runner).
 
 act runs the jobs on this host (`-P ubuntu-latest=-self-hosted`, no Docker). Offline, act cannot
 download actions, so: its documented local-checkout behaviour replaces `actions/checkout` for
