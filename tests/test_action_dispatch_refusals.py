@@ -102,3 +102,26 @@ def test_a_tick_whose_redo_of_a_lost_dispatch_is_refused_parks_and_stops(tmp_pat
         for shift in (timedelta(hours=2), timedelta(days=2)):
             assert jobs.tick(shift)[0].startswith("parked, waiting for a human")
         assert dispatch_posts(srv) == 1
+
+
+def test_a_resume_while_the_permission_is_still_missing_parks_again_once(tmp_path) -> None:
+    """The maintainer answers before fixing the workflow: the reply's dispatch is refused once, the plan parks
+    again in a new issue (no rocket: nothing started), and ticks still ask GitHub nothing."""
+    with GitHubServer() as srv:
+        jobs = GitHubJobs(tmp_path, srv, GH_SCRIPT)
+        srv.set_permission("maintainer", "write")
+        srv.token_scopes = dict(ALL_BUT_ACTIONS)
+        jobs.session()
+        (first,) = park_issues(srv)
+        cid = srv.add_comment(first["number"], "/plan-runner resume", user="maintainer")
+        env = {**jobs.env("issue_comment", w.comment_event(first, "/plan-runner resume", "maintainer", cid)),
+               "PLAN_RUNNER_MODE": "reply"}
+        assert run_action(env, out=io.StringIO()) == 0
+        outputs = w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
+        assert outputs["outcome"] == "parked" and outputs["issue-url"], outputs
+        assert first["state"] == "closed" and {r["content"] for r in srv.reactions[cid]} == {"+1"}
+        second = [i for i in park_issues(srv) if i["state"] == "open"]
+        assert len(second) == 1 and "actions: write" in second[0]["body"]
+        assert dispatch_posts(srv) == 2 and srv.dispatches == []
+        assert jobs.tick(timedelta(hours=2))[0].startswith("parked, waiting for a human")
+        assert dispatch_posts(srv) == 2
