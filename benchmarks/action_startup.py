@@ -99,13 +99,23 @@ def bench_cli_install(root: Path) -> dict:
 
 
 def bench_action_startup(workdir: Path, before: str = "main") -> dict:
+    import tempfile
+
     result: dict = {"measured": True, "before_ref": before, "load_at_start": round(os.getloadavg()[0], 2),
                     "at": datetime.now(timezone.utc).isoformat(timespec="minutes")}
-    for name, ref in (("before", before), ("after", None)):
-        root = workdir / f"act-startup-{name}"
-        root.mkdir(parents=True)
-        result[name] = bench_variant(root, ref)
-    result["cli"] = bench_cli_install(workdir / "cli-install")
+    # The agent's user runs plan-runner's venv from the tool cache under this folder: a mkdtemp of its own,
+    # opened to others (a caller's temporary folder is often 0700).
+    base = Path(tempfile.mkdtemp(prefix="plan-runner-startup-", dir=workdir))
+    try:
+        for folder in (workdir, base):
+            folder.chmod(folder.stat().st_mode | 0o755)
+        for name, ref in (("before", before), ("after", None)):
+            root = base / f"act-startup-{name}"
+            root.mkdir(parents=True)
+            result[name] = bench_variant(root, ref)
+        result["cli"] = bench_cli_install(base / "cli-install")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     return result
 
 
@@ -116,5 +126,4 @@ if __name__ == "__main__":
 
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory() as tmp:
-        os.chmod(tmp, 0o755)  # the agent's user runs plan-runner's venv from the tool cache under it
         print(json.dumps(bench_action_startup(Path(tmp), *(sys.argv[1:2] or ["main"])), indent=2))

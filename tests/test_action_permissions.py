@@ -148,3 +148,25 @@ def test_a_block_github_would_not_accept_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(PlanRunnerError) as info:
         check_job_permissions(env, "session")
     assert "is not a permissions block GitHub accepts" in info.value.what and info.value.fix
+
+
+def test_a_403_is_read_for_the_permission_github_asked_for(tmp_path) -> None:
+    """Past the up-front check (a token of the user's own, a repository default), a 403 on any call becomes a
+    fix naming the permission GitHub put in `X-Accepted-GitHub-Permissions`, over real HTTP from PyGithub."""
+    from runner.errors import Refused
+    from runner.events import GitHubContext
+    from runner.github import GitHubDriver
+    from runner.github_api import RetryPolicy
+
+    with GitHubServer() as srv:
+        srv.token_scopes = {"issues": "read", "contents": "write"}
+        n = srv.add_issue("a park issue")
+        ctx = GitHubContext.from_env({"GITHUB_API_URL": srv.url, "GITHUB_REPOSITORY": f"{srv.owner}/{srv.repo}",
+                                      "GITHUB_WORKFLOW_REF": f"{srv.owner}/{srv.repo}/{WORKFLOW}@refs/heads/main",
+                                      "GITHUB_REF_NAME": "main", "GITHUB_RUN_ID": "7"})
+        with GitHubDriver(ctx, srv.token, retry=RetryPolicy.fast()) as driver, pytest.raises(Refused) as info:
+            driver.comment(n, "hello")
+        assert srv.calls[-1].status == 403
+    err = info.value
+    assert "issues=write (X-Accepted-GitHub-Permissions)" in err.why
+    assert err.fix.startswith("GitHub says this call needs issues: write") and "    issues: write" in err.fix
