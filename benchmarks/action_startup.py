@@ -103,12 +103,11 @@ def bench_action_startup(workdir: Path, before: str = "main") -> dict:
 
     result: dict = {"measured": True, "before_ref": before, "load_at_start": round(os.getloadavg()[0], 2),
                     "at": datetime.now(timezone.utc).isoformat(timespec="minutes")}
-    # The agent's user runs plan-runner's venv from the tool cache under this folder: a mkdtemp of its own,
-    # opened to others (a caller's temporary folder is often 0700).
-    base = Path(tempfile.mkdtemp(prefix="plan-runner-startup-", dir=workdir))
+    # The agent's user runs plan-runner's venv from the tool cache under this folder: a mkdtemp of its own in
+    # the system's temporary folder, opened to others (`workdir` may sit in a 0700 folder).
+    base = Path(tempfile.mkdtemp(prefix="plan-runner-startup-"))
     try:
-        for folder in (workdir, base):
-            folder.chmod(folder.stat().st_mode | 0o755)
+        base.chmod(0o755)
         for name, ref in (("before", before), ("after", None)):
             root = base / f"act-startup-{name}"
             root.mkdir(parents=True)
