@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, workspace_root
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, Wait, describe
-from runner.errors import PlanRunnerError, StateConflict
+from runner.errors import PlanRunnerError, Refused, StateConflict
 from runner.events import GitHubContext
 from runner.exits import Exit
 from runner.ledger import Dispatched, Reply, SessionRecord, SessionStarted
@@ -23,7 +23,7 @@ from runner.policy import decide_start
 from runner.planfile import plan_id_from_path
 from runner.session import Drivers, Session, Workspace
 from runner.state import GitStateStore
-from runner.step import dispatch
+from runner.step import dispatch, park_refused_dispatch
 
 ORPHAN_MARGIN = timedelta(minutes=15)  # job set-up, pushes, reports: beyond the agent and the gates
 LOST_DISPATCH_AFTER = timedelta(minutes=30)  # a dispatched run that never started by then was lost
@@ -101,9 +101,15 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[s
         return seen, False
     if s.state.last_dispatch >= s.state.sessions + 1:  # a lost dispatch: record a fresh intent
         s.write([Dispatched(at=now, for_session=s.state.sessions + 1, key=f"{s.trusted.id}#{s.state.sessions + 1}:redo")])
-        drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{s.state.sessions + 1}")
+        try:
+            drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{s.state.sessions + 1}")
+        except Refused as err:
+            result = park_refused_dispatch(s, err)
+            return f"parked: {result.message}", False
     else:
-        dispatch(s, action)
+        result = dispatch(s, action)
+        if result.status == "parked":
+            return f"parked: {result.message}", False
     return f"{seen}: dispatched ({describe(action)})", True
 
 
