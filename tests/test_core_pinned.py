@@ -331,6 +331,29 @@ def test_fold_of_each_entry_kind():
     assert fold([record(1, next_action=GO)]).pending == GO
 
 
+def test_fold_of_a_park_keeps_a_decided_park_and_turns_any_other_pending_into_one():
+    """A Parked entry leaves a Park decision as it was; a pending finish (its pull request refused) or session
+    becomes a Park with the entry's reason: only a human's reply moves the plan on."""
+    later = T0 + timedelta(hours=1)
+    decided = Park(reason="asked a human")
+    assert fold([record(1, next_action=decided), Parked(at=later, reason="x", issue_url="u")]).pending == decided
+    refused = fold([record(1, next_action=Finish(reason="all done")), Parked(at=later, reason="PR refused")])
+    assert refused.pending == Park(reason="PR refused")
+    assert fold([record(1, next_action=GO), Parked(at=later, reason="dispatch refused")]).pending == \
+        Park(reason="dispatch refused")
+
+
+def test_fold_of_a_park_voids_a_dispatch_no_run_answered():
+    """A dispatch intent for a session that never ran is void once the plan parks (GitHub refused the dispatch), so
+    the tick does not take the missing run for a lost one; a dispatch that was answered stays counted."""
+    later = T0 + timedelta(hours=1)
+    refused = fold([record(1), record(2), Dispatched(at=T0, for_session=3, key="k"), Parked(at=later, reason="403")])
+    assert refused.last_dispatch == 2
+    answered = fold([Dispatched(at=T0, for_session=1, key="k"), record(1), record(2),
+                     Parked(at=later, reason="red")])
+    assert answered.last_dispatch == 1
+
+
 def test_fold_of_skips_by_reply_and_by_advice():
     """A reply `skip` skips the last session's checkpoint; an advised skip names its checkpoint; others skip nothing."""
     assert fold([record(1, checkpoint="1.2"), Reply(at=T0, command="skip", next_action=GO)]).skipped == {"1.2"}

@@ -20,7 +20,7 @@ CORE = {
 }
 # Read or change the world: git, gates, GitHub, the state branch, processes, files, the terminal, templates.
 ADAPTERS = {
-    "runner.action_io", "runner.advisor", "runner.agentarea", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
+    "runner.action_io", "runner.action_permissions", "runner.advisor", "runner.agentarea", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
     "runner.github", "runner.github_api", "runner.github_body", "runner.github_checks", "runner.gitwork", "runner.guard", "runner.init",
     "runner.planfile", "runner.planfile_body", "runner.planfile_front", "runner.prompts", "runner.report",
     "runner.sandbox", "runner.setup", "runner.source", "runner.state", "runner.supervise", "runner.term", "runner.termreport",
