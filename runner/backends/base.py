@@ -51,10 +51,10 @@ class SessionRequest:
         if not self.identity.isolated:
             path.mkdir(parents=True, exist_ok=True)
             return path
-        import subprocess
+        from runner import proc
 
-        argv, extra = self.identity.command(["mkdir", "-p", str(path)], {"PATH": "/usr/bin:/bin"}, "/")
-        subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, check=False, **extra)
+        proc.run(["mkdir", "-p", str(path)], cwd="/", env={"PATH": "/usr/bin:/bin"}, time_limit_s=60,
+                 identity=self.identity)
         return path
 
     def write_input(self, name: str, text: str) -> Path:
