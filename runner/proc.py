@@ -519,12 +519,14 @@ def reap_leftover(pid_file: Path, grace_s: float = 2.0) -> int | None:
         _forget_group(pid_file)
         return None
     _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.05)
+    _wait_group_gone(pgid, grace_s)
     _signal_group(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _group_alive(pgid):  # the kernel takes a moment to reap
-        time.sleep(0.02)
+    _wait_group_gone(pgid, _REAP_S)  # the kernel takes a moment to reap
     _forget_group(pid_file)
     return pgid
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.02)
