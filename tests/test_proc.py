@@ -147,6 +147,12 @@ def test_a_process_killed_by_a_signal_is_reported_as_killed(tmp_path: Path) -> N
     assert not finished.succeeded and finished.status() == "killed by signal 9 (SIGKILL)"
 
 
+def test_run_shell_says_when_its_shell_was_killed_by_a_signal(tmp_path: Path) -> None:
+    """The model is told the truth: not `exit code -9`, and never a success."""
+    outcome = Workspace(tmp_path, ENV).run("run_shell", {"command": "echo partial; kill -KILL $$"})
+    assert not outcome.ok and outcome.text.startswith("killed by signal 9 (SIGKILL)\npartial")
+
+
 def test_a_process_that_exits_0_when_killed_is_not_a_success(tmp_path: Path) -> None:
     """A process that traps SIGTERM and exits 0 on the time limit: its 0 is reported, and it is no success."""
     finished, out = _sh("trap 'echo caught; exit 0' TERM; echo ready; while :; do sleep 0.1; done", tmp_path,
