@@ -157,7 +157,8 @@ def run_command_gate(
         # nothing it started runs on (a daemon that called setsid included, when isolated)
         finished = proc.run([*_shell(), gate.run], cwd=cwd, env=full_env, time_limit_s=gate.timeout_minutes,
                             on_output=tail.feed, merge_stderr=True, identity=identity,
-                            term_grace_s=_TERM_GRACE_S, drain_s=_DRAIN_GRACE_S)
+                            term_grace_s=_TERM_GRACE_S, drain_s=_DRAIN_GRACE_S,
+                            stop_leftovers_at_exit=False)  # a background job may finish its output
     except proc.StartFailed as exc:
         why = f"could not start the gate: {exc.error.strerror or exc.error}"
         return GateResult(**base, passed=False, error=why, fingerprint=fingerprint(f"{gate.name}\n{why}"))

@@ -9,8 +9,9 @@ optional stall limit (no output for so long), and `Controller.stop()` ends it on
 
 Everything it started is killed, however it ends: on a limit or a stop, SIGTERM to the
 group, SIGKILL `term_grace_s` later; when the leader exits, SIGTERM to the group at
-once (what it left running in the background goes with it), and after a drain of at
-most `drain_s` (a grandchild that escaped with `setsid` may hold the pipe open forever)
+once (what it left running in the background goes with it; gates and the shell tool
+instead let it finish writing until the drain ends), and after a drain of at most
+`drain_s` (a grandchild that escaped with `setsid` may hold the pipe open forever)
 SIGKILL to the group; with an isolated identity, every process of its uid is
 SIGKILLed too (escaped daemons included). The leader is always reaped. So a call
 returns at most about `time_limit_s + term_grace_s + drain_s` after it started,
@@ -216,14 +217,17 @@ def run(
     on_start: Callable[[Controller], None] | None = None,
     term_grace_s: float = 2.0,
     drain_s: float = 2.0,
+    stop_leftovers_at_exit: bool = True,
     pid_file: Path | None = None,
 ) -> Finished:
     """Run `argv` in `cwd` with exactly `env` until it ends; kill everything it started; say how it ended.
 
     Output goes chunk by chunk to `on_output` (stdout; stderr too with `merge_stderr`) and
     `on_stderr`; a sink left None discards (the bytes are still counted). Any output resets
-    the stall watchdog. A callback that raises (Ctrl-C included) kills the group and the
-    exception propagates. Raises `StartFailed` when the process cannot be started at all.
+    the stall watchdog. When the leader exits, what it left running is stopped at once
+    (`stop_leftovers_at_exit`: an agent's daemons), or else may go on writing to the pipe for
+    up to `drain_s` (a gate's background job finishing its output) before it is killed.
+    A callback that raises (Ctrl-C included) kills the group and the exception propagates. Raises `StartFailed` when the process cannot be started at all.
     """
     identity = identity or Identity()
     full_argv, extra = identity.command(list(argv), dict(env), cwd)
@@ -274,8 +278,9 @@ def run(
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
                 if ending is None:
-                    _signal_group(pgid, signal.SIGTERM)  # what it left running goes too (a chance to clean up)
-                    identity.kill_all()  # and whatever left the group: nothing of its uid outlives it
+                    if stop_leftovers_at_exit:
+                        _signal_group(pgid, signal.SIGTERM)  # what it left running goes too (a chance to clean up)
+                        identity.kill_all()  # and whatever left the group: nothing of its uid outlives it
                 else:
                     _kill_everything(pgid, identity)  # it was being killed: no second grace
             if exited_at is None:

@@ -108,6 +108,15 @@ def test_everything_left_in_the_group_dies_with_the_leader(tmp_path: Path) -> No
     assert _dead_soon(int(out.split()[0]))
 
 
+def test_a_background_job_may_finish_writing_within_the_drain_then_dies(tmp_path: Path) -> None:
+    """Gates and the shell tool: a job the shell left in the background gets the drain to finish its output
+    (kept), and is killed when the drain ends."""
+    finished, out = _sh("(sleep 0.2; echo late; exec sleep 60) & echo $!", tmp_path, drain_s=5,
+                        stop_leftovers_at_exit=False)
+    assert finished.succeeded and out.endswith(b"late\n")
+    assert _dead_soon(int(out.split()[0]))
+
+
 def test_a_leader_that_ignores_sigterm_is_killed(tmp_path: Path) -> None:
     """SIGTERM first, then SIGKILL: a process that traps TERM cannot outlast its limit."""
     t0 = time.monotonic()

@@ -197,7 +197,8 @@ class Workspace:
             # (setsid) and keeps the pipe open cannot hold the tool past its timeout plus the graces.
             finished = proc.run(["bash", "-c", command], cwd=self.root, env=self.env, time_limit_s=timeout,
                                 on_output=output.feed, merge_stderr=True,
-                                term_grace_s=_SHELL_TERM_GRACE_S, drain_s=_SHELL_DRAIN_GRACE_S)
+                                term_grace_s=_SHELL_TERM_GRACE_S, drain_s=_SHELL_DRAIN_GRACE_S,
+                                stop_leftovers_at_exit=False)
         except proc.StartFailed as exc:
             raise ToolError(f"could not start bash: {exc.error.strerror or exc.error}") from None
         if finished.reason == "time_limit":
