@@ -23,7 +23,7 @@ ADAPTERS = {
     "runner.action_io", "runner.action_permissions", "runner.advisor", "runner.agentarea", "runner.agentenv", "runner.collect", "runner.events", "runner.gates",
     "runner.github", "runner.github_api", "runner.github_body", "runner.github_checks", "runner.gitwork", "runner.guard", "runner.init",
     "runner.planfile", "runner.planfile_body", "runner.planfile_front", "runner.prompts", "runner.report",
-    "runner.sandbox", "runner.setup", "runner.source", "runner.state", "runner.supervise", "runner.term", "runner.termreport",
+    "runner.proc", "runner.sandbox", "runner.setup", "runner.source", "runner.state", "runner.supervise", "runner.term", "runner.termreport",
 }
 BACKENDS = {
     "runner.backends", "runner.backends.agent_tools", "runner.backends.anthropic_agent", "runner.backends.anthropic_child",
