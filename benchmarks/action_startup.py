@@ -1,17 +1,34 @@
-"""Action start-up: time from a job's start to the agent's start, cold and warm.
+"""Action start-up: time from a job's start to the agent's start, from a cold cache, before and after.
 
-Runs the real composite action under `act` (the end-to-end harness in
-tests/test_act_e2e.py): the first job installs plan-runner's venv into a fresh
-tool cache (cold), the next job of the same plan reuses it (warm). "Agent
-start" is the `started` ledger entry, written right before the agent process
-is spawned; the job's start is when `act` is launched.
+Runs the real composite action under `act` (the end-to-end harness in tests/test_act_e2e.py), twice per
+variant: the first job installs plan-runner's venv into a fresh tool cache with empty pip and uv caches,
+against real PyPI (cold: what every job on a GitHub-hosted runner does, whose tool cache starts empty); the
+next job of the same plan reuses it (warm). "Agent start" is the `started` ledger entry, written right
+before the agent process is spawned; the job's start is when `act` is launched, so act's own start-up
+(about a second) is counted too. The plan uses the script backend: no agent CLI is downloaded.
+
+Variants, measured in the same run: `before` is the action at another commit (default `main`, whose install
+step makes a venv with ensurepip and pip-installs every dependency), `after` is this checkout (uv, no
+ensurepip, the dependencies a session imports). python3 is the machine's system Python (/usr/bin/python3,
+as on a hosted runner), not the developer's, whose site-packages would hide downloads.
+
+The agent CLI's own install (npm, `@anthropic-ai/claude-code` at the pinned version, from the npm registry
+into an empty tool cache and an empty npm cache) is measured separately.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tarfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTION_FILES = ("action.yml", "pyproject.toml", "README.md", "runner")
+SYSTEM_PYTHON_DIRS = ("/usr/bin", "/bin")
 
 
 def _started_at(world, n: int) -> datetime:
@@ -19,15 +36,37 @@ def _started_at(world, n: int) -> datetime:
     return datetime.fromisoformat(entries[0]["started_at"])
 
 
-def bench_action_startup(workdir: Path) -> dict:
+def export_action(ref: str | None, dest: Path) -> Path:
+    """The action's files at `ref` (None: this work tree), as a user's runner gets them."""
+    if ref is None:
+        from tests.test_act_e2e import copy_action_source
+
+        return copy_action_source(dest)
+    dest.mkdir(parents=True)
+    archive = dest.parent / f"{dest.name}.tar"
+    subprocess.run(["git", "archive", "-o", str(archive), ref, *ACTION_FILES], cwd=ROOT, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    archive.unlink()
+    return dest
+
+
+def cold_env(root: Path) -> dict[str, str]:
+    """Every job of a variant: empty pip and uv caches, real PyPI, no local wheel mirrors, the system python3."""
+    system = [d for d in SYSTEM_PYTHON_DIRS if os.access(f"{d}/python3", os.X_OK)]
+    path = ":".join([*system, *(p for p in os.environ.get("PATH", "").split(":") if p not in system)])
+    return {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "https://pypi.org/simple", "PIP_FIND_LINKS": "",
+            "PIP_NO_INDEX": "", "PIP_CACHE_DIR": str(root / "pip-cache"), "UV_CACHE_DIR": str(root / "uv-cache"),
+            "PATH": path}
+
+
+def bench_variant(root: Path, ref: str | None) -> dict:
     from tests.e2e_act import world as w
     from tests.servers.github import GitHubServer
     from tests.test_act_e2e import PLAN, ActWorld
 
     with GitHubServer() as srv:
-        root = workdir / "act-startup"
-        root.mkdir(parents=True)
-        world = ActWorld(root, srv)
+        world = ActWorld(root, srv, env=cold_env(root), action=export_action(ref, root / "action-variant"))
         figures = {}
         for label, n in (("cold", 1), ("warm", 2)):
             event = w.dispatch_event(PLAN)
@@ -37,4 +76,53 @@ def bench_action_startup(workdir: Path) -> dict:
             figures[f"{label}_job_s"] = round(time.perf_counter() - t0, 2)
             figures[f"{label}_to_agent_s"] = round((_started_at(world, n) - start).total_seconds(), 2)
             world.new_dispatches()  # the job dispatched the next one; we start it ourselves above
-    return {"measured": True, **figures}
+    tools = root / "act-cache" / "tool_cache" / "plan-runner"
+    (cfg,) = tools.glob("venv-*/pyvenv.cfg")
+    figures["python"] = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
+                             if line.startswith("home"))
+    figures["installer"] = "uv" if any(tools.glob("uv-*/uv")) else "pip"
+    figures["ensurepip"] = (cfg.parent / "bin" / "pip").exists()
+    return figures
+
+
+def bench_cli_install(root: Path) -> dict:
+    """The pinned Claude Code CLI, installed by the action's own code into an empty tool cache and npm cache."""
+    from runner.action_cli import CLIS, install_cli
+
+    if shutil.which("npm") is None:
+        return {"measured": False, "why": "npm is not installed"}
+    env = {**os.environ, "RUNNER_TOOL_CACHE": str(root / "toolcache"), "npm_config_cache": str(root / "npm-cache")}
+    t0 = time.perf_counter()
+    install_cli(CLIS["claude-code"], env)
+    return {"measured": True, "package": f"{CLIS['claude-code'].package}@{CLIS['claude-code'].version}",
+            "cold_install_s": round(time.perf_counter() - t0, 2)}
+
+
+def bench_action_startup(workdir: Path, before: str = "main") -> dict:
+    import tempfile
+
+    result: dict = {"measured": True, "before_ref": before, "load_at_start": round(os.getloadavg()[0], 2),
+                    "at": datetime.now(timezone.utc).isoformat(timespec="minutes")}
+    # The agent's user runs plan-runner's venv from the tool cache under this folder: a mkdtemp of its own in
+    # the system's temporary folder, opened to others (`workdir` may sit in a 0700 folder).
+    base = Path(tempfile.mkdtemp(prefix="plan-runner-startup-"))
+    try:
+        base.chmod(0o755)
+        for name, ref in (("before", before), ("after", None)):
+            root = base / f"act-startup-{name}"
+            root.mkdir(parents=True)
+            result[name] = bench_variant(root, ref)
+        result["cli"] = bench_cli_install(base / "cli-install")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    with tempfile.TemporaryDirectory() as tmp:
+        print(json.dumps(bench_action_startup(Path(tmp), *(sys.argv[1:2] or ["main"])), indent=2))

@@ -48,6 +48,9 @@ EQUIVALENT: dict[str, str] = {
     "runner.policy:decide_after_advice:instructions=state.instructions -> (drop instructions=)":
         "unreachable through `fold`: the advisor is consulted only after a stall or an agent-blamed session, and "
         "folding either clears `instructions`",
+    "runner.policy:<module>:1 -> 2":
+        "FOLD_VERSION, the tag of stored snapshots: the writer and the reader use the same constant, so any value "
+        "folds the same; what matters (a snapshot of another version is refolded) is tested against the constant",
     "runner.policy:_backoff:20 -> 21":
         "the exponent's bound only keeps 2 ** n small; the cap is reached long before (5 min x 2^7 > 6 h, "
         "30 s x 2^5 > 10 min), so any bound above 7 gives the same waits",

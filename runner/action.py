@@ -180,13 +180,18 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
                                                  f"{s.plan.id}: dry run", s.state.skipped))
-    from runner.action_cli import ensure_agent_cli
+    from runner.action_cli import ensure_agent_cli, ensure_python_packages
+    from runner.action_permissions import check_job_permissions
     from runner.preflight import before_first_session
     from runner.step import run_session
 
     s = Session(ws, drivers)
+    # The job's token must be able to do what the session leads to (push, park, dispatch, open the pull request):
+    # checked from the workflow's `permissions:` before anything is installed or recorded.
+    check_job_permissions(env, "session", s.trusted, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
     if isinstance(decide_start(s.state, s.plan), (RunSession, Wait)):  # a session may run: it needs its CLI
         ensure_agent_cli(s.trusted, ws.env, rep.log)  # before anything of the session is recorded
+    ensure_python_packages(s.trusted, ws.env, rep.log)  # the SDK for the built-in backend or advisor, if left out
     # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
@@ -342,6 +347,10 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
     try:
         chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
         ctx = GitHubContext.from_env(env)
+        if chosen != "session":  # a session checks once its plan is read (a `checks:` gate needs more)
+            from runner.action_permissions import check_job_permissions
+
+            check_job_permissions(env, chosen, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
         push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")  # pushes; the API keeps the job's token
         with git_credentials(push_token, ctx.server_url), driver_factory(ctx, env) as driver:
             return _modes()[chosen](ctx, env, driver, rep)

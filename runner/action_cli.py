@@ -9,10 +9,12 @@ A failure is a PlanRunnerError (what / why / fix) raised before the session star
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -126,3 +128,40 @@ def ensure_agent_cli(plan: Plan, env: dict[str, str], log=lambda text: None) -> 
     path = str(install_cli(cli, env, log))
     env[cli.env] = path
     os.environ[cli.env] = path  # the backends read it from plan-runner's own environment
+
+
+# The runtime dependencies the action installs only when a plan needs them (pyproject.toml, `[tool.plan-runner]
+# action-on-demand`): the module, the requirement as pyproject.toml states it, and what needs it.
+ON_DEMAND = {"anthropic": "anthropic>=0.40"}
+
+
+def needed_modules(plan: Plan) -> list[str]:
+    """The on-demand modules the plan's sessions import: the SDK for the built-in backend or an advisor."""
+    advisor = plan.config.advisor
+    if plan.config.agent.backend == "anthropic" or (advisor is not None and advisor.enabled):
+        return ["anthropic"]
+    return []
+
+
+def ensure_python_packages(plan: Plan, env: Mapping[str, str], log=lambda text: None) -> None:
+    """Install into plan-runner's own venv what the plan needs and the action left out, before the session
+    is recorded: with the action's uv (`PLAN_RUNNER_UV`), else with pip."""
+    missing = [ON_DEMAND[m] for m in needed_modules(plan) if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    uv = env.get("PLAN_RUNNER_UV", "")
+    argv = ([uv, "pip", "install", "--quiet", "--python", sys.executable, *missing] if uv and os.access(uv, os.X_OK)
+            else [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing])
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=dict(env))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc, detail = None, f"{type(exc).__name__}: {exc}"
+    if proc is None or proc.returncode != 0:
+        detail = detail if proc is None else (proc.stderr or proc.stdout).strip()[-800:]
+        raise PlanRunnerError(
+            what=f"installing {', '.join(missing)} for the plan's `{plan.config.agent.backend}` backend or advisor failed",
+            why=detail or "the installer gave no reason",
+            fix="re-run the job (a registry hiccup); nothing of the plan was recorded")
+    importlib.invalidate_caches()
+    log(f"plan-runner: installed {', '.join(missing)} in {time.monotonic() - started:.1f} s")

@@ -110,7 +110,11 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
     driver.comment(ev.issue_number, f"@{user}: `{verb}` accepted for plan `{plan_id}`.{said}\n\n"
                    f"Next: {describe(action)}. This issue is closed; plan-runner opens a new one if it parks again.")
     driver.close_issue(ev.issue_number)
-    dispatch(s, action)
+    result = dispatch(s, action)
+    if result.status == "parked":  # GitHub refused the dispatch: parked again, with the fix, in a new issue
+        return ModeResult(outcome="parked", next_action=describe(result.action), issue_url=result.url or "",
+                          summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {result.message}\n",
+                          annotations=[("warning", f"{plan_id} parked: {result.message}", "plan-runner parked")])
     driver.react(ev.comment_id, "rocket")
     return ModeResult(outcome="accepted", next_action=describe(action),
                       summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {describe(action)}; "

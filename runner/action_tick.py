@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, workspace_root
 from runner import gitwork
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
-from runner.errors import PlanRunnerError, StateConflict
+from runner.errors import PlanRunnerError, Refused, StateConflict
 from runner.events import GitHubContext
 from runner.exits import Exit
 from runner.ledger import Dispatched, Reply, SessionRecord, SessionStarted
@@ -24,7 +24,7 @@ from runner.policy import decide_start
 from runner.planfile import plan_id_from_path
 from runner.session import Drivers, Session, Workspace
 from runner.state import GitStateStore
-from runner.step import dispatch
+from runner.step import dispatch, park_refused_dispatch
 
 ORPHAN_MARGIN = timedelta(minutes=15)  # job set-up, pushes, reports: beyond the agent and the gates
 LOST_DISPATCH_AFTER = timedelta(minutes=30)  # a dispatched run that never started by then was lost
@@ -129,7 +129,11 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[s
         intents = intents_for(s.entries, n)
         if len(intents) < 2:
             s.write([Dispatched(at=now, for_session=n, key=f"{s.trusted.id}#{n}:redo")])
-            drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}")
+            try:
+                drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}")
+            except Refused as err:
+                result = park_refused_dispatch(s, err)
+                return f"parked: {result.message}", False
             return f"{seen}: session {n} never reported; dispatched again ({describe(action)})", True
         fetch_work_branch(ws, s.trusted.work_branch)
         s = Session(ws, drivers)
@@ -138,7 +142,9 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[s
         seen, action = decide_tick(s, now)
         if action is None:
             return f"reconciled session {n}; {seen}", False
-    dispatch(s, action)
+    result = dispatch(s, action)
+    if result.status == "parked":
+        return f"parked: {result.message}", False
     return f"{seen}: dispatched ({describe(action)})", True
 
 
@@ -174,6 +180,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeRe
     rows, dispatched, failed = [], 0, 0
     annotations = []
     calls: dict[str, list[tuple[str, str]]] = {}
+    spaces: dict[str, Workspace] = {}
     for path in plan_files(repo):
         plan_id = plan_id_from_path(path)
         if plan_id not in with_state:
@@ -181,6 +188,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeRe
         ws = Workspace(repo=repo, plan_path=path, env=dict(env), remote=REMOTE,
                        job=env.get("GITHUB_RUN_ID", "") or "actions")
         went = False
+        spaces[plan_id] = ws
         later.calls = calls.setdefault(plan_id, [])
         try:
             line, went = tick_plan(ws, drivers, rep.log)
@@ -202,6 +210,18 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeRe
         for plan_path, key in calls.get(plan_id, ()):
             try:
                 driver.dispatch_next(plan_path, key)
+            except Refused as err:  # only a person can fix it: park once with the fix (voids the intent)
+                dispatched -= 1
+                try:
+                    parked = park_refused_dispatch(Session(spaces[plan_id], Drivers(store=store, dispatcher=driver,
+                                                                                    parker=driver)), err)
+                    row[1] = f"parked: {parked.message}"
+                except StateConflict:
+                    row[1] = "another job moved the plan first; nothing to do"
+                except PlanRunnerError as park_err:
+                    failed += 1
+                    row[1] = f"error: {park_err.what}"
+                    annotations.append(("error", f"{plan_id}: {park_err.what}", "plan-runner tick"))
             except PlanRunnerError as err:
                 failed += 1
                 dispatched -= 1

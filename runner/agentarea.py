@@ -31,6 +31,7 @@ from git import GitCommandError
 
 from runner import gitwork
 from runner.errors import PlanRunnerError
+from runner.proc import StartFailed, capture
 from runner.sandbox import Identity, area_key, judge_dir
 
 IMPORT_PREFIX = "refs/plan-runner/agent"
@@ -124,15 +125,15 @@ def agent_git_env(area: AgentArea, base: dict[str, str] | None = None) -> dict[s
 
 def run_as(identity: Identity, argv: list[str], *, cwd: Path, env: dict[str, str],
            timeout_s: float = _AGENT_GIT_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
-    """Run one command as the agent's identity, bounded in time; everything of the uid dies after it."""
-    full, extra = identity.command(argv, env, cwd)
+    """Run one command as the agent's identity, bounded in time and output; everything of the uid dies after it."""
     try:
-        return subprocess.run(full, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=timeout_s, start_new_session=True, check=False, **extra)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(full, 124, exc.stdout or b"", (exc.stderr or b"") + b"\ntimed out")
-    finally:
-        identity.kill_all()
+        done = capture(argv, cwd=cwd, env=env, time_limit_s=timeout_s, identity=identity)
+    except StartFailed as exc:
+        raise exc.error from None
+    if done.finished.reason == "time_limit":
+        return subprocess.CompletedProcess(argv, 124, done.stdout, done.stderr + b"\ntimed out")
+    code = done.finished.returncode
+    return subprocess.CompletedProcess(argv, -9 if code is None else code, done.stdout, done.stderr)
 
 
 def _tail(proc: subprocess.CompletedProcess[bytes]) -> str:

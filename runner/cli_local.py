@@ -5,86 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
-from runner.actions import Wait, describe, short
+from runner.actions import describe
 from runner.cli import command
 from runner.exits import Exit
+from runner.progress import Progress, cost_text, print_result, print_sessions_table
 from runner.term import err, out
 
 # The session machinery (git, httpx, jinja2...) is imported inside the commands that need it,
 # so `plan-runner validate` and `--help` start fast.
 EXIT_FINISHED, EXIT_PARKED = Exit.OK, Exit.PARKED
-
-
-class Progress:
-    """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes.
-
-    On a terminal the status line is redrawn every second (the elapsed time moves while a quiet
-    agent thinks); event lines are printed above it, never on it (runner.term). Elsewhere only
-    the events are printed, one line each. The status line names plan-runner's session (number,
-    kind, checkpoint) for the whole session: the agent's own session id is not a session of ours."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.session = ""
-        self.tokens = "0"
-        self.tool = "-"
-        self.retry = ""
-        self.waiting: str | None = None
-        self.status = err.status("starting")
-        self._stopped = threading.Event()
-        if self.status:
-            threading.Thread(target=self._tick, name="progress", daemon=True).start()
-
-    def _tick(self) -> None:
-        while not self._stopped.wait(1.0):
-            if self.session and self.waiting is None:
-                self._redraw()
-
-    def _redraw(self) -> None:
-        if self.status and not self._stopped.is_set():
-            elapsed = time.monotonic() - self.started
-            retry = f" · API retry {self.retry}" if self.retry else ""
-            self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · "
-                               f"last tool {self.tool}{retry}")
-
-    def event(self, kind: str, detail: str) -> None:
-        self.waiting = None
-        if kind == "session":
-            self.started, self.session, self.tokens, self.tool, self.retry = time.monotonic(), detail, "0", "-", ""
-            err.say(f"session {detail}", "bold")
-        elif kind == "tokens":
-            self.tokens, self.retry = detail, ""
-        elif kind == "tool":
-            self.tool, self.retry = detail, ""
-        elif kind == "retry":  # the agent CLI's own API retry: shown as it happens
-            self.retry = detail
-            err.say(f"  API retry by the agent: {detail}", "yellow")
-        elif kind == "gate":
-            err.say(f"  gate {detail}")
-        elif kind in ("outcome", "agent", "advisor", "reconciled", "isolation", "warning", "setup"):
-            err.say(f"  {kind}: {detail}")
-        self._redraw()
-
-    def result(self, result) -> None:
-        """A session's result line (run's `on_result`): printed above the status line."""
-        _print_result(result)
-
-    def wait(self, action: Wait, left: float) -> None:
-        text = f"waiting {left:5.0f}s: {action.reason} (Ctrl-C stops; state is saved)"
-        self.waiting = text
-        if self.status:
-            self.status.update(text)
-        elif int(left) % 10 == 0 or left < 1:
-            err.say(text)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self.status:
-            self.status.stop()
 
 
 def _plan_argument(parser: argparse.ArgumentParser) -> None:
@@ -121,16 +52,6 @@ def _preflight(ws, drivers) -> None:
     from runner.preflight import before_first_session
 
     before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"))
-
-
-def _print_result(result) -> None:
-    if result.record is None:
-        err.say(result.message)
-        return
-    r = result.record
-    err.say(f"session {r.n}: {r.outcome.value} (blame {r.blame.value}) → {result.message}", "bold")
-    for reason in r.reasons:
-        err.say(f"  - {reason}")
 
 
 def _session_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,7 +96,7 @@ def cmd_session(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(session_json(result), indent=2))
     else:
-        _print_result(result)
+        print_result(result)
     if result.status == "parked":
         plan_arg = _plan_display(args.plan)
         err.say(f"report: {result.url}\nanswer it here: plan-runner reply {plan_arg} resume|retry|skip|stop "
@@ -187,25 +108,6 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     _plan_argument(parser)
     parser.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
                         help="stop (exit 4) instead of waiting out a backoff longer than this")
-
-
-def print_sessions_table(state_entries, title: str) -> None:
-    from runner.ledger import SessionRecord
-
-    rows = []
-    for e in state_entries:
-        if isinstance(e, SessionRecord):
-            red = [g.name for g in e.gates if g.required and not g.passed]
-            gates = ("red: " + ", ".join(red)) if red else ("green" if e.gates else "-")
-            rows.append((str(e.n), e.kind.value, e.checkpoint or "-", e.outcome.value, e.blame.value,
-                         str(e.tokens), cost_text(e.cost_usd), gates, short(e.next_action) if e.next_action else "-"))
-    out.table(title, ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "cost", "gates", "next"), rows,
-              no_wrap=("outcome", "kind"))
-
-
-def cost_text(cost_usd: float | None) -> str:
-    """`$0.0123`, or `-` when the backend reported no cost."""
-    return "-" if cost_usd is None else (f"${cost_usd:.2f}" if cost_usd >= 1 else f"${cost_usd:.4f}")
 
 
 @command("run", help="run a plan's sessions until it finishes or parks (exit 0 finished, 3 parked, 4 waiting)",

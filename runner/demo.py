@@ -183,7 +183,7 @@ def _demo_isolation(err) -> str | None:
 
 
 def run_demo(directory: Path | None = None) -> int:
-    from runner.cli_local import Progress, _print_result, print_sessions_table
+    from runner.progress import Progress, print_result, print_sessions_table
     from runner.term import err, out
     from runner.local import EXIT_FINISHED, local_drivers, local_workspace, run_loop
 
@@ -197,7 +197,7 @@ def run_demo(directory: Path | None = None) -> int:
     progress = Progress()
     ws.on_event = progress.event
     try:
-        code, result = run_loop(ws, drivers, on_result=_print_result, on_wait=progress.wait)
+        code, result = run_loop(ws, drivers, on_result=print_result, on_wait=progress.wait)
     finally:
         progress.stop()
     entries, _ = drivers.store.read(result.plan.id)

@@ -1,7 +1,8 @@
 """The gate battery: plan-runner re-runs every gate itself and records real results.
 
-Command gates run in a shell with their own process group (a timeout kills the
-whole group), their output streamed into a bounded tail. HTTP gates are red on a
+Command gates run in a shell through `runner.proc.run` (own process group, the
+agent's identity; a timeout kills the whole group, and nothing a gate started
+outlives it), their output streamed into a bounded tail. HTTP gates are red on a
 transport error, a non-2xx status, or a 2xx body that reports failure (SPEC
 section 5). A required gate that fails is run once more so a flaky test is
 reported as flaky instead of burning an attempt. This module is an adapter: it
@@ -13,17 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
-
+from runner import proc
 from runner.evidence import GateResult
 from runner.fingerprint import fingerprint
 from runner.plan import GateConfig
@@ -39,11 +37,9 @@ __all__ = [
     "run_gate",
     "run_gates",
     "run_http_gate",
-    "stream_until_done",
 ]
 
 TAIL_BYTES = 16384
-_READ_CHUNK = 65536
 _TERM_GRACE_S = 1.0  # SIGTERM first so test runners can clean up, then SIGKILL
 _DRAIN_GRACE_S = 2.0  # after the shell exits, how long a background child may hold the pipe
 
@@ -143,13 +139,6 @@ def _shell() -> list[str]:
     return [bash, "-c"] if bash else ["/bin/sh", "-c"]
 
 
-def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run_command_gate(
     gate: GateConfig, *, workdir: Path, env: Mapping[str, str], tail_bytes: int = TAIL_BYTES,
     identity: Identity | None = None,
@@ -159,110 +148,36 @@ def run_command_gate(
     cwd = Path(workdir) / gate.cwd if gate.cwd else Path(workdir)
     full_env = {**env, **gate.env}
     tail = BoundedTail(tail_bytes)
-    started = time.monotonic()
     base = {"name": gate.name, "required": gate.required, "kind": "command"}
     if not cwd.is_dir():
         why = f"the gate's working directory {gate.cwd!r} does not exist in the work tree"
         return GateResult(**base, passed=False, error=why, fingerprint=fingerprint(f"{gate.name}\n{why}"))
-    identity = identity or Identity()
-    argv, extra = identity.command([*_shell(), gate.run], full_env, cwd)
     try:
-        proc = subprocess.Popen(
-            argv,
-            env=full_env,
-            **extra,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: a timeout kills every descendant
-        )
-    except OSError as exc:
-        why = f"could not start the gate: {exc.strerror or exc}"
+        # its own process group, as `identity`: a timeout kills every descendant, and after the gate
+        # nothing it started runs on (a daemon that called setsid included, when isolated)
+        finished = proc.run([*_shell(), gate.run], cwd=cwd, env=full_env, time_limit_s=gate.timeout_minutes,
+                            on_output=tail.feed, merge_stderr=True, identity=identity,
+                            term_grace_s=_TERM_GRACE_S, drain_s=_DRAIN_GRACE_S,
+                            stop_leftovers_at_exit=False)  # a background job may finish its output
+    except proc.StartFailed as exc:
+        why = f"could not start the gate: {exc.error.strerror or exc.error}"
         return GateResult(**base, passed=False, error=why, fingerprint=fingerprint(f"{gate.name}\n{why}"))
-
-    assert proc.stdout is not None
-    try:
-        timed_out = stream_until_done(proc, tail, started + gate.timeout_minutes, identity)
-    finally:
-        proc.stdout.close()
-        identity.kill_all()  # a daemon the gate started (setsid included) ends with it
-    duration = time.monotonic() - started
-
-    code = proc.returncode
-    if code is not None and code < 0:
-        code = 128 - code  # the shell's convention for "killed by signal N"
+    timed_out = finished.reason == "time_limit"
     output = tail.text()
     error = None
     if timed_out:
         error = f"timed out after {gate.timeout_minutes:g}s; the process group was killed"
-    passed = code == 0 and not timed_out
+    passed = finished.succeeded
     return GateResult(
         **base,
         passed=passed,
-        exit_code=code,
-        duration_s=round(duration, 3),
+        exit_code=finished.shell_code,  # the shell's convention for "killed by signal N": 128 + N
+        duration_s=round(finished.duration_s, 3),
         output_tail=output,
         fingerprint="" if passed else fingerprint(f"{gate.name}\n{error or ''}\n{output}"),
         timed_out=timed_out,
         error=error,
     )
-
-
-class _Sink(Protocol):
-    def feed(self, chunk: bytes) -> None: ...
-
-
-def stream_until_done(proc: subprocess.Popen[bytes], tail: _Sink, deadline: float,
-                      identity: Identity | None = None, *, term_grace_s: float = _TERM_GRACE_S,
-                      drain_grace_s: float = _DRAIN_GRACE_S) -> bool:
-    """Feed the process's output into ``tail`` until it exits; True when it hit ``deadline``.
-
-    One loop in this thread instead of a reader thread: a background child that
-    keeps the pipe open (or escapes the process group) can never block us. After
-    the shell exits, its leftovers get a short grace to finish writing, then the
-    group is killed and we stop reading. ``proc`` must lead its own process group
-    (``start_new_session=True``); the caller closes ``proc.stdout``. Returns about
-    ``term_grace_s + drain_grace_s`` after ``deadline`` at the latest.
-    """
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    timed_out, eof = False, False
-    kill_at = exited_at = None
-    while True:
-        now = time.monotonic()
-        if proc.poll() is not None:
-            if eof:
-                break
-            exited_at = exited_at or now
-            if now - exited_at >= drain_grace_s:
-                _kill_group(proc, signal.SIGKILL)  # leftovers still holding the pipe
-                if identity is not None:
-                    identity.kill_all()
-                break
-        elif now >= deadline:
-            if not timed_out:
-                timed_out, kill_at = True, now + term_grace_s
-                _kill_group(proc, signal.SIGTERM)
-            elif kill_at is not None and now >= kill_at:
-                _kill_group(proc, signal.SIGKILL)
-                if identity is not None:
-                    identity.kill_all()
-                kill_at = None
-        if eof:
-            try:
-                proc.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                pass
-            continue
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            chunk = os.read(fd, _READ_CHUNK)
-            if chunk:
-                tail.feed(chunk)
-            else:
-                eof = True
-    proc.wait()
-    return timed_out
 
 
 _JSON_PARSE_LIMIT = 1 << 20  # bodies larger than this are judged by status alone

@@ -14,11 +14,15 @@ from typing import Any
 from urllib.parse import quote
 
 from github import GithubException
+from github.GithubException import RateLimitExceededException
+from github.Requester import Requester
 
 from runner.errors import PlanRunnerError, Refused
 from runner.events import GitHubContext
 from runner.evidence import GateResult
-from runner.github_api import RetryPolicy, github_call, make_client
+from runner.github_api import (
+    DISPATCH_PERMISSION_FIX, DISPATCH_RESUME, RetryPolicy, accepted_permissions, api_message, github_call, make_client,
+)
 from runner.github_body import cap_body
 from runner.github_checks import NO_CI_AFTER_S, collect_checks_gate
 from runner.plan import GateConfig
@@ -68,6 +72,43 @@ def parse_park_marker(body: str | None) -> str | None:
     return match["id"] if match else None
 
 
+def dispatch_refusal(exc: GithubException, action: str, workflow: str, ref: str) -> Refused | None:
+    """GitHub's answers to a workflow dispatch that asking again cannot change, as a `Refused` with the fix:
+    403 (the token lacks `actions: write`), 404 (no such workflow file on GitHub), 422 (the workflow has no
+    `workflow_dispatch` trigger, or does not declare the `plan` input, or the ref is gone). None for the rest
+    (rate limits, 5xx), which `github_call` translates as usual."""
+    message = api_message(exc)
+    if exc.status == 403 and not Requester.isRateLimitError(message):
+        accepted = accepted_permissions(exc.headers)
+        return Refused(
+            what=f"GitHub refused {action} (403): the job's token may not start workflow runs",
+            why=f"{message or 'Resource not accessible by integration'}; creating a workflow dispatch event "
+                f"needs `{accepted or 'actions=write'}` (GitHub's X-Accepted-GitHub-Permissions)",
+            fix=DISPATCH_PERMISSION_FIX.format(workflow=workflow))
+    if exc.status == 404:
+        return Refused(
+            what=f"GitHub found no workflow {workflow} to dispatch (404)",
+            why=f"{message or 'Not Found'}: the workflow file was renamed or deleted on GitHub, or the token cannot "
+                "see it",
+            fix=f"restore .github/workflows/{workflow} (from `plan-runner init`), then " + DISPATCH_RESUME)
+    if exc.status == 422:
+        if "workflow_dispatch" in message:
+            why, fix = (f"{message}: GitHub starts a run by API only for a workflow whose `on:` lists "
+                        "`workflow_dispatch`",
+                        f"add to .github/workflows/{workflow} on the default branch:\n  on:\n    workflow_dispatch:\n"
+                        "      inputs:\n        plan:\n          required: true\n          type: string\n"
+                        "then " + DISPATCH_RESUME)
+        elif "input" in message.lower():
+            why, fix = (f"{message}: the workflow must declare the `plan` input plan-runner sends",
+                        f"declare `workflow_dispatch.inputs.plan` in .github/workflows/{workflow} (as `plan-runner "
+                        "init` writes it), then " + DISPATCH_RESUME)
+        else:
+            why, fix = (f"{message}: the branch `{ref}` the next run would use is not on GitHub",
+                        f"push `{ref}` again (or start the plan from another branch), then " + DISPATCH_RESUME)
+        return Refused(what=f"GitHub refused {action} (422)", why=why, fix=fix)
+    return None
+
+
 def written_by_plan_runner(body: str | None) -> bool:
     return COMMENT_MARKER in (body or "")
 
@@ -111,9 +152,18 @@ class GitHubDriver:
             raise PlanRunnerError(what="GITHUB_REF_NAME is empty; cannot tell which ref to dispatch",
                                   why="the next session runs the same workflow on the same branch",
                                   fix="run plan-runner inside a GitHub Actions job")
-        with github_call(f"dispatching the next session ({key}) of {workflow}"):
-            self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
-                          input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path}})
+        action = f"dispatching the next session ({key}) of {workflow}"
+        with github_call(action):
+            try:
+                self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
+                              input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path}})
+            except RateLimitExceededException:
+                raise  # waited out, or past the budget: ServiceUnavailable, never a refusal
+            except GithubException as exc:
+                refusal = dispatch_refusal(exc, action, workflow, self.ctx.ref_name)
+                if refusal is None:
+                    raise
+                raise refusal from None
 
     # ---- Parker ----------------------------------------------------------
 

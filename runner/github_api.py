@@ -45,6 +45,18 @@ Then answer the park issue with `/plan-runner resume`: plan-runner opens the pul
 ISSUES_DISABLED_FIX = """\
 turn Issues on: Settings > General > Features > [x] Issues; then start the workflow for this plan \
 again (Actions > plan-runner > Run workflow): plan-runner opens the park issue and waits for an answer there."""
+DISPATCH_RESUME = ("answer the park issue with `/plan-runner resume` (or start the workflow for this plan again): "
+                   "plan-runner dispatches the next session; no tick retries a refused dispatch on its own")
+DISPATCH_PERMISSION_FIX = """\
+grant the job's token `actions: write` in .github/workflows/{workflow}, in the job that runs plan-runner
+(a `permissions:` block sets every permission it leaves out to none):
+  permissions:
+    actions: write
+    contents: write
+    issues: write
+    pull-requests: write
+or, in an organisation whose policy keeps workflow tokens read-only, pass a GitHub App or fine-grained token
+with Actions: read and write as `github-token`. Then """ + DISPATCH_RESUME.replace("{", "{{").replace("}", "}}")
 STATUS_FIX = ("re-run the job later (plan-runner's state is unchanged); "
               "https://www.githubstatus.com shows GitHub's own incidents")
 
@@ -171,6 +183,33 @@ def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
     )
 
 
+def accepted_permissions(headers: Any) -> str:
+    """GitHub's `X-Accepted-GitHub-Permissions` header of a refused call (e.g. `actions=write`; alternatives
+    are separated by `;`), or "" when the answer has none (OAuth and classic tokens get scopes instead)."""
+    for key, value in dict(headers or {}).items():
+        if str(key).lower() == "x-accepted-github-permissions" and isinstance(value, str):
+            return value.strip()
+    return ""
+
+
+def permissions_fix(accepted: str) -> str:
+    """The fix for a 403: the permissions GitHub says the call needs, as `permissions:` lines, first."""
+    first = accepted.split(";")[0].strip()
+    lines = [f"    {name.strip()}: {level.strip()}" for name, _, level in
+             (pair.partition("=") for pair in first.split(",")) if name.strip() and level.strip() and name != "metadata"]
+    if not lines:
+        return PERMISSIONS_FIX
+    return ("GitHub says this call needs " + first.replace("=", ": ")
+            + (f" (or: {'; '.join(a.strip() for a in accepted.split(';')[1:])})" if ";" in accepted else "")
+            + "; add it to the `permissions:` of the job that runs plan-runner:\n  permissions:\n"
+            + "\n".join(lines) + "\nbeside the others plan-runner needs (contents, issues, pull-requests and actions: "
+            "write; checks and statuses: read for `checks:` gates)")
+
+
+def api_message(exc: GithubException) -> str:
+    return _message(exc)
+
+
 def _message(exc: GithubException) -> str:
     data = exc.data
     if isinstance(data, dict) and isinstance(data.get("message"), str):
@@ -213,8 +252,11 @@ def github_call(action: str) -> Iterator[None]:
             raise Refused(what=f"GitHub refused {action}: issues are disabled in this repository (410)",
                           why=message or "Issues are disabled for this repo", fix=ISSUES_DISABLED_FIX) from None
         if exc.status == 403:
-            raise Refused(what=f"GitHub refused {action} (403)", why=message or "the token lacks a permission",
-                          fix=PERMISSIONS_FIX) from None
+            accepted = accepted_permissions(exc.headers)
+            raise Refused(what=f"GitHub refused {action} (403)",
+                          why=(message or "the token lacks a permission")
+                          + (f"; the call needs {accepted} (X-Accepted-GitHub-Permissions)" if accepted else ""),
+                          fix=permissions_fix(accepted) if accepted else PERMISSIONS_FIX) from None
         if exc.status == 404:
             raise PlanRunnerError(
                 what=f"GitHub found nothing while {action} (404)",

@@ -181,8 +181,10 @@ def fold(ledger: Iterable[Entry], state: RunState | None = None) -> RunState:
             # A park recorded for a decision that was not one (GitHub refused the finish's pull request)
             # parks the plan all the same: only a human's reply moves it on.
             pending = state.pending if isinstance(state.pending, Park) else Park(reason=entry.reason)
+            # A park also voids a dispatch intent no run answered (GitHub refused the dispatch): only a human's
+            # reply dispatches again, and the tick does not take the missing run for a lost one.
             state = state.evolve(park_issue=entry.issue_url or entry.report_path, parked_at=entry.at,
-                                 pending=pending)
+                                 pending=pending, last_dispatch=min(state.last_dispatch, state.sessions))
         elif isinstance(entry, Finished):
             state = state.evolve(finished=True, pull_request=entry.pull_request_url)
     return state

@@ -274,6 +274,13 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
                 why="the agent would run as the job's own user and could read the GitHub token and forge the verdict",
                 fix="remove `isolation: none` from the plan; GitHub-hosted runners isolate with sudo")
         return Lease(Identity())
+    if not os.path.isdir("/proc/self"):
+        raise PlanRunnerError(
+            what="plan-runner can isolate the agent only on Linux",
+            why="after the agent and after each gate it finds and kills every process of the agent's user through "
+                "/proc, which this system does not have: the agent's processes could outlive its session",
+            fix="run plan-runner on Linux (a container or a VM will do); or, locally and at your own risk, add "
+                "`isolation: none` to the plan's front matter (or pass --isolation none)")
     how = available()
     if how is None:
         raise PlanRunnerError(

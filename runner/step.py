@@ -15,7 +15,7 @@ from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind
 from runner.agentenv import build_agent_env, credential_vars, key_like
 from runner.backends import SessionRequest, get_backend
 from runner.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
-from runner.errors import PlanRunnerError, StateConflict
+from runner.errors import PlanRunnerError, Refused, StateConflict
 from runner.gates import GateCache
 from runner.guard import redact_text
 from runner.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
@@ -380,6 +380,17 @@ def dispatch(s: Session, action, recorded: bool = False) -> SessionResult:
     if not recorded:
         s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
     fault_point(s.ws, "dispatch-recorded")
-    s.d.dispatcher.dispatch_next(s.trusted.path, key)
+    try:
+        s.d.dispatcher.dispatch_next(s.trusted.path, key)
+    except Refused as err:
+        return park_refused_dispatch(s, err)
     fault_point(s.ws, "after-dispatch")
     return SessionResult("ran", s.plan, s.state, action, describe(action))
+
+
+def park_refused_dispatch(s: Session, err: Refused) -> SessionResult:
+    """GitHub refused the dispatch for a reason only a person can change (the token lacks `actions: write`, the
+    workflow has no `workflow_dispatch` trigger): park once with the fix. The park voids the dispatch intent,
+    so no tick redoes it; a maintainer's `/plan-runner resume` dispatches again."""
+    return s.apply_park(Park(reason=f"the next run could not be started: {err.what}",
+                             details=(f"why: {err.why}", *err.fix.splitlines())))

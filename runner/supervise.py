@@ -1,38 +1,32 @@
 """Run an agent's process under supervision: stall watchdog, hard time limit, stop on demand.
 
-The child runs in its own process group so that a kill reaches everything it
-started (shells, test servers, grandchildren). One thread (the caller's) reads
-stdout and stderr through a selector: no pipe can fill up and deadlock, memory
-stays bounded however much the child prints, and `on_line` runs in the
-caller's thread so its exceptions (and Ctrl-C) propagate normally, after the
-group is killed. Writes to stdin go through a writer thread because a child
-that does not read its stdin must never block the supervisor.
+The process itself is run by `runner.proc.run` (the one way plan-runner runs untrusted
+code: own process group, sandbox identity, bounded output, limits, everything it started
+killed and reaped). This layer is what agent CLIs speak: stdout cut into lines for
+`on_line` (a line over `max_line_bytes` is cut, never buffered whole), a bounded stderr
+tail, and an account (`ProcessExit`) the backends classify. `on_line` runs in the
+caller's thread, so its exceptions (and Ctrl-C) propagate normally, after the group is
+killed.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import queue
-import selectors
-import signal
-import subprocess
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from runner import proc
 from runner.errors import PlanRunnerError
+from runner.proc import Controller, reap_leftover
 from runner.sandbox import Identity
 
-ExitReason = Literal["exited", "stalled", "time_limit", "stopped"]
+__all__ = ["NUDGE_TEXT", "Controller", "ExitReason", "ProcessExit", "TokenMeter", "reap_leftover", "supervise"]
+
+ExitReason = proc.Reason
 
 STDERR_TAIL_BYTES = 8 * 1024
-_READ_CHUNK = 1024 * 1024
-_TICK_S = 0.05  # how often the watchdog looks at the clock when the child is quiet
 _DRAIN_AFTER_EXIT_S = 2.0  # a grandchild that escaped the group may hold the pipes open
 
 
@@ -45,87 +39,6 @@ class ProcessExit:
     stdout_lines: int
     stderr_tail: str  # bounded (last STDERR_TAIL_BYTES)
     duration_s: float
-
-
-_CLOSE = object()  # sentinel for the stdin writer
-
-
-class Controller:
-    """Handed to `on_line`/`on_start`; thread-safe."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], started: float) -> None:
-        self._proc = proc
-        self._started = started
-        self._lock = threading.Lock()
-        self._stop_detail: str | None = None
-        self._stdin_open = proc.stdin is not None
-        self._queue: queue.Queue[object] = queue.Queue()
-        self._writer: threading.Thread | None = None
-        if proc.stdin is not None:
-            self._writer = threading.Thread(target=self._write_loop, name="supervise-stdin", daemon=True)
-            self._writer.start()
-
-    @property
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self._started
-
-    @property
-    def stop_detail(self) -> str | None:
-        with self._lock:
-            return self._stop_detail
-
-    def send(self, text: str) -> bool:
-        """Queue `text` for the child's stdin; False if stdin is closed (or was never kept open)."""
-        with self._lock:
-            if not self._stdin_open:
-                return False
-            self._queue.put(text.encode("utf-8"))
-            return True
-
-    def close_stdin(self) -> None:
-        with self._lock:
-            if self._stdin_open:
-                self._stdin_open = False
-                self._queue.put(_CLOSE)
-
-    def stop(self, detail: str) -> None:
-        """Ask the supervisor to kill the process group; the first reason given wins."""
-        with self._lock:
-            if self._stop_detail is None:
-                self._stop_detail = detail or "stopped"
-
-    def _write_loop(self) -> None:
-        stdin = self._proc.stdin
-        assert stdin is not None
-        try:
-            while True:
-                item = self._queue.get()
-                if item is _CLOSE:
-                    break
-                assert isinstance(item, bytes)
-                stdin.write(item)
-                stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass  # the child closed its stdin or died: further sends are dropped
-        finally:
-            with self._lock:
-                self._stdin_open = False
-            try:
-                stdin.close()
-            except (BrokenPipeError, OSError):
-                pass
-
-    def _shutdown_writer(self) -> None:
-        self.close_stdin()
-        if self._writer is not None:
-            self._writer.join(timeout=1.0)
-            if self._writer.is_alive() and self._proc.stdin is not None:
-                # the writer is blocked on a full pipe of a dead child; closing unblocks it
-                try:
-                    os.close(self._proc.stdin.fileno())
-                except OSError:
-                    pass
-                self._writer.join(timeout=1.0)
 
 
 class _LineSplitter:
@@ -177,60 +90,28 @@ def _decode(line: bytes) -> str:
     return line.decode("utf-8", errors="replace")
 
 
-def _killpg(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def _kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the group, give the leader `grace_s` to exit, then SIGKILL whatever is left."""
-    pgid = proc.pid  # start_new_session: the child leads its own group
-    if _killpg(pgid, signal.SIGTERM):
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    _killpg(pgid, signal.SIGKILL)
-
-
-def _start(argv: list[str], cwd: Path, env: dict[str, str], want_stdin: bool,
-           identity: Identity | None = None) -> subprocess.Popen[bytes]:
-    """Popen in a new session, as `identity` when given; a missing or non-executable program is a
-    user error with a fix."""
-    full_argv, extra = (identity or Identity()).command(argv, env, cwd)
-    try:
-        return subprocess.Popen(
-            full_argv,
-            env=env,
-            **extra,
-            stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            bufsize=0,
-        )
-    except FileNotFoundError as exc:
+def _start_error(exc: OSError, argv: list[str], cwd: Path) -> PlanRunnerError | None:
+    """A missing or non-executable program is a user error with a fix."""
+    if isinstance(exc, FileNotFoundError):
         missing = exc.filename if exc.filename and str(exc.filename) != str(cwd) else argv[0]
         if not Path(cwd).is_dir():
-            raise PlanRunnerError(
+            return PlanRunnerError(
                 what=f"cannot start {argv[0]!r}: working directory {cwd} does not exist",
                 why="the work tree was removed or never checked out",
                 fix="check the repository checkout step runs before plan-runner",
-            ) from None
-        raise PlanRunnerError(
+            )
+        return PlanRunnerError(
             what=f"cannot start the agent: executable {missing!r} not found",
             why="it is not installed, or not on the PATH given to the agent",
             fix="install it, or set `agent.executable` in the plan's front matter to its full path",
-        ) from None
-    except PermissionError:
-        raise PlanRunnerError(
+        )
+    if isinstance(exc, PermissionError):
+        return PlanRunnerError(
             what=f"cannot start the agent: {argv[0]!r} is not executable",
             why="the file exists but lacks execute permission (or is a directory)",
             fix=f"chmod +x {argv[0]}, or point `agent.executable` at the real binary",
-        ) from None
+        )
+    return None
 
 
 def supervise(
@@ -260,204 +141,52 @@ def supervise(
     runs as that user and every process of that uid is killed when the leader exits (daemons that
     left the group with `setsid` included).
     """
-    identity = identity or Identity()
-    proc = _start(argv, cwd, env, stdin_text is not None or keep_stdin_open, identity)
-    if pid_file is not None:
-        _record_group(pid_file, proc.pid)
-    started = time.monotonic()
-    ctl = Controller(proc, started)
     splitter = _LineSplitter(max(1, max_line_bytes))
-    stderr_tail = bytearray()
     err_splitter = _LineSplitter(64 * 1024) if on_stderr_line else None
-    output_bytes = 0
-    last_output = started
-    reason: ExitReason = "exited"
-    killed = False
-    sel = selectors.DefaultSelector()
-    assert proc.stdout is not None and proc.stderr is not None
-    open_fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
-    for fd, name in open_fds.items():
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, name)
+    stderr_tail = bytearray()
+    controller: list[Controller] = []
 
-    def kill(why: ExitReason) -> None:
-        nonlocal reason, killed
-        if not killed:
-            killed = True
-            reason = why
-            _kill_group(proc, kill_grace_s)
-            identity.kill_all()
-
-    try:
-        if stdin_text is not None:
-            ctl.send(stdin_text)
-        if not keep_stdin_open:
-            ctl.close_stdin()
+    def started(ctl: Controller) -> None:
+        controller.append(ctl)
         if on_start is not None:
             on_start(ctl)
-        exited_at: float | None = None
-        while True:
-            now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-                if not killed:
-                    # the agent is done; whatever it left running in its group goes too
-                    _killpg(proc.pid, signal.SIGTERM)
-                identity.kill_all()  # and whatever left the group: nothing of its uid outlives it
-            if exited_at is None and not killed:
-                if ctl.stop_detail is not None:
-                    kill("stopped")
-                elif now - started >= time_limit_s:
-                    kill("time_limit")
-                elif now - last_output >= stall_s:
-                    kill("stalled")
-                continue_checks = not killed
-            else:
-                continue_checks = False
-            if exited_at is not None and (not open_fds or now - exited_at > _DRAIN_AFTER_EXIT_S):
-                break  # done; or an escaped grandchild (new session) holds the pipes open
-            timeout = _TICK_S
-            if continue_checks:
-                deadline = min(started + time_limit_s, last_output + stall_s)
-                timeout = max(0.0, min(_TICK_S, deadline - now))
-            if not open_fds:
-                time.sleep(timeout)  # pipes closed but the process lives on: keep watching it
-                continue
-            for key, _ in sel.select(timeout):
-                fd = key.fd
-                try:
-                    data = os.read(fd, _READ_CHUNK)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(fd)
-                    del open_fds[fd]
-                    continue
-                output_bytes += len(data)
-                last_output = time.monotonic()
-                if key.data == "err":
-                    stderr_tail += data
-                    if len(stderr_tail) > STDERR_TAIL_BYTES:
-                        del stderr_tail[: len(stderr_tail) - STDERR_TAIL_BYTES]
-                    if err_splitter is not None and on_stderr_line is not None:
-                        for line in err_splitter.feed(data):
-                            on_stderr_line(_decode(line))
-                    continue
-                for line in splitter.feed(data):
-                    on_line(_decode(line), ctl)
-                # time spent in on_line is ours, not the child's silence
-                last_output = time.monotonic()
-        for line in splitter.flush():
-            on_line(_decode(line), ctl)
-        if err_splitter is not None and on_stderr_line is not None:
-            for line in err_splitter.flush():
-                on_stderr_line(_decode(line))
-    except BaseException:
-        killed = True
-        _kill_group(proc, min(kill_grace_s, 0.5))
-        raise
-    finally:
-        _killpg(proc.pid, signal.SIGKILL)  # leftovers that ignored SIGTERM
-        identity.kill_all()
-        sel.close()
-        ctl._shutdown_writer()
-        for stream in (proc.stdout, proc.stderr):
-            stream.close()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent
-            pass
-        if pid_file is not None:
-            _forget_group(pid_file)
 
-    stop_detail = ctl.stop_detail or ""
-    if reason == "exited" and killed:
-        reason = "stopped"
+    def out(data: bytes) -> None:
+        for line in splitter.feed(data):
+            on_line(_decode(line), controller[0])
+
+    def err(data: bytes) -> None:
+        stderr_tail.extend(data)
+        if len(stderr_tail) > STDERR_TAIL_BYTES:
+            del stderr_tail[: len(stderr_tail) - STDERR_TAIL_BYTES]
+        if err_splitter is not None and on_stderr_line is not None:
+            for line in err_splitter.feed(data):
+                on_stderr_line(_decode(line))
+
+    try:
+        finished = proc.run(
+            argv, cwd=cwd, env=env, time_limit_s=time_limit_s, stall_s=stall_s, on_output=out, on_stderr=err,
+            identity=identity, stdin_text=stdin_text, keep_stdin_open=keep_stdin_open, on_start=started,
+            term_grace_s=kill_grace_s, drain_s=_DRAIN_AFTER_EXIT_S, pid_file=pid_file)
+    except proc.StartFailed as exc:
+        error = _start_error(exc.error, argv, cwd)
+        if error is None:
+            raise exc.error from None
+        raise error from None
+    for line in splitter.flush():
+        on_line(_decode(line), controller[0])
+    if err_splitter is not None and on_stderr_line is not None:
+        for line in err_splitter.flush():
+            on_stderr_line(_decode(line))
     return ProcessExit(
-        returncode=None if killed else proc.returncode,
-        reason=reason,
-        stop_detail=stop_detail if reason == "stopped" else "",
-        output_bytes=output_bytes,
+        returncode=None if finished.killed else finished.returncode,
+        reason=finished.reason,
+        stop_detail=finished.stop_detail,
+        output_bytes=finished.output_bytes,
         stdout_lines=splitter.lines,
         stderr_tail=stderr_tail.decode("utf-8", errors="replace"),
-        duration_s=time.monotonic() - started,
+        duration_s=finished.duration_s,
     )
-
-
-# --- an agent left running by a plan-runner that was killed outright -------------------------
-
-
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of `pid` (Linux /proc); None when there is no such process or no /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
-
-
-def _record_group(pid_file: Path, pgid: int) -> None:
-    """Best effort: the record only helps a later run clean up; failing to write it (a full or read-only
-    disk) must not leave the just-started agent unsupervised."""
-    try:
-        pid_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = pid_file.with_name(pid_file.name + ".tmp")
-        tmp.write_text(json.dumps({"pgid": pgid, "start": _start_time(pgid), "by": os.getpid()}))
-        tmp.replace(pid_file)
-    except OSError:
-        pass
-
-
-def _forget_group(pid_file: Path) -> None:
-    try:
-        pid_file.unlink(missing_ok=True)
-    except OSError:
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def reap_leftover(pid_file: Path, grace_s: float = 2.0) -> int | None:
-    """Stop the agent process group recorded in `pid_file` if it still runs; its pgid, else None.
-
-    Only the group plan-runner recorded is touched: its leader must still have the recorded
-    start time (a reused pid is left alone), or, the leader gone, its group must still have
-    members (Linux never hands out a pid that is some live group's id).
-    """
-    try:
-        record = json.loads(pid_file.read_text())
-        pgid, start = int(record["pgid"]), record.get("start")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError):
-        _forget_group(pid_file)  # unreadable: written by no plan-runner that finished it
-        return None
-    if start is None or pgid <= 1:
-        _forget_group(pid_file)
-        return None
-    now = _start_time(pgid)
-    ours = now == start if now is not None else _group_alive(pgid)
-    if not ours or not _group_alive(pgid):
-        _forget_group(pid_file)
-        return None
-    _killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.05)
-    _killpg(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _group_alive(pgid):  # the kernel takes a moment to reap
-        time.sleep(0.02)
-    _forget_group(pid_file)
-    return pgid
 
 
 # --- token meter shared by the CLI backends -------------------------------------------------

@@ -1,5 +1,6 @@
 """End to end under act: the workflow `plan-runner init` writes, the composite action, a bare remote
-and the GitHub test server, with no network beyond 127.0.0.1.
+and the GitHub test server; no network beyond 127.0.0.1 but the action's install step (uv and
+plan-runner's dependencies from PyPI into act's fresh tool cache, as on a hosted runner).
 
 act runs the jobs on this host (`-P ubuntu-latest=-self-hosted`, no Docker). Offline, act cannot
 download actions, so: its documented local-checkout behaviour replaces `actions/checkout` for
@@ -48,17 +49,29 @@ def copy_action_source(dest: Path) -> Path:
 
 
 class ActWorld:
-    def __init__(self, root: Path, srv: GitHubServer) -> None:
+    def __init__(self, root: Path, srv: GitHubServer, files: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False,
+                 action: Path | None = None) -> None:
+        """`files`: the repository (default: the greeter plan on the script backend), beside the workflow `init`
+        writes (and its example plan, `init_plan`); `env`: more variables for every job (act's `--env`); `action`: the
+        action's files (default: a copy of this checkout's)."""
         self.root, self.srv, self.runs, self.seen_dispatches = root, srv, 0, 0
-        files = {PLAN: w.PLAN, "plans/greeter.script.yaml": w.SCRIPT, ".gitignore": "__pycache__/\n"}
+        self.env, self.plan_id = dict(env or {}), plan_id
+        files = dict(files) if files is not None else {
+            PLAN: w.PLAN, "plans/greeter.script.yaml": w.SCRIPT, ".gitignore": "__pycache__/\n"}
         init = root / "init"
         init.mkdir()
+        for name, text in files.items():  # init reads the repository (its test command)
+            (init / name).parent.mkdir(parents=True, exist_ok=True)
+            (init / name).write_text(text)
         write_init(init, source=Source("octo-org/plan-runner", ACTION_SHA, "0.1.0", "read from the checkout"))
+        if init_plan:
+            files["plans/example.md"] = (init / "plans/example.md").read_text()
         assert f"uses: {ACTION_REF} # v0.1.0" in (init / ".github/workflows/plan-runner.yml").read_text()
         files[".github/workflows/plan-runner.yml"] = (init / ".github/workflows/plan-runner.yml").read_text()
         self.bare = w.make_remote(root, files)
         self.clone = w.checkout(self.bare, root / "clone")  # what act copies into each job's workspace
-        self.action = copy_action_source(root / "action-src")
+        self.action = action or copy_action_source(root / "action-src")
         srv.branches = w.BareBranches(self.bare)
         srv.set_permission("maintainer", "write")
         srv.set_permission("stranger", "read")
@@ -76,6 +89,8 @@ class ActWorld:
                "--env", "GITHUB_WORKFLOW_REF=octo-org/demo/.github/workflows/plan-runner.yml@refs/heads/main",
                "--env", f"GITHUB_RUN_ID={1000 + self.runs}",
                "-s", f"GITHUB_TOKEN={self.srv.token}", "-s", f"ANTHROPIC_API_KEY={API_KEY}"]
+        for name, value in self.env.items():
+            cmd += ["--env", f"{name}={value}"]
         proc = subprocess.run(cmd, cwd=self.clone, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         log = self.root / f"act-{self.runs}-{event_name}.log"
         log.write_text(proc.stdout + proc.stderr)
@@ -99,7 +114,7 @@ class ActWorld:
         return ran
 
     def ledger(self) -> list[dict]:
-        return w.ledger(self.bare, "greeter")
+        return w.ledger(self.bare, self.plan_id)
 
     def outcomes(self) -> list[str]:
         return [e["outcome"] for e in self.ledger() if e["type"] == "session"]

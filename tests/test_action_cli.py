@@ -90,3 +90,40 @@ def test_an_idle_tick_installs_nothing(tmp_path: Path, with_state: bool) -> None
         assert out.read_text() == "due=true\n" and summary.read_text() == ""
     else:
         assert out.read_text() == "due=false\noutcome=idle\n" and "nothing was installed" in summary.read_text()
+
+
+def test_the_on_demand_dependencies_match_pyproject_and_only_the_built_in_backend_needs_them() -> None:
+    """The action leaves `[tool.plan-runner] action-on-demand` out of its install; the SDK comes back, with the
+    requirement pyproject.toml states, exactly when the plan's sessions import it (built-in backend, advisor)."""
+    import tomllib
+
+    from runner.action_cli import ON_DEMAND, needed_modules
+
+    meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    on_demand = meta["tool"]["plan-runner"]["action-on-demand"]
+    assert set(ON_DEMAND) <= set(on_demand) and set(on_demand) - set(ON_DEMAND) == {"rich"}  # rich: never
+    for module, requirement in ON_DEMAND.items():
+        assert requirement in meta["project"]["dependencies"], module
+    assert needed_modules(parse_plan(plan_with("anthropic"), "plans/a.md")) == ["anthropic"]
+    assert needed_modules(parse_plan(plan_with("claude-code"), "plans/a.md")) == []
+    advised = w.PLAN.replace("budget:\n", "advisor:\n  enabled: true\nbudget:\n")
+    assert needed_modules(parse_plan(advised, "plans/a.md")) == ["anthropic"]
+    assert needed_modules(parse_plan(w.PLAN, "plans/a.md")) == []
+
+
+def test_a_github_session_never_imports_what_the_action_leaves_out(tmp_path: Path) -> None:
+    """A whole session job (script backend: gates, evidence, ledger, dispatch) in a fresh interpreter imports
+    neither the anthropic SDK nor rich, so the action may leave them out."""
+    import subprocess
+    import sys
+
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv)
+        ws = w.checkout(jobs.bare, tmp_path / "job")
+        env = {**w.job_env(srv, ws, tmp_path / "runner", "workflow_dispatch", w.dispatch_event("plans/greeter.md")),
+               "PLAN_RUNNER_MODE": "session", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        code = ("import sys, runner.action as a; rc = a.run_action(dict(__import__('os').environ)); "
+                "print('LOADED', sorted(m for m in ('anthropic', 'rich') if m in sys.modules)); sys.exit(rc)")
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "LOADED []" in proc.stdout and [e["outcome"] for e in jobs.ledger() if e["type"] == "session"] == ["Advanced"]

@@ -243,8 +243,10 @@ def test_the_human_line_parser_takes_bullets_quotes_and_case():
 
 from runner.ledger import Advice, Dispatched, Finished, Parked, Reply, SessionStarted  # noqa: E402
 from runner.plan import BudgetConfig  # noqa: E402
+import json  # noqa: E402
+
 from runner.policy import (  # noqa: E402
-    LIMIT_BACKOFF_CAP, TRANSIENT_BACKOFF_CAP, decide_after_advice, decide_after_reply, decide_next, decide_start, fold,
+    FOLD_VERSION, LIMIT_BACKOFF_CAP, folded, snapshot_json, TRANSIENT_BACKOFF_CAP, decide_after_advice, decide_after_reply, decide_next, decide_start, fold,
 )
 
 GO = RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="go")
@@ -329,6 +331,90 @@ def test_fold_of_each_entry_kind():
                   Reply(at=T0, command="retry", next_action=GO)])
     assert (after.finished, after.park_issue, after.parked_at, after.pending) == (False, None, None, GO)
     assert fold([record(1, next_action=GO)]).pending == GO
+
+
+def test_fold_of_a_park_keeps_a_decided_park_and_turns_any_other_pending_into_one():
+    """A Parked entry leaves a Park decision as it was; a pending finish (its pull request refused) or session
+    becomes a Park with the entry's reason: only a human's reply moves the plan on."""
+    later = T0 + timedelta(hours=1)
+    decided = Park(reason="asked a human")
+    assert fold([record(1, next_action=decided), Parked(at=later, reason="x", issue_url="u")]).pending == decided
+    refused = fold([record(1, next_action=Finish(reason="all done")), Parked(at=later, reason="PR refused")])
+    assert refused.pending == Park(reason="PR refused")
+    assert fold([record(1, next_action=GO), Parked(at=later, reason="dispatch refused")]).pending == \
+        Park(reason="dispatch refused")
+
+
+def test_fold_of_a_park_voids_a_dispatch_no_run_answered():
+    """A dispatch intent for a session that never ran is void once the plan parks (GitHub refused the dispatch), so
+    the tick does not take the missing run for a lost one; a dispatch that was answered stays counted."""
+    later = T0 + timedelta(hours=1)
+    refused = fold([record(1), record(2), Dispatched(at=T0, for_session=3, key="k"), Parked(at=later, reason="403")])
+    assert refused.last_dispatch == 2
+    answered = fold([Dispatched(at=T0, for_session=1, key="k"), record(1), record(2),
+                     Parked(at=later, reason="red")])
+    assert answered.last_dispatch == 1
+
+
+def test_next_n_is_one_past_every_session_counted_recorded_or_started():
+    """The next session's number: one past the count of sessions, the last record's number and an open session's."""
+    assert RunState().next_n == 1
+    assert fold([record(1), record(2)]).next_n == 3
+    assert fold([record(7)]).next_n == 8  # a record numbered past the count (sessions lost to a crash)
+    started = SessionStarted(n=5, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=T0, base_sha="b")
+    assert fold([record(1), started]).next_n == 6
+    assert fold([record(1), started, record(5)]).next_n == 6
+
+
+def test_fold_of_an_interrupted_session_counts_what_it_spent_and_moves_no_budget():
+    """Interrupted (plan-runner stopped mid-session): the session, its tokens and cost count, it becomes the last,
+    closes its own open session (not another), sets what is pending and ends a park; attempts, resumes, backoffs
+    and the breaker stay as they were, and its base joins the run of unjudged sessions."""
+    red = record(1, Outcome.GATES_RED, AGENT, stage=1, fingerprint="a", tokens=3, cost_usd=0.5)
+    before = fold([red, record(2, LIMIT, ENV, tokens=2)])
+    started = SessionStarted(n=3, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=T0, base_sha="b")
+    cut = record(3, Outcome.INTERRUPTED, tokens=10, cost_usd=0.25, base_sha="base3", next_action=GO)
+    s = fold([red, record(2, LIMIT, ENV, tokens=2), Parked(at=T0, reason="x", issue_url="u"), started, cut])
+    assert (s.sessions, s.tokens, s.cost_usd) == (3, 15, 0.75)
+    assert s.last == cut and s.open_session is None and s.pending == GO
+    assert (s.park_issue, s.parked_at) == (None, None)
+    assert (s.stage_attempts, s.streak, s.consecutive_backoffs) == \
+        (before.stage_attempts, before.streak, before.consecutive_backoffs) == ({1: 1}, 0, 1)
+    assert s.uncredited_base == "base3"
+    no_cost = fold([record(1, Outcome.INTERRUPTED, tokens=1)])
+    assert (no_cost.cost_usd, no_cost.uncredited_base) == (0.0, None)
+    other = SessionStarted(n=4, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=T0, base_sha="b")
+    assert fold([other, record(3, Outcome.INTERRUPTED)]).open_session == other
+    earlier = fold([record(1, Outcome.INTERRUPTED, base_sha="first"), record(2, Outcome.INTERRUPTED, base_sha="x")])
+    assert earlier.uncredited_base == "first"
+
+
+class _StoredLedger(list):
+    """A ledger as the store hands it over: entries plus the snapshot the store vouched for."""
+
+    def __init__(self, entries, snapshot=None):
+        super().__init__(entries)
+        self.snapshot = snapshot
+        self.parsed = False
+
+    def parse_all(self):
+        self.parsed = True
+
+
+def test_folded_trusts_only_a_snapshot_of_this_fold_version_and_otherwise_folds_every_entry():
+    """A stored snapshot of the current fold version is the state as it was saved (round trip, no entry parsed);
+    none, a snapshot of another version, one that does not parse or is not an object: the entries are parsed and
+    folded."""
+    entries = [record(1, tokens=4), record(2, Outcome.GATES_RED, AGENT, fingerprint="f")]
+    state = fold(entries)
+    trusted = _StoredLedger([], snapshot_json(state))  # no entries: only the snapshot can give this state
+    assert folded(trusted) == state and not trusted.parsed
+    assert json.loads(snapshot_json(state)) == {"fold": FOLD_VERSION, "state": json.loads(state.model_dump_json())}
+    for bad in (None, "", json.dumps({"fold": FOLD_VERSION + 1, "state": {}}), "not json", "[1, 2]",
+                json.dumps({"state": json.loads(state.model_dump_json())}), json.dumps({"fold": FOLD_VERSION})):
+        ledger = _StoredLedger(entries, bad)
+        assert folded(ledger) == state and ledger.parsed, bad
+    assert folded(entries) == state  # a plain list (no store): folded
 
 
 def test_fold_of_skips_by_reply_and_by_advice():

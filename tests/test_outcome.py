@@ -9,7 +9,7 @@ from core_builders import (
 )
 from runner.actions import Blame, Outcome
 from runner.evidence import ExitKind, Hints
-from runner.outcome import classify, human_lines
+from runner.outcome import INTERRUPTED_RULE, RULES, classify, human_lines
 
 
 def test_row1_handoff_with_human_line_needs_human():
@@ -42,6 +42,23 @@ def test_row1_a_secret_in_the_commits_needs_human_even_when_everything_advanced(
     v = classify(evidence(flips=(flip(),), leaked_secrets=("config/settings.py",)))
     assert (v.outcome, v.blame, v.rule) == (Outcome.NEEDS_HUMAN, Blame.NONE, 1)
     assert "config/settings.py" in v.reasons[0] and "nothing of this session was pushed" in v.reasons[0]
+
+
+def test_row1_a_required_gate_that_cannot_be_decided_here_needs_human():
+    """A required gate that cannot be decided in this job (a `checks:` gate no CI run can answer) is for a human,
+    blamed on nobody; the same answer from an optional gate parks nothing."""
+    why = "no check run can appear for a push made with GITHUB_TOKEN"
+    v = classify(evidence(flips=(flip(),), gates=(gate("ci", passed=False, needs_human=why),)))
+    assert (v.outcome, v.blame, v.rule) == (Outcome.NEEDS_HUMAN, Blame.NONE, 1)
+    assert list(v.reasons) == [f"gate ci cannot be decided here: {why}"]
+    optional = classify(evidence(flips=(flip(),), gates=(gate(), gate("ci", passed=False, required=False,
+                                                                            needs_human=why))))
+    assert optional.outcome is not Outcome.NEEDS_HUMAN
+
+
+def test_interrupted_is_rule_0_outside_the_table():
+    """Interrupted is recorded as rule 0, a number no row of the table has (docs and reports name the rule)."""
+    assert INTERRUPTED_RULE == 0 and INTERRUPTED_RULE not in {r.row for r in RULES}
 
 
 def test_row2_rate_limit_is_limit_backoff_blamed_on_environment():

@@ -55,10 +55,10 @@ def test_the_demo_refuses_a_directory_that_holds_a_demo_already(tmp_path):
 
 def test_the_status_line_moves_while_the_agent_is_quiet(monkeypatch):
     """On a terminal the elapsed time is redrawn every second, with no event from the agent."""
-    from runner import cli_local
+    from runner import progress as progress_module
 
     monkeypatch.setattr(sys, "stderr", _Tty())
-    progress = cli_local.Progress()
+    progress = progress_module.Progress()
     drawn: list[str] = []
     progress.status.update = drawn.append  # the redraws, as text
     import time

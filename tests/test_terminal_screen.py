@@ -139,14 +139,14 @@ def test_the_status_line_keeps_naming_plan_runners_session(monkeypatch):
     """The agent's own session id (Claude Code's init line) never replaces plan-runner's session on the status line."""
     import io
 
-    from runner import cli_local
+    from runner import progress as progress_module
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
 
     monkeypatch.setattr(sys, "stderr", Tty())
-    progress = cli_local.Progress()
+    progress = progress_module.Progress()
     drawn: list[str] = []
     progress.status.update = drawn.append
     try:

@@ -14,16 +14,12 @@ credentials beyond its own API key and why the verdict comes from evidence.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.gates import stream_until_done
-from runner.tail import BoundedTail
+from runner import proc
 
 OUTPUT_LIMIT = 16 * 1024  # bytes of one tool result the model sees
 _LIST_LIMIT = 500  # entries of one list_files call
@@ -104,42 +100,7 @@ TOOL_NAMES = frozenset(spec["name"] for spec in TOOL_SPECS)
 
 def bound_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
     """Head and tail of `text` within `limit` bytes: errors tend to be at the end, context at the start."""
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= limit:
-        return text
-    half = limit // 2
-    return _head_tail(data[:half], data[-half:], len(data) - 2 * half)
-
-
-def _head_tail(head: bytes, tail: bytes, omitted: int) -> str:
-    head_text = head.decode("utf-8", errors="ignore")
-    tail_text = tail.decode("utf-8", errors="ignore")
-    return f"{head_text}\n[... {omitted} bytes omitted ...]\n{tail_text}"
-
-
-class _HeadTail:
-    """The first and last `limit` bytes of a stream: all `bound_output` looks at, in bounded memory."""
-
-    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
-        self.limit = limit
-        self._head = bytearray()
-        self._tail = BoundedTail(limit)
-
-    def feed(self, chunk: bytes) -> None:
-        if len(self._head) < self.limit:
-            self._head += chunk[: self.limit - len(self._head)]
-        self._tail.feed(chunk)
-
-    def bounded(self, prefix: str) -> str:
-        """`bound_output(prefix + everything fed)`, without ever holding everything fed."""
-        total = self._tail.total_bytes
-        tail = self._tail.bytes()
-        if total <= 2 * self.limit:  # head and tail overlap or touch: the whole stream is here
-            whole = bytes(self._head) + tail[len(tail) - (total - len(self._head)):]
-            return bound_output(prefix + whole.decode("utf-8", errors="replace"), self.limit)
-        start = prefix.encode("utf-8", errors="replace")
-        half = self.limit // 2
-        return _head_tail((start + bytes(self._head))[:half], tail[-half:], len(start) + total - 2 * half)
+    return proc.bound_text(text, limit)
 
 
 class Workspace:
@@ -230,28 +191,19 @@ class Workspace:
             timeout = min(timeout, float(timeout_s))
         if limit_s is not None:
             timeout = max(0.1, min(timeout, limit_s))
-        proc = subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=self.root,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a timeout kills everything the command started
-        )
-        assert proc.stdout is not None
-        output = _HeadTail()
+        output = proc.HeadTail(OUTPUT_LIMIT)
         try:
-            # Streamed with a deadline: a grandchild that escapes the group (setsid) and
-            # keeps the pipe open cannot hold the tool past its timeout plus the graces.
-            timed_out = stream_until_done(proc, output, time.monotonic() + timeout,
-                                          term_grace_s=_SHELL_TERM_GRACE_S, drain_grace_s=_SHELL_DRAIN_GRACE_S)
-        finally:
-            proc.stdout.close()
-            _kill_group(proc.pid, signal.SIGKILL)  # whatever it left running in the background
-        if timed_out:
+            # Streamed with a deadline, in a process group of its own: a grandchild that escapes the group
+            # (setsid) and keeps the pipe open cannot hold the tool past its timeout plus the graces.
+            finished = proc.run(["bash", "-c", command], cwd=self.root, env=self.env, time_limit_s=timeout,
+                                on_output=output.feed, merge_stderr=True,
+                                term_grace_s=_SHELL_TERM_GRACE_S, drain_s=_SHELL_DRAIN_GRACE_S,
+                                stop_leftovers_at_exit=False)
+        except proc.StartFailed as exc:
+            raise ToolError(f"could not start bash: {exc.error.strerror or exc.error}") from None
+        if finished.reason == "time_limit":
             return False, output.bounded(f"killed after {timeout:g}s (timeout)\n")
-        return proc.returncode == 0, output.bounded(f"exit code {proc.returncode}\n")
+        return finished.succeeded, output.bounded(f"{finished.status()}\n")
 
     def run(self, name: str, args: Any, *, time_left_s: float | None = None) -> ToolOutcome:
         """Run one tool call; never raises for a bad call, it becomes a failed outcome."""
@@ -275,9 +227,3 @@ class Workspace:
         except (OSError, UnicodeError) as exc:
             return ToolOutcome(False, f"{type(exc).__name__}: {exc}")
 
-
-def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -28,7 +28,7 @@ class SessionRequest:
     resume_session_id: str | None = None
     plan_path: Path | None = None  # the plan file in the work tree (the agent ticks checkboxes there)
     handoff_path: Path | None = None  # where the agent writes its handoff
-    # where a process backend records the agent's process group while it runs (see supervise.reap_leftover)
+    # where a process backend records the agent's process group while it runs (see proc.reap_leftover)
     pid_file: Path | None = None
     # live progress for the terminal / summary: (event, detail), e.g. ("tool", "Bash"), ("tokens", "1234")
     on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
@@ -51,10 +51,10 @@ class SessionRequest:
         if not self.identity.isolated:
             path.mkdir(parents=True, exist_ok=True)
             return path
-        import subprocess
+        from runner import proc
 
-        argv, extra = self.identity.command(["mkdir", "-p", str(path)], {"PATH": "/usr/bin:/bin"}, "/")
-        subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, check=False, **extra)
+        proc.run(["mkdir", "-p", str(path)], cwd="/", env={"PATH": "/usr/bin:/bin"}, time_limit_s=60,
+                 identity=self.identity)
         return path
 
     def write_input(self, name: str, text: str) -> Path:

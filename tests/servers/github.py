@@ -13,7 +13,10 @@ published OpenAPI description by tests/test_github_contract.py):
   a pull request opened with the Actions bot's token is refused with 403;
 * `srv.has_issues = False`: every issue endpoint answers 410 Gone;
 * `srv.token_scopes = {"issues": "read", ...}`: a call needing more than the
-  job's token was granted answers 403 "Resource not accessible by integration";
+  job's token was granted answers 403 "Resource not accessible by integration", with the
+  `X-Accepted-GitHub-Permissions` header naming what the call needs (e.g. `actions=write`);
+* `srv.add_workflow(file, inputs=None)`: a workflow without a `workflow_dispatch` trigger,
+  whose dispatch answers 422 "Workflow does not have 'workflow_dispatch' trigger";
 * `srv.add_custom_role(name, base)`: a custom repository role, reported as
   GitHub does (`permission` the base role's legacy name, `role_name` the name);
 * a body longer than 65,536 characters is refused with 422.
@@ -77,10 +80,11 @@ class Reply:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
+    def __init__(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         super().__init__(body.get("message"))
         self.status = status
         self.body = body
+        self.headers = headers or {}
 
 
 def not_found() -> ApiError:
@@ -105,7 +109,8 @@ class GitHubServer:
         self.labels: dict[str, dict[str, Any]] = {}
         self.permissions: dict[str, str] = {owner: "admin"}
         self.branches: dict[str, str] = {default_branch: self._sha(default_branch)}
-        self.workflows: dict[str, tuple[str, ...]] | None = None  # None: accept any workflow
+        # file -> the workflow_dispatch inputs it declares, or None: it has no workflow_dispatch trigger.
+        self.workflows: dict[str, tuple[str, ...] | None] | None = None  # None: accept any workflow
         self.dispatches: list[Dispatch] = []
         self.check_runs: dict[str, list[dict[str, Any]]] = {}
         self.statuses: dict[str, list[dict[str, Any]]] = {}
@@ -206,7 +211,8 @@ class GitHubServer:
         self.branches[name] = sha or self._sha(f"{name}:{time.time_ns()}")
         return self.branches[name]
 
-    def add_workflow(self, file: str, inputs: tuple[str, ...] = ("plan",)) -> None:
+    def add_workflow(self, file: str, inputs: tuple[str, ...] | None = ("plan",)) -> None:
+        """A workflow GitHub knows; `inputs=None`: its `on:` has no `workflow_dispatch` (422 on dispatch)."""
         self.workflows = {**(self.workflows or {}), file: inputs}
 
     def add_issue(self, title: str, body: str = "", *, user: str | None = None,
@@ -411,7 +417,7 @@ class _Handler(BaseHTTPRequestHandler):
                         srv.rate_used += 1
                     reply = route(srv, method, path, query, body)
         except ApiError as exc:
-            reply = Reply(exc.status, exc.body)
+            reply = Reply(exc.status, exc.body, exc.headers)
         with srv.lock:
             srv.calls.append(Call(method, path, query, body, reply.status, reply.body))
         self._send(method, reply, truncate=truncate)

@@ -47,7 +47,10 @@ def route(srv: GitHubServer, method: str, path: str, query: dict[str, str], body
             permission, level = r.scope
             granted = "write" if srv.token_scopes is None else srv.token_scopes.get(permission, "none")
             if permission != "metadata" and _LEVEL[granted] < _LEVEL[level]:
-                raise ApiError(403, shapes.error("Resource not accessible by integration", 403))
+                # GitHub names what the route needs for fine-grained actors (apps, the job's token): see
+                # https://github.blog/changelog/2023-08-10-x-accepted-github-permissions-header-for-fine-grained-permission-actors
+                raise ApiError(403, shapes.error("Resource not accessible by integration", 403),
+                               {"X-Accepted-GitHub-Permissions": f"{permission}={level}"})
             if r.gone_without_issues and not srv.has_issues:
                 raise ApiError(410, shapes.error("Issues are disabled for this repo", 410))
             return r.handler(srv, match, query, body)
@@ -243,6 +246,8 @@ def dispatch(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) 
     if srv.workflows is not None:
         if workflow not in srv.workflows:
             raise not_found()
+        if srv.workflows[workflow] is None:
+            raise ApiError(422, shapes.error("Workflow does not have 'workflow_dispatch' trigger", 422))
         unexpected = sorted(set(inputs) - set(srv.workflows[workflow]))
         if unexpected:
             raise ApiError(422, shapes.error(f"Unexpected inputs provided: {unexpected}", 422))
