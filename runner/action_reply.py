@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, workspace_root
+from runner.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
 from runner.actions import describe
 from runner.errors import PlanRunnerError
 from runner.events import GitHubContext

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from runner.action import ModeResult, REMOTE, fetch_work_branch, plan_files, workspace_root
+from runner.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
 from runner import gitwork
 from runner.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
 from runner.errors import PlanRunnerError, Refused, StateConflict

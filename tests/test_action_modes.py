@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.action import git_credentials, normalise_plan_path, run_action
+from runner.action import git_credentials, run_action
+from runner.action_env import normalise_plan_path
 from runner.action_io import format_command, format_output
 from runner.action_tick import decide_tick, lost_dispatch, orphan_deadline
 from runner.errors import PlanRunnerError

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.action import normalise_plan_path, run_action
+from runner.action import run_action
+from runner.action_env import normalise_plan_path
 from runner.backends.codexjson import parse_codex_stream
 from runner.backends.streamjson import parse_stream
 from runner.errors import PlanRunnerError
