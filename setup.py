@@ -16,7 +16,7 @@ class BuildPyWithSource(build_py):
         import sys
 
         sys.path.insert(0, str(HERE))
-        spec = importlib.util.spec_from_file_location("_plan_runner_source", HERE / "runner" / "source.py")
+        spec = importlib.util.spec_from_file_location("_plan_runner_source", HERE / "runner" / "adapters" / "source.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)

@@ -5,7 +5,7 @@
 * a parking session: the same, with an agent that asks for a human (first park, then a
   second park of the same plan, which reuses the issue);
 * the reply path: `mode_reply` on an `issue_comment` event (permission, react, comment,
-  close, dispatch), when runner/action_reply.py exists; else the driver operations;
+  close, dispatch), when runner/drivers/action_reply.py exists; else the driver operations;
 * a tick over 20 plans (10 in --quick) with state (some due, some waiting, parked or finished) through
   `mode_tick`, then a second tick (everything already dispatched).
 """
@@ -19,15 +19,15 @@ from pathlib import Path
 
 from benchmarks.common import child_env
 from benchmarks.repos import build_repo, git
-from runner.actions import Finish, Park, RunSession, SessionKind, Wait
-from runner.events import GitHubContext
-from runner.github import GitHubDriver
-from runner.github_api import RetryPolicy
-from runner.ledger import Finished, Parked, SessionRecord
-from runner.outcome import Blame, Outcome
-from runner.session import Drivers, Workspace
-from runner.state import GitStateStore
-from runner.step import run_session
+from runner.core.actions import Finish, Park, RunSession, SessionKind, Wait
+from runner.adapters.events import GitHubContext
+from runner.adapters.github import GitHubDriver
+from runner.adapters.github_api import RetryPolicy
+from runner.core.ledger import Finished, Parked, SessionRecord
+from runner.core.outcome import Blame, Outcome
+from runner.drivers.session import Drivers, Workspace
+from runner.adapters.state import GitStateStore
+from runner.drivers.step import run_session
 from tests.servers.github import GitHubServer
 
 TOKEN = "ghs_benchmarkTokenValue0123456789"
@@ -77,10 +77,10 @@ def _session_calls(srv: GitHubServer, repo: Path, plan_path: str, env: dict[str,
 
 
 def _reply_calls(srv: GitHubServer, repo: Path, workdir: Path, env: dict[str, str], issue: int) -> dict:
-    if importlib.util.find_spec("runner.action_reply") is None:
-        return {"measured": False, "why": "runner/action_reply.py does not exist yet"}
-    from runner.action_io import Reporter
-    from runner.action_reply import mode_reply
+    if importlib.util.find_spec("runner.drivers.action_reply") is None:
+        return {"measured": False, "why": "runner/drivers/action_reply.py does not exist yet"}
+    from runner.adapters.action_io import Reporter
+    from runner.drivers.action_reply import mode_reply
 
     srv.set_permission("maintainer", "write")
     body = "/plan-runner retry use SQLite"
@@ -135,10 +135,10 @@ def _with_origin(repo: Path, env: dict[str, str]) -> None:
 
 
 def _tick_calls(srv: GitHubServer, workdir: Path, script: Path, env: dict[str, str], plans: int) -> dict:
-    if importlib.util.find_spec("runner.action_tick") is None:
-        return {"measured": False, "why": "runner/action_tick.py does not exist yet"}
-    from runner.action_io import Reporter
-    from runner.action_tick import mode_tick
+    if importlib.util.find_spec("runner.drivers.action_tick") is None:
+        return {"measured": False, "why": "runner/drivers/action_tick.py does not exist yet"}
+    from runner.adapters.action_io import Reporter
+    from runner.drivers.action_tick import mode_tick
 
     repo = workdir / "repo-tick"
     build_repo(repo, 10, {f"plans/tick-{i:02d}.md": _plan(script) for i in range(plans)}, env=env)

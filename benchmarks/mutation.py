@@ -1,7 +1,7 @@
 """A bounded mutation check of the pure core: `python -m benchmarks.mutation`.
 
 Each mutant changes one operator, constant, condition, keyword argument or statement of
-`runner/outcome.py` or `runner/policy.py` (never text: reason strings and docstrings are not
+`runner/core/outcome.py` or `runner/core/policy.py` (never text: reason strings and docstrings are not
 behaviour). The core's tests run against every mutant in a forked child (the libraries are
 imported once, in the parent); a mutant is killed when a test fails. A surviving mutant either
 appears in EQUIVALENT below, with why no test can tell it from the original, or fails the check.
@@ -24,34 +24,34 @@ from itertools import zip_longest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ("runner/outcome.py", "runner/policy.py")
+TARGETS = ("runner/core/outcome.py", "runner/core/policy.py")
 # The tests run against each module's mutants, fastest killers first (pytest stops at the first failure).
 TESTS = {
-    "runner/outcome.py": ("tests/test_outcome.py", "tests/test_core_pinned.py", "tests/test_outcome_golden.py",
+    "runner/core/outcome.py": ("tests/test_outcome.py", "tests/test_core_pinned.py", "tests/test_outcome_golden.py",
                           "tests/test_core_properties.py"),
-    "runner/policy.py": ("tests/test_policy.py", "tests/test_core_pinned.py", "tests/test_core_properties.py"),
+    "runner/core/policy.py": ("tests/test_policy.py", "tests/test_core_pinned.py", "tests/test_core_properties.py"),
 }
 
 # Mutants no test can kill because the program behaves the same; key -> why.
 # A key is `module:function:original -> replacement` (see Mutant.key).
 EQUIVALENT: dict[str, str] = {
-    'runner.policy:RunState:discriminator="action" -> (drop discriminator=)':
+    'runner.core.policy:RunState:discriminator="action" -> (drop discriminator=)':
         "RunState is folded, never validated from data: `pending` only ever receives an action object already built "
         "(through `evolve`, which does not validate), so the union's discriminator is never consulted",
-    "runner.outcome:match:return [] -> return None":
+    "runner.core.outcome:match:return [] -> return None":
         "a rule's matcher returns its reasons; `classify` tests them for truth only, and [] and None are both false",
-    "runner.outcome:_agent_error:return [] -> return None":
+    "runner.core.outcome:_agent_error:return [] -> return None":
         "as above: the no-match value of a matcher is only tested for truth",
-    "runner.policy:decide_next:instructions=state.instructions -> (drop instructions=)":
+    "runner.core.policy:decide_next:instructions=state.instructions -> (drop instructions=)":
         "(the resume after a stall) unreachable through `fold`: a stalled or timed-out session is not blamed on the "
         "environment, so folding it clears `instructions`; the resumed agent session still has them in its context",
-    "runner.policy:decide_after_advice:instructions=state.instructions -> (drop instructions=)":
+    "runner.core.policy:decide_after_advice:instructions=state.instructions -> (drop instructions=)":
         "unreachable through `fold`: the advisor is consulted only after a stall or an agent-blamed session, and "
         "folding either clears `instructions`",
-    "runner.policy:<module>:1 -> 2":
+    "runner.core.policy:<module>:1 -> 2":
         "FOLD_VERSION, the tag of stored snapshots: the writer and the reader use the same constant, so any value "
         "folds the same; what matters (a snapshot of another version is refolded) is tested against the constant",
-    "runner.policy:_backoff:20 -> 21":
+    "runner.core.policy:_backoff:20 -> 21":
         "the exponent's bound only keeps 2 ** n small; the cap is reached long before (5 min x 2^7 > 6 h, "
         "30 s x 2^5 > 10 min), so any bound above 7 gives the same waits",
 }
@@ -59,7 +59,7 @@ EQUIVALENT: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Mutant:
-    module: str  # "runner.outcome"
+    module: str  # "runner.core.outcome"
     function: str  # enclosing def or class, "<module>" at the top level
     line: int
     original: str
@@ -330,7 +330,7 @@ def run(targets: tuple[str, ...], tests: dict[str, tuple[str, ...]], jobs: int, 
     import pydantic  # noqa: F401
     import pytest  # noqa: F401
 
-    import runner.actions, runner.evidence, runner.ledger, runner.plan  # noqa: E401,F401
+    import runner.core.actions, runner.core.evidence, runner.core.ledger, runner.core.plan  # noqa: E401,F401
     assert not any(t.removesuffix(".py").replace("/", ".") in sys.modules for t in targets)
     for path in targets:  # the original must pass, or every mutant would look killed
         pid = _start(path, None, tests[path])

@@ -29,7 +29,7 @@ from pathlib import Path
 from benchmarks.common import child_env, median, run_child
 from benchmarks.overhead import SCRIPT as WORK_SCRIPT
 from benchmarks.repos import build_repo, git
-from runner.state import ledger_text
+from runner.adapters.state import ledger_text
 
 TARGET_LEDGER_RATIO = 1.3
 TARGET_TRANSCRIPT_RATIO = 1.3
@@ -79,8 +79,8 @@ def _session(repo: Path, plan_id: str, env: dict[str, str], expect: tuple[str, .
 
 def _past(entries: int) -> list:
     """A realistic past of `entries` ledger entries: started, session record (with gates and reasons), dispatch."""
-    from runner.actions import Blame, Outcome, RunSession, SessionKind
-    from runner.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
+    from runner.core.actions import Blame, Outcome, RunSession, SessionKind
+    from runner.core.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     out: list = []
@@ -110,9 +110,9 @@ def _git_in(repo: Path, data: bytes, *args: str) -> str:
 def _seed(repo: Path, plan_id: str, entries: int, snapshot: bool | str) -> None:
     """`snapshot` True: segments and the snapshot, as a session writes them now; False: no snapshot (every entry
     folded); "blob": the format before segments (one ledger blob, with its snapshot)."""
-    from runner.ledger import dump_entry
-    from runner.policy import fold, snapshot_json
-    from runner.state import GitStateStore
+    from runner.core.ledger import dump_entry
+    from runner.core.policy import fold, snapshot_json
+    from runner.adapters.state import GitStateStore
 
     past = _past(entries)
     if snapshot == "blob":
@@ -164,7 +164,7 @@ def bench_ledger(workdir: Path, sizes: list[int], reps: int) -> dict:
 
 
 def bench_transcripts(workdir: Path, sessions: int, stream_bytes: int) -> dict:
-    from runner.state import DIR_LIMIT
+    from runner.adapters.state import DIR_LIMIT
 
     env = child_env(PLAN_RUNNER_ISOLATION="none")
     stream_py = Path(__file__).resolve().parent / "stream.py"
@@ -246,12 +246,12 @@ def _net(calls: list[str]) -> list[str]:
 def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[dict]:
     """Session 1 of a plan (started by hand) and session 2 (dispatched by session 1), each counted."""
     from benchmarks.github_calls import TOKEN, _with_origin
-    from runner.events import GitHubContext
-    from runner.github import GitHubDriver
-    from runner.github_api import RetryPolicy
-    from runner.session import Drivers, Workspace
-    from runner.state import GitStateStore
-    from runner.step import run_session
+    from runner.adapters.events import GitHubContext
+    from runner.adapters.github import GitHubDriver
+    from runner.adapters.github_api import RetryPolicy
+    from runner.drivers.session import Drivers, Workspace
+    from runner.adapters.state import GitStateStore
+    from runner.drivers.step import run_session
 
     script = workdir / f"{name}.yaml"
     script.write_text(NET_SCRIPT)
@@ -278,11 +278,11 @@ def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[di
 
 def bench_network(workdir: Path, tick_plans: int) -> dict:
     from benchmarks.github_calls import TOKEN, _env, _plan as gh_plan, _seed_tick_state, _with_origin
-    from runner.action_io import Reporter
-    from runner.action_tick import mode_tick
-    from runner.events import GitHubContext
-    from runner.github import GitHubDriver
-    from runner.github_api import RetryPolicy
+    from runner.adapters.action_io import Reporter
+    from runner.drivers.action_tick import mode_tick
+    from runner.adapters.events import GitHubContext
+    from runner.adapters.github import GitHubDriver
+    from runner.adapters.github_api import RetryPolicy
     from tests.servers.github import GitHubServer
 
     env_base = child_env(PLAN_RUNNER_ISOLATION="none")

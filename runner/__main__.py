@@ -2,6 +2,6 @@
 
 import sys
 
-from runner.cli import main
+from runner.drivers.cli import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@ import git
 
 from runner.backends.anthropic_agent import AnthropicAgentBackend
 from runner.backends.base import SessionRequest
-from runner.plan import AgentConfig
+from runner.core.plan import AgentConfig
 from tests.git_repos import init_repo
 
 PLAN_TEXT = "# Plan\n\n## Stage 1: Greet <!-- sessions: 1 -->\n- [ ] 1.1 Add hello.py\n"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from runner.actions import Blame, Outcome, SessionKind
-from runner.evidence import (
+from runner.core.actions import Blame, Outcome, SessionKind
+from runner.core.evidence import (
     CheckpointState, CommitInfo, Evidence, ExitKind, Flip, GateResult, SessionSignals,
 )
-from runner.ledger import SessionRecord
-from runner.plan import BudgetConfig, Checkpoint, Plan, PlanConfig, Stage
+from runner.core.ledger import SessionRecord
+from runner.core.plan import BudgetConfig, Checkpoint, Plan, PlanConfig, Stage
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 

@@ -17,18 +17,18 @@ from pathlib import Path
 
 import yaml
 
-from runner.action import run_action
-from runner.action_tick import tick_plan
-from runner.events import GitHubContext
-from runner.github import GitHubDriver
-from runner.github_api import RetryPolicy
-from runner.ledger import parse_entry
-from runner.policy import fold
-from runner.session import Drivers, Workspace
-from runner.state import GitStateStore
+from runner.drivers.action import run_action
+from runner.drivers.action_tick import tick_plan
+from runner.adapters.events import GitHubContext
+from runner.adapters.github import GitHubDriver
+from runner.adapters.github_api import RetryPolicy
+from runner.core.ledger import parse_entry
+from runner.core.policy import fold
+from runner.drivers.session import Drivers, Workspace
+from runner.adapters.state import GitStateStore
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
-from runner.state import ledger_text
+from runner.adapters.state import ledger_text
 
 PLAN = """\
 ---

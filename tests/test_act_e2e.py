@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.init import write_init
-from runner.source import Source
+from runner.adapters.init import write_init
+from runner.adapters.source import Source
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 

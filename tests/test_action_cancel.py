@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.ledger import Dispatched
-from runner.state import GitStateStore, ledger_text
+from runner.core.ledger import Dispatched
+from runner.adapters.state import GitStateStore, ledger_text
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 from tests.test_action_refusals import ONE_STEP_PLAN

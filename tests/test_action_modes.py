@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.action import git_credentials, run_action
-from runner.action_env import normalise_plan_path
-from runner.action_io import format_command, format_output
-from runner.action_tick import decide_tick, lost_dispatch, orphan_deadline
-from runner.errors import PlanRunnerError
-from runner.ledger import Dispatched, SessionStarted
+from runner.drivers.action import git_credentials, run_action
+from runner.drivers.action_env import normalise_plan_path
+from runner.adapters.action_io import format_command, format_output
+from runner.drivers.action_tick import decide_tick, lost_dispatch, orphan_deadline
+from runner.core.errors import PlanRunnerError
+from runner.core.ledger import Dispatched, SessionStarted
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 
@@ -237,13 +237,13 @@ def test_unexpected_exception_still_leaves_a_summary_and_fails(tmp_path):
 
 def test_tick_reconciles_an_orphaned_session_only_after_its_deadline(jobs):
     """A session whose job died is left alone while it could still run, then reconciled as TimedOut."""
-    from runner.planfile import parse_plan
+    from runner.adapters.planfile import parse_plan
 
     jobs.session()
     plan = parse_plan(w.PLAN, PLAN)
     now = datetime.now(timezone.utc)
     assert orphan_deadline(now, plan) - now >= timedelta(seconds=40 + 120)
-    from runner.state import GitStateStore
+    from runner.adapters.state import GitStateStore
 
     clone = w.checkout(jobs.bare, jobs.root / "orphan")
     store = GitStateStore(clone)
@@ -291,7 +291,7 @@ def test_git_credentials_live_only_in_the_process_environment(monkeypatch):
         assert os.environ["GIT_CONFIG_COUNT"] == "1"
         assert os.environ["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraheader"
         assert os.environ["GIT_CONFIG_VALUE_0"].startswith("AUTHORIZATION: basic ")
-        from runner.agentenv import build_agent_env
+        from runner.adapters.agentenv import build_agent_env
 
         assert not any(k.startswith("GIT_CONFIG") for k in build_agent_env(os.environ))
     assert "GIT_CONFIG_COUNT" not in os.environ and "GIT_CONFIG_KEY_0" not in os.environ
@@ -301,8 +301,8 @@ def test_git_credentials_live_only_in_the_process_environment(monkeypatch):
 
 def test_decide_tick_leaves_finished_and_unstarted_plans_alone(jobs):
     """A plan without a ledger is never started by a tick."""
-    from runner.local import local_drivers
-    from runner.session import Session, Workspace
+    from runner.drivers.local import local_drivers
+    from runner.drivers.session import Session, Workspace
 
     clone = w.checkout(jobs.bare, jobs.root / "fresh")
     ws = Workspace(repo=clone, plan_path=PLAN, env={}, remote="origin")

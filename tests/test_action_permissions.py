@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.action import run_action
-from runner.action_permissions import check_job_permissions, granted_by, job_block, missing, needed
-from runner.errors import PlanRunnerError
-from runner.init import write_init
-from runner.source import Source
+from runner.drivers.action import run_action
+from runner.adapters.action_permissions import check_job_permissions, granted_by, job_block, missing, needed
+from runner.core.errors import PlanRunnerError
+from runner.adapters.init import write_init
+from runner.adapters.source import Source
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 
@@ -153,10 +153,10 @@ def test_a_block_github_would_not_accept_is_a_clear_error(tmp_path) -> None:
 def test_a_403_is_read_for_the_permission_github_asked_for(tmp_path) -> None:
     """Past the up-front check (a token of the user's own, a repository default), a 403 on any call becomes a
     fix naming the permission GitHub put in `X-Accepted-GitHub-Permissions`, over real HTTP from PyGithub."""
-    from runner.errors import Refused
-    from runner.events import GitHubContext
-    from runner.github import GitHubDriver
-    from runner.github_api import RetryPolicy
+    from runner.core.errors import Refused
+    from runner.adapters.events import GitHubContext
+    from runner.adapters.github import GitHubDriver
+    from runner.adapters.github_api import RetryPolicy
 
     with GitHubServer() as srv:
         srv.token_scopes = {"issues": "read", "contents": "write"}

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from runner.github import COMMENT_MARKER
-from runner.replies import HELP
+from runner.adapters.github import COMMENT_MARKER
+from runner.core.replies import HELP
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 from tests.test_action_modes import Jobs, _park

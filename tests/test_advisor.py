@@ -7,10 +7,10 @@ import json
 import anthropic
 import pytest
 
-from runner.actions import Blame, Outcome
-from runner.advisor import AdvisorAnswer, consult_advisor, parse_advice, render_history
-from runner.evidence import Hints
-from runner.ledger import GateSummary
+from runner.core.actions import Blame, Outcome
+from runner.adapters.advisor import AdvisorAnswer, consult_advisor, parse_advice, render_history
+from runner.core.evidence import Hints
+from runner.core.ledger import GateSummary
 from tests.core_builders import record
 from tests.servers.messages import (
     MessagesServer,

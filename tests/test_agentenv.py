@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from runner.agentenv import (
+from runner.adapters.agentenv import (
     OPENAI_VARS,
     build_agent_env,
     is_github_credential,
@@ -15,8 +15,8 @@ from runner.agentenv import (
     redact,
     secret_values,
 )
-from runner.errors import PlanRunnerError
-from runner.supervise import supervise
+from runner.core.errors import PlanRunnerError
+from runner.adapters.supervise import supervise
 
 JOB_ENV = {
     "PATH": "/usr/bin:/bin",

@@ -15,8 +15,8 @@ from runner.backends.agent_tools import OUTPUT_LIMIT, Workspace, bound_output
 from runner.backends.anthropic_agent import AnthropicAgentBackend, resume_messages
 from runner.backends.anthropic_errors import parse_rate_limit_reset
 from runner.backends.base import get_backend
-from runner.evidence import ExitKind
-from runner.supervise import NUDGE_TEXT
+from runner.core.evidence import ExitKind
+from runner.adapters.supervise import NUDGE_TEXT
 from tests.agent_helpers import fast_backend, make_request, tool_results, user_texts
 from tests.servers.messages import (
     MessagesServer,

@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from runner.agentenv import build_agent_env
+from runner.adapters.agentenv import build_agent_env
 from runner.backends import get_backend
 from runner.backends.base import SessionRequest
 from runner.backends.claude_code import (
@@ -23,9 +23,9 @@ from runner.backends.claude_code import (
     collect_transcript,
     user_message,
 )
-from runner.evidence import ExitKind
-from runner.plan import AgentConfig
-from runner.supervise import NUDGE_TEXT
+from runner.core.evidence import ExitKind
+from runner.core.plan import AgentConfig
+from runner.adapters.supervise import NUDGE_TEXT
 from tests.git_repos import init_repo
 from tests.servers.messages import MessagesServer, cut, hang, rate_limited, reply, tool_use, unauthorized
 

@@ -18,8 +18,8 @@ from runner.backends.codexjson import (
     estimate_cost,
     parse_codex_stream,
 )
-from runner.evidence import ExitKind
-from runner.plan import AgentConfig
+from runner.core.evidence import ExitKind
+from runner.core.plan import AgentConfig
 from tests.agent_helpers import make_repo
 from tests.servers.responses import (
     ResponsesServer,

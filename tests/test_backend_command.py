@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.agentenv import build_agent_env
+from runner.adapters.agentenv import build_agent_env
 from runner.backends.base import SessionRequest, get_backend
 from runner.backends.command import build_argv, classify_command_exit
-from runner.errors import PlanRunnerError
-from runner.evidence import ExitKind
-from runner.plan import AgentConfig
-from runner.supervise import ProcessExit
+from runner.core.errors import PlanRunnerError
+from runner.core.evidence import ExitKind
+from runner.core.plan import AgentConfig
+from runner.adapters.supervise import ProcessExit
 
 
 def _cli(tmp_path: Path, body: str, name: str = "agent-cli") -> Path:

@@ -12,12 +12,12 @@ from pathlib import Path
 import git
 import pytest
 
-from runner.agentenv import build_agent_env
+from runner.adapters.agentenv import build_agent_env
 from runner.backends.base import SessionRequest, get_backend
 from runner.backends.script import parse_script
-from runner.errors import PlanRunnerError
-from runner.evidence import ExitKind
-from runner.plan import AgentConfig
+from runner.core.errors import PlanRunnerError
+from runner.core.evidence import ExitKind
+from runner.core.plan import AgentConfig
 
 pytestmark = pytest.mark.integration
 

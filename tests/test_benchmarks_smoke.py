@@ -13,9 +13,9 @@ from benchmarks.sim_loops import collect_evidence, run_claim_driven, run_naive, 
 from benchmarks.sim_signals import plan_path, plan_text, render
 from benchmarks.sim_world import T0, FaultModel, SessionTruth, generate_plans
 from benchmarks.simulate import bench_loop
-from runner.actions import Outcome
-from runner.outcome import classify
-from runner.planfile import parse_plan
+from runner.core.actions import Outcome
+from runner.core.outcome import classify
+from runner.adapters.planfile import parse_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 

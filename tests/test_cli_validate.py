@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli
-from runner.errors import PlanRunnerError
+from runner.drivers import cli
+from runner.core.errors import PlanRunnerError
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN = "tests/broken_plans"

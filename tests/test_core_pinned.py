@@ -1,11 +1,11 @@
 """The core pinned at its boundaries: examples and oracle properties that kill the mutants of
-runner/outcome.py and runner/policy.py (see `python -m benchmarks.mutation` and docs/reliability.md)."""
+runner/core/outcome.py and runner/core/policy.py (see `python -m benchmarks.mutation` and docs/reliability.md)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner.policy import RunState
+from runner.core.policy import RunState
 
 
 def test_evolve_rejects_a_misspelt_field():
@@ -25,11 +25,11 @@ from hypothesis import strategies as st  # noqa: E402
 from core_builders import (  # noqa: E402
     BLOCKED, DONE, T0, TODO, evidence, flip, gate, plan, record, signals, tracker_commit, wip_commit, work_commit,
 )
-from runner.actions import (  # noqa: E402
+from runner.core.actions import (  # noqa: E402
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
-from runner.evidence import CommitInfo, Evidence, ExitKind, Hints  # noqa: E402
-from runner.outcome import RULES, classify  # noqa: E402
+from runner.core.evidence import CommitInfo, Evidence, ExitKind, Hints  # noqa: E402
+from runner.core.outcome import RULES, classify  # noqa: E402
 
 _ROW_OUTCOME = {1: (Outcome.NEEDS_HUMAN, Blame.NONE), 2: (Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT),
                 3: (Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT), 4: (Outcome.ROLLED_OVER, Blame.ENVIRONMENT),
@@ -233,7 +233,7 @@ def test_reasons_say_what_decided():
 
 def test_the_human_line_parser_takes_bullets_quotes_and_case():
     """`HUMAN:` counts after leading spaces, `-`, `*` or `>` in any case; elsewhere in a line it does not."""
-    from runner.outcome import human_lines
+    from runner.core.outcome import human_lines
 
     assert human_lines(None) == [] and human_lines("") == []
     assert human_lines("x\n  - human: a\n*> HUMAN:b\nsay HUMAN: c\nHUMANS: d") == ["human: a", "HUMAN:b"]
@@ -241,11 +241,11 @@ def test_the_human_line_parser_takes_bullets_quotes_and_case():
 
 # --- the fold: every entry kind and every counter -----------------------------------------------
 
-from runner.ledger import Advice, Dispatched, Finished, Parked, Reply, SessionStarted  # noqa: E402
-from runner.plan import BudgetConfig  # noqa: E402
+from runner.core.ledger import Advice, Dispatched, Finished, Parked, Reply, SessionStarted  # noqa: E402
+from runner.core.plan import BudgetConfig  # noqa: E402
 import json  # noqa: E402
 
-from runner.policy import (  # noqa: E402
+from runner.core.policy import (  # noqa: E402
     FOLD_VERSION, LIMIT_BACKOFF_CAP, folded, snapshot_json, TRANSIENT_BACKOFF_CAP, decide_after_advice, decide_after_reply, decide_next, decide_start, fold,
 )
 

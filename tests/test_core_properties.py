@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core_builders import T0, evidence, flip, gate, plan, record, signals, tracker_commit, wip_commit, work_commit
-from runner.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait
-from runner.evidence import CheckpointState, ExitKind, Hints
-from runner.ledger import Advice
-from runner.outcome import classify
-from runner.plan import BudgetConfig
-from runner.policy import decide_after_advice, decide_next, fold
+from runner.core.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait
+from runner.core.evidence import CheckpointState, ExitKind, Hints
+from runner.core.ledger import Advice
+from runner.core.outcome import classify
+from runner.core.plan import BudgetConfig
+from runner.core.policy import decide_after_advice, decide_next, fold
 
 states = st.sampled_from(list(CheckpointState) + [None])
 hints = st.builds(
@@ -122,8 +122,8 @@ def test_no_sequence_of_outcomes_runs_forever(cycle, answers, same_fp, max_sessi
     raise AssertionError(f"no park or finish after {n} sessions (max_sessions {max_sessions})")
 
 
-CORE = ["runner/outcome.py", "runner/policy.py", "runner/actions.py", "runner/evidence.py",
-        "runner/ledger.py", "runner/plan.py"]
+CORE = ["runner/core/outcome.py", "runner/core/policy.py", "runner/core/actions.py", "runner/core/evidence.py",
+        "runner/core/ledger.py", "runner/core/plan.py"]
 FORBIDDEN = {"git", "github", "httpx", "anthropic", "subprocess", "os", "socket", "time", "requests", "urllib"}
 
 

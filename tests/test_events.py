@@ -1,4 +1,4 @@
-"""Tests for runner.events: the GITHUB_* environment and event payloads."""
+"""Tests for runner.adapters.events: the GITHUB_* environment and event payloads."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.errors import PlanRunnerError
-from runner.events import (
+from runner.core.errors import PlanRunnerError
+from runner.adapters.events import (
     GitHubContext,
     IssueComment,
     OtherEvent,

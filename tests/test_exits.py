@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import runner.errors as errors
-from runner.exits import Exit
+import runner.core.errors as errors
+from runner.core.exits import Exit
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runner.errors import ServiceUnavailable
-from runner.events import GitHubContext
-from runner.github import GitHubDriver
-from runner.github_api import RetryPolicy
+from runner.core.errors import ServiceUnavailable
+from runner.adapters.events import GitHubContext
+from runner.adapters.github import GitHubDriver
+from runner.adapters.github_api import RetryPolicy
 from tests.reliability_world import (
     GH_SCRIPT,
     PARK_SCRIPT,

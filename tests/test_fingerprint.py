@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.fingerprint import fingerprint, meaningful_lines, normalise, normalise_error
+from runner.core.fingerprint import fingerprint, meaningful_lines, normalise, normalise_error
 
 PYTEST_RUN = """\
 ============================= test session starts ==============================

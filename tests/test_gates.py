@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.evidence import GateResult
-from runner.gates import GateCache, GateEvent, body_failure, run_gates
-from runner.plan import GateConfig
+from runner.core.evidence import GateResult
+from runner.adapters.gates import GateCache, GateEvent, body_failure, run_gates
+from runner.core.plan import GateConfig
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Tests for runner.github: PyGithub over real HTTP against the local GitHub server."""
+"""Tests for runner.adapters.github: PyGithub over real HTTP against the local GitHub server."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner.errors import PlanRunnerError, Refused, ServiceUnavailable
-from runner.exits import Exit
-from runner.events import GitHubContext
-from runner.github import GitHubDriver, ParkIssue, park_marker, parse_park_marker
-from runner.github_api import RetryPolicy
-from runner.github_checks import classify_checks
-from runner.plan import GateConfig
+from runner.core.errors import PlanRunnerError, Refused, ServiceUnavailable
+from runner.core.exits import Exit
+from runner.adapters.events import GitHubContext
+from runner.adapters.github import GitHubDriver, ParkIssue, park_marker, parse_park_marker
+from runner.adapters.github_api import RetryPolicy
+from runner.adapters.github_checks import classify_checks
+from runner.core.plan import GateConfig
 from tests.servers.github import GitHubServer
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from runner.errors import Refused, ServiceUnavailable
-from runner.events import GitHubContext
-from runner.github import GitHubDriver
-from runner.github_api import RetryPolicy
-from runner.plan import GateConfig
+from runner.core.errors import Refused, ServiceUnavailable
+from runner.adapters.events import GitHubContext
+from runner.adapters.github import GitHubDriver
+from runner.adapters.github_api import RetryPolicy
+from runner.core.plan import GateConfig
 from tests.github_contract import GENERAL_STATUSES, check_exchange, operation, spec, validate
 from tests.servers.github import GitHubServer
 from tests.servers.github_routes import ROUTES

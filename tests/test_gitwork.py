@@ -9,9 +9,9 @@ import os
 import git
 import pytest
 
-from runner import gitwork
-from runner.errors import PlanRunnerError, StateConflict
-from runner.gitwork import (
+from runner.adapters import gitwork
+from runner.core.errors import PlanRunnerError, StateConflict
+from runner.adapters.gitwork import (
     collect_commits,
     commit_files,
     commit_leftovers,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.errors import PlanRunnerError
-from runner.init import parse_action_ref, pin_action_ref, resolve_ref, write_init
-from runner.planfile import load_plan
-from runner.source import Source, read_checkout, record_source
+from runner.core.errors import PlanRunnerError
+from runner.adapters.init import parse_action_ref, pin_action_ref, resolve_ref, write_init
+from runner.adapters.planfile import load_plan
+from runner.adapters.source import Source, read_checkout, record_source
 
 ROOT = Path(__file__).resolve().parent.parent
 SHA_REF = "octo-org/plan-runner@0123456789abcdef0123456789abcdef01234567"

@@ -3,9 +3,9 @@ it moves no budget and asks for the same session again (the CLI-level test is in
 
 from __future__ import annotations
 
-from runner.actions import Blame, Outcome, RunSession, SessionKind
-from runner.outcome import INTERRUPTED_RULE, RULES
-from runner.policy import fold
+from runner.core.actions import Blame, Outcome, RunSession, SessionKind
+from runner.core.outcome import INTERRUPTED_RULE, RULES
+from runner.core.policy import fold
 from tests.core_builders import record
 
 

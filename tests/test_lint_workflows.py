@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.init import write_init
-from runner.source import Source
+from runner.adapters.init import write_init
+from runner.adapters.source import Source
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,9 +7,9 @@ from datetime import timedelta
 from core_builders import (
     BLOCKED, DONE, T0, TODO, evidence, flip, gate, signals, tracker_commit, wip_commit, work_commit,
 )
-from runner.actions import Blame, Outcome
-from runner.evidence import ExitKind, Hints
-from runner.outcome import INTERRUPTED_RULE, RULES, classify, human_lines
+from runner.core.actions import Blame, Outcome
+from runner.core.evidence import ExitKind, Hints
+from runner.core.outcome import INTERRUPTED_RULE, RULES, classify, human_lines
 
 
 def test_row1_handoff_with_human_line_needs_human():

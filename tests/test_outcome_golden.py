@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from core_builders import evidence, gate, signals
-from runner.evidence import ExitKind, Flip
-from runner.outcome import classify
+from runner.core.evidence import ExitKind, Flip
+from runner.core.outcome import classify
 
 CASES = yaml.safe_load((Path(__file__).parent / "golden" / "outcomes.yaml").read_text())
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.errors import PlanError, PlanRunnerError
-from runner.evidence import CheckpointState as S
-from runner.plan import Plan
-from runner.planfile import (
+from runner.core.errors import PlanError, PlanRunnerError
+from runner.core.evidence import CheckpointState as S
+from runner.core.plan import Plan
+from runner.adapters.planfile import (
     diff_tracker,
     load_plan,
     parse_plan,

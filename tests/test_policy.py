@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from core_builders import DONE, T0, BLOCKED, plan, record
-from runner.actions import (
+from runner.core.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
-from runner.ledger import Advice, Parked, Reply, SessionStarted
-from runner.plan import BudgetConfig
-from runner.policy import (
+from runner.core.ledger import Advice, Parked, Reply, SessionStarted
+from runner.core.plan import BudgetConfig
+from runner.core.policy import (
     LIMIT_BACKOFF_BASE, decide_after_advice, decide_after_reply, decide_next, decide_start, fold,
 )
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.agentenv import credential_vars, build_agent_env
-from runner.plan import GateConfig
-from runner.planfile import parse_plan
-from runner.preflight import PreflightError, check, gate_command_problem, problems
+from runner.adapters.agentenv import credential_vars, build_agent_env
+from runner.core.plan import GateConfig
+from runner.adapters.planfile import parse_plan
+from runner.drivers.preflight import PreflightError, check, gate_command_problem, problems
 
 PLAN = """\
 ---

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.actions import RunSession, SessionKind
-from runner.evidence import CommitInfo, Evidence, ExitKind, GateResult, SessionSignals
-from runner.outcome import human_lines
-from runner.planfile import parse_plan
-from runner.prompts import (
+from runner.core.actions import RunSession, SessionKind
+from runner.core.evidence import CommitInfo, Evidence, ExitKind, GateResult, SessionSignals
+from runner.core.outcome import human_lines
+from runner.adapters.planfile import parse_plan
+from runner.adapters.prompts import (
     GATE_TAIL_CHARS,
     PromptContext,
     fence,

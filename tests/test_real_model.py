@@ -18,7 +18,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from runner.advisor import AdvisorAnswer, consult_advisor, parse_advice
+from runner.adapters.advisor import AdvisorAnswer, consult_advisor, parse_advice
 from runner.backends.agent_tools import TOOL_NAMES, TOOL_SPECS
 from tests.real_model_world import clean_clone_gate, describe, make_project, run_plan
 from tests.servers.llama import LlamaServer, model_path

@@ -1,4 +1,4 @@
-"""Tests for runner.replies: the `/plan-runner <verb>` reply parser."""
+"""Tests for runner.core.replies: the `/plan-runner <verb>` reply parser."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.replies import MAX_INSTRUCTIONS, ReplyCommand, ReplyProblem, Verb, parse_reply
+from runner.core.replies import MAX_INSTRUCTIONS, ReplyCommand, ReplyProblem, Verb, parse_reply
 
 
 @pytest.mark.parametrize("verb", list(Verb))

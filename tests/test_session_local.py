@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability_world import git, write_calc_project
-from runner.state import ledger_text
+from runner.adapters.state import ledger_text
 
 pytestmark = pytest.mark.integration
 

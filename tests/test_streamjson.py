@@ -19,7 +19,7 @@ from runner.backends.streamjson import (
     decide_exit,
     parse_stream,
 )
-from runner.evidence import ExitKind
+from runner.core.evidence import ExitKind
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import PlanRunnerError
-from runner.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+from runner.core.errors import PlanRunnerError
+from runner.adapters.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 PY = sys.executable
 

@@ -7,7 +7,7 @@ import tracemalloc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.tail import BoundedTail
+from runner.core.tail import BoundedTail
 
 
 def test_keeps_everything_below_the_bound() -> None:

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from runner.errors import PlanRunnerError
-from runner.term import Output
+from runner.core.errors import PlanRunnerError
+from runner.adapters.term import Output
 
 TRICKY = "- [x] 1.1 done [/bold] [red]not red[/red] :smile: $(touch x)"
 
@@ -39,13 +39,13 @@ def test_the_status_line_takes_any_text(monkeypatch):
 
 
 def test_off_a_terminal_the_session_commands_do_not_load_rich():
-    code = "import sys, runner.cli_local, runner.term; runner.term.err.say('x'); assert 'rich' not in sys.modules"
+    code = "import sys, runner.drivers.cli_local, runner.adapters.term; runner.adapters.term.err.say('x'); assert 'rich' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_the_demo_refuses_a_directory_that_holds_a_demo_already(tmp_path):
-    from runner.demo import create_demo_repo
+    from runner.drivers.demo import create_demo_repo
 
     create_demo_repo(tmp_path)
     with pytest.raises(PlanRunnerError) as err:

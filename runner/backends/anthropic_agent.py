@@ -32,9 +32,9 @@ from runner.backends.agent_tools import TOOL_SPECS, Workspace
 from runner.backends.anthropic_errors import ApiFailure, classify_api_error
 from runner.backends.base import SessionRequest, register_backend
 from runner.backends.claims import parse_claims
-from runner.evidence import ExitKind, Hints, SessionSignals
-from runner.fingerprint import normalise_error
-from runner.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+from runner.core.evidence import ExitKind, Hints, SessionSignals
+from runner.core.fingerprint import normalise_error
+from runner.adapters.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_BASE_URL = "https://api.anthropic.com"

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from runner.backends.base import SessionRequest
-from runner.plan import AgentConfig
+from runner.core.plan import AgentConfig
 
 
 def _emit(obj: dict) -> None:

@@ -13,7 +13,7 @@ from typing import Literal
 import anthropic
 
 from runner.backends.limits import parse_reset_hint
-from runner.evidence import ExitKind
+from runner.core.evidence import ExitKind
 
 Action = Literal["retry", "stall", "end"]
 

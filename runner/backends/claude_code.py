@@ -28,8 +28,8 @@ from runner.backends.streamjson import (
     LONG_RETRY_S, MAX_LIMIT_RETRIES, STOP_AUTH, STOP_RATE_LIMIT, STOP_TOKEN_BUDGET, StreamJsonParser, build_signals,
     classify_api_error,
 )
-from runner.evidence import ExitKind, SessionSignals
-from runner.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+from runner.core.evidence import ExitKind, SessionSignals
+from runner.adapters.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 NAME = "claude-code"
 # Work-tree tools only: no web access unless the plan adds it through `agent.args`.

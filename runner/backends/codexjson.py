@@ -27,7 +27,7 @@ from runner.backends.limits import (
     parse_reset_hint,
 )
 from runner.backends.streamjson import token_count
-from runner.evidence import ExitKind
+from runner.core.evidence import ExitKind
 
 _RECONNECTING = re.compile(r"^\s*(?:Reconnecting|Re-connecting)\.\.\.", re.IGNORECASE)
 _TRANSIENT_EXTRA = (

@@ -26,10 +26,10 @@ from runner.backends.limits import (
     parse_reset_hint,
     parse_reset_with_pattern,
 )
-from runner.errors import PlanRunnerError
-from runner.evidence import ExitKind, SessionSignals
-from runner.plan import AgentConfig
-from runner.supervise import Controller, ProcessExit, supervise
+from runner.core.errors import PlanRunnerError
+from runner.core.evidence import ExitKind, SessionSignals
+from runner.core.plan import AgentConfig
+from runner.adapters.supervise import Controller, ProcessExit, supervise
 
 _TAIL_LINES = 50
 _TRANSCRIPT_LIMIT = 5 * 2**20

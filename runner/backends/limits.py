@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runner.backends.claims import parse_claims
-from runner.evidence import Hints
-from runner.lazyre import LazyPattern
+from runner.core.evidence import Hints
+from runner.core.lazyre import LazyPattern
 
 DEFAULT_LIMIT_PATTERNS: tuple[str, ...] = (
     r"rate[ _-]?limit(?!er)",

@@ -23,8 +23,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from runner.backends.claims import parse_claims
-from runner.evidence import ExitKind, Hints, SessionSignals
-from runner.fingerprint import normalise_error
+from runner.core.evidence import ExitKind, Hints, SessionSignals
+from runner.core.fingerprint import normalise_error
 
 FINAL_TEXT_CHARS = 2000
 ERROR_CHARS = 300

@@ -19,10 +19,10 @@ import atheris
 with atheris.instrument_imports():
     from runner.backends.codexjson import parse_codex_stream
     from runner.backends.streamjson import parse_stream
-    from runner.errors import PlanRunnerError
-    from runner.events import parse_event
-    from runner.planfile import diff_tracker, parse_plan, with_tracker
-    from runner.replies import parse_reply
+    from runner.core.errors import PlanRunnerError
+    from runner.adapters.events import parse_event
+    from runner.adapters.planfile import diff_tracker, parse_plan, with_tracker
+    from runner.core.replies import parse_reply
 
 # the valid plan the tracker diffs are taken against: the plan seed itself
 VALID_PLAN = (Path(__file__).resolve().parent / "seeds" / "plan" / "valid.md").read_text(encoding="utf-8")

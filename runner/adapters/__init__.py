@@ -1,0 +1,1 @@
+"""Adapters to the world: git, gates, GitHub, the state store, processes, files, the terminal."""

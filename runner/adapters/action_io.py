@@ -1,0 +1,124 @@
+"""What a GitHub Actions job tells the world: masks, annotations, step outputs, the job summary.
+
+Pure formatting (`format_*`) plus small writers (`write_*`) for the runner's files.
+Every text that leaves here has known secret values redacted first; `Reporter`
+keeps that rule in one place so no caller can forget it.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from runner.adapters.agentenv import secret_values
+from runner.adapters.report import defang, redact
+
+OUTPUT_NAMES = ("outcome", "next-action", "issue-url", "pull-request-url")
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message: `%`, CR and LF escaped as the runner expects."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_command(name: str, message: str, **props: str) -> str:
+    """`::name k=v,...::message`, with both parts escaped so untrusted text cannot end the command."""
+    rendered = ",".join(f"{k}={escape_property(v)}" for k, v in props.items() if v)
+    return f"::{name}{' ' + rendered if rendered else ''}::{escape_data(message)}"
+
+
+def format_output(name: str, value: str) -> str:
+    """One `$GITHUB_OUTPUT` entry in the heredoc form, safe for any value (newlines included)."""
+    delimiter = f"ghadelimiter_{uuid.uuid4()}"
+    while delimiter in value:  # practically never; a value cannot be allowed to end the block
+        delimiter = f"ghadelimiter_{uuid.uuid4()}"
+    return f"{name}<<{delimiter}\n{value}\n{delimiter}\n"
+
+
+def mask_values(env: Mapping[str, str]) -> list[str]:
+    """Every value to mask before anything prints: secrets, each of their lines, and the
+    base64 form git sends the token in (`x-access-token:<token>`)."""
+    values: list[str] = []
+    for secret in secret_values(env):
+        values.append(secret)
+        values += [line for line in secret.splitlines() if len(line) >= 6 and line != secret]
+    for name in ("GITHUB_TOKEN", PUSH_TOKEN):
+        if env.get(name):
+            values.append(basic_auth(env[name]))
+    return list(dict.fromkeys(values))
+
+
+PUSH_TOKEN = "PLAN_RUNNER_PUSH_TOKEN"  # the action's `push-token` input: pushes that start workflows
+
+
+def basic_auth(token: str) -> str:
+    return base64.b64encode(f"x-access-token:{token}".encode()).decode()
+
+
+@dataclass
+class Reporter:
+    """The job's voice: log lines on stdout, outputs and summary in the runner's files."""
+
+    env: Mapping[str, str]
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    secrets: list[str] = field(default_factory=list)
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.secrets = mask_values(self.env)
+
+    def clean(self, text: str) -> str:
+        return redact(text, self.secrets)
+
+    def mask(self) -> None:
+        """Ask the runner to mask every secret value; must run before anything else prints."""
+        for value in self.secrets:
+            self.out.write(f"::add-mask::{escape_data(value)}\n")
+        self.out.flush()
+
+    def log(self, text: str) -> None:
+        self.out.write(defang(self.clean(text)) + "\n")
+        self.out.flush()
+
+    def annotate(self, level: str, message: str, title: str = "") -> None:
+        assert level in ("error", "warning", "notice"), level
+        self.out.write(format_command(level, self.clean(message), title=self.clean(title)) + "\n")
+        self.out.flush()
+
+    def set_output(self, name: str, value: str | None) -> None:
+        self.outputs[name] = self.clean(value or "")
+
+    def write_outputs(self) -> None:
+        path = self.env.get("GITHUB_OUTPUT")
+        text = "".join(format_output(n, self.outputs.get(n, "")) for n in OUTPUT_NAMES) + "".join(
+            format_output(n, v) for n, v in self.outputs.items() if n not in OUTPUT_NAMES)
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            for name in OUTPUT_NAMES:
+                self.log(f"{name}: {self.outputs.get(name, '')}")
+
+    def write_summary(self, markdown: str) -> None:
+        """Append to `$GITHUB_STEP_SUMMARY` (the job summary); without it, print."""
+        text = self.clean(markdown).rstrip() + "\n"
+        path = self.env.get("GITHUB_STEP_SUMMARY")
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            self.out.write(defang(text))
+
+
+def parse_bool(value: str | None, default: bool = False) -> bool:
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,324 @@
+"""The agent's own area, and how its work crosses into the judge's repository (SPEC 4b, 3 and 4).
+
+The agent never works in plan-runner's repository. Each session it gets a fresh
+clone of the work branch in a directory of its own (`work/`), an empty `home/`,
+and `state/` (its CLI's saved sessions, restored from the plan's state), all
+owned by the agent's identity, under a per-plan folder whose path never changes
+(Claude Code finds a session to resume by its working directory).
+
+plan-runner never runs git in that clone. After the agent's processes are all
+gone, a git running *as the agent* commits its leftovers (a marked WIP commit)
+and writes a bundle of the work branch; plan-runner copies the bundle (a
+regular file, never through a link) and fetches it into its own repository with
+object checks on. Commits are data: their configuration, hooks, attributes,
+replace refs and alternates never come along.
+
+Gates and `verify:` run on a fresh checkout of the judged commit (tracked files
+only: no ignored or untracked files, no caches the agent left) in `gates/`,
+owned by the agent's identity, with a clean `home`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from git import GitCommandError
+
+from runner.adapters import gitwork
+from runner.core.errors import PlanRunnerError
+from runner.adapters.proc import StartFailed, capture
+from runner.adapters.sandbox import Identity, area_key, judge_dir
+
+IMPORT_PREFIX = "refs/plan-runner/agent"
+STATE_COPY_LIMIT = 64 * 2**20  # the agent's saved CLI state kept with the plan: bounded
+BUNDLE_LIMIT = 2 * 2**30
+_AGENT_GIT_TIMEOUT_S = 300
+_EXPORT_SCRIPT = r"""
+branch=$1 base=$2 out=$3 msg=$4
+g() { git -c core.hooksPath=/dev/null -c commit.gpgsign=false "$@"; }
+if ! s=$(g status --porcelain --untracked-files=all 2>&1); then echo "$s" >&2; exit 10; fi
+if [ -n "$s" ]; then { g add --all && g commit --quiet --no-verify --allow-empty -m "$msg"; } >&2 || echo wip-failed; fi
+set --
+if g rev-parse --verify --quiet "refs/heads/$branch^{commit}" >/dev/null; then echo has-branch; set -- "refs/heads/$branch"; fi
+ref=$(g symbolic-ref --quiet HEAD); echo "head-ref=$ref"
+if [ "$ref" != "refs/heads/$branch" ]; then set -- "$@" HEAD; fi
+[ $# -gt 0 ] || exit 0
+if [ -z "$(g rev-list --max-count=1 "$@" "^$base")" ]; then echo empty; exit 0; fi
+g bundle create --quiet "$out" "$@" "^$base" && echo bundled
+"""
+_WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
+                "Saved by plan-runner so no work is lost; this commit does not count as progress.\n\n"
+                f"{gitwork.WIP_TRAILER}: true\n")
+
+
+@dataclass(frozen=True)
+class AgentArea:
+    root: Path
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def inputs(self) -> Path:
+        """plan-runner's files for the agent (prompt, script): readable by it, not writable."""
+        return self.root / "in"
+
+    @property
+    def gates(self) -> Path:
+        return self.root / "gates"
+
+    @property
+    def gate_home(self) -> Path:
+        return self.root / "gate-home"
+
+    def parts(self) -> tuple[Path, ...]:
+        return self.work, self.home, self.state, self.out, self.inputs, self.gates, self.gate_home
+
+
+def area_for(repo: Path, plan_id: str) -> AgentArea:
+    return AgentArea(judge_dir("agents") / area_key(repo, plan_id))
+
+
+def _fresh_dir(path: Path, identity: Identity, mode: int = 0o700) -> None:
+    identity.remove(path)
+    os.mkdir(path, mode)
+
+
+def _own_root(area: AgentArea) -> None:
+    try:
+        os.mkdir(area.root, 0o711)
+    except FileExistsError:
+        pass
+    st = os.lstat(area.root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise PlanRunnerError(what=f"{area.root} is not plan-runner's own directory",
+                              why="it was replaced (by a link or another user's folder)",
+                              fix=f"remove {area.root} and run again")
+    os.chmod(area.root, 0o711)
+
+
+def agent_git_env(area: AgentArea, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the git plan-runner runs as the agent (its own config is its own business)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(area.home), "LANG": "C.UTF-8",
+           "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
+    env.update({k: v for k, v in (base or {}).items() if k in gitwork.BOT_ENV})
+    return env
+
+
+def run_as(identity: Identity, argv: list[str], *, cwd: Path, env: dict[str, str],
+           timeout_s: float = _AGENT_GIT_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
+    """Run one command as the agent's identity, bounded in time and output; everything of the uid dies after it."""
+    try:
+        done = capture(argv, cwd=cwd, env=env, time_limit_s=timeout_s, identity=identity)
+    except StartFailed as exc:
+        raise exc.error from None
+    if done.finished.reason == "time_limit":
+        return subprocess.CompletedProcess(argv, 124, done.stdout, done.stderr + b"\ntimed out")
+    code = done.finished.returncode
+    return subprocess.CompletedProcess(argv, -9 if code is None else code, done.stdout, done.stderr)
+
+
+def _tail(proc: subprocess.CompletedProcess[bytes]) -> str:
+    return (proc.stderr or proc.stdout or b"").decode("utf-8", "replace").strip()[-2000:]
+
+
+def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_state: Path | None,
+            scratch: Path) -> None:
+    """A fresh area for one session: a clone of `branch` from the judge's repository, an empty home,
+    and the agent's saved CLI state; nothing of the previous session (and no process) is left."""
+    identity.kill_all()
+    _own_root(area)
+    for part in area.parts():
+        identity.remove(part)
+    for part in (area.work, area.home, area.state, area.out):
+        os.mkdir(part, 0o700)
+    if saved_state is not None and saved_state.is_dir():
+        shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
+    for part in (area.work, area.home, area.state, area.out):
+        identity.give(part)
+    os.mkdir(area.inputs, 0o711)
+    scratch.mkdir(parents=True, exist_ok=True)
+    bundle = area.root / "seed.bundle"  # readable by the agent's identity for the clone, then removed
+    try:
+        gitwork.run_git(repo, "bundle", "create", "--quiet", str(bundle), f"refs/heads/{branch}")
+        os.chmod(bundle, 0o644)
+        env = agent_git_env(area)
+        name, email = _committer(repo)
+        proc = run_as(identity, ["git", "clone", "--quiet", "--no-tags", "--origin", "plan-runner", "--branch", branch,
+                                 "-c", f"user.name={name}", "-c", f"user.email={email}", str(bundle), str(area.work)],
+                      cwd=area.home, env=env)
+        if proc.returncode != 0:
+            raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
+                                  why=_tail(proc),
+                                  fix=f"check that {area.root} is reachable by the user {identity.name or 'running plan-runner'}: "
+                                      "every folder above it must be searchable (o+x)")
+    except GitCommandError as exc:
+        raise PlanRunnerError(what=f"could not bundle the work branch {branch!r} for the agent",
+                              why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
+    finally:
+        bundle.unlink(missing_ok=True)
+
+
+def _committer(repo: Path) -> tuple[str, str]:
+    """Who the agent commits as in its clone: the repository's configured identity, else plan-runner's agent."""
+    found = {"user.name": "plan-runner agent", "user.email": "plan-runner-agent@users.noreply.github.com"}
+    try:
+        text = gitwork.git_text(repo, "config", "--get-regexp", r"^user\.(name|email)$")
+    except GitCommandError:  # neither is set
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key in found and value.strip() and "\n" not in value:
+            found[key] = value.strip()
+    return found["user.name"], found["user.email"]
+
+
+@dataclass(frozen=True)
+class Imported:
+    head: str | None  # the agent's work branch as imported (None: it deleted the branch, or nothing came)
+    other: str | None  # where the agent left HEAD when that is not the work branch
+    notes: tuple[str, ...] = ()
+    problem: str | None = None  # the agent's repository could not be read: its work could not be judged
+
+
+def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, base_sha: str,
+                plan_id: str, scratch: Path) -> Imported:
+    """After the agent: its leftovers committed and its work branch imported into the judge's repository."""
+    identity.kill_all()
+    env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}
+    out = area.out / "work.bundle"
+    # One process as the agent (its git, its config: its own business), arguments passed positionally.
+    proc = run_as(identity, ["sh", "-c", _EXPORT_SCRIPT, "export", branch, base_sha, str(out), _WIP_MESSAGE],
+                  cwd=area.work, env=env)
+    said = proc.stdout.decode("utf-8", "replace").splitlines()
+    if proc.returncode == 10:
+        return Imported(None, None, problem=f"the agent's clone is no longer a usable git repository: {_tail(proc)}")
+    notes: list[str] = []
+    if "wip-failed" in said:
+        notes.append("the agent's uncommitted changes could not be saved as a WIP commit: " + _tail(proc))
+    has_branch, on_branch = "has-branch" in said, f"head-ref=refs/heads/{branch}" in said
+    if not has_branch:
+        notes.append(f"the agent deleted the work branch {branch!r} in its clone")
+    if "empty" in said or (not has_branch and on_branch):
+        return Imported(base_sha if has_branch else None, None, tuple(notes))
+    if proc.returncode != 0 or "bundled" not in said:
+        return Imported(None, None, tuple(notes), problem=f"git could not bundle the agent's work: {_tail(proc)}")
+    copy = scratch / f"import-{plan_id}.bundle"
+    identity.reclaim(area.out)
+    problem = _copy_regular(out, copy, identity, BUNDLE_LIMIT)
+    if problem:
+        return Imported(None, None, tuple(notes), problem=problem)
+    ns = f"{IMPORT_PREFIX}/{plan_id}"
+    refspecs = [f"+refs/heads/{branch}:{ns}/branch"] if has_branch else []
+    if not on_branch:
+        refspecs.append(f"+HEAD:{ns}/other")
+    try:
+        gitwork.run_git(repo, "update-ref", "--stdin", data=f"delete {ns}/branch\ndelete {ns}/other\n".encode())
+        gitwork.run_git(repo, "-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true", "fetch",
+                        "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance", str(copy), *refspecs)
+    except GitCommandError as exc:
+        return Imported(None, None, tuple(notes), problem=f"the agent's commits failed git's checks: "
+                                                          f"{gitwork.stderr_of(exc)[-1000:]}")
+    finally:
+        copy.unlink(missing_ok=True)
+    head = gitwork.ref_sha(repo, f"{ns}/branch") if has_branch else None
+    other = gitwork.ref_sha(repo, f"{ns}/other") if not on_branch else None
+    if other is not None and other != head:
+        notes.append(f"the agent left HEAD off the work branch (at {other[:12]}, kept locally as {ns}/other); "
+                     f"only {branch!r} is judged")
+    return Imported(head, other if other != head else None, tuple(notes))
+
+
+def _copy_regular(src: Path, dst: Path, identity: Identity, limit: int) -> str | None:
+    """Copy a file the agent's identity wrote, refusing links, devices and oversize files."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"the agent's bundle could not be opened: {exc.strerror}"
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or (identity.isolated and not identity.sudo and st.st_uid != identity.uid):
+            return "the agent's bundle is not a regular file it wrote"
+        if st.st_size > limit:
+            return f"the agent's work is {st.st_size} bytes, over the limit of {limit}"
+        dst.unlink(missing_ok=True)
+        with open(dst, "xb") as out:
+            shutil.copyfileobj(fh, out, 1 << 20)
+    return None
+
+
+def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STATE_COPY_LIMIT) -> list[str]:
+    """Copy the agent's CLI state (its saved sessions) into plan-runner's transcripts: regular files only,
+    never through a link, bounded in total. What was left out, and why."""
+    identity.kill_all()
+    identity.reclaim(area.state)
+    skipped: list[str] = []
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    total = 0
+    root = area.state
+    if not os.path.isdir(root) or os.path.islink(root):
+        return skipped
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        rel = Path(folder).relative_to(root)
+        for name in sorted(files):
+            src = Path(folder) / name
+            try:
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                skipped.append(f"{rel / name} (a link or unreadable)")
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    skipped.append(f"{rel / name} (not a regular file)")
+                    continue
+                if total + st.st_size > limit:
+                    skipped.append(f"{rel / name} (over the {limit}-byte bound)")
+                    continue
+                total += st.st_size
+                (dest / rel).mkdir(parents=True, exist_ok=True)
+                with open(dest / rel / name, "xb") as out:
+                    shutil.copyfileobj(fh, out, 1 << 20)
+    return skipped
+
+
+def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> Path:
+    """A fresh checkout of `sha` (tracked files only) for gates, owned by the identity that runs them,
+    and a clean home for them."""
+    identity.kill_all()
+    _own_root(area)
+    _fresh_dir(area.gates, identity, 0o755)
+    _fresh_dir(area.gate_home, identity)
+    index = scratch / "gate.index"
+    index.unlink(missing_ok=True)
+    env = {"GIT_INDEX_FILE": str(index)}
+    try:
+        gitwork.run_git(repo, "read-tree", sha, env=env)
+        gitwork.run_git(repo, "checkout-index", "--all", "--force", f"--prefix={area.gates}/", env=env)
+    except GitCommandError as exc:
+        raise PlanRunnerError(what=f"could not check out {sha[:12]} for the gates",
+                              why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
+    finally:
+        index.unlink(missing_ok=True)
+    identity.give(area.gates)
+    identity.give(area.gate_home)
+    return area.gates

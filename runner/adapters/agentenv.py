@@ -1,0 +1,127 @@
+"""The environment an agent's process gets: an allow-list, never the GitHub token.
+
+plan-runner pushes, dispatches and comments; the agent only edits the work tree.
+So the agent's process sees the basics a shell needs, its own backend's credentials
+(SPEC 4b, invariant 7: least credentials) and the names the plan lists in `agent.env`;
+nothing else from the job's environment. Claude Code never sees an OpenAI key, Codex
+never sees an Anthropic key, and a `command` agent sees no key at all unless the
+plan names it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+
+from runner.core.errors import PlanRunnerError
+
+BASE_VARS: tuple[str, ...] = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TERM", "TMPDIR", "TZ", "SHELL",
+    # the agent commits; its identity is not a secret
+    "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+)
+ANTHROPIC_VARS: tuple[str, ...] = ("ANTHROPIC_*", "CLAUDE_CODE_*")
+OPENAI_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*")
+# Each backend's own credentials, and nothing else (SPEC 4b, invariant 7: least credentials).
+# A plugin backend declares its own in a `credentials` class attribute.
+BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
+    "claude-code": ANTHROPIC_VARS,
+    "anthropic": ANTHROPIC_VARS,
+    "codex": OPENAI_VARS,
+    "command": (),
+    "script": ANTHROPIC_VARS,  # the scripted stand-in plays a Claude Code agent (demo, tests)
+}
+
+
+def credential_vars(backend: str) -> tuple[str, ...]:
+    """The variable patterns a backend's agent receives as its credentials (command: none; a plan
+    passes what its command needs by name in `agent.env`; a plugin backend: the `credentials` of its
+    class, recorded when it registers)."""
+    return BACKEND_CREDENTIALS.get(backend, ())
+
+
+# Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
+_GITHUB_CREDENTIALS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN"})
+_GITHUB_PREFIXES = ("GITHUB_", "GH_", "ACTIONS_")
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|^KEY$|APIKEY|API_KEY|AUTH(?!OR)", re.IGNORECASE)
+_RESTRICTED_NAME = re.compile(r"TOKEN|SECRET|PASSWORD", re.IGNORECASE)  # only passed when named exactly
+
+
+def is_github_credential(name: str) -> bool:
+    upper = name.upper()
+    if upper in _GITHUB_CREDENTIALS:
+        return True
+    if upper.startswith("ACTIONS_"):
+        return True  # runtime token, OIDC request token/URL, cache URL: all job capabilities
+    return upper.startswith(_GITHUB_PREFIXES) and bool(_SECRET_NAME.search(upper) or "PAT" in upper.split("_"))
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def build_agent_env(
+    parent: Mapping[str, str],
+    *,
+    allow: Iterable[str] = (),
+    api_key_vars: Iterable[str] = ANTHROPIC_VARS,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Pick the agent's environment out of `parent`.
+
+    `allow` is the plan's `agent.env`: exact names (a name with `*` is a pattern that
+    never matches secret-looking names). `api_key_vars` are the backend's own
+    credential patterns, passed even though they look secret. `extra` is set
+    verbatim afterwards (plan-runner's own variables for the agent). A GitHub
+    credential in `allow` is an error, not silently dropped, so the plan author learns.
+    """
+    allow = tuple(allow)
+    api_key_vars = tuple(api_key_vars)
+    for name in allow:
+        if is_github_credential(name) or (name.upper().startswith(_GITHUB_PREFIXES) and "*" in name):
+            raise PlanRunnerError(
+                what=f"the plan asks to pass {name!r} to the agent",
+                why="GitHub credentials never reach the agent: plan-runner, not the agent, pushes and dispatches",
+                fix=f"remove {name!r} from `agent.env` in the plan's front matter; give the agent "
+                "only what its own tools need, by exact name",
+            )
+    exact = {n for n in allow if "*" not in n and "?" not in n}
+    patterns = tuple(n for n in allow if n not in exact)
+    env: dict[str, str] = {}
+    for name, value in parent.items():
+        if is_github_credential(name):
+            continue
+        if name in exact or _matches(name, api_key_vars):
+            env[name] = value
+        elif (_matches(name, BASE_VARS) or _matches(name, patterns)) and not _RESTRICTED_NAME.search(name):
+            env[name] = value
+    for name, value in (extra or {}).items():
+        if is_github_credential(name):
+            raise PlanRunnerError(
+                what=f"refusing to set {name!r} in the agent's environment",
+                why="GitHub credentials never reach the agent",
+                fix="this is a bug in plan-runner or a plugin backend; please report it",
+            )
+        env[name] = value
+    return env
+
+
+def secret_values(env: Mapping[str, str], *, min_length: int = 6) -> list[str]:
+    """Values of secret-looking variables in `env`, longest first, to mask in logs and redact in reports."""
+    values = {v for k, v in env.items() if (_SECRET_NAME.search(k) or is_github_credential(k)) and len(v) >= min_length}
+    return sorted(values, key=lambda v: (-len(v), v))
+
+
+def key_like(values: Iterable[str], *, min_length: int = 12) -> list[str]:
+    """The secret values worth searching for in the agent's commits: long, with letters and digits,
+    like a token or key. A short or word-like value (`DB_PASSWORD=postgres`) would find ordinary code
+    and park the plan for nothing; it is still masked and redacted everywhere plan-runner prints."""
+    return [v for v in values if len(v) >= min_length and any(c.isdigit() for c in v) and any(c.isalpha() for c in v)]
+
+
+def redact(text: str, secrets: Iterable[str], mask: str = "***") -> str:
+    """Replace every occurrence of each secret; longest first so a secret containing another is masked whole."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, mask)
+    return text

@@ -1,0 +1,195 @@
+"""collect_evidence: read the world after a session into an `Evidence` record.
+
+Also the two repairs that must happen before anything is judged or pushed:
+uncommitted leftovers become a marked WIP commit (never lost, never progress),
+and agent edits of protected configuration are reverted (and reported).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from git import GitCommandError
+
+from runner.adapters import gitwork
+from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
+from runner.adapters.gates import GateCache, GateEvent, run_gates
+from runner.core.plan import GateConfig, Plan
+from runner.adapters.sandbox import Identity
+from runner.adapters.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
+
+PROTECTED_PATHS = [".github/workflows/", ".github/actions/", "action.yml"]
+# What looks like a test file in the common layouts; deleting one can turn a red gate green.
+_TEST_FILE = re.compile(r"(^|/)(tests?|__tests__|specs?)/|(^|/)test_[^/]*$|_test\.[^/]+$|\.(test|spec)\.[^/]+$"
+                        r"|(^|/)[^/]*Tests?\.(java|kt|cs|swift)$")
+
+
+@dataclass(frozen=True)
+class SessionScene:
+    """What was true when the session started."""
+
+    repo: Path
+    plan: Plan  # configuration from the base commit, tracker as of base_sha
+    plan_text: str  # the plan file at base_sha
+    base_sha: str
+    handoff_path: str
+    started_at: datetime
+    session_number: int
+    session_kind: str
+    checkpoint: str | None
+
+
+def handoff_path_of(plan: Plan) -> str:
+    if plan.config.handoff:
+        return plan.config.handoff
+    stem = plan.path[:-3] if plan.path.endswith(".md") else plan.path
+    return f"{stem}.handoff.md"
+
+
+def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    try:
+        gitwork.run_git(repo, "merge-base", "--is-ancestor", older, newer)
+        return True
+    except GitCommandError:  # git says "no" through a non-zero exit
+        return False
+
+
+def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
+    """Revert protected edits on the work branch; returns (what was changed, new head)."""
+    repo, path = scene.repo, scene.plan.path
+    found: list[str] = []
+    changes: dict[str, str | None] = {}
+    head_text = gitwork.read_file_at(repo, head, path)
+    if head_text is not None and gitwork.is_symlink_at(repo, head, path):
+        found.append(f"the plan file {path} was replaced by a symbolic link")
+        changes[path] = scene.plan_text
+    elif head_text is None:
+        found.append(f"the plan file {path} was deleted")
+        changes[path] = scene.plan_text
+    else:
+        problems = protected_changes(scene.plan_text, head_text, path)
+        if problems:
+            found += [f"{path}: {p}" for p in problems]
+            changes[path] = restore_protected(scene.plan_text, head_text)
+    # Files, not patterns: a pattern such as ".github/workflows/" names a folder, which cannot be restored.
+    for changed in gitwork.files_changed(repo, scene.base_sha, head, PROTECTED_PATHS):
+        found.append(f"{changed} (workflow/action files are not the agent's to change)")
+        changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
+    for changed in gitwork.files_changed(repo, scene.base_sha, head, list(scene.plan.config.protected)):
+        if changed in changes:
+            continue
+        found.append(f"{changed} (listed under `protected:` in the plan)")
+        changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
+    if not changes:
+        return found, head
+    new_head = gitwork.commit_files(repo, changes, "plan-runner: revert protected changes made by the agent")
+    return found, new_head
+
+
+def _flips(scene: SessionScene, agent_head_text: str | None, final_text: str) -> tuple[Flip, ...]:
+    after = with_tracker(scene.plan, final_text)
+    by_agent = with_tracker(scene.plan, agent_head_text) if agent_head_text is not None else None
+    flips = []
+    for f in diff_tracker(scene.plan, after):
+        agent_cp = by_agent.checkpoint(f.checkpoint_id) if by_agent else None
+        in_commits = agent_cp is not None and agent_cp.state == f.after
+        flips.append(f.model_copy(update={"in_session_commits": in_commits}))
+    return tuple(flips)
+
+
+def _verify(flips: tuple[Flip, ...], plan: Plan, workdir: Path, env: Mapping[str, str],
+            identity: Identity | None) -> tuple[Flip, ...]:
+    out = []
+    for f in flips:
+        cp = plan.checkpoint(f.checkpoint_id)
+        if cp is not None and cp.verify and f.after is not None and f.after.value == "DONE":
+            gate = GateConfig(name=f"verify {cp.id}", run=cp.verify)
+            (result,) = run_gates([gate], workdir=workdir, env=env, identity=identity)
+            f = f.model_copy(update={"verify_passed": result.passed, "verify_output": result.output_tail[-2000:]})
+        out.append(f)
+    return tuple(out)
+
+
+def _discard_gate_byproducts(repo: Path) -> None:
+    """The tree was clean (leftovers committed) before the gates ran in it: whatever they changed or
+    created (caches, coverage files, a formatter's rewrite) is theirs, not the agent's work."""
+    gitwork.run_git(repo, "checkout", "--", ".")
+    gitwork.run_git(repo, "clean", "-fdq")
+
+
+def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mapping[str, str],
+                     observed_at: datetime, cache: GateCache | None = None,
+                     on_gate: Callable[[GateEvent], None] | None = None,
+                     checks_runner=None, extra_tampering: tuple[str, ...] = (),
+                     before_gates: Callable[[str], None] | None = None,
+                     secrets: Sequence[str] = (), unpushed_from: str | None = None,
+                     carry_from: str | None = None, identity: Identity | None = None,
+                     checkout: Callable[[str], Path] | None = None,
+                     gate_env: Mapping[str, str] | None = None) -> Evidence:
+    """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
+
+    `secrets` are values that must never leave the machine in a commit: everything the work branch
+    would publish (from `unpushed_from`, the remote's head of it, else the session base) is searched
+    for them first, and `before_gates` (the early push) is skipped when one is found. `carry_from`
+    is where the interrupted sessions before this one began: their commits are carried into the
+    evidence for the verdict to judge.
+
+    `checkout(sha)` makes the fresh checkout of the judged commit that `verify:` and the gates run on
+    (as `identity`, with `gate_env`); without it they run in `scene.repo` (tests of this function)."""
+    repo, path = scene.repo, scene.plan.path
+    agent_head = gitwork.head_sha(repo)
+    agent_text = gitwork.read_file_at(repo, agent_head, path)
+    if not _is_ancestor(repo, scene.base_sha, agent_head):
+        extra_tampering += (f"the work branch was rewritten: the session base {scene.base_sha[:12]} "
+                            "is no longer in its history",)
+    gitwork.commit_leftovers(repo)
+    head = gitwork.head_sha(repo)
+    handoff = gitwork.read_file_at(repo, head, scene.handoff_path)
+    if handoff == gitwork.read_file_at(repo, scene.base_sha, scene.handoff_path):
+        handoff = None  # an earlier session's handoff, already read; only this session's words count
+    tampering, head = _repair_tampering(scene, head)
+    final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
+    gate_env = env if gate_env is None else gate_env
+    flips = _flips(scene, agent_text, final_text)
+    leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
+    workdir = checkout(head) if checkout is not None and not leaked else repo
+    flips = _verify(flips, scene.plan, workdir, gate_env, identity)
+    commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
+    carried: tuple[CommitInfo, ...] = ()
+    if carry_from and carry_from != scene.base_sha and _is_ancestor(repo, carry_from, scene.base_sha):
+        carried = gitwork.collect_commits(repo, carry_from, scene.base_sha, {path, scene.handoff_path})
+    deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
+    if before_gates is not None and not leaked:
+        before_gates(head)  # remote `checks:` gates judge the pushed commit
+    # A leaked secret decides the outcome (row 1) and the commit is not pushed, so remote `checks:`
+    # would wait for a commit GitHub never sees: the gates are not run.
+    gates: tuple[GateResult, ...] = () if leaked else run_gates(
+        scene.plan.config.gates, workdir=workdir, env=gate_env, tree_hash=gitwork.tree_hash(repo, head),
+        cache=cache, on_event=on_gate, checks_runner=checks_runner, identity=identity)
+    if workdir == repo:
+        _discard_gate_byproducts(repo)
+    return Evidence(
+        plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,
+        started_at=scene.started_at, observed_at=observed_at, base_sha=scene.base_sha, head_sha=head,
+        commits=commits, flips=flips, tampering=tuple(extra_tampering) + tuple(tampering), gates=gates,
+        deleted_tests=deleted_tests, leaked_secrets=leaked, carried_commits=carried,
+        signals=signals, handoff=handoff, next_checkpoint=scene.checkpoint,
+    )
+
+
+def revert_rejected_flips(scene: SessionScene, evidence: Evidence, rejected: tuple[str, ...]) -> str:
+    """Put rejected flips back to their state at the session base; returns the head sha."""
+    if not rejected:
+        return evidence.head_sha
+    text = gitwork.read_file_at(scene.repo, evidence.head_sha, scene.plan.path) or scene.plan_text
+    ids = {r.split(":", 1)[0] for r in rejected}
+    for f in evidence.flips:
+        if f.checkpoint_id in ids and f.before is not None:
+            text = set_checkpoint_state(text, f.checkpoint_id, f.before)
+    return gitwork.commit_files(scene.repo, {scene.plan.path: text},
+                                "plan-runner: revert checkpoint claims the evidence does not support\n\n"
+                                + "\n".join(rejected))

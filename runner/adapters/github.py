@@ -1,0 +1,307 @@
+"""The GitHub driver: dispatch, park issues, pull requests, permissions, reactions.
+
+It implements `runner.core.ports.Dispatcher` and `runner.core.ports.Parker` over PyGithub,
+so the session loop runs the same on GitHub as locally. Every call goes through
+`github_call`, which turns failures into `PlanRunnerError`/`ServiceUnavailable`.
+The token is handed to PyGithub and never kept, printed or logged here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from github import GithubException
+from github.GithubException import RateLimitExceededException
+from github.Requester import Requester
+
+from runner.core.errors import PlanRunnerError, Refused
+from runner.adapters.events import GitHubContext
+from runner.core.evidence import GateResult
+from runner.adapters.github_api import (
+    DISPATCH_PERMISSION_FIX, DISPATCH_RESUME, RetryPolicy, accepted_permissions, api_message, github_call, make_client,
+)
+from runner.adapters.github_body import cap_body
+from runner.adapters.github_checks import NO_CI_AFTER_S, collect_checks_gate
+from runner.core.plan import GateConfig
+
+PARK_LABEL = "plan-runner"
+LABEL_COLOR = "5319e7"
+LABEL_DESCRIPTION = "A plan parked by plan-runner, waiting for a human"
+# `permission` is the legacy base permission: maintain reads "write", a custom role its base role's name.
+STEERING_PERMISSIONS = frozenset({"admin", "write"})
+# Every comment plan-runner writes carries this line, so a reply never acts on plan-runner's own words
+# (its help text quotes the commands), even when the token is a person's and the author looks human.
+COMMENT_MARKER = "<!-- plan-runner:comment -->"
+MAX_ISSUE_PAGES = 20  # 2,000 open plan-runner issues; past that something else is wrong
+REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
+_PLAN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_MARKER = re.compile(r"<!-- plan-runner:park plan=(?P<id>[A-Za-z0-9][A-Za-z0-9._-]{0,99}) -->")
+
+
+@dataclass(frozen=True)
+class ParkIssue:
+    number: int
+    url: str
+    title: str
+    body: str
+    state: str
+    labels: tuple[str, ...]
+    pull_request: bool
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ParkIssue:
+        return cls(number=int(data["number"]), url=str(data.get("html_url", "")), title=str(data.get("title") or ""),
+                   body=str(data.get("body") or ""), state=str(data.get("state", "open")),
+                   labels=tuple(str(lab.get("name", "")) for lab in data.get("labels") or [] if isinstance(lab, dict)),
+                   pull_request=data.get("pull_request") is not None)
+
+
+def park_marker(plan_id: str) -> str:
+    if not _PLAN_ID.fullmatch(plan_id):
+        raise PlanRunnerError(what=f"plan id {plan_id!r} cannot be put in a park issue marker",
+                              why="plan ids are 1-100 characters from `A-Z a-z 0-9 . _ -`",
+                              fix="rename the plan file to a simple name such as `add-auth.md`")
+    return f"<!-- plan-runner:park plan={plan_id} -->"
+
+
+def parse_park_marker(body: str | None) -> str | None:
+    match = _MARKER.search(body or "")
+    return match["id"] if match else None
+
+
+def dispatch_refusal(exc: GithubException, action: str, workflow: str, ref: str) -> Refused | None:
+    """GitHub's answers to a workflow dispatch that asking again cannot change, as a `Refused` with the fix:
+    403 (the token lacks `actions: write`), 404 (no such workflow file on GitHub), 422 (the workflow has no
+    `workflow_dispatch` trigger, or does not declare the `plan` input, or the ref is gone). None for the rest
+    (rate limits, 5xx), which `github_call` translates as usual."""
+    message = api_message(exc)
+    if exc.status == 403 and not Requester.isRateLimitError(message):
+        accepted = accepted_permissions(exc.headers)
+        return Refused(
+            what=f"GitHub refused {action} (403): the job's token may not start workflow runs",
+            why=f"{message or 'Resource not accessible by integration'}; creating a workflow dispatch event "
+                f"needs `{accepted or 'actions=write'}` (GitHub's X-Accepted-GitHub-Permissions)",
+            fix=DISPATCH_PERMISSION_FIX.format(workflow=workflow))
+    if exc.status == 404:
+        return Refused(
+            what=f"GitHub found no workflow {workflow} to dispatch (404)",
+            why=f"{message or 'Not Found'}: the workflow file was renamed or deleted on GitHub, or the token cannot "
+                "see it",
+            fix=f"restore .github/workflows/{workflow} (from `plan-runner init`), then " + DISPATCH_RESUME)
+    if exc.status == 422:
+        if "workflow_dispatch" in message:
+            why, fix = (f"{message}: GitHub starts a run by API only for a workflow whose `on:` lists "
+                        "`workflow_dispatch`",
+                        f"add to .github/workflows/{workflow} on the default branch:\n  on:\n    workflow_dispatch:\n"
+                        "      inputs:\n        plan:\n          required: true\n          type: string\n"
+                        "then " + DISPATCH_RESUME)
+        elif "input" in message.lower():
+            why, fix = (f"{message}: the workflow must declare the `plan` input plan-runner sends",
+                        f"declare `workflow_dispatch.inputs.plan` in .github/workflows/{workflow} (as `plan-runner "
+                        "init` writes it), then " + DISPATCH_RESUME)
+        else:
+            why, fix = (f"{message}: the branch `{ref}` the next run would use is not on GitHub",
+                        f"push `{ref}` again (or start the plan from another branch), then " + DISPATCH_RESUME)
+        return Refused(what=f"GitHub refused {action} (422)", why=why, fix=fix)
+    return None
+
+
+def written_by_plan_runner(body: str | None) -> bool:
+    return COMMENT_MARKER in (body or "")
+
+
+class GitHubDriver:
+    """Use as a context manager (or call `close()`): it holds an HTTP connection pool."""
+
+    def __init__(self, ctx: GitHubContext, token: str, *, retry: RetryPolicy | None = None,
+                 label: str = PARK_LABEL) -> None:
+        self.ctx = ctx
+        self.label = label
+        self._gh = make_client(ctx.api_url, token, retry or RetryPolicy())
+        self._repo = self._gh.get_repo(ctx.repository)  # lazy: no request until used
+        self._label_ready = False
+
+    def close(self) -> None:
+        self._gh.close()
+
+    def __enter__(self) -> GitHubDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GitHubDriver({self.ctx.repository!r} at {self.ctx.api_url!r})"
+
+    def _request(self, verb: str, path: str, **kw: Any) -> tuple[dict[str, Any], Any]:
+        return self._gh.requester.requestJsonAndCheck(verb, f"/repos/{self.ctx.repository}{path}", **kw)
+
+    # ---- Dispatcher ------------------------------------------------------
+
+    def dispatch_next(self, plan_path: str, key: str) -> None:
+        """One POST: a workflow_dispatch of the running workflow on the running ref.
+
+        `key` identifies the dispatch in the ledger (written before this call);
+        it is not sent because the workflow declares only the `plan` input.
+        """
+        workflow = self.ctx.workflow_file
+        if not self.ctx.ref_name:
+            raise PlanRunnerError(what="GITHUB_REF_NAME is empty; cannot tell which ref to dispatch",
+                                  why="the next session runs the same workflow on the same branch",
+                                  fix="run plan-runner inside a GitHub Actions job")
+        action = f"dispatching the next session ({key}) of {workflow}"
+        with github_call(action):
+            try:
+                self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
+                              input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path}})
+            except RateLimitExceededException:
+                raise  # waited out, or past the budget: ServiceUnavailable, never a refusal
+            except GithubException as exc:
+                refusal = dispatch_refusal(exc, action, workflow, self.ctx.ref_name)
+                if refusal is None:
+                    raise
+                raise refusal from None
+
+    # ---- Parker ----------------------------------------------------------
+
+    def open_park(self, plan_id: str, title: str, body: str) -> str:
+        """The URL of the plan's one open park issue: reused (body updated, comment added) or new."""
+        marker = park_marker(plan_id)
+        full_body = cap_body(body if marker in body else f"{marker}\n{body}", link=self.ctx.run_url)
+        try:
+            existing = self.find_park_issue(plan_id)
+            with github_call(f"opening the park issue for {plan_id}"):
+                if existing is not None:
+                    self._request("PATCH", f"/issues/{existing.number}", input={"title": title, "body": full_body})
+                    self._request("POST", f"/issues/{existing.number}/comments", input={
+                        "body": f"plan-runner parked `{plan_id}` again: {title}\n\n"
+                                f"The issue description now holds the new report.\n{COMMENT_MARKER}"})
+                    return existing.url
+                self._ensure_label()
+                _, data = self._request("POST", "/issues", input={"title": title, "body": full_body,
+                                                                  "labels": [self.label]})
+                return str(data["html_url"])
+        except Refused as err:
+            err.report_url = self.ctx.run_url  # the job summary holds the report the issue would have
+            raise
+
+    def open_finish(self, plan_id: str, head: str, base: str, title: str, body: str) -> str:
+        """The URL of the open pull request from `head` to `base`: reused (body updated) or new."""
+        body = cap_body(body, link=self.ctx.run_url)
+        with github_call(f"opening the pull request for {plan_id}"):
+            existing = self._open_pull(head, base)
+            if existing is None:
+                try:
+                    return self._repo.create_pull(base=base, head=head, title=title, body=body).html_url
+                except GithubException as exc:
+                    if exc.status != 422 or "already exists" not in str(exc.data):
+                        raise
+                existing = self._open_pull(head, base)  # another job opened it between list and create
+                if existing is None:
+                    raise PlanRunnerError(what=f"GitHub says a pull request from {head} exists but lists none",
+                                          why="it may be open against another base branch",
+                                          fix=f"close or retarget the existing pull request from {head}")
+            existing.edit(title=title, body=body)
+            return existing.html_url
+
+    def _open_pull(self, head: str, base: str) -> Any:
+        for pull in self._repo.get_pulls(state="open", head=f"{self.ctx.owner}:{head}", base=base):
+            return pull
+        return None
+
+    # ---- issues, comments, reactions -------------------------------------
+
+    def _ensure_label(self) -> None:
+        if self._label_ready:
+            return
+        try:  # one call either way: created, or 422 because it exists, which is what we wanted
+            self._request("POST", "/labels", input={"name": self.label, "color": LABEL_COLOR,
+                                                    "description": LABEL_DESCRIPTION})
+        except GithubException as exc:
+            if exc.status != 422:
+                raise
+        self._label_ready = True
+
+    def find_park_issue(self, plan_id: str) -> ParkIssue | None:
+        """The open park issue for the plan (park label plus hidden marker), if any."""
+        with github_call(f"looking for the park issue of {plan_id}"):
+            for page in range(1, MAX_ISSUE_PAGES + 1):
+                _, batch = self._request("GET", "/issues", parameters={
+                    "state": "open", "labels": self.label, "per_page": 100, "page": page})
+                for item in batch:
+                    issue = ParkIssue.from_json(item)
+                    if issue.pull_request is False and parse_park_marker(issue.body) == plan_id:
+                        return issue
+                if len(batch) < 100:
+                    break
+        return None
+
+    def plan_id_of_issue(self, issue: ParkIssue | int) -> str | None:
+        """The plan a park issue belongs to, read from GitHub, not from the event payload.
+
+        Only an issue carrying the park label (which only triagers and up can
+        set) counts, so a stranger cannot aim a reply at a plan with a forged issue.
+        """
+        if isinstance(issue, int):
+            with github_call(f"reading issue #{issue}"):
+                _, data = self._request("GET", f"/issues/{issue}")
+            issue = ParkIssue.from_json(data)
+        if issue.pull_request or self.label.lower() not in {name.lower() for name in issue.labels}:
+            return None
+        return parse_park_marker(issue.body)
+
+    def comment(self, issue_number: int, body: str) -> str:
+        body = cap_body(body, limit=60_000, link=self.ctx.run_url) + f"\n{COMMENT_MARKER}"
+        with github_call(f"commenting on #{issue_number}"):
+            _, data = self._request("POST", f"/issues/{issue_number}/comments", input={"body": body})
+            return str(data.get("html_url", ""))
+
+    def react(self, comment_id: int, content: str) -> None:
+        if content not in REACTIONS:
+            raise ValueError(f"not a GitHub reaction: {content!r}")
+        with github_call(f"reacting to comment {comment_id}"):
+            self._request("POST", f"/issues/comments/{comment_id}/reactions", input={"content": content})
+
+    def close_issue(self, number: int) -> None:
+        with github_call(f"closing #{number}"):
+            self._request("PATCH", f"/issues/{number}", input={"state": "closed", "state_reason": "completed"})
+
+    # ---- permissions -----------------------------------------------------
+
+    def permission(self, user: str) -> str:
+        """The user's base permission on the repository, asked from GitHub (never taken from the payload).
+
+        GitHub's `permission` field: admin, write, read or none (maintain reads
+        write, triage read, a custom role its base role's). `role_name` is not
+        read: for a custom role it is the role's own name. A user GitHub does
+        not know as a collaborator (404, e.g. an app bot) has `none`.
+        """
+        with github_call(f"checking {user}'s permission"):
+            try:
+                _, data = self._request("GET", f"/collaborators/{quote(user, safe='')}/permission")
+            except GithubException as exc:
+                if exc.status == 404:
+                    return "none"
+                raise
+        return str(data.get("permission") or "none").lower()
+
+    def can_steer(self, user: str) -> bool:
+        return self.permission(user) in STEERING_PERMISSIONS
+
+    # ---- checks gate -----------------------------------------------------
+
+    def checks_gate(self, gate: GateConfig, sha: str, timeout_s: float | None = None,
+                    poll_s: float = 10.0, *, pushed_with_job_token: bool = False,
+                    no_ci_after_s: float = NO_CI_AFTER_S) -> GateResult:
+        with github_call(f"reading checks of {sha[:12]}"):
+            return collect_checks_gate(self._request, gate, sha,
+                                       timeout_s=gate.timeout_minutes if timeout_s is None else timeout_s,
+                                       poll_s=poll_s, pushed_with_job_token=pushed_with_job_token,
+                                       no_ci_after_s=no_ci_after_s)
+
+    def checks_runner(self, sha: str, poll_s: float = 10.0, *, pushed_with_job_token: bool = False) -> Any:
+        """A `runner.adapters.gates.ChecksRunner` bound to `sha`, for `run_gates(checks_runner=...)`."""
+        return lambda gate: self.checks_gate(gate, sha, poll_s=poll_s, pushed_with_job_token=pushed_with_job_token)

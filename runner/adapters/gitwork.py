@@ -1,0 +1,645 @@
+"""Work-branch operations and the git evidence of one session.
+
+Every function here is bounded by the session: it looks at `base..head`, a tree,
+or one ref, never at the whole history, so the cost does not grow with the age
+of the repository (the benchmark measures it at 100,000 commits).
+
+plan-runner's own commits (WIP leftovers, reverts) are made under a fixed
+identity with signing and hooks off: an unattended job must not hang on a GPG
+prompt or be blocked by a pre-commit hook while saving the agent's work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from git import Git, Repo
+from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
+from git.refs import SymbolicReference
+
+from runner.core.errors import PlanRunnerError, StateConflict
+from runner.core.evidence import CommitInfo
+
+WIP_TRAILER = "Plan-Runner-WIP"
+REVERT_TRAILER = "Plan-Runner"
+BOT_NAME = "plan-runner"
+BOT_EMAIL = "plan-runner@users.noreply.github.com"
+
+# Identity and non-interactivity for commands that create objects or talk to a remote.
+BOT_ENV = {
+    "GIT_AUTHOR_NAME": BOT_NAME,
+    "GIT_AUTHOR_EMAIL": BOT_EMAIL,
+    "GIT_COMMITTER_NAME": BOT_NAME,
+    "GIT_COMMITTER_EMAIL": BOT_EMAIL,
+    "GIT_TERMINAL_PROMPT": "0",
+}
+_NO_SIGN = ("-c", "commit.gpgsign=false")
+# plan-runner's own git never runs code or follows indirections someone else could have planted:
+# no hooks, no fsmonitor, no replace objects, no pager (SPEC 4b, invariant 3).
+_JUDGE_CONFIG = (("core.hooksPath", os.devnull), ("core.fsmonitor", "false"), ("core.untrackedCache", "false"),
+                 ("protocol.ext.allow", "never"))
+
+
+def judge_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that sanitise one git command, appended after any `GIT_CONFIG_*` entries already in
+    this process's environment or in `base` (the push credentials live there and must survive)."""
+    merged = {**os.environ, **(base or {})}
+    try:
+        n = int(merged.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        n = 0
+    env = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_PAGER": "cat", "GIT_CONFIG_COUNT": str(n + len(_JUDGE_CONFIG))}
+    for i, (key, value) in enumerate(_JUDGE_CONFIG, n):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return env
+
+
+def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+    """Run one git command in `repo`; stdout as bytes, untouched (no newline stripped).
+
+    Raises GitCommandError on a non-zero exit (its `stderr` says why).
+    """
+    g = Git(str(repo))
+    kwargs = dict(stdout_as_string=False, strip_newline_in_stdout=False,
+                  env={**BOT_ENV, **(env or {}), **judge_git_env(env)})
+    try:
+        if data is None:
+            return g.execute(["git", *args], **kwargs)
+        # GitPython feeds stdin from a real file only.
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write(data)
+            stdin.seek(0)
+            return g.execute(["git", *args], istream=stdin, **kwargs)
+    except GitCommandNotFound as exc:
+        raise PlanRunnerError(
+            what="git is not installed or not on PATH",
+            why=str(exc),
+            fix="install git (2.31 or newer) and make sure `git --version` works in this job",
+        ) from None
+
+
+def git_text(repo: Path | str, *args: str) -> str:
+    return run_git(repo, *args).decode("utf-8", "replace").strip()
+
+
+def stderr_of(exc: GitCommandError) -> str:
+    err = exc.stderr
+    if isinstance(err, bytes):
+        err = err.decode("utf-8", "replace")
+    return (err or "").strip().removeprefix("stderr:").strip().strip("'").strip()
+
+
+# Branch-like refs are read from the ref files by GitPython (loose, then packed-refs) instead of a
+# `git rev-parse` process each: a session asks for them a dozen times. Anything else (a sha to
+# verify, `main`, a tag to peel), an odd name, or a reftable repository goes to git itself.
+_PLAIN_REF = re.compile(r"HEAD|refs/(?:heads|remotes|plan-runner)(?:/[A-Za-z0-9_][A-Za-z0-9._+-]*)+")
+_repos: dict[str, Repo | None] = {}
+
+
+def _key(repo: Path | str) -> str:
+    return str(Path(repo).resolve())
+
+
+def _ref_reader(repo: Path | str) -> Repo | None:
+    key = _key(repo)
+    if key not in _repos:
+        try:
+            handle: Repo | None = Repo(key)
+        except (InvalidGitRepositoryError, NoSuchPathError):
+            return None  # not cached: it may become a repository; git will say what is wrong
+        if (Path(handle.common_dir) / "reftable").is_dir():
+            handle = None
+        _repos[key] = handle
+    return _repos[key]
+
+
+def _read_ref(repo: Path | str, ref: str) -> str | None | bool:
+    """The sha of a plain ref read from its file; None when absent; False when git must be asked."""
+    if not _PLAIN_REF.fullmatch(ref) or ref.endswith(".lock") or "/." in ref or ".." in ref:
+        return False
+    handle = _ref_reader(repo)
+    if handle is None:
+        return False
+    try:
+        return SymbolicReference.dereference_recursive(handle, ref)
+    except ValueError:  # absent, or HEAD on an unborn branch
+        return None
+    except (OSError, TypeError):
+        return False
+
+
+def objects_dir(repo: Path | str) -> Path:
+    """The object store of `repo` (shared by all its worktrees)."""
+    handle = _ref_reader(repo)
+    if handle is not None:
+        return Path(handle.common_dir) / "objects"
+    return Path(repo) / git_text(repo, "rev-parse", "--git-path", "objects")
+
+
+# Objects never change: a sha once verified as a commit, and a file read at a full sha, are
+# remembered for the rest of the process (a session asks for the same few several times).
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+_known_commits: set[tuple[str, str]] = set()
+_files_at: dict[tuple[str, str, str], str | None] = {}
+_FILES_AT_MAX, _FILE_AT_MAX_CHARS = 64, 1 << 20
+
+
+def ref_sha(repo: Path | str, ref: str) -> str | None:
+    """The commit a ref points at, or None when it does not exist."""
+    fast = _read_ref(repo, ref)
+    if fast is not False:
+        return fast  # type: ignore[return-value]
+    full = _FULL_SHA.fullmatch(ref) is not None
+    if full and (_key(repo), ref) in _known_commits:
+        return ref
+    try:
+        sha = git_text(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") or None
+    except GitCommandError:
+        return None
+    if full and sha == ref:
+        _known_commits.add((_key(repo), ref))
+    return sha
+
+
+def head_sha(repo: Path | str) -> str:
+    """The commit HEAD points at (an error when there is none)."""
+    return _resolve(Path(repo), "HEAD")
+
+
+def _fail(what: str, exc: GitCommandError, fix: str) -> PlanRunnerError:
+    return PlanRunnerError(what=what, why=stderr_of(exc) or str(exc), fix=fix)
+
+
+def _resolve(repo: Path, rev: str) -> str:
+    sha = ref_sha(repo, rev)
+    if sha is None:
+        raise PlanRunnerError(
+            what=f"git revision {rev!r} does not exist in {repo}",
+            why="the branch or commit was deleted, never fetched, or the name is misspelt",
+            fix=f"check `git -C {repo} rev-parse {rev}`; fetch the branch if it lives on the remote",
+        )
+    return sha
+
+
+# --- the work branch -------------------------------------------------------------------------
+
+
+def _fetch_branch(repo: Path, remote: str, branch: str) -> str | None:
+    """Fetch one branch of the remote into its tracking ref; None when the remote lacks it."""
+    tracking = f"refs/remotes/{remote}/{branch}"
+    try:
+        run_git(repo, "fetch", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                remote, f"+refs/heads/{branch}:{tracking}")
+    except GitCommandError as exc:
+        if "couldn't find remote ref" in stderr_of(exc):
+            return None
+        raise _fail(f"could not fetch {branch!r} from remote {remote!r}", exc,
+                    f"check that the remote is reachable: `git -C {repo} fetch {remote}`") from None
+    return ref_sha(repo, tracking)
+
+
+def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    try:
+        run_git(repo, "merge-base", "--is-ancestor", older, newer)
+        return True
+    except GitCommandError:
+        return False
+
+
+is_ancestor = _is_ancestor
+
+
+def git_dir(repo: Path | str) -> Path:
+    """The repository's git directory (absolute)."""
+    handle = _ref_reader(repo)
+    if handle is not None:
+        return Path(handle.git_dir)
+    return Path(git_text(repo, "rev-parse", "--absolute-git-dir"))
+
+
+def fast_forward(repo: Path, branch: str, head: str) -> None:
+    """Move the checked-out work branch (and the judge's work tree) forward to `head`."""
+    try:
+        if current_branch(repo) == branch:
+            run_git(repo, "merge", "--ff-only", "--quiet", head)
+        else:
+            run_git(repo, "update-ref", f"refs/heads/{branch}", head)
+    except GitCommandError as exc:
+        raise _fail(f"could not move the work branch {branch!r} to the agent's commits", exc,
+                    f"inspect `git -C {repo} status`; the agent's commits are at {head}") from None
+
+
+def branch_refspecs(remote: str, *branches: str) -> list[str]:
+    """Fetch refspecs bringing each branch into its tracking ref, for a fetch that carries other refs too
+    (the plan's state): a glob, so a branch the remote lacks is no error (with --prune its stale tracking
+    ref goes). It may also bring branches whose names extend the given one: harmless tracking refs."""
+    return [f"+refs/heads/{b}*:refs/remotes/{remote}/{b}*" for b in dict.fromkeys(branches)]
+
+
+def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *, fetched: bool = False) -> str:
+    """Check out the work branch, creating it from `base` on first use; returns its head sha.
+
+    With a remote, the remote's copy of the branch wins when it is ahead (another job
+    pushed); a local branch with commits the remote lacks is kept. Diverged copies are
+    an error: plan-runner never discards commits to reconcile them. `fetched`: the caller
+    fetched both branches into their tracking refs already (`branch_refspecs`, in the same
+    fetch as the plan's state): no network operation here.
+    """
+    local = ref_sha(repo, f"refs/heads/{branch}")
+    if remote and fetched:
+        remote_head = ref_sha(repo, f"refs/remotes/{remote}/{branch}")
+    else:
+        remote_head = _fetch_branch(repo, remote, branch) if remote else None
+    if local is None:
+        target = remote_head
+        if target is None:
+            if remote and fetched:
+                remote_base = ref_sha(repo, f"refs/remotes/{remote}/{base}")
+            else:
+                remote_base = _fetch_branch(repo, remote, base) if remote else None
+            target = remote_base or _resolve(repo, base)
+    elif remote_head is None or remote_head == local or _is_ancestor(repo, remote_head, local):
+        target = local
+    elif _is_ancestor(repo, local, remote_head):
+        target = remote_head
+    else:
+        raise PlanRunnerError(
+            what=f"the work branch {branch!r} differs locally and on {remote!r}",
+            why=f"local {local[:12]} and remote {remote_head[:12]} each have commits the other lacks",
+            fix=f"merge or rebase one onto the other by hand (`git -C {repo} log {branch}...{remote}/{branch}`), "
+                "push, then run plan-runner again",
+        )
+    on_branch = current_branch(repo) == branch
+    try:
+        if on_branch and ref_sha(repo, "HEAD") == target:
+            return target
+        if on_branch:
+            run_git(repo, "merge", "--ff-only", "--quiet", target)
+        else:
+            run_git(repo, "checkout", "--quiet", "-B", branch, target)
+    except GitCommandError as exc:
+        raise _fail(f"could not check out the work branch {branch!r}", exc,
+                    "commit or remove the local changes that block the checkout, then run again") from None
+    return _resolve(repo, "HEAD")
+
+
+def push_branch(repo: Path, branch: str, remote: str, expected_remote_sha: str | None) -> str:
+    """Push the work branch if the remote's copy is still `expected_remote_sha` (None: absent).
+
+    Returns the pushed sha. Raises StateConflict when another job moved the branch.
+    """
+    head = _resolve(repo, f"refs/heads/{branch}")
+    ref = f"refs/heads/{branch}"
+    if expected_remote_sha and expected_remote_sha != head and not _is_ancestor(repo, expected_remote_sha, head):
+        # The remote only moves forward (SPEC 4b, invariant 5): every commit it holds stays reachable.
+        raise PlanRunnerError(
+            what=f"refusing to push the work branch {branch!r}: it would drop commits from {remote!r}",
+            why=f"the remote's {expected_remote_sha[:12]} is not in the history of {head[:12]}; plan-runner never "
+                "force-pushes a rewritten history",
+            fix=f"inspect `git -C {repo} log {head}...{expected_remote_sha}`; merge the remote's commits into the "
+                "work branch by hand, push, then run again")
+    push_ref(repo, remote, head, ref, expected_remote_sha, what=f"the work branch {branch!r}")
+    return head
+
+
+_CONFLICT_REASON = re.compile(r"stale info|fetch first|non-fast-forward|already exists|cannot lock|"
+                              r"expected|failed to update|old value|lock", re.IGNORECASE)
+
+
+def push_ref(repo: Path | str, remote: str, sha: str, ref: str, expected: str | None, *, what: str) -> None:
+    """Compare-and-swap push of `sha` to `ref` on the remote: the remote must still be at `expected`."""
+    push_leased(repo, remote, [(sha, ref, expected)], what=what)
+
+
+def push_leased(repo: Path | str, remote: str, updates: Sequence[tuple[str | None, str, str | None]], *,
+                what: str, atomic: bool = False) -> None:
+    """Push every `(sha or None to delete, ref, expected remote sha or None for absent)`, each with its own
+    lease; `atomic`: all land or none does. A lost lease is a StateConflict, anything else a clear error."""
+    args = ["push", "--porcelain", "--no-verify", *(["--atomic"] if atomic else [])]
+    specs = []
+    for sha, ref, expected in updates:
+        args.append(f"--force-with-lease={ref}:{expected or ''}")
+        specs.append(f"{sha}:{ref}" if sha else f":{ref}")
+    try:
+        run_git(repo, *args, remote, *specs)
+        return
+    except GitCommandError as exc:
+        out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else str(exc.stdout or "")
+        err = stderr_of(exc)
+    rejected = [line for line in out.splitlines() if line.startswith("!")]
+    # A lease lost on the client is "[rejected] (stale info)"; lost on the server (another push landed between
+    # the check and the ref transaction) it is "[remote rejected]" with "cannot lock ref ... expected" on stderr.
+    if any("[rejected]" in line or _CONFLICT_REASON.search(line) for line in rejected) or (
+            rejected and re.search(r"cannot lock ref|is at [0-9a-f]+ but expected|atomic transaction failed", err)):
+        raise StateConflict(
+            what=f"{what} moved on {remote!r} since it was read",
+            why="another job pushed first; compare-and-swap lost (" + "; ".join(rejected) + ")",
+            fix="nothing to do: re-read the state and yield to the job that won",
+        )
+    raise PlanRunnerError(
+        what=f"could not push {what} to {remote!r}",
+        why=err or out or "git push failed",
+        fix="check the remote URL, the token's `contents: write` permission and any branch protection rule",
+    )
+
+
+def delete_remote_ref(repo: Path | str, remote: str, ref: str) -> bool:
+    """Best effort: a leftover ref is harmless, so a failure here must not fail a finished session."""
+    try:
+        run_git(repo, "push", "--porcelain", "--no-verify", remote, f":{ref}")
+        return True
+    except GitCommandError:
+        return False
+
+
+# --- leftovers and plan-runner's own commits -------------------------------------------------
+
+
+def is_dirty(repo: Path) -> bool:
+    """True when there are staged, unstaged or untracked (not ignored) changes."""
+    return bool(run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").strip())
+
+
+def commit_leftovers(repo: Path, message_prefix: str = "plan-runner: WIP") -> str | None:
+    """Commit whatever the agent left uncommitted as one WIP commit; None when clean.
+
+    `git add --all` honours .gitignore, so ignored files (caches, secrets in .env)
+    are never added. Hooks are skipped: a failing hook must not lose the work.
+    """
+    status = run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all")
+    paths = [p for p in status.split(b"\0") if p.strip()]
+    if not paths:
+        return None
+    message = (f"{message_prefix}: {len(paths)} uncommitted change(s) left by the agent\n\n"
+               "Saved by plan-runner so no work is lost; this commit does not count as progress.\n\n"
+               f"{WIP_TRAILER}: true\n")
+    try:
+        run_git(repo, "add", "--all")
+        run_git(repo, *_NO_SIGN, "commit", "--quiet", "--no-verify", "--allow-empty", "-F", "-",
+                data=message.encode())
+    except GitCommandError as exc:
+        raise _fail("could not save the agent's uncommitted changes as a WIP commit", exc,
+                    f"the changes are still in the work tree of {repo}; commit them by hand") from None
+    return _resolve(repo, "HEAD")
+
+
+def _safe_path(repo: Path, path: str) -> Path:
+    # The folder is resolved, not the file: a file the agent replaced by a symlink (even one pointing out of
+    # the repository) is itself inside the work tree, and plan-runner replaces the link, never its target.
+    parent = (repo / path).parent.resolve()
+    root = repo.resolve()
+    name = Path(path).name
+    target = parent / name
+    if (path.startswith("/") or not parent.is_relative_to(root) or name in ("", ".", "..") or target == root
+            or ".git" in Path(path).parts):
+        raise PlanRunnerError(
+            what=f"refusing to write {path!r}: it is outside the repository's work tree",
+            why="plan-runner only writes files inside the repository it works on",
+            fix="use a path relative to the repository root",
+        )
+    return target
+
+
+def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> str:
+    """Write `changes` (path -> new text; None deletes) and commit only those paths.
+
+    For plan-runner's own corrections (reverting tampering or a rejected flip); the
+    commit carries the `Plan-Runner: revert` trailer. Returns the new head, or the
+    unchanged head when the files already had that content.
+    """
+    for path, text in changes.items():
+        target = _safe_path(repo, path)
+        if text is None or target.is_symlink():
+            target.unlink(missing_ok=True)
+        if text is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(text.encode("utf-8"))
+    paths = sorted(changes)
+    try:
+        run_git(repo, "add", "--all", "--", *paths)
+        staged = run_git(repo, "diff", "--cached", "--name-only", "-z", "--", *paths)
+        if not staged.strip(b"\0"):
+            return _resolve(repo, "HEAD")
+        full = f"{message.rstrip()}\n\n{REVERT_TRAILER}: revert\n"
+        run_git(repo, *_NO_SIGN, "commit", "--quiet", "--no-verify", "-F", "-", "--only", "--", *paths,
+                data=full.encode())
+    except GitCommandError as exc:
+        raise _fail("plan-runner could not commit its correction to the work branch", exc,
+                    f"inspect `git -C {repo} status`; the files were written but not committed") from None
+    return _resolve(repo, "HEAD")
+
+
+# --- evidence --------------------------------------------------------------------------------
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """`**/` any folders (none included), `*` and `?` within one path component, a trailing `/` a folder."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    if pattern.endswith("/"):
+        out.append(".*")
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _matches(path: str, patterns: Iterable[str]) -> bool:
+    for p in patterns:
+        if any(c in p for c in "*?"):
+            if _glob_regex(p).fullmatch(path):
+                return True
+        elif path == p or (p.endswith("/") and path.startswith(p)):
+            return True
+    return False
+
+
+def _trailers(body: str) -> dict[str, str]:
+    """Trailers of the message's last paragraph (`Key: value` lines), keys lower-cased."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
+    if len(paragraphs) < 2:  # a subject line alone has no trailers
+        return {}
+    found: dict[str, str] = {}
+    for line in paragraphs[-1].splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and " " not in key.strip():
+            found[key.strip().lower()] = value.strip().lower()
+    return found
+
+
+def collect_commits(repo: Path, base_sha: str, head: str, bookkeeping_paths: set[str]) -> tuple[CommitInfo, ...]:
+    """The commits in `base_sha..head` along the first parent, oldest first.
+
+    A merge counts with the files it changes relative to its first parent. A commit
+    touching nothing but bookkeeping paths (plan, handoff; "dir/" is a prefix), an
+    empty commit, or plan-runner's own revert does not count as work.
+    """
+    if base_sha == head:
+        return ()
+    try:
+        raw = run_git(repo, "log", "--first-parent", "--diff-merges=first-parent", "--no-renames",
+                      "--name-only", "-z", "--format=%x1e%H%x1f%an <%ae>%x1f%B%x1f", f"{base_sha}..{head}")
+    except GitCommandError as exc:
+        raise _fail(f"could not list the commits {base_sha[:12]}..{head}", exc,
+                    "make sure both commits exist locally (fetch the work branch)") from None
+    commits = []
+    for chunk in raw.decode("utf-8", "replace").split("\x1e")[1:]:
+        sha, author, body, rest = chunk.split("\x1f", 3)
+        files = tuple(dict.fromkeys(p.strip("\n") for p in rest.split("\0") if p.strip("\n")))
+        trailers = _trailers(body)
+        wip = trailers.get(WIP_TRAILER.lower()) == "true"
+        revert = trailers.get(REVERT_TRAILER.lower()) == "revert"
+        counts = bool(files) and not revert and not all(_matches(f, bookkeeping_paths) for f in files)
+        summary = body.strip().splitlines()[0] if body.strip() else ""
+        commits.append(CommitInfo(sha=sha.strip(), summary=summary, author=author, files=files,
+                                  counts_as_work=counts, wip=wip))
+    return tuple(reversed(commits))
+
+
+def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -> list[str]:
+    """The files whose lines added from tree `old` to tree `new` contain any of `needles` (secret values).
+
+    The diff is streamed and read in bounded pieces, so memory stays flat however large the
+    change; the needles never appear on a command line (where `ps` would show them)."""
+    wanted = sorted({n.encode() for n in needles if n}, key=len, reverse=True)
+    if not wanted:
+        return []
+    keep = max(len(n) for n in wanted) - 1  # a needle may straddle two pieces of one long line
+    proc = Git(str(repo)).execute(
+        ["git", "-c", "core.quotePath=false", "diff", "--no-color", "--no-ext-diff", "--no-renames", "--text",
+         "--unified=0", old, new, "--"], as_process=True, env={**BOT_ENV})
+    found: list[str] = []
+    current, in_header, adding, continuing, carry = "", False, False, False, b""
+    stream = proc.proc.stdout
+    try:
+        for piece in iter(lambda: stream.readline(1 << 20), b""):
+            if not continuing:
+                carry = b""
+                if piece.startswith(b"diff --git "):
+                    in_header, adding = True, False
+                elif in_header and piece.startswith(b"+++ "):
+                    current = piece[4:].rstrip(b"\n").rstrip(b"\t").decode("utf-8", "replace").removeprefix("b/")
+                elif piece.startswith(b"@@"):
+                    in_header, adding = False, False
+                elif not in_header:
+                    adding = piece.startswith(b"+")
+            if adding and current not in found:
+                text = carry + piece
+                if any(n in text for n in wanted):
+                    found.append(current)
+                carry = text[-keep:] if keep else b""
+            continuing = not piece.endswith(b"\n")
+    finally:
+        stream.close()
+        code = proc.proc.wait()
+    if code != 0:
+        raise PlanRunnerError(what=f"could not compare {old[:12]} with {new[:12]} to look for secrets",
+                              why=f"git diff exited with code {code}",
+                              fix=f"check the repository with `git -C {repo} fsck`, then run again")
+    return found
+
+
+def read_file_at(repo: Path, rev: str, path: str) -> str | None:
+    """The text of `path` at `rev`; None when the file does not exist there."""
+    if _FULL_SHA.fullmatch(rev) is None:
+        return _read_file_at(repo, rev, path)
+    key = (_key(repo), rev, path)
+    if key not in _files_at:
+        text = _read_file_at(repo, rev, path)
+        if text is not None and len(text) > _FILE_AT_MAX_CHARS:
+            return text
+        if len(_files_at) >= _FILES_AT_MAX:
+            _files_at.clear()
+        _files_at[key] = text
+    return _files_at[key]
+
+
+def _read_file_at(repo: Path, rev: str, path: str) -> str | None:
+    # One process in the common case; only a miss pays for telling "no such file" from "no such revision".
+    out = run_git(repo, "cat-file", "--batch", data=f"{rev}:{path}\n".encode())
+    header, _, rest = out.partition(b"\n")
+    if header.endswith(b" missing") or header.endswith(b" ambiguous"):
+        _resolve(repo, rev)
+        return None
+    _oid, kind, size = header.decode().rsplit(" ", 2)
+    if kind != "blob":
+        return None
+    return rest[: int(size)].decode("utf-8", "replace")
+
+
+def is_symlink_at(repo: Path, rev: str, path: str) -> bool:
+    """True when `path` at `rev` is a symbolic link (mode 120000), whose blob is a link target, not content."""
+    out = run_git(repo, "ls-tree", "-z", _resolve(repo, rev), "--", path)
+    return out.startswith(b"120000 ")
+
+
+def tree_hash(repo: Path, rev: str = "HEAD") -> str:
+    return git_text(repo, "rev-parse", "--verify", f"{_resolve(repo, rev)}^{{tree}}")
+
+
+def protected_paths_changed(repo: Path, base_sha: str, head: str, paths: list[str]) -> list[str]:
+    """Which of `paths` (a trailing "/" makes a prefix) differ between base and head.
+
+    A tree-to-tree diff: a file changed and changed back within the session is untouched.
+    """
+    if not paths:
+        return []
+    try:
+        raw = run_git(repo, "diff", "--name-only", "--no-renames", "-z", base_sha, head, "--")
+    except GitCommandError as exc:
+        raise _fail(f"could not diff {base_sha[:12]}..{head}", exc,
+                    "make sure both commits exist locally (fetch the work branch)") from None
+    changed = [p for p in raw.decode("utf-8", "replace").split("\0") if p]
+    return [p for p in paths if any(_matches(c, [p]) for c in changed)]
+
+
+def _diff_status(repo: Path, base_sha: str, head: str) -> list[tuple[str, str]]:
+    """(status letter, path) for every file that differs between two commits, renames as delete + add."""
+    try:
+        raw = run_git(repo, "diff", "--name-status", "--no-renames", "-z", base_sha, head, "--")
+    except GitCommandError as exc:
+        raise _fail(f"could not diff {base_sha[:12]}..{head}", exc,
+                    "make sure both commits exist locally (fetch the work branch)") from None
+    fields = raw.decode("utf-8", "surrogateescape").split("\0")
+    return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
+
+
+def files_changed(repo: Path, base_sha: str, head: str, patterns: list[str]) -> list[str]:
+    """The files (not the patterns) matching `patterns` ("dir/" is a prefix) that differ between base and head."""
+    if not patterns:
+        return []
+    return [path for _status, path in _diff_status(repo, base_sha, head) if _matches(path, patterns)]
+
+
+def deleted_files(repo: Path, base_sha: str, head: str) -> list[str]:
+    return [path for status, path in _diff_status(repo, base_sha, head) if status == "D"]
+
+
+def current_branch(repo: Path) -> str | None:
+    try:
+        return git_text(repo, "symbolic-ref", "--quiet", "--short", "HEAD") or None
+    except GitCommandError:
+        return None
+
+
+__all__ = [
+    "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
+    "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
+    "push_ref", "read_file_at", "ref_sha", "run_git", "tree_hash",
+]

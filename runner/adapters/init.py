@@ -1,0 +1,180 @@
+"""`plan-runner init`: write the workflow and an example plan into a repository.
+
+Templates use `[[ ]]`/`[% %]` delimiters because the workflow is full of `${{ }}`.
+Existing files are never overwritten without `--force`; nothing is written
+unless every file can be.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from runner.core.errors import PlanRunnerError
+from runner.adapters.source import Source, installed_source
+
+DEFAULT_ACTION_REF = "plan-runner/plan-runner@v0"
+DEFAULT_SERVER = "https://github.com"
+_SHA = re.compile(r"[0-9a-f]{40}")
+_REF = re.compile(r"(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(?:/[^@\s]+)?)@(?P<ref>[^\s@]+)")
+WORKFLOW_PATH = ".github/workflows/plan-runner.yml"
+EXAMPLE_PLAN_PATH = "plans/example.md"
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("runner", "templates"),
+    undefined=jinja2.StrictUndefined,
+    variable_start_string="[[", variable_end_string="]]",
+    block_start_string="[%", block_end_string="%]",
+    comment_start_string="[#", comment_end_string="#]",
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    action_ref: str = DEFAULT_ACTION_REF
+    action_comment: str = ""  # "# v0" after a sha the tag was resolved to
+    base: str = "main"
+    # Every 30 minutes, off the top of the hour (GitHub delays and drops scheduled runs most at :00).
+    cron: str = "17,47 * * * *"
+    timeout_minutes: int = 180
+    test_command: str = "make test"
+
+
+def parse_action_ref(text: str) -> tuple[str, str]:
+    """(`owner/repo[/path]`, ref) of an action reference; `./` (a local action) is ("./", "")."""
+    if text.startswith("./"):
+        return text, ""
+    match = _REF.fullmatch(text.strip())
+    if match is None:
+        raise PlanRunnerError(what=f"action reference {text!r} is not `owner/repo@ref`",
+                              why="the workflow's `uses:` needs the action's repository and a version",
+                              fix="pass e.g. --action-ref plan-runner/plan-runner@<40-character commit sha>")
+    return match["repo"], match["ref"]
+
+
+def resolve_ref(url: str, ref: str, timeout_s: float = 15.0) -> str | None:
+    """The commit sha `ref` (a tag or branch) names in the git repository at `url`; None if unknown.
+
+    Pinning by sha keeps a moved tag from changing what the workflow runs."""
+    try:
+        proc = subprocess.run(["git", "ls-remote", url, f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}",
+                               f"refs/heads/{ref}"], capture_output=True, text=True, timeout=timeout_s,
+                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    refs = dict(reversed(line.split("\t", 1)) for line in proc.stdout.splitlines() if "\t" in line)
+    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}"):  # peeled tag first
+        if _SHA.fullmatch(refs.get(name, "")):
+            return refs[name]
+    return None
+
+
+def pin_action_ref(text: str, server: str = DEFAULT_SERVER) -> tuple[str, str, bool]:
+    """(the `uses:` value, a trailing comment, pinned?) for an action reference."""
+    repo, ref = parse_action_ref(text)
+    if repo == text:  # the action in this very repository: `./` is what GitHub, actionlint and act all read
+        return text, "  # zizmor: ignore[self-repository]", True
+    if _SHA.fullmatch(ref):
+        return text, "", True
+    owner_repo = "/".join(repo.split("/")[:2])
+    sha = resolve_ref(f"{server.rstrip('/')}/{owner_repo}" if "://" in server else f"{server}/{owner_repo}", ref)
+    if sha is None:
+        return text, "", False
+    return f"{repo}@{sha}", f" # {ref}", True
+
+
+def render_workflow(opts: InitOptions = InitOptions()) -> str:
+    """The workflow text; `opts.action_ref` as given (see `pin_action_ref` for pinning)."""
+    parse_action_ref(opts.action_ref)
+    return _ENV.get_template("workflow.yml.j2").render(
+        action_ref=opts.action_ref, action_comment=opts.action_comment, example_plan=EXAMPLE_PLAN_PATH,
+        cron=opts.cron, timeout_minutes=opts.timeout_minutes)
+
+
+def render_example_plan(opts: InitOptions = InitOptions()) -> str:
+    return _ENV.get_template("example_plan.md.j2").render(base=opts.base, test_command=opts.test_command)
+
+
+def _default_branch(repo: Path) -> str:
+    """The branch the work tree is on, so the example plan's `base` is right; `main` otherwise."""
+    head = repo / ".git" / "HEAD"
+    try:
+        text = head.read_text(encoding="utf-8").strip()
+    except OSError:
+        return "main"
+    return text.removeprefix("ref: refs/heads/") if text.startswith("ref: refs/heads/") else "main"
+
+
+def _test_command(repo: Path) -> str:
+    if (repo / "pyproject.toml").exists() or (repo / "setup.py").exists():
+        return "python -m pytest -q"
+    if (repo / "package.json").exists():
+        return "npm test"
+    if (repo / "Cargo.toml").exists():
+        return "cargo test"
+    if (repo / "go.mod").exists():
+        return "go test ./..."
+    return "make test"
+
+
+def installed_action_ref(source: Source | None, warn=lambda text: None) -> tuple[str, str] | None:
+    """(`uses:` value, comment) pinned to the commit this plan-runner was installed from, or None (warned)."""
+    if source is None:
+        warn("plan-runner cannot tell which commit it was installed from (no commit was recorded when it was "
+             f"built, and it does not run from a git checkout); the workflow uses {DEFAULT_ACTION_REF}, "
+             "resolved to a sha if GitHub answers. Pin it yourself: "
+             "`plan-runner init --action-ref <owner>/<repo>@<40-character commit sha>`")
+        return None
+    if not source.repository:
+        warn(f"plan-runner was installed from commit {source.commit} ({source.how}), but its origin is not a "
+             "GitHub repository the workflow could name; pass `--action-ref <owner>/<repo>@" + source.commit + "`")
+        return None
+    if source.dirty:
+        warn(f"the checkout plan-runner runs from has uncommitted changes; the workflow pins {source.commit}, "
+             "which does not hold them: commit and push them, then run `plan-runner init --force` again")
+    return f"{source.repository}@{source.commit}", f" # v{source.version}"
+
+
+def write_init(directory: Path, *, force: bool = False, action_ref: str | None = None,
+               server: str = DEFAULT_SERVER, warn=lambda text: None,
+               source: Source | None | bool = True) -> list[Path]:
+    """Write the workflow and the example plan; returns the paths written.
+
+    Without `action_ref` the workflow pins the commit this plan-runner was installed from
+    (`runner.adapters.source`; `source` overrides what is found, True: look). A tag or branch is resolved to its
+    commit sha (`git ls-remote`); when that fails the tag is written as given and `warn` says how to pin it."""
+    repo = Path(directory)
+    if not repo.is_dir():
+        raise PlanRunnerError(what=f"{repo} is not a directory", why="init writes into an existing repository",
+                              fix="create it (`git init`) or pass the repository's path")
+    pinned_here = None
+    if action_ref is None:
+        pinned_here = installed_action_ref(installed_source() if source is True else source or None, warn)
+    if pinned_here is not None:
+        uses, comment = pinned_here
+    else:
+        uses, comment, pinned = pin_action_ref(action_ref or DEFAULT_ACTION_REF, server)
+        if not pinned:
+            warn(f"could not resolve {action_ref or DEFAULT_ACTION_REF} to a commit sha; the workflow uses the "
+                 "tag as written. Pin it (`--action-ref owner/repo@<40-character sha>`): a tag can be moved to "
+                 "other code.")
+    opts = InitOptions(action_ref=uses, action_comment=comment, base=_default_branch(repo),
+                       test_command=_test_command(repo))
+    files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}
+    existing = [p for p in files if p.exists()]
+    if existing and not force:
+        names = ", ".join(str(p) for p in existing)
+        raise PlanRunnerError(what=f"refusing to overwrite {names}",
+                              why="init never replaces files you may have edited",
+                              fix="move them aside, or run `plan-runner init --force` to overwrite them")
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return list(files)

@@ -1,0 +1,537 @@
+"""The one way plan-runner runs a process it does not trust: the agent, its shell tool, gates, `verify:`, `setup:`.
+
+`run` starts the process in a session (so in a process group) of its own, as the sandbox
+identity when one is given, and reads its output in the caller's thread through a
+selector: no pipe can fill up and deadlock, and nothing is buffered here, each chunk
+goes to a sink the caller chose (`BoundedTail`, `HeadTail`, a line splitter), so memory
+stays bounded however much the process prints. It enforces a wall-clock limit and an
+optional stall limit (no output for so long), and `Controller.stop()` ends it on demand.
+
+Everything it started is killed, however it ends: on a limit or a stop, SIGTERM to the
+group, SIGKILL `term_grace_s` later; when the leader exits, SIGTERM to the group at
+once (what it left running in the background goes with it; gates and the shell tool
+instead let it finish writing until the drain ends), and after a drain of at most
+`drain_s` (a grandchild that escaped with `setsid` may hold the pipe open forever)
+SIGKILL to the group; with an isolated identity, every process of its uid is
+SIGKILLed too (escaped daemons included). The leader is always reaped. So a call
+returns at most about `time_limit_s + term_grace_s + drain_s` after it started,
+whatever the process does.
+
+The result says truthfully how it ended: `reason` is "exited" only when the process
+ended by itself, and `returncode` is what the OS reported (negative: killed by that
+signal), so a process plan-runner killed is never a success.
+
+With `pid_file`, the group is recorded while it runs, so that if plan-runner itself is
+killed outright, the next plan-runner stops the leftover group (`reap_leftover`). That
+needs Linux's /proc (to tell a reused pid from the recorded one): elsewhere it cannot
+be done, and `run` warns once instead of silently skipping it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import selectors
+import signal
+import subprocess
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from runner.adapters.sandbox import Identity
+from runner.core.tail import BoundedTail
+
+Reason = Literal["exited", "stalled", "time_limit", "stopped"]
+
+_READ_CHUNK = 256 * 1024
+_TICK_S = 0.05  # how often the watchdogs look at the clock while the process is quiet
+_REAP_S = 5.0  # after SIGKILL, how long to wait for the kernel to let the leader go
+_PROC = Path("/proc")  # Linux: start times of processes (telling a reused pid from ours)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a process ended."""
+
+    returncode: int | None  # as the OS reported it: >= 0 its exit status, < 0 killed by signal -N; None: not reaped
+    reason: Reason  # "exited": it ended by itself; otherwise plan-runner killed it, and this is why
+    stop_detail: str  # why Controller.stop() was called ("token budget", ...), else ""
+    output_bytes: int  # everything it printed, stdout and stderr
+    duration_s: float
+
+    @property
+    def killed(self) -> bool:
+        """plan-runner ended it (a limit, a stop): whatever exit status it had is not its own verdict."""
+        return self.reason != "exited"
+
+    @property
+    def succeeded(self) -> bool:
+        return self.reason == "exited" and self.returncode == 0
+
+    @property
+    def shell_code(self) -> int | None:
+        """The exit status the way a shell reports it: 128 + N for "killed by signal N"."""
+        code = self.returncode
+        return 128 - code if code is not None and code < 0 else code
+
+    def status(self) -> str:
+        """`exit code 3`, `killed by signal 9 (SIGKILL)`, ...: what the OS said, never dressed up."""
+        code = self.returncode
+        if code is None:
+            return "no exit status (the process could not be reaped)"
+        if code >= 0:
+            return f"exit code {code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+
+
+class StartFailed(Exception):
+    """The process could not be started at all (no such program or directory, not executable): nothing runs."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_CLOSE = object()  # sentinel for the stdin writer
+
+
+class Controller:
+    """The running process as its caller sees it (handed to `on_start`); thread-safe."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], started: float) -> None:
+        self._proc = proc
+        self._started = started
+        self._lock = threading.Lock()
+        self._stop_detail: str | None = None
+        self._stdin_open = proc.stdin is not None
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        if proc.stdin is not None:
+            # a writer thread: a child that does not read its stdin must never block the supervisor
+            self._writer = threading.Thread(target=self._write_loop, name="proc-stdin", daemon=True)
+            self._writer.start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
+
+    @property
+    def stop_detail(self) -> str | None:
+        with self._lock:
+            return self._stop_detail
+
+    def send(self, text: str | bytes) -> bool:
+        """Queue `text` for the child's stdin; False if stdin is closed (or was never kept open)."""
+        with self._lock:
+            if not self._stdin_open:
+                return False
+            self._queue.put(text.encode("utf-8") if isinstance(text, str) else bytes(text))
+            return True
+
+    def close_stdin(self) -> None:
+        with self._lock:
+            if self._stdin_open:
+                self._stdin_open = False
+                self._queue.put(_CLOSE)
+
+    def stop(self, detail: str) -> None:
+        """Ask for the process (and everything it started) to be killed; the first reason given wins."""
+        with self._lock:
+            if self._stop_detail is None:
+                self._stop_detail = detail or "stopped"
+
+    def _write_loop(self) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _CLOSE:
+                    break
+                assert isinstance(item, bytes)
+                stdin.write(item)
+                stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the child closed its stdin or died: further sends are dropped
+        finally:
+            with self._lock:
+                self._stdin_open = False
+            try:
+                stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+
+    def _shutdown_writer(self) -> None:
+        self.close_stdin()
+        if self._writer is not None:
+            self._writer.join(timeout=1.0)
+            if self._writer.is_alive() and self._proc.stdin is not None:
+                # the writer is blocked on a full pipe of a dead child; closing unblocks it
+                try:
+                    os.close(self._proc.stdin.fileno())
+                except OSError:
+                    pass
+                self._writer.join(timeout=1.0)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _kill_everything(pgid: int, identity: Identity) -> None:
+    """SIGKILL the group, and with an isolated identity every process of its uid (`setsid` escapes included)."""
+    _signal_group(pgid, signal.SIGKILL)
+    identity.kill_all()
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path | str,
+    env: Mapping[str, str],
+    time_limit_s: float,
+    on_output: Callable[[bytes], None] | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+    merge_stderr: bool = False,
+    stall_s: float | None = None,
+    identity: Identity | None = None,
+    stdin_text: str | bytes | None = None,
+    keep_stdin_open: bool = False,
+    on_start: Callable[[Controller], None] | None = None,
+    term_grace_s: float = 2.0,
+    drain_s: float = 2.0,
+    stop_leftovers_at_exit: bool = True,
+    pid_file: Path | None = None,
+) -> Finished:
+    """Run `argv` in `cwd` with exactly `env` until it ends; kill everything it started; say how it ended.
+
+    Output goes chunk by chunk to `on_output` (stdout; stderr too with `merge_stderr`) and
+    `on_stderr`; a sink left None discards (the bytes are still counted). Any output resets
+    the stall watchdog. When the leader exits, what it left running is stopped at once
+    (`stop_leftovers_at_exit`: an agent's daemons), or else may go on writing to the pipe for
+    up to `drain_s` (a gate's background job finishing its output) before it is killed.
+    A callback that raises (Ctrl-C included) kills the group and the exception propagates. Raises `StartFailed` when the process cannot be started at all.
+    """
+    identity = identity or Identity()
+    full_argv, extra = identity.command(list(argv), dict(env), cwd)
+    want_stdin = stdin_text is not None or keep_stdin_open
+    try:
+        proc = subprocess.Popen(
+            full_argv,
+            env=dict(env),
+            **extra,
+            stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            start_new_session=True,  # its own process group: a kill reaches everything it started
+            bufsize=0,
+        )
+    except OSError as exc:
+        raise StartFailed(exc) from exc
+    pgid = proc.pid  # start_new_session: the child leads its own group
+    started = time.monotonic()
+    ctl: Controller | None = None
+    sel = selectors.DefaultSelector()
+    streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
+    sinks: dict[int, Callable[[bytes], None] | None] = {}
+    ending: Reason | None = None  # set once plan-runner decided to kill it
+    sigkill_at = float("inf")
+    exited_at: float | None = None
+    output_bytes = 0
+    last_output = started
+    try:
+        if pid_file is not None:
+            _record_group(pid_file, pgid)
+        assert proc.stdout is not None
+        sinks[proc.stdout.fileno()] = on_output
+        if proc.stderr is not None:
+            sinks[proc.stderr.fileno()] = on_stderr
+        for fd in sinks:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        ctl = Controller(proc, started)
+        if stdin_text is not None:
+            ctl.send(stdin_text)
+        if not keep_stdin_open:
+            ctl.close_stdin()
+        if on_start is not None:
+            on_start(ctl)
+        while True:
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+                if ending is None:
+                    if stop_leftovers_at_exit:
+                        _signal_group(pgid, signal.SIGTERM)  # what it left running goes too (a chance to clean up)
+                        identity.kill_all()  # and whatever left the group: nothing of its uid outlives it
+                else:
+                    _kill_everything(pgid, identity)  # it was being killed: no second grace
+            if exited_at is None:
+                if ending is None:
+                    if ctl.stop_detail is not None:
+                        ending = "stopped"
+                    elif now - started >= time_limit_s:
+                        ending = "time_limit"
+                    elif stall_s is not None and now - last_output >= stall_s:
+                        ending = "stalled"
+                    if ending is not None:
+                        _signal_group(pgid, signal.SIGTERM)  # SIGTERM first so test runners can clean up
+                        sigkill_at = now + term_grace_s
+                elif now >= sigkill_at:
+                    _kill_everything(pgid, identity)  # it ignored SIGTERM
+                    sigkill_at = float("inf")
+            elif not sinks or now - exited_at >= drain_s:
+                break  # done; or an escaped grandchild (new session) holds the pipe open
+            timeout = _TICK_S
+            if exited_at is None and ending is None:
+                deadline = started + time_limit_s
+                if stall_s is not None:
+                    deadline = min(deadline, last_output + stall_s)
+                timeout = max(0.0, min(_TICK_S, deadline - now))
+            if not sinks:  # pipes closed but the process lives on: keep watching it
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+                continue
+            for key, _ in sel.select(timeout):
+                fd = key.fd
+                try:
+                    data = os.read(fd, _READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(fd)
+                    del sinks[fd]
+                    continue
+                output_bytes += len(data)
+                sink = sinks[fd]
+                if sink is not None:
+                    sink(data)
+                last_output = time.monotonic()  # time spent in the sink is ours, not the child's silence
+    except BaseException:
+        if exited_at is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=min(term_grace_s, 0.5))
+            except subprocess.TimeoutExpired:
+                pass
+        raise
+    finally:
+        _kill_everything(pgid, identity)  # leftovers that ignored SIGTERM, or held the pipe
+        sel.close()
+        if ctl is not None:
+            ctl._shutdown_writer()
+        elif proc.stdin is not None:
+            proc.stdin.close()
+        for stream in streams:
+            stream.close()
+        try:
+            proc.wait(timeout=_REAP_S)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent; stuck in the kernel
+            pass
+        if pid_file is not None:
+            _forget_group(pid_file)
+    return Finished(
+        returncode=proc.returncode,
+        reason=ending or "exited",
+        stop_detail=(ctl.stop_detail or "") if ending == "stopped" and ctl is not None else "",
+        output_bytes=output_bytes,
+        duration_s=time.monotonic() - started,
+    )
+
+
+# --- bounded sinks ---------------------------------------------------------------------------------
+
+
+def head_tail_text(head: bytes, tail: bytes, omitted: int) -> str:
+    head_text = head.decode("utf-8", errors="ignore")
+    tail_text = tail.decode("utf-8", errors="ignore")
+    return f"{head_text}\n[... {omitted} bytes omitted ...]\n{tail_text}"
+
+
+def bound_text(text: str, limit: int) -> str:
+    """Head and tail of `text` within about `limit` bytes: errors tend to be at the end, context at the start."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= limit:
+        return text
+    half = limit // 2
+    return head_tail_text(data[:half], data[-half:], len(data) - 2 * half)
+
+
+class HeadTail:
+    """The first and last `limit` bytes of a stream, and its size: memory stays flat however much is fed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._head = bytearray()
+        self._tail = BoundedTail(limit)
+
+    @property
+    def total_bytes(self) -> int:
+        return self._tail.total_bytes
+
+    def feed(self, chunk: bytes) -> None:
+        if len(self._head) < self.limit:
+            self._head += chunk[: self.limit - len(self._head)]
+        self._tail.feed(chunk)
+
+    def whole(self) -> bytes | None:
+        """Everything fed, when head and tail still hold all of it; else None."""
+        total = self._tail.total_bytes
+        if total > 2 * self.limit:
+            return None
+        tail = self._tail.bytes()
+        return bytes(self._head) + tail[len(tail) - (total - len(self._head)):]
+
+    def bytes(self) -> bytes:
+        """Everything fed, or its head and tail with a marker of how much was left out between them."""
+        whole = self.whole()
+        if whole is not None:
+            return whole
+        omitted = self._tail.total_bytes - 2 * self.limit
+        return bytes(self._head) + f"\n[... {omitted} bytes omitted ...]\n".encode() + self._tail.bytes()
+
+    def bounded(self, prefix: str = "") -> str:
+        """`bound_text(prefix + everything fed, limit)`, without ever holding everything fed."""
+        whole = self.whole()
+        if whole is not None:  # head and tail overlap or touch: the whole stream is here
+            return bound_text(prefix + whole.decode("utf-8", errors="replace"), self.limit)
+        start = prefix.encode("utf-8", errors="replace")
+        half = self.limit // 2
+        return head_tail_text((start + bytes(self._head))[:half], self._tail.bytes()[-half:],
+                              len(start) + self._tail.total_bytes - 2 * half)
+
+
+@dataclass(frozen=True)
+class Captured:
+    finished: Finished
+    stdout: bytes  # bounded: head and tail of at most `limit` bytes each
+    stderr: bytes
+
+
+def capture(argv: Sequence[str], *, cwd: Path | str, env: Mapping[str, str], time_limit_s: float,
+            identity: Identity | None = None, limit: int = 64 * 1024) -> Captured:
+    """`run` with stdout and stderr kept, each bounded to its first and last `limit` bytes."""
+    out, err = HeadTail(limit), HeadTail(limit)
+    finished = run(argv, cwd=cwd, env=env, time_limit_s=time_limit_s, identity=identity,
+                   on_output=out.feed, on_stderr=err.feed)
+    return Captured(finished, out.bytes(), err.bytes())
+
+
+# --- a process group left running by a plan-runner that was killed outright ------------------------
+
+_warned_no_proc = False
+
+
+def _have_proc() -> bool:
+    return (_PROC / "self" / "stat").exists()
+
+
+def _warn_no_proc() -> None:
+    global _warned_no_proc
+    if not _warned_no_proc:
+        _warned_no_proc = True
+        warnings.warn(
+            "plan-runner cannot reap leftovers on this system (no Linux /proc to tell a recorded process from "
+            "a reused pid): if plan-runner is killed outright, the agent it started keeps running and must be "
+            "stopped by hand", RuntimeWarning, stacklevel=3)
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (Linux /proc); None when there is no such process or no /proc."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
+
+
+def _record_group(pid_file: Path, pgid: int) -> None:
+    """Best effort: the record only helps a later run clean up; failing to write it (a full or read-only
+    disk) must not leave the just-started process unsupervised."""
+    if not _have_proc():
+        _warn_no_proc()
+        return
+    try:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pid_file.with_name(pid_file.name + ".tmp")
+        tmp.write_text(json.dumps({"pgid": pgid, "start": _start_time(pgid), "by": os.getpid()}))
+        tmp.replace(pid_file)
+    except OSError:
+        pass
+
+
+def _forget_group(pid_file: Path) -> None:
+    try:
+        pid_file.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap_leftover(pid_file: Path, grace_s: float = 2.0) -> int | None:
+    """Stop the process group recorded in `pid_file` if it still runs; its pgid, else None.
+
+    Only the group plan-runner recorded is touched: its leader must still have the recorded
+    start time (a reused pid is left alone), or, the leader gone, its group must still have
+    members (Linux never hands out a pid that is some live group's id). Without /proc
+    (not Linux) nothing can be checked: a warning says so, nothing is killed.
+    """
+    if not _have_proc():
+        _warn_no_proc()
+        return None
+    try:
+        record = json.loads(pid_file.read_text())
+        pgid, start = int(record["pgid"]), record.get("start")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        _forget_group(pid_file)  # unreadable: written by no plan-runner that finished it
+        return None
+    if start is None or pgid <= 1:
+        _forget_group(pid_file)
+        return None
+    now = _start_time(pgid)
+    ours = now == start if now is not None else _group_alive(pgid)
+    if not ours or not _group_alive(pgid):
+        _forget_group(pid_file)
+        return None
+    _signal_group(pgid, signal.SIGTERM)
+    _wait_group_gone(pgid, grace_s)
+    _signal_group(pgid, signal.SIGKILL)
+    _wait_group_gone(pgid, _REAP_S)  # the kernel takes a moment to reap
+    _forget_group(pid_file)
+    return pgid
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.02)

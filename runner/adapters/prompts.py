@@ -1,0 +1,285 @@
+"""Session prompts: one jinja2 template per `SessionKind`, rendered from real records.
+
+Python builds a plain view of the plan and the last session's evidence; the
+templates only lay it out. Text the agent or a tool produced (gate output, the
+agent's handoff, error messages) is fenced with a fence longer than any
+backtick run inside it, and introduced as data, so it cannot pose as
+instructions. Templates use `StrictUndefined`: a missing field fails the render
+instead of leaving a hole in the prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jinja2
+
+from runner.core.actions import RunSession, SessionKind
+from runner.core.evidence import CheckpointState, Evidence, GateResult
+from runner.core.plan import GateConfig, Plan, Stage
+
+__all__ = ["PromptContext", "fence", "inline_code", "render_handoff_from_evidence", "render_prompt", "stage_excerpt"]
+
+_TEMPLATES = {
+    SessionKind.DELIVERY: "prompt_delivery.j2",
+    SessionKind.FIX_GATES: "prompt_fix_gates.j2",
+    SessionKind.FIX_NO_PROGRESS: "prompt_fix_no_progress.j2",
+    SessionKind.FIX_ERROR: "prompt_fix_error.j2",
+    SessionKind.RESUME: "prompt_resume.j2",
+    SessionKind.HANDOFF: "prompt_handoff.j2",
+}
+# Bounds on embedded text, so one noisy gate cannot crowd the task out of the prompt.
+GATE_TAIL_CHARS = 8000
+HANDOFF_CHARS = 20000
+ERROR_CHARS = 4000
+STAGE_CHARS = 12000
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """Everything a session prompt is rendered from.
+
+    ``plan`` is parsed from the session's base commit and ``plan_text`` is that
+    file's text. ``last_evidence`` is the previous session's evidence (failing
+    gates, error, commits); ``history`` is every session since the last
+    handoff, for plan-runner's own handoff when the agent wrote none.
+    ``rejected_flips`` are the previous verdict's "id: why" lines.
+    ``instructions`` is a maintainer's reply text (``RunSession.instructions``
+    is used when this is None).
+    """
+
+    plan: Plan
+    plan_text: str
+    handoff_path: str
+    previous_handoff: str | None = None
+    last_evidence: Evidence | None = None
+    history: tuple[Evidence, ...] = ()
+    rejected_flips: tuple[str, ...] = ()
+    instructions: str | None = None
+    session_number: int | None = None
+
+
+def fence(text: str, info: str = "text") -> str:
+    """``text`` in a Markdown code fence longer than any backtick run inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    body = text if text.endswith("\n") or not text else text + "\n"
+    return f"{ticks}{info}\n{body}{ticks}"
+
+
+def inline_code(text: str) -> str:
+    """``text`` as inline Markdown code, whatever backticks it contains."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _clip_end(text: str, limit: int) -> str:
+    """The end of ``text`` (where failures are summarised), cut at a line start."""
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    newline = cut.find("\n")
+    if 0 <= newline < len(cut) // 2:
+        cut = cut[newline + 1 :]
+    return f"[... {len(text) - len(cut)} earlier characters omitted ...]\n{cut}"
+
+
+def _clip_start(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters omitted ...]\n"
+
+
+_HEADING = re.compile(r"^#{1,2}(?:[ \t]|$)")
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_STAGE_HEADING = r"^##[ \t]+stage[ \t]+{n}(?![\d.])"
+
+
+def stage_excerpt(plan_text: str, stage: Stage) -> str:
+    """The stage's section of the plan: its heading up to the next `#`/`##` heading."""
+    lines = plan_text.splitlines()
+    start = stage.line - 1
+    if not (0 <= start < len(lines) and re.match(_STAGE_HEADING.format(n=stage.number), lines[start], re.I)):
+        pattern = re.compile(_STAGE_HEADING.format(n=stage.number), re.I)
+        start = next((i for i, line in enumerate(lines) if pattern.match(line)), -1)
+    if start < 0:
+        # No heading found (a plan built in code): list the checkpoints instead.
+        boxes = (f"- [{'x' if c.state is CheckpointState.DONE else ' '}] {c.id} {c.title}" for c in stage.checkpoints)
+        return "\n".join([f"## Stage {stage.number}: {stage.title}", *boxes])
+    end, open_fence = len(lines), None
+    for i in range(start + 1, len(lines)):
+        found = _FENCE_LINE.match(lines[i])
+        if open_fence:
+            if found and found.group(1)[0] == open_fence[0] and len(found.group(1)) >= len(open_fence):
+                open_fence = None
+        elif found:
+            open_fence = found.group(1)
+        elif _HEADING.match(lines[i]):
+            end = i
+            break
+    return _clip_start("\n".join(lines[start:end]).strip("\n"), STAGE_CHARS)
+
+
+def _gate_target(gate: GateConfig) -> str:
+    if gate.run is not None:
+        return gate.run
+    if gate.http is not None:
+        return f"GET {gate.http}"
+    return "remote checks: " + ", ".join(gate.checks or ())
+
+
+def _gate_views(plan: Plan) -> list[dict]:
+    return [
+        {"name": g.name, "kind": g.kind, "target": _gate_target(g), "required": g.required,
+         "cwd": g.cwd, "timeout_s": g.timeout_minutes}
+        for g in plan.config.gates
+    ]
+
+
+def _failing_gate_views(plan: Plan, gates: Sequence[GateResult], *, required_only: bool = True) -> list[dict]:
+    by_name = {g.name: g for g in plan.config.gates}
+    views = []
+    for r in gates:
+        if r.passed or (required_only and not r.required):
+            continue
+        config = by_name.get(r.name)
+        if r.timed_out:
+            status = "timed out"
+        elif r.http_status is not None:
+            status = f"HTTP {r.http_status}"
+        elif r.exit_code is not None:
+            status = f"exit code {r.exit_code}"
+        else:
+            status = "could not run"
+        views.append({
+            "name": r.name, "kind": r.kind, "target": _gate_target(config) if config else "(not in the plan)",
+            "status": status, "error": r.error, "reran": r.reran, "required": r.required,
+            "tail": _clip_end(r.output_tail, GATE_TAIL_CHARS),
+        })
+    return views
+
+
+def _checkpoint_view(plan: Plan, checkpoint_id: str | None) -> tuple[dict | None, dict | None]:
+    checkpoint = plan.checkpoint(checkpoint_id) if checkpoint_id else None
+    if checkpoint is None:
+        checkpoint = plan.next_checkpoint()
+    if checkpoint is None:
+        return None, None
+    stage = plan.stage_of(checkpoint.id)
+    cp = {"id": checkpoint.id, "title": checkpoint.title, "verify": checkpoint.verify,
+          "state": checkpoint.state.value, "line": checkpoint.line, "blocked_reason": checkpoint.blocked_reason}
+    st = None
+    if stage is not None:
+        st = {"number": stage.number, "title": stage.title,
+              "checkpoints": [{"id": c.id, "title": c.title, "state": c.state.value} for c in stage.checkpoints]}
+    return cp, st
+
+
+def _commit_views(evidence: Sequence[Evidence], limit: int = 30) -> list[dict]:
+    seen: dict[str, dict] = {}
+    for e in evidence:
+        for c in e.commits:
+            seen.setdefault(c.sha, {"sha": c.sha[:10], "summary": c.summary, "files": list(c.files[:8]),
+                                    "more_files": max(0, len(c.files) - 8), "work": c.counts_as_work and not c.wip,
+                                    "wip": c.wip, "session": e.session_number})
+    return list(seen.values())[-limit:]
+
+
+def _session_view(e: Evidence | None) -> dict | None:
+    if e is None:
+        return None
+    s = e.signals
+    return {
+        "number": e.session_number, "kind": e.session_kind, "checkpoint": e.next_checkpoint,
+        "commits": _commit_views([e]), "work_commits": len(e.work_commits),
+        "exit_kind": s.exit_kind.value, "exit_code": s.exit_code,
+        "error": _clip_end(s.error, ERROR_CHARS) if s.error else None,
+        "tampering": list(e.tampering),
+        "flips": [{"id": f.checkpoint_id, "before": f.before.value if f.before else None,
+                   "after": f.after.value if f.after else None} for f in e.flips],
+    }
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("runner", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # prompts are Markdown for a model, not HTML
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["fence"] = fence
+    env.filters["code"] = inline_code
+    return env
+
+
+def _plan_view(plan: Plan) -> dict:
+    return {"title": plan.title or plan.id, "id": plan.id, "path": plan.path, "branch": plan.work_branch,
+            "gates": _gate_views(plan)}
+
+
+def render_prompt(action: RunSession, context: PromptContext) -> str:
+    """The prompt for ``action``'s session kind, rendered from ``context``."""
+    plan = context.plan
+    last = context.last_evidence
+    checkpoint, stage = _checkpoint_view(plan, action.checkpoint)
+    stage_obj = plan.stage_of(checkpoint["id"]) if checkpoint else None
+    handoff = context.previous_handoff
+    handoff_by_plan_runner = False
+    if action.kind is SessionKind.HANDOFF and not (handoff and handoff.strip()):
+        handoff = render_handoff_from_evidence(plan, context.history or ((last,) if last else ()))
+        handoff_by_plan_runner = True
+    instructions = context.instructions if context.instructions is not None else action.instructions
+    values = {
+        "kind": action.kind.value,
+        "reason": action.reason,
+        "session_number": context.session_number,
+        "plan": _plan_view(plan),
+        "checkpoint": checkpoint,
+        "stage": stage,
+        "stage_text": stage_excerpt(context.plan_text, stage_obj) if stage_obj else "",
+        "handoff_path": context.handoff_path,
+        "previous_handoff": _clip_end(handoff, HANDOFF_CHARS) if handoff and handoff.strip() else None,
+        "handoff_by_plan_runner": handoff_by_plan_runner,
+        "last": _session_view(last),
+        "failing_gates": _failing_gate_views(plan, last.gates) if last else [],
+        "rejected_flips": list(context.rejected_flips),
+        "instructions": instructions.strip() if instructions and instructions.strip() else None,
+    }
+    return _environment().get_template(_TEMPLATES[action.kind]).render(**values)
+
+
+def render_handoff_from_evidence(plan: Plan, evidence_list: Sequence[Evidence]) -> str:
+    """plan-runner's own handoff when the agent wrote none: commits, checkpoint states, last gates.
+
+    ``plan`` should carry the tracker as of the latest head, so the checkpoint
+    states are current.
+    """
+    evidence = [e for e in evidence_list if e is not None]
+    last = evidence[-1] if evidence else None
+    next_cp = plan.next_checkpoint()
+    values = {
+        "plan": _plan_view(plan),
+        "stages": [
+            {"number": s.number, "title": s.title,
+             "checkpoints": [{"id": c.id, "title": c.title, "state": c.state.value,
+                              "blocked_reason": c.blocked_reason, "next": next_cp is not None and c.id == next_cp.id}
+                             for c in s.checkpoints]}
+            for s in plan.stages
+        ],
+        "sessions": [_session_view(e) for e in evidence],
+        "commits": _commit_views(evidence),
+        "last_gates": [
+            {"name": g.name, "passed": g.passed, "required": g.required, "flaky": g.flaky, "timed_out": g.timed_out,
+             "exit_code": g.exit_code, "http_status": g.http_status, "cached": g.cached}
+            for g in (last.gates if last else ())
+        ],
+    }
+    return _environment().get_template("prompt_evidence_handoff.j2").render(**values)

@@ -1,0 +1,203 @@
+"""The plan: front-matter configuration and the tracker, as frozen models.
+
+Parsing text into these models lives in `runner.adapters.planfile`; this module is pure
+data plus the few derived facts the policy needs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+
+from runner.core.evidence import CheckpointState
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|m|min|mins|h|hr|hrs)?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60, "h": 3600, "hr": 3600, "hrs": 3600}
+
+
+def parse_duration(value: object) -> float:
+    """Minutes as a number (fractions allowed) or a string `45s`, `12m`, `2h`; returns seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 12 (minutes), '45s', '12m' or '2h', got a boolean")
+    if isinstance(value, (int, float)):
+        try:
+            seconds = float(value) * 60
+        except OverflowError:  # a 400-digit integer from YAML must be a user error, not a crash
+            raise ValueError("a duration this large is not a duration") from None
+    elif isinstance(value, str):
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError(f"{value!r} is not a duration; write minutes as a number, or '45s', '12m', '2h'")
+        unit = (m.group(2) or "m").lower()
+        seconds = float(m.group(1)) * _UNIT_SECONDS[unit]
+    else:
+        raise ValueError(f"expected a duration such as 12 (minutes), '45s', '12m' or '2h', got {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    # The schema shows what a plan may contain (minutes or a string with a unit), not the
+    # seconds the model stores, so editors validating front matter accept "45s".
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "description": "minutes"},
+                {"type": "string", "pattern": _DURATION.pattern, "description": "e.g. '45s', '12m', '2h'"},
+            ]
+        }
+    ),
+]
+"""Seconds, written in the plan as minutes or with a unit."""
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+
+Backend = Literal["claude-code", "anthropic", "codex", "command", "script"]
+
+
+class AgentConfig(Config):
+    backend: Backend = "claude-code"
+    model: str | None = Field(None, description="Model name passed to the backend.")
+    executable: str | None = Field(None, description="CLI name or path, for CLI backends.")
+    args: tuple[str, ...] = Field((), description="Extra arguments for CLI backends.")
+    stall_minutes: Duration = Field(12 * 60, description="No output for this long -> Stalled.")
+    time_limit_minutes: Duration = Field(90 * 60, description="Hard limit for one session -> TimedOut.")
+    session_tokens: int = Field(600_000, gt=0, description="Token budget: nudge at 80 %, stop at 100 % -> RolledOver.")
+    env: tuple[str, ...] = Field((), description="Extra environment variable names passed to the agent.")
+    script: str | None = Field(None, description="script backend: path of the session script file.")
+    prompt_via: Literal["stdin", "file"] = Field("stdin", description="command backend: how the prompt is given.")
+    limit_patterns: tuple[str, ...] = Field((), description="command backend: regexes that mean a rate limit.")
+    reset_pattern: str | None = Field(None, description="command backend: regex whose group 1 is the reset time.")
+
+
+class AdvisorConfig(Config):
+    model: str = Field("claude-haiku-4-5", description="A cheap model consulted at dead ends.")
+    enabled: bool = True
+
+
+class GateConfig(Config):
+    name: str = Field(min_length=1)
+    run: str | None = Field(None, description="Shell command; exit code 0 is green.")
+    http: str | None = Field(None, description="URL; status 2xx and a body that does not report failure is green.")
+    checks: tuple[str, ...] | None = Field(None, description="Names of check runs / commit statuses to wait for.")
+    required: bool = True
+    timeout_minutes: Duration = 20 * 60
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        if self.run is not None:
+            return "command"
+        if self.http is not None:
+            return "http"
+        return "checks"
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> GateConfig:
+        given = [k for k in ("run", "http", "checks") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("a gate needs exactly one of `run`, `http` or `checks`")
+        if self.run is not None and not self.run.strip():
+            raise ValueError("the gate's `run` command is empty")
+        return self
+
+
+class BudgetConfig(Config):
+    slack: float = Field(2.0, ge=1.0, description="Stage attempts = expected sessions x slack.")
+    max_sessions: int = Field(60, ge=1)
+    max_cost_usd: float | None = Field(50.0, ge=0)
+    max_backoffs: int = Field(6, ge=1, description="Consecutive LimitBackoffs before NeedsHuman.")
+    max_resumes: int = Field(2, ge=0, description="Resumes of one stalled/timed-out session.")
+
+
+class SetupConfig(Config):
+    """Commands run on the fresh checkout before the gates (as the agent's identity: untrusted code)."""
+
+    run: tuple[str, ...] = Field((), description="Shell commands, in order, e.g. `pip install -e .[test]`.")
+    cache: tuple[str, ...] = Field((), description="Paths (relative to the checkout) the commands produce, "
+                                                   "kept between sessions, e.g. `.venv`.")
+    key: tuple[str, ...] = Field((), description="Files whose content keys the cache (lock files). The cache is "
+                                                 "reused only while they, and the commands, are unchanged.")
+    timeout_minutes: Duration = 20 * 60
+
+
+class PlanConfig(Config):
+    """The front matter. Always read from the session's base commit."""
+
+    branch: str | None = Field(None, description="Work branch (default plan-runner/<file stem>).")
+    base: str = Field("main", description="Where the final pull request goes.")
+    handoff: str | None = Field(None, description="Path of the handoff file (default <plan dir>/<stem>.handoff.md).")
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    gates: tuple[GateConfig, ...] = ()
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    advisor: AdvisorConfig | None = None
+    protected: tuple[str, ...] = Field(
+        (), description="Paths the agent must not change (a trailing / protects a folder; `*`, `?` and `**` "
+                        "are glob patterns, e.g. `**/conftest.py`), e.g. tests the gates rely on: a change is "
+                        "reverted and parks the plan, like an edit of the gates.")
+    isolation: Literal["auto", "user", "none"] = Field(
+        "auto", description="How the agent and the gates are kept from plan-runner: `auto`/`user` run them as a "
+                            "dedicated unprivileged user (needs root or passwordless sudo); `none` runs them as "
+                            "plan-runner's own user (local mode only, at your own risk).")
+    setup: SetupConfig | None = Field(None, description="Commands run on the gates' fresh checkout before them.")
+
+
+class Checkpoint(Config):
+    id: str
+    title: str
+    state: CheckpointState = CheckpointState.TODO
+    verify: str | None = None
+    line: int = 0
+    blocked_reason: str | None = None  # the text after `BLOCKED:` when state is BLOCKED
+
+
+class Stage(Config):
+    number: int
+    title: str
+    sessions: int = Field(1, ge=1, description="Expected sessions.")
+    checkpoints: tuple[Checkpoint, ...] = ()
+    line: int = 0
+
+
+class Plan(Config):
+    """A parsed plan: configuration plus the tracker as of some commit."""
+
+    path: str  # repository-relative path of the plan file
+    id: str  # stable plan id (from the file stem)
+    config: PlanConfig
+    title: str = ""
+    stages: tuple[Stage, ...] = ()
+
+    @property
+    def work_branch(self) -> str:
+        return self.config.branch or f"plan-runner/{self.id}"
+
+    @property
+    def checkpoints(self) -> tuple[Checkpoint, ...]:
+        return tuple(c for s in self.stages for c in s.checkpoints)
+
+    def checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
+        return next((c for c in self.checkpoints if c.id == checkpoint_id), None)
+
+    def stage_of(self, checkpoint_id: str) -> Stage | None:
+        return next((s for s in self.stages if any(c.id == checkpoint_id for c in s.checkpoints)), None)
+
+    def next_checkpoint(self, skipped: frozenset[str] = frozenset()) -> Checkpoint | None:
+        """The first checkpoint not DONE and not skipped (it may be BLOCKED)."""
+        return next(
+            (c for c in self.checkpoints if c.state is not CheckpointState.DONE and c.id not in skipped),
+            None,
+        )
+
+    def stage_attempt_budget(self, stage: Stage) -> int:
+        return max(1, math.ceil(stage.sessions * self.config.budget.slack))

@@ -1,0 +1,1 @@
+"""Drivers: one session, the local loop, the GitHub Actions modes, the command line."""

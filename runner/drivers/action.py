@@ -1,0 +1,299 @@
+"""`plan-runner action`: the GitHub Actions job, in one of three modes (SPEC section 8).
+
+* `session`: one session of the plan (`runner.drivers.step.run_session`) with the GitHub driver.
+* `tick` (schedule): wake plans whose wait is over, reconcile orphans; `runner.drivers.action_tick`.
+* `reply` (issue_comment): a maintainer's `/plan-runner ...` on a park issue; `runner.drivers.action_reply`.
+
+Inputs come only from the environment (the composite action maps its inputs to
+`env:`), never from the command line of a `run:` script. Every mode ends the same
+way: step outputs, a job summary, annotations; secrets masked before anything prints.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from runner.adapters import gitwork
+from runner.adapters.action_io import PUSH_TOKEN, Reporter, basic_auth, parse_bool
+from runner.core.actions import Finish, Park, RunSession, Wait, describe
+from runner.core.errors import PlanRunnerError, StateConflict
+from runner.core.exits import Exit
+from runner.adapters.events import GitHubContext
+from runner.core.ledger import SessionRecord
+from runner.core.policy import decide_start
+from runner.adapters.report import render_summary
+from runner.drivers.action_env import REMOTE, ModeResult, github_workspace, plan_input
+from runner.drivers.session import Drivers, Session, SessionResult, Workspace
+from runner.adapters.state import GitStateStore
+
+MODES = ("session", "tick", "reply")
+@contextmanager
+def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
+    """plan-runner's own git commands (fetch, push) authenticate with the token through
+    `GIT_CONFIG_*` variables of this process only: nothing is written to `.git/config`, where
+    the agent, working in the same tree, could read it; the agent's allow-listed environment
+    never carries these variables."""
+    if not token or not server_url.startswith("https://"):
+        yield
+        return
+    names = ("GIT_CONFIG_COUNT",)
+    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    names += (f"GIT_CONFIG_KEY_{n}", f"GIT_CONFIG_VALUE_{n}")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ[f"GIT_CONFIG_KEY_{n}"] = f"http.{server_url.rstrip('/')}/.extraheader"
+    os.environ[f"GIT_CONFIG_VALUE_{n}"] = f"AUTHORIZATION: basic {basic_auth(token)}"
+    os.environ["GIT_CONFIG_COUNT"] = str(n + 1)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
+    from runner.adapters.github import GitHubDriver  # PyGithub is loaded only when a mode needs the API
+
+    token = env.get("GITHUB_TOKEN", "")
+    if not token:
+        raise PlanRunnerError(
+            what="GITHUB_TOKEN is empty",
+            why="plan-runner dispatches runs, opens issues and pull requests through the GitHub API",
+            fix="pass `github-token: ${{ github.token }}` (the default) and grant the job the permissions "
+                "listed in docs/github-actions.md")
+    return GitHubDriver(ctx, token)
+
+
+def head_checks_runner(driver, repo: Path, env: Mapping[str, str] | None = None) -> Callable:
+    """A `checks:` gate runner asking GitHub about the commit the gates see (the work tree's HEAD).
+    Without a `push-token` the work branch is pushed with GITHUB_TOKEN, which starts no workflow: the
+    gate then stops waiting when nothing reports on the commit (NeedsHuman with the fix, blaming nobody)."""
+    job_token = not (env or {}).get(PUSH_TOKEN)
+    return lambda gate: driver.checks_gate(gate, gitwork.ref_sha(repo, "HEAD") or "HEAD",
+                                           pushed_with_job_token=job_token)
+
+
+# --- session ----------------------------------------------------------------------------------
+
+
+def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Reporter) -> ModeResult:
+    ws = github_workspace(env, plan_input(env, ctx))
+    ws.on_event = lambda kind, detail: rep.log(f"plan-runner {kind}: {detail}")
+    drivers = Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
+                      checks_runner=head_checks_runner(driver, ws.repo, env))
+    if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):
+        s = Session(ws, drivers)
+        action = decide_start(s.state, s.plan)
+        return ModeResult(outcome="dry-run", next_action=describe(action),
+                          summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
+                                                 f"{s.plan.id}: dry run", s.state.skipped))
+    from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages
+    from runner.adapters.action_permissions import check_job_permissions
+    from runner.drivers.preflight import before_first_session
+    from runner.drivers.step import run_session
+
+    s = Session(ws, drivers)
+    # The job's token must be able to do what the session leads to (push, park, dispatch, open the pull request):
+    # checked from the workflow's `permissions:` before anything is installed or recorded.
+    check_job_permissions(env, "session", s.trusted, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
+    if isinstance(decide_start(s.state, s.plan), (RunSession, Wait)):  # a session may run: it needs its CLI
+        ensure_agent_cli(s.trusted, ws.env, rep.log)  # before anything of the session is recorded
+    ensure_python_packages(s.trusted, ws.env, rep.log)  # the SDK for the built-in backend or advisor, if left out
+    # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
+    # with what/why/fix before any session is recorded
+    before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
+    return session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
+
+
+def session_mode_result(result: SessionResult) -> ModeResult:
+    record: SessionRecord | None = result.record
+    action = result.action
+    outcome = record.outcome.value if record else result.status
+    headline = (f"{result.plan.id} session {record.n}: {outcome}" if record
+                else f"{result.plan.id}: {result.message}")
+    mr = ModeResult(outcome=outcome, next_action=describe(action) if action is not None else "")
+    if result.status == "parked" or isinstance(action, Park):
+        mr.issue_url = result.url or result.state.park_issue or ""
+        mr.annotations.append(("warning", f"{result.plan.id} parked: {getattr(action, 'reason', result.message)}"
+                               + (f" ({mr.issue_url})" if mr.issue_url else ""), "plan-runner parked"))
+    if result.status == "finished" or isinstance(action, Finish):
+        mr.pull_request_url = result.url or result.state.pull_request or ""
+        mr.annotations.append(("notice", f"{result.plan.id} finished: {mr.pull_request_url}", "plan-runner finished"))
+    if isinstance(action, Wait):
+        mr.annotations.append(("notice", describe(action), "plan-runner waiting"))
+    for gate in result.evidence.gates if result.evidence else ():
+        if gate.required and not gate.passed:
+            detail = f"exit {gate.exit_code}" if gate.exit_code is not None else (gate.error or "red")
+            mr.annotations.append(("error", f"required gate {gate.name} is red ({detail})", f"gate {gate.name}"))
+    for claim in record.rejected_flips if record else ():
+        mr.annotations.append(("warning", f"rejected claim: {claim}", "plan-runner"))
+    body = result.report or result.message
+    mr.summary = render_summary(result.plan, body, headline, result.state.skipped)
+    return mr
+
+
+# --- the one entry point ----------------------------------------------------------------------
+
+
+def _modes() -> dict[str, Callable[..., ModeResult]]:
+    from runner.drivers.action_reply import mode_reply
+    from runner.drivers.action_tick import mode_tick
+
+    return {"session": mode_session, "tick": mode_tick, "reply": mode_reply}
+
+
+def parse_mode(raw: str | None) -> str:
+    mode = (raw or "session").strip().lower()
+    if mode not in MODES:
+        raise PlanRunnerError(what=f"unknown mode {raw!r}", why="the action runs one of: " + ", ".join(MODES),
+                              fix="set `mode: session` (workflow_dispatch), `mode: tick` (schedule) or "
+                                  "`mode: reply` (issue_comment)")
+    return mode
+
+
+def error_summary(err: PlanRunnerError) -> str:
+    return f"# plan-runner: {err.what}\n\n```text\n{err.render()}\n```\n"
+
+
+class Cancelled(BaseException):
+    """The runner's stop signal (a cancelled or timed-out job): SIGINT first, SIGTERM a few seconds later."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_cancelled(signum: int, frame: object) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):  # one cancellation: the salvage below must not be cut short
+        signal.signal(sig, signal.SIG_IGN)
+    raise Cancelled(signum)
+
+
+@contextmanager
+def stop_signals_cancel() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Cancelled` while the mode runs (main thread only: Python's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, _raise_cancelled) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def salvage_open_session(env: Mapping[str, str]) -> str:
+    """After a stop signal, push what must survive first: the agent's work so far (leftovers committed) to
+    the open session's ref; then the session's `started` entry if it was written locally only (a dispatched
+    session does not push it before its agent runs). The next tick reconciles the session (TimedOut) and names
+    the ref. Best effort and quick: the runner kills the job a few seconds later."""
+    from runner.drivers.session import agent_pid_file
+    from runner.adapters.state import GitStateStore
+    from runner.drivers.step import session_ref
+    from runner.adapters.supervise import reap_leftover
+
+    try:
+        ctx = GitHubContext.from_env(env)
+        ws = github_workspace(env, plan_input(env, ctx))
+        # The local state, as this job wrote it (no fetch: the remote may not hold the start yet).
+        s = Session(ws, Drivers(store=GitStateStore(ws.repo, remote=None), dispatcher=None, parker=None))
+        open_ = s.state.open_session
+        if open_ is None:
+            return "no session was running: nothing to push"
+        kept = _push_start_after(ws, s.trusted.id)
+        reap_leftover(agent_pid_file(ws, s.trusted.id), grace_s=1.0)
+        ref = session_ref(s.trusted.id, open_.n)
+        # The agent worked in its own clone: a git running as the agent saves its leftovers and bundles its
+        # commits, which come onto the work branch here (runner.adapters.agentarea), never through its hooks or config.
+        s.salvage(open_.base_sha)
+        head = gitwork.ref_sha(ws.repo, f"refs/heads/{s.trusted.work_branch}")
+        if head is None or head == open_.base_sha:
+            return (f"the agent of session {open_.n} had saved nothing yet{kept()}; the next tick reconciles "
+                    "the session")
+        gitwork.push_ref(ws.repo, REMOTE, head, ref, None, what="the session's commits")
+        return f"the agent's work of session {open_.n} is kept at {ref}{kept()}; the next tick reconciles the session"
+    except Exception as exc:  # noqa: BLE001 - the summary and outputs still have to be written
+        return f"could not push the session's work: {type(exc).__name__}: {exc}"
+
+
+def _push_start_after(ws: Workspace, plan_id: str) -> Callable[[], str]:
+    """Push the plan's local state (its `started` entry) once called: after the agent's commits, which go first."""
+    def push() -> str:
+        try:
+            store = GitStateStore(ws.repo, remote=REMOTE)
+            return "; its start is recorded on the remote" if store.push_pending(plan_id) else ""
+        except Exception as exc:  # noqa: BLE001 - best effort: the dispatch intent still lets the tick find it
+            return f"; its start could not be pushed ({type(exc).__name__})"
+    return push
+
+
+def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,
+               driver_factory: Callable[[GitHubContext, Mapping[str, str]], object] = open_driver) -> int:
+    """Run one mode as a job step; returns the step's exit code. Never raises."""
+    env = dict(env)
+    rep = Reporter(env, out or sys.stdout)
+    rep.mask()
+    try:
+        with stop_signals_cancel():
+            result = _run_mode(env, mode, rep, driver_factory)
+    except Cancelled as stop:
+        chosen = (mode or env.get("PLAN_RUNNER_MODE") or "session").strip().lower()
+        push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")
+        with git_credentials(push_token, env.get("GITHUB_SERVER_URL", "https://github.com")):
+            kept = salvage_open_session(env) if chosen == "session" else "nothing to push"
+        result = ModeResult(outcome="cancelled", exit_code=128 + stop.signum,
+                            summary=f"# plan-runner: the job was cancelled ({stop})\n\n{kept}.\n",
+                            annotations=[("warning", f"cancelled ({stop}): {kept}", "plan-runner")])
+    publish(rep, result)
+    return result.exit_code
+
+
+def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
+              driver_factory: Callable[[GitHubContext, Mapping[str, str]], object]) -> ModeResult:
+    try:
+        chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
+        ctx = GitHubContext.from_env(env)
+        if chosen != "session":  # a session checks once its plan is read (a `checks:` gate needs more)
+            from runner.adapters.action_permissions import check_job_permissions
+
+            check_job_permissions(env, chosen, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
+        push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")  # pushes; the API keeps the job's token
+        with git_credentials(push_token, ctx.server_url), driver_factory(ctx, env) as driver:
+            return _modes()[chosen](ctx, env, driver, rep)
+    except StateConflict as err:  # another job won the compare-and-swap: nothing is wrong
+        result = ModeResult(outcome="superseded", summary=error_summary(err),
+                            annotations=[("notice", err.what, "plan-runner")], exit_code=err.exit_code)
+    except PlanRunnerError as err:
+        result = ModeResult(outcome="error", summary=error_summary(err),
+                            annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the job must still leave a summary and fail visibly
+        trace = traceback.format_exc()
+        result = ModeResult(outcome="error", exit_code=Exit.UNEXPECTED,
+                            summary=f"# plan-runner: unexpected error\n\n`{type(exc).__name__}: {exc}`\n\n"
+                                    f"Please report this with the trace below.\n\n```text\n{trace}\n```\n",
+                            annotations=[("error", f"unexpected error: {type(exc).__name__}: {exc}", "plan-runner")])
+    return result
+
+
+def publish(rep: Reporter, result: ModeResult) -> None:
+    for level, message, title in result.annotations:
+        rep.annotate(level, message, title)
+    rep.set_output("outcome", result.outcome)
+    rep.set_output("next-action", result.next_action)
+    rep.set_output("issue-url", result.issue_url)
+    rep.set_output("pull-request-url", result.pull_request_url)
+    rep.log(f"plan-runner: {result.outcome}" + (f"; next: {result.next_action}" if result.next_action else ""))
+    rep.write_outputs()
+    if result.summary:
+        rep.write_summary(result.summary)

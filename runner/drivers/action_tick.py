@@ -1,0 +1,235 @@
+"""`mode: tick` (on `schedule`): wake plans whose wait is over, reconcile orphaned sessions.
+
+For each plan with state: a session that started and never finished, and is older
+than it could possibly run, is reconciled (TimedOut); a plan whose wait expired, or
+whose decided next step was never dispatched, gets at most one dispatch. Parked,
+stopped, finished and waiting plans cost nothing: the only API calls are the
+dispatches of the plans that are due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from runner.drivers.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
+from runner.adapters import gitwork
+from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
+from runner.core.errors import PlanRunnerError, Refused, StateConflict
+from runner.adapters.events import GitHubContext
+from runner.core.exits import Exit
+from runner.core.ledger import Dispatched, Reply, SessionRecord, SessionStarted
+from runner.core.plan import Plan
+from runner.core.policy import decide_start
+from runner.adapters.planfile import plan_id_from_path
+from runner.drivers.session import Drivers, Session, Workspace
+from runner.adapters.state import GitStateStore
+from runner.drivers.step import dispatch, park_refused_dispatch
+
+ORPHAN_MARGIN = timedelta(minutes=15)  # job set-up, pushes, reports: beyond the agent and the gates
+LOST_DISPATCH_AFTER = timedelta(minutes=30)  # a dispatched run that never started by then was lost
+
+
+def orphan_deadline(started_at: datetime, plan: Plan) -> datetime:
+    """When a session that started at `started_at` cannot still be running in a live job."""
+    gates = sum(g.timeout_minutes for g in plan.config.gates) * 2  # a red required gate runs twice
+    return started_at + timedelta(seconds=plan.config.agent.time_limit_minutes + gates) + ORPHAN_MARGIN
+
+
+def stopped_by_reply(entries: Sequence) -> bool:
+    """The last human word was `stop` and nothing ran since: the plan stays stopped."""
+    for entry in reversed(entries):
+        if isinstance(entry, Reply):
+            return entry.command == "stop"
+        if isinstance(entry, (SessionRecord, SessionStarted)):
+            return False
+    return False
+
+
+def unaccounted_after(plan: Plan) -> timedelta:
+    """How long after its dispatch intent a session can still be running without a word on the remote: a
+    dispatched session records its start only locally (one push less), so until its final push the remote
+    shows only the intent. Queueing (LOST_DISPATCH_AFTER) plus the longest a session can run."""
+    zero = datetime(2000, 1, 1)
+    return LOST_DISPATCH_AFTER + (orphan_deadline(zero, plan) - zero)
+
+
+def lost_dispatch(entries: Sequence, n: int, now: datetime, after: timedelta = LOST_DISPATCH_AFTER) -> bool:
+    """A dispatch for session `n` was recorded at least `after` ago and that session left no start on the remote.
+    Reads back only to the last session record: anything about session `n` comes after it."""
+    times = []
+    for e in reversed(entries):
+        if isinstance(e, SessionStarted) and e.n >= n:
+            return False
+        if isinstance(e, Dispatched) and e.for_session >= n:
+            times.append(e.at)
+        if isinstance(e, SessionRecord) and e.n < n:
+            break
+    return bool(times) and now - max(times) >= after
+
+
+def intents_for(entries: Sequence, n: int) -> list[Dispatched]:
+    """The dispatch intents for session `n` since the last session record, oldest first."""
+    found = []
+    for e in reversed(entries):
+        if isinstance(e, SessionRecord):
+            break
+        if isinstance(e, Dispatched) and e.for_session == n:
+            found.append(e)
+    return found[::-1]
+
+
+def decide_tick(s: Session, now: datetime) -> tuple[str, object | None]:
+    """(what the tick sees, the action to dispatch or None). Pure over the session's state."""
+    st = s.state
+    if st.finished:
+        return "finished", None
+    if st.open_session is not None:
+        return f"session {st.open_session.n} running in job {st.open_session.job or '?'}", None
+    if not s.entries:
+        return "not started (start it with workflow_dispatch)", None
+    if stopped_by_reply(s.entries):
+        return "stopped by a maintainer", None
+    action = decide_start(st, s.plan)
+    if isinstance(action, Park) and st.park_issue:
+        return f"parked, waiting for a human: {st.park_issue}", None
+    seen = "due"
+    if isinstance(action, Wait):
+        if action.until > now:
+            return f"waiting until {action.until.isoformat(timespec='seconds')}", None
+        seen = "wait is over"
+    if not isinstance(action, (Wait, RunSession, ConsultAdvisor, Park, Finish)):
+        return "nothing to do", None
+    n = st.sessions + 1
+    if st.last_dispatch >= n and not lost_dispatch(s.entries, n, now, unaccounted_after(s.trusted)):
+        return f"session {n} already dispatched", None
+    return seen, action
+
+
+def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[str, bool]:
+    """One plan's tick: reconcile, then dispatch at most one run. Returns (a line for the summary, dispatched?)."""
+    s = Session(ws, drivers)
+    now = ws.clock()
+    open_ = s.state.open_session
+    if open_ is not None and now >= orphan_deadline(open_.started_at, s.trusted):
+        fetch_work_branch(ws, s.trusted.work_branch)
+        s = Session(ws, drivers)  # with the work branch's tracker, for the decision after the orphan
+        s.reconcile_orphan()
+        log(f"{s.trusted.id}: reconciled session {open_.n} (job {open_.job or '?'} never finished)")
+    seen, action = decide_tick(s, now)
+    if action is None:
+        return seen, False
+    n = s.state.sessions + 1
+    if s.state.last_dispatch >= n:
+        # Dispatched long ago and not a word since: the call was lost, or the run was killed outright before its
+        # one push (a dispatched session pushes its start with its verdict). The remote cannot tell which: the
+        # first time the run is dispatched again (nothing burned, as for a lost call); if that one goes silent
+        # too, the session is classified like any that started and never finished (TimedOut), then the plan
+        # goes on, so a run killed every time cannot loop for free.
+        intents = intents_for(s.entries, n)
+        if len(intents) < 2:
+            s.write([Dispatched(at=now, for_session=n, key=f"{s.trusted.id}#{n}:redo")])
+            try:
+                drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}")
+            except Refused as err:
+                result = park_refused_dispatch(s, err)
+                return f"parked: {result.message}", False
+            return f"{seen}: session {n} never reported; dispatched again ({describe(action)})", True
+        fetch_work_branch(ws, s.trusted.work_branch)
+        s = Session(ws, drivers)
+        s.reconcile_orphan(started=_unaccounted_start(s, n, intents[0], action))
+        log(f"{s.trusted.id}: reconciled session {n} (dispatched {len(intents)} times, never reported)")
+        seen, action = decide_tick(s, now)
+        if action is None:
+            return f"reconciled session {n}; {seen}", False
+    result = dispatch(s, action)
+    if result.status == "parked":
+        return f"parked: {result.message}", False
+    return f"{seen}: dispatched ({describe(action)})", True
+
+
+def _unaccounted_start(s: Session, n: int, intent: Dispatched | None, action) -> SessionStarted:
+    """The start a dispatched session would have recorded, as far as the remote knows it."""
+    run = action if isinstance(action, RunSession) else s.state.pending if isinstance(s.state.pending, RunSession) \
+        else None
+    work = s.ws.remote and gitwork.ref_sha(s.ws.repo, f"refs/remotes/{s.ws.remote}/{s.trusted.work_branch}")
+    return SessionStarted(n=n, kind=run.kind if run else SessionKind.DELIVERY, checkpoint=run.checkpoint if run else None,
+                          started_at=intent.at if intent else s.ws.clock(), base_sha=work or "",
+                          job=f"dispatched as {intent.key}" if intent else "",
+                          resume_session_id=run.resume_session_id if run else None)
+
+
+class _DispatchLater:
+    """The dispatcher of a tick: a run is dispatched only after its intent is on the remote, and the tick
+    pushes every plan's intent in one atomic push at the end, so the calls wait for that push."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def dispatch_next(self, plan_path: str, key: str) -> None:
+        self.calls.append((plan_path, key))
+
+
+def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:
+    repo = workspace_root(env)
+    store = GitStateStore(repo, remote=REMOTE)
+    with_state = set(store.plans())
+    later = _DispatchLater()
+    drivers = Drivers(store=store, dispatcher=later, parker=driver)
+    store.defer_pushes()  # every plan's writes go in one atomic push, after the loop
+    rows, dispatched, failed = [], 0, 0
+    annotations = []
+    calls: dict[str, list[tuple[str, str]]] = {}
+    spaces: dict[str, Workspace] = {}
+    for path in plan_files(repo):
+        plan_id = plan_id_from_path(path)
+        if plan_id not in with_state:
+            continue
+        ws = Workspace(repo=repo, plan_path=path, env=dict(env), remote=REMOTE,
+                       job=env.get("GITHUB_RUN_ID", "") or "actions")
+        went = False
+        spaces[plan_id] = ws
+        later.calls = calls.setdefault(plan_id, [])
+        try:
+            line, went = tick_plan(ws, drivers, rep.log)
+        except StateConflict:
+            line = "another job moved the plan first; nothing to do"
+        except PlanRunnerError as err:
+            failed += 1
+            line = f"error: {err.what}"
+            annotations.append(("error", f"{plan_id}: {err.what}", "plan-runner tick"))
+        dispatched += went
+        rows.append([plan_id, line])
+    lost = store.flush()  # one push for every plan the tick wrote to; a plan another job moved meanwhile is left out
+    for row in rows:
+        plan_id = row[0]
+        if plan_id in lost:
+            dispatched -= any(calls.get(plan_id, ()))
+            row[1] = "another job moved the plan first; nothing to do"
+            continue
+        for plan_path, key in calls.get(plan_id, ()):
+            try:
+                driver.dispatch_next(plan_path, key)
+            except Refused as err:  # only a person can fix it: park once with the fix (voids the intent)
+                dispatched -= 1
+                try:
+                    parked = park_refused_dispatch(Session(spaces[plan_id], Drivers(store=store, dispatcher=driver,
+                                                                                    parker=driver)), err)
+                    row[1] = f"parked: {parked.message}"
+                except StateConflict:
+                    row[1] = "another job moved the plan first; nothing to do"
+                except PlanRunnerError as park_err:
+                    failed += 1
+                    row[1] = f"error: {park_err.what}"
+                    annotations.append(("error", f"{plan_id}: {park_err.what}", "plan-runner tick"))
+            except PlanRunnerError as err:
+                failed += 1
+                dispatched -= 1
+                row[1] = f"error: {err.what}"
+                annotations.append(("error", f"{plan_id}: {err.what}", "plan-runner tick"))
+    for plan_id, line in rows:
+        rep.log(f"plan-runner tick: {plan_id}: {line}")
+    table = "\n".join(f"| `{pid}` | {line.replace('|', '/')} |" for pid, line in rows) or "| - | no plan has state yet |"
+    summary = (f"# plan-runner tick: {dispatched} run(s) dispatched\n\n| plan | state |\n|---|---|\n{table}\n")
+    return ModeResult(outcome="dispatched" if dispatched else "idle", summary=summary, annotations=annotations,
+                      exit_code=Exit.USER_ERROR if failed else Exit.OK)

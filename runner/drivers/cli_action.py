@@ -1,0 +1,46 @@
+"""GitHub subcommands: `action` (the job step) and `init` (writes the workflow). Registered with `runner.drivers.cli.command`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from runner.drivers.cli import command
+
+
+def _action_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=("session", "tick", "reply"), default=None,
+                        help="what the job does (default: $PLAN_RUNNER_MODE, else session); "
+                             "every other input comes from the environment (see action.yml)")
+
+
+@command("action", help="run as a GitHub Actions step: one session, a schedule tick, or a reply to a park issue",
+         arguments=_action_arguments)
+def cmd_action(args: argparse.Namespace) -> int:
+    from runner.drivers.action import run_action
+
+    return run_action(os.environ, mode=args.mode)
+
+
+def _init_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the repository (default: .)")
+    parser.add_argument("--force", action="store_true", help="overwrite files that exist")
+    parser.add_argument("--action-ref", default=None, metavar="OWNER/REPO@REF",
+                        help="the action the workflow uses (default: this release of plan-runner)")
+
+
+@command("init", help="write .github/workflows/plan-runner.yml and plans/example.md into a repository",
+         arguments=_init_arguments)
+def cmd_init(args: argparse.Namespace) -> int:
+    from runner.adapters.init import write_init
+
+    import sys
+
+    written = write_init(args.dir, force=args.force, action_ref=args.action_ref,
+                         warn=lambda text: print(f"warning: {text}", file=sys.stderr))
+    for path in written:
+        print(f"wrote {path}")
+    print("next: add the ANTHROPIC_API_KEY secret, commit both files, then run the workflow "
+          "(Actions -> plan-runner -> Run workflow) with plan plans/example.md")
+    return 0

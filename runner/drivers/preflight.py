@@ -1,0 +1,228 @@
+"""Preflight (SPEC section 9): before a run's first session, check what a session needs.
+
+A setup mistake (no `claude` on the PATH, no API key for the plan's backend, a gate whose
+command does not exist) would otherwise become recorded sessions: TimedOut starts, a park
+with "Please run /login", GatesRed blamed on the agent. The preflight finds these first
+and stops with what/why/fix, recording nothing. It reads the environment and the disk only:
+no network, no git writes, no agent.
+
+`problems(...)` returns every problem found (errors stop the run, warnings are printed);
+`check(...)` raises one PlanRunnerError listing the errors.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from runner.adapters.agentenv import credential_vars, build_agent_env
+from runner.core.errors import PlanRunnerError
+from runner.core.plan import GateConfig, Plan
+from runner.adapters import sandbox
+from runner.adapters.sandbox import unreachable
+
+# Words a shell runs without looking anything up on the PATH.
+_SHELL_WORDS = frozenset("""
+! [ [[ { } ( ) . : alias bg bind break builtin case cd command compgen complete continue declare dirs disown
+echo enable eval exec exit export false fc fg for function getopts hash help history if jobs kill let local
+logout mapfile popd printf pushd pwd read readarray readonly return select set shift shopt source suspend test
+time times trap true type typeset ulimit umask unalias unset until wait while
+""".split())
+
+# The credentials each backend can authenticate with (any one is enough), and where a login keeps them.
+_CREDENTIAL_NAMES: dict[str, tuple[str, ...]] = {
+    "claude-code": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "codex": ("OPENAI_API_KEY",),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    level: Literal["error", "warning"]
+    what: str
+    why: str
+    fix: str
+
+    def line(self) -> str:
+        return f"{self.level}: {self.what}\n  why: {self.why}\n  fix: {self.fix}"
+
+
+def _which(name: str, env: Mapping[str, str], cwd: Path) -> str | None:
+    """Where a command word resolves: a path (relative to `cwd`) or a name on the environment's PATH."""
+    if "/" in name:
+        path = Path(name) if Path(name).is_absolute() else cwd / name
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    return shutil.which(name, path=env.get("PATH", os.defpath))
+
+
+def _login_file(backend: str, env: Mapping[str, str]) -> Path | None:
+    """The file a CLI's own login (`claude login`, `codex login`) leaves, if the agent can see it."""
+    # Claude Code is always given a private CLAUDE_CONFIG_DIR (docs/claude-code.md): a `claude` login is not used.
+    if backend == "codex" and env.get("CODEX_HOME"):
+        # without CODEX_HOME the backend points Codex at the plan's own transcript folder: a login elsewhere is unseen
+        candidate = Path(env["CODEX_HOME"]) / "auth.json"
+    else:
+        candidate = None
+    return candidate if candidate is not None and candidate.is_file() else None
+
+
+def agent_executable(plan: Plan, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """(the command the backend will start, the setting that names it) or (None, "") for an in-process backend."""
+    agent = plan.config.agent
+    if agent.backend == "claude-code":
+        return agent.executable or env.get("PLAN_RUNNER_CLAUDE") or "claude", "agent.executable (or PLAN_RUNNER_CLAUDE)"
+    if agent.backend == "codex":
+        return agent.executable or env.get("PLAN_RUNNER_CODEX") or "codex", "agent.executable (or PLAN_RUNNER_CODEX)"
+    if agent.backend == "command":
+        return agent.executable, "agent.executable"
+    return None, ""
+
+
+_INSTALL = {
+    "claude-code": "install Claude Code (`npm install -g @anthropic-ai/claude-code`), or set `agent.executable` "
+                   "to its path in the plan",
+    "codex": "install Codex (`npm install -g @openai/codex`), or set `agent.executable` to its path in the plan",
+    "command": "set `agent.executable` in the plan to a program on the PATH or a path relative to the repository",
+}
+
+
+def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
+    agent = plan.config.agent
+    found: list[Problem] = []
+    exe, setting = agent_executable(plan, env)
+    if agent.backend == "command" and not exe:
+        found.append(Problem("error", "the command backend needs `agent.executable`",
+                             "no agent CLI is named in the plan's front matter", _INSTALL["command"]))
+    elif exe is not None and _which(exe, env, repo) is None:
+        found.append(Problem("error", f"the agent's executable {exe!r} ({agent.backend} backend) cannot be found",
+                             f"it is neither a path to an executable file nor a program on the PATH ({setting})",
+                             _INSTALL[agent.backend]))
+    if agent.backend == "script":
+        if not agent.script:
+            found.append(Problem("error", "the script backend needs `agent.script`", "no session script is named",
+                                 "add `script: path/to/sessions.yaml` under `agent:`"))
+        else:
+            path = Path(agent.script) if Path(agent.script).is_absolute() else repo / agent.script
+            if not path.is_file():
+                found.append(Problem("error", f"the agent's script {agent.script} does not exist",
+                                     f"no file at {path}", "correct `agent.script` in the plan"))
+    if isolated:
+        resolved = _which(exe, env, repo) if exe else None
+        needed = [resolved] if resolved else []
+        if agent.backend in ("script", "anthropic"):
+            needed.append(sys.executable)  # the scripted agent and the built-in agent's loop run on this Python
+        for path in needed:
+            part = unreachable(path)
+            if part is not None:
+                found.append(Problem(
+                    "error", f"the agent's user cannot run {path}",
+                    f"the agent runs as an unprivileged user of its own, and {part} is not "
+                    f"{'searchable' if part != Path(os.path.realpath(path)) else 'readable and executable'} "
+                    "by other users",
+                    f"`chmod o+x {part}` (others may then open what they know the name of, nothing more), or "
+                    "install it in a shared location (/usr/local, /opt); or, locally and at your own risk, "
+                    "`isolation: none`"))
+    names = _CREDENTIAL_NAMES.get(agent.backend)
+    if names:
+        agent_env = build_agent_env(env, allow=agent.env, api_key_vars=credential_vars(agent.backend))
+        if not any(agent_env.get(n) for n in names) and _login_file(agent.backend, agent_env) is None:
+            login = {"claude-code": " (a `claude` /login is not used: each session gets a private config dir)",
+                     "codex": " (a `codex login` is not used: the backend gives Codex its own CODEX_HOME "
+                              "unless you set CODEX_HOME)"}.get(agent.backend, "")
+            found.append(Problem(
+                "error", f"no credentials for the {agent.backend} backend",
+                f"none of {', '.join(names)} is set in plan-runner's environment, so the agent could not "
+                "authenticate and every session would fail the same way",
+                f"export {names[0]}=...{login}; then run again"))
+    return found
+
+
+def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path) -> Problem | None:
+    """A command gate whose first word resolves to nothing (the shell would exit 127)."""
+    if gate.run is None:
+        return None
+    try:
+        words = shlex.split(gate.run, comments=True)
+    except ValueError:
+        return None  # the shell parses it its own way; let the gate say so
+    words = [w for w in words if not ("=" in w and w.split("=", 1)[0].isidentifier())][:1]  # skip VAR=value
+    if not words:
+        return None
+    word = words[0]
+    for sep in (";", "&&", "||", "|", "&"):
+        word = word.split(sep, 1)[0]
+    if not word or word in _SHELL_WORDS or any(c in word for c in "$`*?<>(){}"):
+        return None  # a builtin, a keyword or an expansion: only the shell knows
+    cwd = repo / gate.cwd if gate.cwd else repo
+    if _which(word, {**env, **gate.env}, cwd) is not None:
+        return None
+    if "/" in word:  # a script the plan's work may create: a warning, not a stop
+        return Problem("warning", f"gate {gate.name!r}: {word} does not exist yet",
+                       "the gate's command names a file that is not in the repository now",
+                       "ignore this if the plan's work creates it; else correct the gate's `run:`")
+    return Problem("error", f"gate {gate.name!r}: command {word!r} is not found",
+                   f"`{word}` is not a shell builtin and not on the PATH, so the gate would exit 127 "
+                   "and every session would be judged red for it",
+                   f"install {word} (or activate the environment that has it) before running, "
+                   "or correct the gate's `run:` in the plan")
+
+
+def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
+    """Every problem a session of `plan` would meet, errors first."""
+    found = _check_agent(plan, env, repo, isolated)
+    agent_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=credential_vars(plan.config.agent.backend))
+    for gate in plan.config.gates:
+        problem = gate_command_problem(gate, agent_env, repo)  # gates run with the agent's environment
+        if problem is not None:
+            found.append(problem)
+    return sorted(found, key=lambda p: p.level != "error")
+
+
+def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None, isolated: bool = False) -> None:
+    """Raise one PlanRunnerError for the errors found; hand each warning to `warn`. `isolated`: the session
+    will run the agent as its own user, which must be able to reach the agent's program."""
+    found = problems(plan, env, repo, isolated)
+    for p in found:
+        if p.level == "warning":
+            warn(p.line())
+    errors = [p for p in found if p.level == "error"]
+    if not errors:
+        return
+    if len(errors) == 1:
+        e = errors[0]
+        raise PreflightError(what=f"preflight: {e.what}", why=f"{e.why}; nothing was run or recorded", fix=e.fix)
+    raise PreflightError(
+        what=f"preflight: {len(errors)} problems stop {plan.path} before its first session",
+        why="; ".join(e.what for e in errors) + "; nothing was run or recorded",
+        fix="\n".join(f"{i}. {e.fix}" for i, e in enumerate(errors, 1)))
+
+
+class PreflightError(PlanRunnerError):
+    """A setup problem found before any session: nothing was recorded."""
+
+
+def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -> None:
+    """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished).
+    `session`: the state as the caller read it already (no second fetch)."""
+    from runner.core.policy import folded
+    from runner.drivers.session import load_trusted_plan
+
+    if session is not None:
+        plan, state = session.trusted, session.state
+    else:
+        plan, _ = load_trusted_plan(ws)
+        entries, _ = drivers.store.read(plan.id)
+        state = folded(entries)  # from the stored snapshot when it holds: no entry parsed
+    if state.parked or state.finished:
+        return
+    from runner.drivers.session import isolation_of
+
+    isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
+    check(plan, ws.env, ws.repo, warn=warn, isolated=isolated)

@@ -1,0 +1,387 @@
+"""One session, step by step (SPEC section 4): load, decide, run, collect, classify, persist, apply.
+
+The same function serves the local loop and the GitHub job; the drivers
+(state store, dispatcher, parker) are what differ.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from runner.adapters import agentarea, gitwork, sandbox
+from runner.core.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
+from runner.adapters.agentenv import secret_values
+from runner.core.errors import PlanRunnerError, Refused
+from runner.core.evidence import Evidence
+from runner.core.ledger import Advice, Entry, Finished, Parked, SessionRecord, SessionStarted
+from runner.core.plan import Plan
+from runner.adapters.planfile import parse_plan, with_tracker
+from runner.adapters.guard import secret_forms
+from runner.core.policy import (
+    AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold, folded, snapshot_json,
+)
+from runner.core.ports import Dispatcher, Parker, StateStore
+from runner.adapters.report import render_park_issue, render_report
+from runner.adapters.state import GitStateStore
+
+Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
+# Where crash-consistency tests kill plan-runner (PLAN_RUNNER_FAULT=<point>), in the order a session passes them.
+FAULT_POINTS = ("after-start", "after-agent", "after-gates", "before-push", "after-push",
+                "before-ledger", "after-ledger", "before-dispatch", "dispatch-recorded", "after-dispatch",
+                "before-park", "park-opened", "after-park")
+EVIDENCE_FILE = "last-evidence.json"
+TRANSCRIPTS_DIR = "transcripts"  # kept with the plan's state as a git tree (unchanged files are not stored again)
+
+
+class _Appended(Sequence):
+    """The ledger as read plus what this process appended, without parsing what it never looks at."""
+
+    def __init__(self, base: Sequence[Entry], more: list[Entry]) -> None:
+        self.base, self.more = base, list(more)
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.more)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.base[index] if index < len(self.base) else self.more[index - len(self.base)]
+
+    def __add__(self, other) -> list[Entry]:
+        return list(self) + list(other)
+
+
+@dataclass
+class Drivers:
+    store: StateStore
+    dispatcher: Dispatcher
+    parker: Parker
+    # (question, ledger, plan) -> (answer, reason, valid, model); None: the plan's configured advisor
+    advisor: Callable[[str, list, Plan], tuple[str, str, bool, str]] | None = None
+    checks_runner: Callable | None = None
+
+
+@dataclass
+class Workspace:
+    repo: Path
+    plan_path: str  # repository-relative
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    remote: str | None = None
+    job: str = field(default_factory=lambda: f"local:{socket.gethostname()}:{os.getpid()}")
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
+    scratch: Path | None = None  # transcripts and the gate cache; default .git/plan-runner
+    isolation: str | None = None  # overrides the plan's `isolation` (--isolation)
+    actions: bool = False  # a GitHub Actions job: no `isolation: none`
+
+    @property
+    def scratch_dir(self) -> Path:
+        return self.scratch or self.repo / ".git" / "plan-runner"
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    status: Status
+    plan: Plan
+    state: RunState
+    action: AnyAction | None
+    message: str
+    verdict: Verdict | None = None
+    evidence: Evidence | None = None
+    record: SessionRecord | None = None
+    report_text: str = ""
+    url: str | None = None
+    # Rendering a report costs template work; most callers (--json, the loop) never read it.
+    report_fn: Callable[[], str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def report(self) -> str:
+        if self.report_text or self.report_fn is None:
+            return self.report_text
+        return self.report_fn()
+
+
+def agent_pid_file(ws: Workspace, plan_id: str) -> Path:
+    """Where the running agent's process group is recorded, for the next plan-runner if this one is killed."""
+    return ws.scratch_dir / plan_id / "agent.pid"
+
+
+def fault_point(ws: Workspace, name: str) -> None:
+    """Crash-consistency tests set PLAN_RUNNER_FAULT=<point> to be killed exactly here (SIGKILL:
+    no cleanup, no finally, as when a runner is lost)."""
+    if ws.env.get("PLAN_RUNNER_FAULT") == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
+    """The plan with configuration from the base branch (never from the agent's work branch)."""
+    text = gitwork.read_file_at(ws.repo, "HEAD", ws.plan_path)
+    if text is None:
+        raise PlanRunnerError(
+            what=f"{ws.plan_path} is not committed in {ws.repo}",
+            why="configuration is read from a commit, never from the work tree, so the agent cannot change it",
+            fix=f"git add {ws.plan_path} && git commit -m 'Add plan', then run again")
+    plan = parse_plan(text, ws.plan_path)
+    for ref in ([f"{ws.remote}/{plan.config.base}"] if ws.remote else []) + [plan.config.base]:
+        base_text = gitwork.read_file_at(ws.repo, ref, ws.plan_path) if gitwork.ref_sha(ws.repo, ref) else None
+        if base_text is not None:
+            return parse_plan(base_text, ws.plan_path), base_text
+    return plan, text
+
+
+def _tracked_plan(ws: Workspace, plan: Plan) -> tuple[Plan, str | None]:
+    """The trusted plan with checkpoint states from the work branch head, if the branch exists."""
+    for ref in [plan.work_branch] + ([f"{ws.remote}/{plan.work_branch}"] if ws.remote else []):
+        if gitwork.ref_sha(ws.repo, ref):
+            text = gitwork.read_file_at(ws.repo, ref, plan.path)
+            if text is not None:
+                return with_tracker(plan, text), text
+    return plan, None
+
+
+def isolation_of(ws: Workspace, plan: Plan) -> sandbox.Isolation:
+    """The plan's `isolation`, unless the run overrides it (`--isolation`, PLAN_RUNNER_ISOLATION)."""
+    override = ws.isolation or ws.env.get("PLAN_RUNNER_ISOLATION")
+    if override and override not in ("auto", "user", "none"):
+        raise PlanRunnerError(what=f"unknown isolation {override!r}", why="it must be auto, user or none",
+                              fix="pass --isolation auto|user|none (or unset PLAN_RUNNER_ISOLATION)")
+    return override or plan.config.isolation  # type: ignore[return-value]
+
+
+def _pid_alive(job: str) -> bool:
+    parts = job.split(":")
+    if len(parts) != 3 or parts[0] != "local" or parts[1] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(parts[2]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return int(parts[2]) != os.getpid()
+
+
+class Session:
+    """One invocation: everything it needs, and the ledger version it may write on."""
+
+    def __init__(self, ws: Workspace, drivers: Drivers) -> None:
+        self.ws, self.d = ws, drivers
+        self.trusted, self.trusted_text = load_trusted_plan(ws)
+        fetch_also = getattr(drivers.store, "fetch_also", None)
+        if ws.remote and fetch_also is not None:
+            # One fetch for the session: the plan's state, its work branch and the base it starts from.
+            branch, base = self.trusted.work_branch, self.trusted.config.base
+            fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
+                       [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
+                        f"refs/remotes/{ws.remote}/{base}"])
+        self.entries, self.version = drivers.store.read(self.trusted.id)
+        # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
+        self.branches_fetched = self.trusted.id in getattr(drivers.store, "fetched_with", ())
+        self.plan, _ = _tracked_plan(ws, self.trusted)
+        self.state = folded(self.entries)
+        self.secrets = secret_values(ws.env)
+
+    # --- ledger -------------------------------------------------------------------------
+
+    def write(self, entries: list[Entry], files: dict[str, bytes] | None = None,
+              dirs: dict[str, Path] | None = None, also_push=(), push: bool = True) -> None:
+        """Compare-and-swap append on this plan's state ref, with the folded state stored beside it.
+        A conflict always means another job advanced this plan (plans never share a ref): re-raised."""
+        state = fold(entries, self.state)
+        kw = {"snapshot": snapshot_json(state)} if isinstance(self.d.store, GitStateStore) else {}
+        if dirs:
+            kw.update(dirs=dirs, redact=secret_forms(self.secrets))
+        if also_push:
+            kw["also_push"] = also_push
+        if not push:
+            kw["push"] = False
+        self.version = self.d.store.append(self.trusted.id, entries, self.version, files, **kw)
+        self.entries = _Appended(self.entries, entries)
+        self.state = state
+
+    # --- the non-running actions ----------------------------------------------------------
+
+    def report(self, title: str, action: AnyAction | None, evidence: Evidence | None = None,
+               verdict: Verdict | None = None) -> str:
+        reason = getattr(action, "reason", "") if action is not None else ""
+        details = getattr(action, "details", ()) if action is not None else ()
+        return render_report(self.plan, self.state, title=title, verdict=verdict, evidence=evidence,
+                             reason=reason, details=details, next_action=action, secrets=self.secrets)
+
+    def last_evidence(self) -> Evidence | None:
+        raw = self.d.store.read_file(self.trusted.id, EVIDENCE_FILE)
+        return Evidence.model_validate_json(raw) if raw else None
+
+    def park_unpublished(self) -> bool:
+        """The plan parked but GitHub refused the park issue (only a refusal records no issue URL)."""
+        for entry in reversed(self.entries):
+            if isinstance(entry, Parked):
+                return entry.issue_url is None and entry.report_path is not None and self.state.parked
+        return False
+
+    def apply_park(self, action: Park, evidence: Evidence | None = None, verdict: Verdict | None = None,
+                   *, again: bool = False) -> SessionResult:
+        """Publish the park once. `again`: a human started the plan by hand after a park GitHub refused
+        to publish (issues were disabled): try to open the issue now."""
+        if self.state.park_issue and not (again and self.park_unpublished()):
+            return SessionResult("parked", self.plan, self.state, action, f"parked, waiting for a human: {self.state.park_issue}",
+                                 url=self.state.park_issue)
+        evidence = evidence or self.last_evidence()
+        report = self.report(f"plan-runner parked {self.plan.id}: {action.reason}", action, evidence, verdict)
+        checkpoint = self.state.last.checkpoint if self.state.last else None
+        body = render_park_issue(self.plan, report, checkpoint, local=getattr(self.d.parker, "local", False))
+        try:
+            url = self.d.parker.open_park(self.plan.id, f"plan-runner: {self.plan.id} needs a human", body)
+        except Refused as err:
+            if self.park_unpublished():
+                raise  # still refused: the record is there; say so once, write nothing new
+            # Recorded once, so no tick asks again; the report is in this job's summary.
+            self.write([Parked(at=self.ws.clock(), reason=f"{action.reason}; the park issue could not be opened: "
+                               f"{err.what}", report_path=err.report_url or UNPUBLISHED)])
+            notice = f"**The park issue could not be opened.**\n\n```text\n{err.render()}\n```\n\n"
+            return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}; {err.render()}",
+                                 report_text=notice + body, url=err.report_url)
+        fault_point(self.ws, "park-opened")
+        self.write([Parked(at=self.ws.clock(), reason=action.reason, issue_url=url)])
+        return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report_text=body, url=url)
+
+    def apply_finish(self, action: Finish, evidence: Evidence | None = None, verdict: Verdict | None = None) -> SessionResult:
+        if self.state.finished:
+            return SessionResult("finished", self.plan, self.state, action, "the plan is finished", url=self.state.pull_request)
+        report = self.report(f"plan-runner finished {self.plan.id}", action, evidence or self.last_evidence(), verdict)
+        try:
+            url = self.d.parker.open_finish(self.plan.id, self.plan.work_branch, self.trusted.config.base,
+                                            f"plan-runner: {self.plan.title or self.plan.id}", report)
+        except Refused as err:
+            # The work is done but GitHub will not take the pull request until a person changes a setting:
+            # park with the fix (one issue, no retry loop); `/plan-runner resume` then finishes.
+            return self.apply_park(Park(reason=f"the plan is done, but {err.what}",
+                                        details=(f"why: {err.why}", *err.fix.splitlines())), evidence, verdict)
+        self.write([Finished(at=self.ws.clock(), reason=action.reason, pull_request_url=url)])
+        return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report_text=report, url=url)
+
+    def consult(self, action: ConsultAdvisor) -> AnyAction:
+        answer, reason, valid, model = self._ask_advisor(action.reason)
+        decided = decide_after_advice(answer, reason, self.state, self.plan)
+        self.write([Advice(at=self.ws.clock(), answer=answer, reason=reason, valid=valid, model=model,
+                           checkpoint=action.checkpoint, next_action=decided)])
+        self.ws.on_event("advisor", f"{answer}: {reason}")
+        return decided
+
+    def _ask_advisor(self, question: str) -> tuple[str, str, bool, str]:
+        """Deterministic first, model second: no advisor configured means a human decides."""
+        if self.d.advisor is not None:
+            return self.d.advisor(question, list(self.entries), self.trusted)
+        cfg = self.trusted.config.advisor
+        if cfg is None or not cfg.enabled:
+            return "human", f"{question}; no advisor is configured", False, ""
+        from runner.adapters.advisor import consult_advisor, render_history  # an SDK client, loaded only at dead ends
+
+        records = [e for e in self.entries if isinstance(e, SessionRecord)]
+        a = consult_advisor(render_history(records), question, model=cfg.model, env=self.ws.env)
+        return a.answer, a.reason, a.valid, a.model
+
+    # --- reconciling a job that died ------------------------------------------------------
+
+    def reconcile_orphan(self, started: SessionStarted | None = None) -> bool:
+        """A session that started and never finished is classified TimedOut, not forgotten.
+        Returns False when it may still be running (a live local process). `started`: a dispatched session
+        the remote knows only by its dispatch intent (the tick passes the start it would have recorded)."""
+        open_ = started or self.state.open_session
+        if open_ is None:
+            return True
+        if started is None and _pid_alive(open_.job):
+            return False
+        from runner.adapters.supervise import reap_leftover
+
+        stopped = reap_leftover(agent_pid_file(self.ws, self.trusted.id))
+        if stopped is not None:  # its plan-runner was killed outright; it must not write while we save its work
+            self.ws.on_event("reconciled", f"stopped the agent of session {open_.n} (process group {stopped}), "
+                                           "still running after its plan-runner was killed")
+        salvaged = self.salvage(open_.base_sha)  # the killed agent's work, committed or not, is kept
+        now = self.ws.clock()
+        what = (f"session {open_.n} was dispatched at {open_.started_at.isoformat(timespec='seconds')} ({open_.job}) "
+                "and left no record: its job was killed or lost before its final push, or never started"
+                if started is not None else
+                f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
+                f"by job {open_.job or '?'} and never finished (the job was killed or lost)")
+        verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
+                          reasons=(what
+                                   + (f"; its agent was still running (process group {stopped}) and was stopped "
+                                      "before its work was saved" if stopped is not None else "")
+                                   + (f"; {salvaged}" if salvaged else "")
+                                   + (f"; if it got past the agent's exit, the agent's commits are kept on {self.ws.remote} at "
+                                      f"refs/plan-runner/sessions/{self.trusted.id}/{open_.n}" if self.ws.remote else ""),),
+                          agent_session_id=open_.resume_session_id)
+        stage = self.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
+        record = SessionRecord(n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint,
+                               stage=stage.number if stage else None, started_at=open_.started_at,
+                               finished_at=now, outcome=verdict.outcome, blame=verdict.blame, rule=6,
+                               reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
+                               resume_session_id=open_.resume_session_id)
+        first = [started] if started is not None else []
+        action = decide_next(verdict, fold([*first, record], self.state), self.plan)
+        self.write([*first, record.model_copy(update={"next_action": action})])
+        self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
+        return True
+
+    def salvage(self, base_sha: str | None) -> str:
+        """Import what the agent of a killed session left in its area (its commits and, as a WIP commit, its
+        uncommitted changes) onto the work branch; what was done, in words."""
+        area = agentarea.area_for(self.ws.repo, self.trusted.id)
+        branch = self.plan.work_branch
+        if base_sha is None or not area.work.is_dir() or gitwork.ref_sha(self.ws.repo, f"refs/heads/{branch}") != base_sha:
+            return ""
+        try:
+            with sandbox.leased(isolation_of(self.ws, self.trusted), actions=self.ws.actions) as identity:
+                imported = agentarea.export_work(area, identity, self.ws.repo, branch, base_sha, self.trusted.id,
+                                                 self.ws.scratch_dir / self.trusted.id)
+        except PlanRunnerError as exc:
+            return f"its agent's work could not be saved: {exc.what}"
+        if imported.problem:
+            return f"its agent's work could not be saved: {imported.problem}"
+        head = imported.head
+        if head and head != base_sha and gitwork.is_ancestor(self.ws.repo, base_sha, head):
+            gitwork.fast_forward(self.ws.repo, branch, head)
+            return f"its agent's work up to {head[:12]} was saved on {branch}"
+        return ""
+
+    # --- step 1 and 2: what to do now -----------------------------------------------------
+
+    def next_run(self) -> RunSession | SessionResult:
+        """The session to run now, or the result that says why none runs."""
+        if not self.reconcile_orphan():
+            return SessionResult("busy", self.plan, self.state, None,
+                                 f"session {self.state.open_session.n} is still running in {self.state.open_session.job}")
+        action = decide_start(self.state, self.plan)
+        for _ in range(5):
+            if isinstance(action, RunSession):
+                return action
+            if isinstance(action, Park):
+                return self.apply_park(action, again=True)  # a person started this run
+            if isinstance(action, Finish):
+                return self.apply_finish(action)
+            if isinstance(action, Wait):
+                if action.until > self.ws.clock():
+                    return SessionResult("waiting", self.plan, self.state, action,
+                                         f"waiting until {action.until.isoformat(timespec='seconds')}: {action.reason}")
+                action = action.then
+            elif isinstance(action, ConsultAdvisor):
+                action = self.consult(action)
+        raise PlanRunnerError(what="the policy did not settle on an action", why=describe(action),
+                              fix="report this as a bug with the plan's ledger attached")
+
+
+UNPUBLISHED = "not published: the report is in the summary of the job that parked the plan"

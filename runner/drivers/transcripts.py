@@ -1,0 +1,251 @@
+"""`plan-runner logs`: what the agent did, as text a person reads.
+
+The state keeps each plan's transcripts (the backends' own logs, packed into the state and
+unpacked into a directory for the next session). This module reads that directory and renders
+the agent's words, its tool calls and their results, bounded: one tool result is cut to a few
+lines, the whole to the last `max_lines`. Everything shown is the agent's or a tool's output:
+data, never a verdict (the verdict is in the sessions table).
+
+Per backend:
+* claude-code: `claude-stream.jsonl` (stream-json lines; each names its `session_id`)
+* codex: `codex-events.jsonl` (`thread.started` names the thread; items follow)
+* anthropic: `<session id>.json` (the saved Messages conversation)
+* script: `script-<n>.jsonl` (its `start` line names the session)
+* command: `command-output.log` (the CLI's own output, as it printed it)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from runner.core.errors import PlanRunnerError
+
+RESULT_LINES = 8  # lines of one tool result shown
+TEXT_CHARS = 2000  # characters of one message shown
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-9;?]*[A-Za-z]")  # ANSI and bare CR: data, not terminal commands
+
+
+def _clean(text: str) -> str:
+    return _CONTROL.sub("", text)
+
+
+def _cut(text: str, lines: int = RESULT_LINES) -> str:
+    text = _clean(str(text)).rstrip()
+    if len(text) > TEXT_CHARS:
+        text = text[:TEXT_CHARS] + " …"
+    parts = text.splitlines()
+    if len(parts) > lines:
+        parts = parts[:lines] + [f"… ({len(parts) - lines} more lines)"]
+    return "\n".join(parts)
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def _json_lines(path: Path) -> Iterator[dict]:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def _tool_input(name: str, data: object) -> str:
+    if isinstance(data, dict):
+        for key in ("command", "file_path", "path", "pattern", "url"):
+            if key in data:
+                return _cut(str(data[key]), 3)
+        return _cut(json.dumps(data, ensure_ascii=False), 3)
+    return _cut(str(data), 3)
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return str(content)
+
+
+# --- per backend ------------------------------------------------------------------------------
+
+
+def _claude(path: Path, session_id: str | None) -> list[str]:
+    lines: list[str] = []
+    for msg in _json_lines(path):
+        if session_id and msg.get("session_id") not in (None, session_id):
+            continue
+        kind = msg.get("type")
+        if kind == "system" and msg.get("subtype") == "init":
+            lines.append(f"— Claude Code session {msg.get('session_id', '?')} ({msg.get('model', '?')})")
+        elif kind == "system" and msg.get("subtype") == "api_retry":
+            lines.append(f"! API retry {msg.get('attempt', '?')}/{msg.get('max_retries', '?')}: "
+                         f"{msg.get('error_status') or msg.get('error') or ''}")
+        elif kind in ("assistant", "user"):
+            for block in (msg.get("message") or {}).get("content") or []:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and block.get("text", "").strip():
+                    lines.append(("agent: " if kind == "assistant" else "user: ") + _cut(block["text"], 20))
+                elif block.get("type") == "tool_use":
+                    lines.append(f"tool {block.get('name')}: {_tool_input(block.get('name', ''), block.get('input'))}")
+                elif block.get("type") == "tool_result":
+                    mark = "error" if block.get("is_error") else "result"
+                    lines.append(_indent(f"{mark}: {_cut(_result_text(block.get('content')))}"))
+        elif kind == "result":
+            lines.append(f"— result: {msg.get('subtype')}" + (" (error)" if msg.get("is_error") else "")
+                         + (f", ${msg['total_cost_usd']:.4f}" if isinstance(msg.get("total_cost_usd"), (int, float)) else ""))
+    return lines
+
+
+def _codex(path: Path, thread_id: str | None) -> list[str]:
+    lines: list[str] = []
+    keep = thread_id is None
+    for msg in _json_lines(path):
+        kind = msg.get("type")
+        if kind == "thread.started":
+            keep = thread_id is None or msg.get("thread_id") == thread_id
+            if keep:
+                lines.append(f"— Codex thread {msg.get('thread_id', '?')}")
+            continue
+        if not keep:
+            continue
+        item = msg.get("item") if isinstance(msg.get("item"), dict) else {}
+        if kind == "item.completed" and item.get("type") == "agent_message":
+            lines.append("agent: " + _cut(item.get("text", ""), 20))
+        elif kind == "item.completed" and item.get("type") == "command_execution":
+            lines.append(f"tool shell: {_cut(item.get('command', ''), 3)}")
+            lines.append(_indent(f"exit {item.get('exit_code')}: {_cut(item.get('aggregated_output', ''))}"))
+        elif kind == "item.completed" and item.get("type") == "file_change":
+            changes = ", ".join(f"{c.get('kind')} {c.get('path')}" for c in item.get("changes") or [] if isinstance(c, dict))
+            lines.append(f"tool file_change: {_cut(changes, 3)}")
+        elif kind in ("error", "turn.failed"):
+            error = msg.get("message") or (msg.get("error") or {}).get("message", "")
+            lines.append(f"! {_cut(str(error), 3)}")
+        elif kind == "turn.completed":
+            usage = msg.get("usage") or {}
+            lines.append(f"— turn completed: {usage.get('input_tokens', 0)} in, {usage.get('output_tokens', 0)} out")
+    return lines
+
+
+def _anthropic(path: Path) -> list[str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except ValueError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    lines = [f"— built-in agent session {data.get('session_id', path.stem)} ({data.get('model', '?')})"]
+    for message in data.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        content = message.get("content")
+        if isinstance(content, str):
+            if role == "assistant":
+                lines.append("agent: " + _cut(content, 20))
+            continue
+        for block in content or []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and role == "assistant":
+                lines.append("agent: " + _cut(block.get("text", ""), 20))
+            elif block.get("type") == "tool_use":
+                lines.append(f"tool {block.get('name')}: {_tool_input(block.get('name', ''), block.get('input'))}")
+            elif block.get("type") == "tool_result":
+                lines.append(_indent(("error: " if block.get("is_error") else "result: ")
+                                     + _cut(_result_text(block.get("content")))))
+    return lines
+
+
+def _script(path: Path, session_id: str | None) -> list[str]:
+    lines: list[str] = []
+    for msg in _json_lines(path):
+        kind = msg.get("type")
+        if kind == "start":
+            if session_id and msg.get("session_id") != session_id:
+                return []
+            lines.append(f"— scripted session {msg.get('session_id', '?')}")
+        elif kind == "text":
+            lines.append("agent: " + _cut(msg.get("text", ""), 20))
+        elif kind == "tool":
+            lines.append(f"tool {msg.get('name')}: {_cut(str(msg.get('detail', '')), 3)}"
+                         + ("" if msg.get("ok", True) else "  (failed)"))
+        elif kind == "tool_output":
+            lines.append(_indent(_cut(msg.get("text", ""), 3)))
+        elif kind in ("limit", "error"):
+            lines.append(f"! {kind}: {_cut(str(msg.get('message', '')), 3)}")
+    return lines
+
+
+def render_dir(directory: Path, session_id: str | None = None) -> list[str]:
+    """Every transcript in `directory` (as the state unpacks it) as readable lines; with `session_id`,
+    only that agent session's part where the backend's log names sessions."""
+    directory = Path(directory)
+    lines: list[str] = []
+    stream = directory / "claude-stream.jsonl"
+    if stream.is_file():
+        lines += _claude(stream, session_id)
+    events = directory / "codex-events.jsonl"
+    if events.is_file():
+        lines += _codex(events, session_id)
+    # the built-in agent saves its conversation in its own state folder when it runs isolated (runner.drivers.step)
+    for path in sorted([*directory.glob("*.json"), *directory.glob("agent-state/*.json")]):
+        if path.name.startswith("script-") or path.name.startswith("."):
+            continue
+        if session_id is None or path.stem == session_id:
+            lines += _anthropic(path)
+    for path in sorted(directory.glob("script-*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+        lines += _script(path, session_id)
+    log = directory / "command-output.log"
+    if log.is_file():
+        text = log.read_text(encoding="utf-8", errors="replace")
+        lines += ["— command agent output (all sessions)"] + [_clean(x) for x in text.splitlines()]
+    return lines
+
+
+def _bounded(lines: Iterable[str], max_lines: int) -> list[str]:
+    flat = [part for line in lines for part in line.splitlines()]
+    if len(flat) > max_lines:
+        return [f"… {len(flat) - max_lines} earlier lines not shown (--max-lines)"] + flat[-max_lines:]
+    return flat
+
+
+def render_logs(ws, drivers, session: int | None, *, max_lines: int = 400) -> str:
+    """The text of `plan-runner logs PLAN [SESSION]`."""
+    from runner.core.ledger import SessionRecord
+    from runner.drivers.session import TRANSCRIPTS_DIR, load_trusted_plan
+
+    plan, _ = load_trusted_plan(ws)
+    entries, _ = drivers.store.read(plan.id)
+    records = [e for e in entries if isinstance(e, SessionRecord)]
+    if not records:
+        raise PlanRunnerError(what=f"plan {plan.id} has no finished session yet", why="there is no transcript to show",
+                              fix=f"run one first: plan-runner run {plan.path}")
+    if session is None:
+        record = records[-1]
+    else:
+        found = [r for r in records if r.n == session]
+        if not found:
+            raise PlanRunnerError(what=f"plan {plan.id} has no session {session}",
+                                  why=f"its sessions are {', '.join(str(r.n) for r in records)}",
+                                  fix="pick one from `plan-runner run`'s sessions table or the park report")
+        record = found[0]
+    head = [f"session {record.n} ({record.kind.value}{' on ' + record.checkpoint if record.checkpoint else ''}): "
+            f"{record.outcome.value}, {record.tokens} tokens, backend {record.backend or '?'}"]
+    head += [f"  - {r}" for r in record.reasons]
+    with tempfile.TemporaryDirectory(prefix="plan-runner-logs-") as tmp:
+        drivers.store.read_dir(plan.id, TRANSCRIPTS_DIR, Path(tmp))
+        sid = record.agent_session_id or record.resume_session_id
+        body = render_dir(Path(tmp), sid)
+        if not body and sid:
+            body = ["(no transcript lines name this session; showing everything kept for the plan)"] + render_dir(Path(tmp))
+    if not body:
+        body = ["(no transcript kept for this session: the agent printed nothing plan-runner could keep)"]
+    return "\n".join(head + [""] + _bounded(body, max_lines)) + "\n"
