@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability_world import git, write_calc_project
+from runner.adapters.agentarea import area_for
 from runner.adapters.state import ledger_text
 
 pytestmark = pytest.mark.integration
@@ -227,11 +228,16 @@ def test_killed_job_is_reconciled_as_timed_out_and_loses_no_commit(tmp_path):
         """)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
+    agents_clone = area_for(repo, "calc").work  # the agent commits in its own clone, outside the repository
+    deadline = time.monotonic() + 120  # generous: the session's start-up is slow on a loaded machine
     while time.monotonic() < deadline:
-        if "Add mul" in git(repo, "log", "--all", "--format=%s"):
+        logs = git(repo, "log", "--all", "--format=%s")
+        if (agents_clone / ".git").is_dir():
+            logs += git(agents_clone, "-c", "safe.directory=*", "log", "--all", "--format=%s", check=False)
+        if "Add mul" in logs:
             break
         time.sleep(0.2)
+    assert "Add mul" in logs, "the agent never committed: nothing to kill it after"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     code, out, err = session(repo)
