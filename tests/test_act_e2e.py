@@ -16,6 +16,7 @@ asserted from the server (issues, comments, reactions, pull request) and the bar
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -91,7 +92,11 @@ class ActWorld:
                "-s", f"GITHUB_TOKEN={self.srv.token}", "-s", f"ANTHROPIC_API_KEY={API_KEY}"]
         for name, value in self.env.items():
             cmd += ["--env", f"{name}={value}"]
-        proc = subprocess.run(cmd, cwd=self.clone, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+        # A self-hosted act job inherits this process's environment: leave out what the test machine sets for
+        # plan-runner (scripts/test's PLAN_RUNNER_CLAUDE points at the real CLI), as a hosted runner has none of it.
+        host = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
+        proc = subprocess.run(cmd, cwd=self.clone, capture_output=True, text=True, timeout=240,
+                              stdin=subprocess.DEVNULL, env=host)
         log = self.root / f"act-{self.runs}-{event_name}.log"
         log.write_text(proc.stdout + proc.stderr)
         assert proc.returncode == 0, f"act run {self.runs} ({event_name}) failed; log:\n" + log.read_text()[-6000:]
