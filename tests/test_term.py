@@ -55,7 +55,7 @@ def test_the_demo_refuses_a_directory_that_holds_a_demo_already(tmp_path):
 
 def test_the_status_line_moves_while_the_agent_is_quiet(monkeypatch):
     """On a terminal the elapsed time is redrawn every second, with no event from the agent."""
-    from runner import progress as progress_module
+    from runner.drivers import progress as progress_module
 
     monkeypatch.setattr(sys, "stderr", _Tty())
     progress = progress_module.Progress()
