@@ -70,7 +70,7 @@ def test_the_action_installs_the_pinned_cli_and_every_session_runs_it(tmp_path) 
     assert shutil.which("act") and shutil.which("npm"), "act and npm are needed (scripts/test installs them)"
     cli = CLIS["claude-code"]
     with GitHubServer() as srv, NpmRegistry(standin_tarball(SCENARIO, interpreter())) as npm:
-        srv.actions_can_create_prs = True
+        srv.actions_can_create_prs = False  # GitHub's default for a repository: the finish's pull request is refused
         world = ActWorld(tmp_path, srv, files=REPO, init_plan=True, plan_id="example",
                          env={"npm_config_registry": npm.url, "npm_config_cache": str(tmp_path / "npm-cache")})
         # act gives each run RUNNER_TOOL_CACHE under its cache path: fresh, as on a hosted runner.
@@ -84,15 +84,31 @@ def test_the_action_installs_the_pinned_cli_and_every_session_runs_it(tmp_path) 
         tarballs = [p for p in npm.requests if p.endswith(".tgz")]
         assert tarballs == [f"/{cli.package}/-/claude-code-{cli.version}.tgz"]  # the pinned version
         assert world.outcomes() == ["Advanced"]
-        assert world.follow_dispatches() == 2  # 2.1, then 2.2, whose job opens the pull request
+        assert world.follow_dispatches() == 2  # 2.1, then 2.2, whose job asks for the pull request
         assert [p for p in npm.requests if p.endswith(".tgz")] == tarballs  # installed once per runner
 
         assert world.outcomes() == ["Advanced", "Advanced", "Advanced"]
         sessions = [e for e in world.ledger() if e["type"] == "session"]
         assert [e["backend"] for e in sessions] == ["claude-code"] * 3
         assert all(e["agent_session_id"] and e["cost_usd"] > 0 for e in sessions)  # parsed from its stream
+
+        # The work is done, but "Allow GitHub Actions to create and approve pull requests" is off: one refused
+        # pull request, one park issue that names the setting, and a tick that does not ask GitHub again.
+        assert [i for i in srv.issues.values() if i.get("pull")] == []
+        (park,) = [i for i in srv.issues.values() if not i.get("pull") and i["state"] == "open"]
+        assert "Allow GitHub Actions to create and approve pull requests" in park["body"]
+        world.act("schedule", w.schedule_event())
+        assert world.new_dispatches() == [] and srv.count("POST", r".*/pulls") == 1
+
+        # The maintainer turns the setting on and answers; the next run opens the pull request.
+        srv.actions_can_create_prs = True
+        body = "/plan-runner resume"
+        cid = srv.add_comment(park["number"], body, user="maintainer")
+        world.act("issue_comment", w.comment_event(park, body, "maintainer", cid))
+        assert world.follow_dispatches() == 1
         (pr,) = [i for i in srv.issues.values() if i.get("pull")]
-        assert pr["pull"]["head"] == "plan-runner/example"
+        assert pr["pull"]["head"] == "plan-runner/example" and park["state"] == "closed"
+        assert [p for p in npm.requests if p.endswith(".tgz")] == tarballs  # still installed once
 
     log = w.git(world.bare, "log", "--format=%s", "main..plan-runner/example").splitlines()
     assert {"Describe the architecture", "Test calc.add", "Document calc.add", "Tick 2.2"} <= set(log)

@@ -87,3 +87,23 @@ def test_each_backend_gets_only_its_own_credentials():
     assert names["claude-code"] == names["anthropic"] == names["script"] == anthropic
     assert names["codex"] == {"OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"}
     assert names["command"] == set()
+
+
+def test_the_preflight_checks_the_agent_only_when_a_session_will_run(tmp_path):
+    """A plan whose next step is the finish's pull request (a maintainer resumed it after GitHub refused the
+    pull request) runs no agent: a missing agent CLI is no reason to stop it. A session due is checked."""
+    from types import SimpleNamespace
+
+    from runner.core.actions import Finish, RunSession, SessionKind
+    from runner.core.policy import RunState
+    from runner.drivers.preflight import before_first_session
+
+    broken = plan("claude-code", f"executable: {tmp_path / 'nope'}")
+    ws = SimpleNamespace(env={"PATH": "/usr/bin:/bin", "ANTHROPIC_API_KEY": "k"}, repo=tmp_path, plan_path="plans/p.md",
+                         isolation="none", actions=False)
+    finish = SimpleNamespace(trusted=broken, plan=broken, state=RunState(pending=Finish(reason="every checkpoint done")))
+    before_first_session(ws, None, session=finish)  # nothing to check: no agent runs
+    due = SimpleNamespace(trusted=broken, plan=broken,
+                          state=RunState(pending=RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="go")))
+    with pytest.raises(PreflightError, match="cannot be found"):
+        before_first_session(ws, None, session=due)

@@ -209,19 +209,24 @@ class PreflightError(PlanRunnerError):
 
 
 def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -> None:
-    """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished).
+    """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished, or
+    only the finish's pull request or a park is due).
     `session`: the state as the caller read it already (no second fetch)."""
     from runner.core.policy import folded
     from runner.drivers.session import load_trusted_plan
 
+    from runner.core.actions import RunSession, Wait
+    from runner.core.policy import decide_start
+
     if session is not None:
-        plan, state = session.trusted, session.state
+        plan, state, current = session.trusted, session.state, session.plan
     else:
         plan, _ = load_trusted_plan(ws)
         entries, _ = drivers.store.read(plan.id)
         state = folded(entries)  # from the stored snapshot when it holds: no entry parsed
-    if state.parked or state.finished:
-        return
+        current = plan
+    if state.parked or state.finished or not isinstance(decide_start(state, current), (RunSession, Wait)):
+        return  # no agent will run (only a park or the finish's pull request is due): nothing of it to check
     from runner.drivers.session import isolation_of
 
     isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
