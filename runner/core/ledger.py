@@ -134,7 +134,29 @@ def dump_entry(entry: Entry) -> str:
     return entry.model_dump_json()
 
 
-class Ledger(Sequence):
+class EntrySequence(Sequence):
+    """A sequence of entries that fetches each one only when asked for (`_entry(i)`, 0 <= i < len):
+    indexing from the end and slices are handled here, once."""
+
+    def _entry(self, index: int) -> Entry:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> Entry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Entry]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._entry(index)
+
+
+class Ledger(EntrySequence):
     """A plan's ledger as read from the state: the raw lines, parsed (and checked) only when asked for.
 
     With a trusted `snapshot` (the folded state stored with the ledger it was folded from) a
@@ -152,18 +174,7 @@ class Ledger(Sequence):
     def __len__(self) -> int:
         return len(self._lines)
 
-    @overload
-    def __getitem__(self, index: int) -> Entry: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Entry]: ...
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
+    def _entry(self, index: int) -> Entry:
         entry = self._parsed.get(index)
         if entry is None:
             entry = self._parsed[index] = self._parse(index)

@@ -19,7 +19,7 @@ from runner.core.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, Ru
 from runner.adapters.agentenv import secret_values
 from runner.core.errors import PlanRunnerError, Refused
 from runner.core.evidence import Evidence
-from runner.core.ledger import Advice, Entry, Finished, Parked, SessionRecord, SessionStarted
+from runner.core.ledger import Advice, Entry, EntrySequence, Finished, Parked, SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.adapters.planfile import parse_plan, with_tracker
 from runner.adapters.guard import secret_forms
@@ -39,7 +39,7 @@ EVIDENCE_FILE = "last-evidence.json"
 TRANSCRIPTS_DIR = "transcripts"  # kept with the plan's state as a git tree (unchanged files are not stored again)
 
 
-class _Appended(Sequence):
+class _Appended(EntrySequence):
     """The ledger as read plus what this process appended, without parsing what it never looks at."""
 
     def __init__(self, base: Sequence[Entry], more: list[Entry]) -> None:
@@ -48,13 +48,7 @@ class _Appended(Sequence):
     def __len__(self) -> int:
         return len(self.base) + len(self.more)
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
+    def _entry(self, index: int) -> Entry:
         return self.base[index] if index < len(self.base) else self.more[index - len(self.base)]
 
     def __add__(self, other) -> list[Entry]:
