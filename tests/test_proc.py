@@ -242,6 +242,46 @@ def test_an_isolated_daemon_that_escaped_with_setsid_is_killed() -> None:
         assert identity.pids() == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a pooled agent user (CI runs as root)")
+def test_a_killed_child_not_yet_reaped_does_not_count_as_a_process_that_keeps_appearing() -> None:
+    """A zombie of the uid (killed, its parent has not waited yet) runs nothing and no signal removes it: the
+    uid-wide kill must not take it for a process that keeps coming back and give up with an error."""
+    import subprocess
+
+    with sandbox.leased("user") as identity:
+        child = subprocess.Popen(["sleep", "60"], user=identity.uid, group=identity.gid, extra_groups=[])
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while _alive(child.pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert Path(f"/proc/{child.pid}").exists()  # a zombie: killed, not reaped
+            assert identity.pids() == []
+            started = time.monotonic()
+            identity.kill_all()  # raised "keep appearing after 200 kills" when the zombie counted
+            assert time.monotonic() - started < 1
+        finally:
+            child.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a pooled agent user (CI runs as root)")
+def test_an_isolated_run_cut_short_by_an_exception_kills_its_leader_and_raises_that_exception() -> None:
+    """The runner's stop signal arrives while a gate runs as the sandbox identity and ignores SIGTERM: the
+    leader is killed (a zombie until reaped) and the stop propagates as it is, not as a kill failure."""
+
+    class Stop(BaseException):
+        pass
+
+    def stop_after_start(out: bytes) -> None:
+        raise Stop
+
+    with sandbox.leased("user") as identity:
+        with pytest.raises(Stop):
+            proc.run(["sh", "-c", "trap '' TERM; echo up; sleep 60"], cwd="/", env=ENV, time_limit_s=20,
+                     on_output=stop_after_start, identity=identity, term_grace_s=0.2)
+        assert identity.pids() == []
+
+
 # --- leftovers of a killed plan-runner, off Linux ------------------------------------------------------
 
 

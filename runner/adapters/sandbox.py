@@ -81,7 +81,9 @@ class Identity:
 
     def pids(self) -> list[int]:
         """Every live process of this uid (Linux /proc): real, effective or saved uid, so a setuid program
-        the agent started (its real uid stays the agent's) is found too."""
+        the agent started (its real uid stays the agent's) is found too. A zombie is not live: it runs nothing,
+        a signal cannot remove it, and it stays listed until its parent reaps it (often plan-runner itself,
+        which reaps after this kill)."""
         if not self.isolated:
             return []
         found = []
@@ -91,10 +93,16 @@ class Identity:
                 continue
             try:
                 with open(os.path.join(entry.path, "status"), "rb") as fh:
-                    uids = next((line.split()[1:4] for line in fh if line.startswith(b"Uid:")), [])
+                    state, uids = b"", []
+                    for line in fh:
+                        if line.startswith(b"State:"):
+                            state = (line.split() + [b""])[1]
+                        elif line.startswith(b"Uid:"):
+                            uids = line.split()[1:4]
+                            break  # State comes before Uid
             except OSError:
                 continue
-            if me.encode() in uids:
+            if state not in (b"Z", b"X") and me.encode() in uids:
                 found.append(int(entry.name))
         return found
 
