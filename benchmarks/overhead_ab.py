@@ -1,6 +1,7 @@
 """Session overhead of two checkouts side by side in one run (before: another worktree of plan-runner, after:
 this one), on copies of the same 100-commit repository, with cached bytecode and with PYTHONDONTWRITEBYTECODE=1
-and the tree's runner/__pycache__ removed before every session (a cold start's compile cost).
+and the tree's runner/__pycache__ removed before every session (a cold start's compile cost); then the
+floors of the same run: bare Python, and Python importing the dependencies a session needs.
 
     python -m benchmarks.overhead_ab /path/to/other/worktree [reps]
 
@@ -13,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import child_env, median
-from benchmarks.overhead import SCRIPT, project, run_one
+from benchmarks.overhead import SCRIPT, floors, project, run_one
 from benchmarks.repos import build_repo
 
 TREES = {"before": Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path("."),
@@ -43,3 +44,6 @@ for n in range(1, reps + 1):
 for key, runs in rows.items():
     print(f"{key[0]:7s} {key[1]:7s} overhead median {median([r['overhead_s'] for r in runs]):.3f} s  "
           f"cpu {median([r['cpu_s'] for r in runs]):.2f} s  wall {median([r['wall_s'] for r in runs]):.3f} s")
+# What any Python command on this stack pays before plan-runner does anything (same run, same machine).
+for name, value in floors(d, child_env(), max(3, reps)).items():
+    print(f"floor   {name}: {value:.3f} s")

@@ -180,6 +180,42 @@ def test_read_file_at_and_tree_hash(repo):
         read_file_at(root, "no-such-branch", "README.md")
 
 
+def test_answers_given_without_a_process_agree_with_git(repo):
+    """What a session now reads through one long-lived `cat-file --batch` or from the ref files (a file at HEAD
+    or at a full sha, a commit verified, a tree, a symlink, the branch checked out, an ancestry) says what git's
+    own commands say, including the misses."""
+    root = path_of(repo)
+    first = repo.head.commit.hexsha
+    os.symlink("README.md", root / "link.md")
+    os.makedirs(root / "docs")
+    os.symlink("../README.md", root / "docs" / "link.md")
+    second = commit(repo, {"docs/real.md": "real\n"}, "links")
+    repo.git.add("link.md", "docs/link.md")
+    repo.git.commit("-m", "add links")
+    third = repo.head.commit.hexsha
+    assert read_file_at(root, "HEAD", "README.md") == read_file_at(root, third, "README.md") == "hello\n"
+    assert read_file_at(root, "refs/heads/" + repo.active_branch.name, "docs/real.md") == "real\n"
+    assert read_file_at(root, third, "link.md") == "README.md"  # a symlink's blob is its target
+    for path, want in [("link.md", True), ("docs/link.md", True), ("docs/real.md", False), ("README.md", False),
+                       ("docs", False), ("missing.md", False), ("nope/link.md", False)]:
+        assert gitwork.is_symlink_at(root, third, path) is want, path
+        assert repo.git.ls_tree(third, "--", path).startswith("120000 ") is want, path
+    assert gitwork.ref_sha(root, third) == third
+    assert gitwork.ref_sha(root, "0" * 40) is None
+    assert gitwork.ref_sha(root, repo.head.commit.tree.hexsha) is None  # a tree is not a commit
+    assert tree_hash(root, second) == repo.commit(second).tree.hexsha
+    assert gitwork.is_ancestor(root, first, third) and not gitwork.is_ancestor(root, third, first)
+    assert not gitwork.is_ancestor(root, first, "f" * 40)  # a missing object is not remembered as "no"
+    branch = repo.active_branch.name
+    assert gitwork.current_branch(root) == branch
+    repo.git.tag(branch)  # a tag of the same name: `symbolic-ref --short` would say "heads/<branch>"
+    assert gitwork.current_branch(root) == branch
+    repo.git.checkout("--detach", second)
+    assert gitwork.current_branch(root) is None
+    repo.git.checkout(branch)
+    assert gitwork.current_branch(root) == branch
+
+
 def test_paths_adding_finds_added_secrets_only(repo):
     """Added lines only (a secret removed, or already there before, is not this change's doing), in any file,
     however long the line, also where the value straddles the 1 MiB pieces the diff is read in."""

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from git import GitCommandError
-
 from runner.adapters import gitwork
 from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
 from runner.adapters.gates import GateCache, GateEvent, run_gates
@@ -48,14 +46,6 @@ def handoff_path_of(plan: Plan) -> str:
         return plan.config.handoff
     stem = plan.path[:-3] if plan.path.endswith(".md") else plan.path
     return f"{stem}.handoff.md"
-
-
-def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
-    try:
-        gitwork.run_git(repo, "merge-base", "--is-ancestor", older, newer)
-        return True
-    except GitCommandError:  # git says "no" through a non-zero exit
-        return False
 
 
 def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
@@ -143,7 +133,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     repo, path = scene.repo, scene.plan.path
     agent_head = gitwork.head_sha(repo)
     agent_text = gitwork.read_file_at(repo, agent_head, path)
-    if not _is_ancestor(repo, scene.base_sha, agent_head):
+    if not gitwork.is_ancestor(repo, scene.base_sha, agent_head):
         extra_tampering += (f"the work branch was rewritten: the session base {scene.base_sha[:12]} "
                             "is no longer in its history",)
     gitwork.commit_leftovers(repo)
@@ -160,7 +150,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     flips = _verify(flips, scene.plan, workdir, gate_env, identity)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     carried: tuple[CommitInfo, ...] = ()
-    if carry_from and carry_from != scene.base_sha and _is_ancestor(repo, carry_from, scene.base_sha):
+    if carry_from and carry_from != scene.base_sha and gitwork.is_ancestor(repo, carry_from, scene.base_sha):
         carried = gitwork.collect_commits(repo, carry_from, scene.base_sha, {path, scene.handoff_path})
     deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
     if before_gates is not None and not leaked:

@@ -11,14 +11,18 @@ prompt or be blocked by a pre-commit hook while saving the agent's work.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import subprocess
 import tempfile
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from git import Git, Repo
 from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
+from git.objects.fun import tree_entries_from_data
 from git.refs import SymbolicReference
 
 from runner.core.errors import PlanRunnerError, StateConflict
@@ -140,6 +144,72 @@ def objects_dir(repo: Path | str) -> Path:
     return Path(repo) / git_text(repo, "rev-parse", "--git-path", "objects")
 
 
+class CatFile:
+    """One long-lived `git cat-file --batch`: every object read of a repository without a process each."""
+
+    def __init__(self, repo: Path | str) -> None:
+        self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env={**os.environ, **BOT_ENV, **judge_git_env()})
+        self._finalizer = weakref.finalize(self, _close, self.proc)
+        _open_cats.add(self)
+
+    def get(self, spec: str) -> tuple[bytes, bytes] | None:
+        """(type, content) of `spec`, or None when it does not name an object."""
+        got = self.get_with_sha(spec)
+        return None if got is None else (got[1], got[2])
+
+    def get_with_sha(self, spec: str) -> tuple[str, bytes, bytes] | None:
+        """(sha, type, content) of `spec`, or None when it does not name an object. A newline would end the
+        query early and start another: such a spec is refused (git names no object with one)."""
+        if "\n" in spec or "\r" in spec:
+            return None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(spec.encode("utf-8", "surrogateescape") + b"\n")
+        self.proc.stdin.flush()
+        header = self.proc.stdout.readline()
+        if not header:
+            raise PlanRunnerError(what="git cat-file stopped answering", why=f"reading {spec!r}",
+                                  fix="run again; if it repeats, run `git fsck` on the repository")
+        parts = header.split()
+        if len(parts) != 3 or not parts[2].isdigit():
+            return None  # "<spec> missing" or "ambiguous"
+        data = self.proc.stdout.read(int(parts[2]) + 1)[:-1]
+        return parts[0].decode(), parts[1], data
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            proc.stdin.close()  # type: ignore[union-attr]
+            proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+_open_cats: weakref.WeakSet = weakref.WeakSet()
+atexit.register(lambda: [c.close() for c in list(_open_cats)])
+_objects: dict[str, CatFile] = {}
+
+
+def _object_at(repo: Path | str, spec: str) -> tuple[str, bytes, bytes] | None:
+    """(sha, type, content) of an object named from a full sha (`<sha>:<path>`, `<sha>^{tree}`): objects never
+    change, so one long-lived reader per repository answers for the whole process."""
+    key = _key(repo)
+    cat = _objects.get(key)
+    if cat is None or not cat.alive():
+        cat = _objects[key] = CatFile(key)
+    return cat.get_with_sha(spec)
+
+
 # Objects never change: a sha once verified as a commit, and a file read at a full sha, are
 # remembered for the rest of the process (a session asks for the same few several times).
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
@@ -156,6 +226,13 @@ def ref_sha(repo: Path | str, ref: str) -> str | None:
     full = _FULL_SHA.fullmatch(ref) is not None
     if full and (_key(repo), ref) in _known_commits:
         return ref
+    if full:
+        got = _object_at(repo, f"{ref}^{{commit}}")
+        if got is None:
+            return None
+        if got[0] == ref:
+            _known_commits.add((_key(repo), ref))
+        return got[0]
     try:
         sha = git_text(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") or None
     except GitCommandError:
@@ -202,12 +279,25 @@ def _fetch_branch(repo: Path, remote: str, branch: str) -> str | None:
     return ref_sha(repo, tracking)
 
 
+_ancestry: dict[tuple[str, str, str], bool] = {}
+
+
 def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    """Whether `older` is an ancestor of `newer` (or the same commit). Between two full shas the answer
+    never changes: it is remembered for the rest of the process."""
+    key = (_key(repo), older, newer)
+    if key in _ancestry:
+        return _ancestry[key]
     try:
         run_git(repo, "merge-base", "--is-ancestor", older, newer)
-        return True
-    except GitCommandError:
-        return False
+        answer = True
+    except GitCommandError as exc:
+        if exc.status != 1:  # not a "no" (an object is missing, say): ask again next time
+            return False
+        answer = False
+    if _FULL_SHA.fullmatch(older) and _FULL_SHA.fullmatch(newer):
+        _ancestry[key] = answer
+    return answer
 
 
 is_ancestor = _is_ancestor
@@ -558,7 +648,10 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
 def read_file_at(repo: Path, rev: str, path: str) -> str | None:
     """The text of `path` at `rev`; None when the file does not exist there."""
     if _FULL_SHA.fullmatch(rev) is None:
-        return _read_file_at(repo, rev, path)
+        fast = _read_ref(repo, rev)  # HEAD or a full ref name, read from its file: then read at its sha
+        if not isinstance(fast, str):
+            return _read_file_at(repo, rev, path)
+        rev = fast
     key = (_key(repo), rev, path)
     if key not in _files_at:
         text = _read_file_at(repo, rev, path)
@@ -571,6 +664,12 @@ def read_file_at(repo: Path, rev: str, path: str) -> str | None:
 
 
 def _read_file_at(repo: Path, rev: str, path: str) -> str | None:
+    if _FULL_SHA.fullmatch(rev) is not None and "\n" not in path:  # the long-lived reader: no process
+        got = _object_at(repo, f"{rev}:{path}")
+        if got is None:
+            _resolve(repo, rev)
+            return None
+        return got[2].decode("utf-8", "replace") if got[1] == b"blob" else None
     # One process in the common case; only a miss pays for telling "no such file" from "no such revision".
     out = run_git(repo, "cat-file", "--batch", data=f"{rev}:{path}\n".encode())
     header, _, rest = out.partition(b"\n")
@@ -585,12 +684,28 @@ def _read_file_at(repo: Path, rev: str, path: str) -> str | None:
 
 def is_symlink_at(repo: Path, rev: str, path: str) -> bool:
     """True when `path` at `rev` is a symbolic link (mode 120000), whose blob is a link target, not content."""
-    out = run_git(repo, "ls-tree", "-z", _resolve(repo, rev), "--", path)
+    sha = _resolve(repo, rev)
+    parent, _, name = path.rpartition("/")
+    if name and not path.startswith("/") and "//" not in path and "\n" not in path:
+        got = _object_at(repo, f"{sha}:{parent}" if parent else f"{sha}^{{tree}}")  # the folder's tree: no process
+        if got is None or got[1] != b"tree":
+            return False  # no such folder at that commit
+        try:
+            entries = tree_entries_from_data(got[2])
+        except ValueError:  # a tree GitPython refuses to read: git itself answers below
+            entries = None
+        if entries is not None:
+            return any(entry == name and mode == 0o120000 for _sha, mode, entry in entries)
+    out = run_git(repo, "ls-tree", "-z", sha, "--", path)
     return out.startswith(b"120000 ")
 
 
 def tree_hash(repo: Path, rev: str = "HEAD") -> str:
-    return git_text(repo, "rev-parse", "--verify", f"{_resolve(repo, rev)}^{{tree}}")
+    got = _object_at(repo, f"{_resolve(repo, rev)}^{{tree}}")
+    if got is None:  # pragma: no cover - a commit always has its tree
+        raise PlanRunnerError(what=f"the tree of {rev!r} cannot be read in {repo}", why="its object is missing",
+                              fix=f"run `git -C {repo} fsck`, then run again")
+    return got[0]
 
 
 def protected_paths_changed(repo: Path, base_sha: str, head: str, paths: list[str]) -> list[str]:
@@ -609,8 +724,23 @@ def protected_paths_changed(repo: Path, base_sha: str, head: str, paths: list[st
     return [p for p in paths if any(_matches(c, [p]) for c in changed)]
 
 
+_diffs: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+
+
 def _diff_status(repo: Path, base_sha: str, head: str) -> list[tuple[str, str]]:
-    """(status letter, path) for every file that differs between two commits, renames as delete + add."""
+    """(status letter, path) for every file that differs between two commits, renames as delete + add.
+    Between two full shas it never changes: the last one is remembered (a session asks twice)."""
+    key = (_key(repo), base_sha, head)
+    if key in _diffs:
+        return list(_diffs[key])
+    found = _diff_status_of(repo, base_sha, head)
+    if _FULL_SHA.fullmatch(base_sha) and _FULL_SHA.fullmatch(head):
+        _diffs.clear()
+        _diffs[key] = list(found)
+    return found
+
+
+def _diff_status_of(repo: Path, base_sha: str, head: str) -> list[tuple[str, str]]:
     try:
         raw = run_git(repo, "diff", "--name-status", "--no-renames", "-z", base_sha, head, "--")
     except GitCommandError as exc:
@@ -632,14 +762,40 @@ def deleted_files(repo: Path, base_sha: str, head: str) -> list[str]:
 
 
 def current_branch(repo: Path) -> str | None:
+    """The branch checked out (its name under refs/heads/), None when HEAD is detached. Read from the HEAD
+    file when it is a plain one; git itself is asked otherwise."""
+    handle = _ref_reader(repo)
+    if handle is not None:
+        head = Path(handle.git_dir) / "HEAD"
+        try:
+            text = head.read_text(encoding="utf-8") if not head.is_symlink() else ""
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        if text.startswith("ref: refs/heads/") and text.endswith("\n") and text.count("\n") == 1:
+            return text[len("ref: refs/heads/"):-1] or None
+        if _FULL_SHA.fullmatch(text.strip()):
+            return None  # detached
     try:
-        return git_text(repo, "symbolic-ref", "--quiet", "--short", "HEAD") or None
+        name = git_text(repo, "symbolic-ref", "--quiet", "HEAD")
     except GitCommandError:
         return None
+    return name.removeprefix("refs/heads/") if name.startswith("refs/heads/") else None
+
+
+_remotes: dict[str, list[str]] = {}
+
+
+def remotes(repo: Path | str) -> list[str]:
+    """The remotes configured in `repo` (asked once per process: plan-runner adds none). Raises
+    GitCommandError when `repo` is not a repository."""
+    key = _key(repo)
+    if key not in _remotes:
+        _remotes[key] = run_git(repo, "remote").decode().split()
+    return list(_remotes[key])
 
 
 __all__ = [
     "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
     "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
-    "push_ref", "read_file_at", "ref_sha", "run_git", "tree_hash",
+    "push_ref", "read_file_at", "ref_sha", "remotes", "run_git", "tree_hash",
 ]

@@ -35,7 +35,7 @@ class Snapshot:
 
 
 def _git_dir(repo: Path) -> Path:
-    return Path(gitwork.git_text(repo, "rev-parse", "--absolute-git-dir"))
+    return gitwork.git_dir(repo)
 
 
 def _read(path: Path) -> tuple[bytes, int]:

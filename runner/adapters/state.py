@@ -36,14 +36,11 @@ once cannot both win.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import os
 import re
-import subprocess
 import time
-import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from io import BytesIO
@@ -55,7 +52,7 @@ from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.adapters.gitwork import (
-    BOT_EMAIL, BOT_ENV, BOT_NAME, judge_git_env, objects_dir, push_leased, ref_sha, run_git, stderr_of,
+    BOT_EMAIL, BOT_NAME, CatFile, objects_dir, push_leased, ref_sha, remotes, run_git, stderr_of,
 )
 from runner.core.ledger import Entry, Ledger, SegmentedLedger, dump_entry
 
@@ -95,47 +92,6 @@ def state_ref(plan_id: str) -> str:
     return f"{NAMESPACE}/{plan_id}"
 
 
-class _CatFile:
-    """One long-lived `git cat-file --batch` for every read of a store."""
-
-    def __init__(self, repo: Path) -> None:
-        self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env={**os.environ, **BOT_ENV, **judge_git_env()})
-        self._finalizer = weakref.finalize(self, _close, self.proc)
-
-    def get(self, spec: str) -> tuple[bytes, bytes] | None:
-        """(type, content) of `spec`, or None when it does not name an object."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(spec.encode("utf-8", "surrogateescape") + b"\n")
-        self.proc.stdin.flush()
-        header = self.proc.stdout.readline()
-        if not header:
-            raise PlanRunnerError(what="git cat-file stopped answering", why=f"reading {spec!r}",
-                                  fix="run again; if it repeats, run `git fsck` on the repository")
-        parts = header.split()
-        if len(parts) != 3 or not parts[2].isdigit():
-            return None  # "<spec> missing" or "ambiguous"
-        data = self.proc.stdout.read(int(parts[2]) + 1)[:-1]
-        return parts[1], data
-
-    def close(self) -> None:
-        self._finalizer()
-
-
-def _close(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            proc.stdin.close()  # type: ignore[union-attr]
-            proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
-_open_cats: weakref.WeakSet = weakref.WeakSet()
-atexit.register(lambda: [c.close() for c in list(_open_cats)])
 
 
 class GitStateStore:
@@ -144,7 +100,7 @@ class GitStateStore:
     def __init__(self, repo_path: Path, remote: str | None = "origin") -> None:
         self.repo = Path(repo_path)
         try:
-            configured = run_git(self.repo, "remote").decode().split()
+            configured = remotes(self.repo)
         except GitCommandError as exc:
             raise PlanRunnerError(
                 what=f"{self.repo} is not a git repository plan-runner can keep state in",
@@ -154,7 +110,7 @@ class GitStateStore:
         # "origin" is the default; a repository without it works locally (section 7).
         self.remote = remote if remote in configured else None
         self._odb: LooseObjectDB | None = None
-        self._cat_proc: _CatFile | None = None
+        self._cat_proc: CatFile | None = None
         self._deferred: dict[str, str | None] | None = None  # plan -> remote lease, while pushes are deferred
         self._known: dict[str, str | None] = {}  # plan -> its remote state as this process last fetched or pushed it
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
@@ -879,10 +835,9 @@ class GitStateStore:
         out = run_git(self.repo, "for-each-ref", "--format=%(refname)", prefix).decode().split()
         return [name[len(prefix):] for name in out if "/" not in name[len(prefix):]]
 
-    def _cat(self) -> _CatFile:
+    def _cat(self) -> CatFile:
         if self._cat_proc is None or self._cat_proc.proc.poll() is not None:
-            self._cat_proc = _CatFile(self.repo)
-            _open_cats.add(self._cat_proc)
+            self._cat_proc = CatFile(self.repo)
         return self._cat_proc
 
     def close(self) -> None:
@@ -924,7 +879,7 @@ class GitStateStore:
         return self._store(b"tree", buf.getvalue())
 
 
-def _exists(cat: _CatFile, sha: str) -> bool:
+def _exists(cat: CatFile, sha: str) -> bool:
     return cat.get(sha) is not None
 
 

@@ -47,11 +47,12 @@ def session_json(result) -> dict:
     }
 
 
-def _preflight(ws, drivers) -> None:
-    """SPEC 9: before the first session, stop on a setup mistake with what/why/fix, recording nothing."""
+def _preflight(ws, drivers, session=None) -> None:
+    """SPEC 9: before the first session, stop on a setup mistake with what/why/fix, recording nothing.
+    `session`: the plan and state as the caller read them already (not read twice)."""
     from runner.drivers.preflight import before_first_session
 
-    before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"))
+    before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"), session=session)
 
 
 def _session_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,13 +77,13 @@ def cmd_session(args: argparse.Namespace) -> int:
 
     ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
+    s = Session(ws, drivers)  # the plan and its state, read once for the preflight and the session
     if args.dry_run:
-        s = Session(ws, drivers)
         action = decide_start(s.state, s.plan)
         print(json.dumps({"plan": s.plan.id, "next": describe(action), "next_action": action.model_dump(mode="json")},
                          indent=2) if args.json else describe(action))
         return 0
-    _preflight(ws, drivers)
+    _preflight(ws, drivers, s)
     progress = Progress()
     ws.on_event = progress.event
     try:
@@ -90,7 +91,7 @@ def cmd_session(args: argparse.Namespace) -> int:
         from runner.drivers.step import run_session
 
         with recorded_interruptions(ws, drivers):
-            result = run_session(ws, drivers)
+            result = run_session(ws, drivers, s)
     finally:
         progress.stop()
     if args.json:

@@ -77,7 +77,7 @@ def local_workspace(plan: Path, **kw) -> Workspace:
         raise PlanRunnerError(what=f"{plan} is outside the repository {root}",
                               why="a plan (or a symlink to one) must live in the repository it drives",
                               fix="move the plan into the repository's plans/ directory")
-    remotes = gitwork.git_text(root, "remote").split()
+    remotes = gitwork.remotes(root)
     return Workspace(repo=root, plan_path=rel, remote="origin" if "origin" in remotes else None, **kw)
 
 

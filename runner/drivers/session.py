@@ -129,9 +129,10 @@ def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
             fix=f"git add {ws.plan_path} && git commit -m 'Add plan', then run again")
     plan = parse_plan(text, ws.plan_path)
     for ref in ([f"{ws.remote}/{plan.config.base}"] if ws.remote else []) + [plan.config.base]:
-        base_text = gitwork.read_file_at(ws.repo, ref, ws.plan_path) if gitwork.ref_sha(ws.repo, ref) else None
+        sha = gitwork.ref_sha(ws.repo, ref)
+        base_text = gitwork.read_file_at(ws.repo, sha, ws.plan_path) if sha else None
         if base_text is not None:
-            return parse_plan(base_text, ws.plan_path), base_text
+            return (plan if base_text == text else parse_plan(base_text, ws.plan_path)), base_text
     return plan, text
 
 
