@@ -1,7 +1,5 @@
 """`python -m runner` is `plan-runner`."""
 
-import sys
+from runner.drivers.cli import run
 
-from runner.drivers.cli import main
-
-sys.exit(main())
+run()
