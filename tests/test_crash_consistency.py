@@ -131,17 +131,22 @@ def test_sigkill_of_the_whole_job_while_the_agent_works_keeps_its_commits_and_le
     """The job and its agent killed mid-session: the commit and the uncommitted file both survive as work/WIP,
     and the session is reconciled TimedOut."""
     shas = agent_writable(tmp_path / "agent-commits")
+    working = agent_writable(tmp_path / "agent-working")  # the agent says here that it is in its wait
     stop = tmp_path / "stop"  # the replayed session (its cursor died with the job) must not wait again
     repo = make_repo(tmp_path, script(
         [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},
          {"write": {"path": "calc/half.py", "content": "x = 1\n"}},
-         {"run": f"while [ ! -e {stop} ]; do sleep 0.1; done"}],
+         {"run": f"echo waiting >> {working}; while [ ! -e {stop} ]; do sleep 0.1; done"}],
         [{"say": "resumed"}]))
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                             env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # The agent works in its own clone: its files reach this one only after it ends. Its own word (a file
+    # outside the repository) says it is waiting; the kill must come then, well before its 5 s stall limit.
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (repo / "calc" / "half.py").exists():
-        time.sleep(0.1)
+    while time.monotonic() < deadline and not working.read_text():
+        assert proc.poll() is None, "plan-runner ended before its agent reached its wait"
+        time.sleep(0.05)
+    assert working.read_text(), "the agent never reached its wait"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     stop.touch()
