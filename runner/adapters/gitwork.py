@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -151,6 +152,7 @@ class CatFile:
         self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env={**os.environ, **BOT_ENV, **judge_git_env()})
         self._finalizer = weakref.finalize(self, _close, self.proc)
+        self._lock = threading.Lock()  # one question and its answer at a time, whichever thread asks
         _open_cats.add(self)
 
     def get(self, spec: str) -> tuple[bytes, bytes] | None:
@@ -164,16 +166,17 @@ class CatFile:
         if "\n" in spec or "\r" in spec:
             return None
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(spec.encode("utf-8", "surrogateescape") + b"\n")
-        self.proc.stdin.flush()
-        header = self.proc.stdout.readline()
-        if not header:
-            raise PlanRunnerError(what="git cat-file stopped answering", why=f"reading {spec!r}",
-                                  fix="run again; if it repeats, run `git fsck` on the repository")
-        parts = header.split()
-        if len(parts) != 3 or not parts[2].isdigit():
-            return None  # "<spec> missing" or "ambiguous"
-        data = self.proc.stdout.read(int(parts[2]) + 1)[:-1]
+        with self._lock:
+            self.proc.stdin.write(spec.encode("utf-8", "surrogateescape") + b"\n")
+            self.proc.stdin.flush()
+            header = self.proc.stdout.readline()
+            if not header:
+                raise PlanRunnerError(what="git cat-file stopped answering", why=f"reading {spec!r}",
+                                      fix="run again; if it repeats, run `git fsck` on the repository")
+            parts = header.split()
+            if len(parts) != 3 or not parts[2].isdigit():
+                return None  # "<spec> missing" or "ambiguous"
+            data = self.proc.stdout.read(int(parts[2]) + 1)[:-1]
         return parts[0].decode(), parts[1], data
 
     def alive(self) -> bool:
@@ -200,14 +203,25 @@ atexit.register(lambda: [c.close() for c in list(_open_cats)])
 _objects: dict[str, CatFile] = {}
 
 
-def _object_at(repo: Path | str, spec: str) -> tuple[str, bytes, bytes] | None:
-    """(sha, type, content) of an object named from a full sha (`<sha>:<path>`, `<sha>^{tree}`): objects never
-    change, so one long-lived reader per repository answers for the whole process."""
+def cat_file(repo: Path | str) -> CatFile:
+    """The repository's one long-lived reader, for objects named from a full sha (`<sha>`, `<sha>:<path>`,
+    `<sha>^{tree}`): objects never change, so it answers for the whole process (the state store reads
+    through it too)."""
     key = _key(repo)
     cat = _objects.get(key)
     if cat is None or not cat.alive():
         cat = _objects[key] = CatFile(key)
-    return cat.get_with_sha(spec)
+    return cat
+
+
+def close_cat_file(repo: Path | str) -> None:
+    cat = _objects.pop(_key(repo), None)
+    if cat is not None:
+        cat.close()
+
+
+def _object_at(repo: Path | str, spec: str) -> tuple[str, bytes, bytes] | None:
+    return cat_file(repo).get_with_sha(spec)
 
 
 # Objects never change: a sha once verified as a commit, and a file read at a full sha, are

@@ -52,7 +52,8 @@ from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.adapters.gitwork import (
-    BOT_EMAIL, BOT_NAME, CatFile, objects_dir, push_leased, ref_sha, remotes, run_git, stderr_of,
+    BOT_EMAIL, BOT_NAME, CatFile, cat_file, close_cat_file, objects_dir, push_leased, ref_sha, remotes, run_git,
+    stderr_of,
 )
 from runner.core.ledger import Entry, Ledger, SegmentedLedger, dump_entry
 
@@ -110,7 +111,6 @@ class GitStateStore:
         # "origin" is the default; a repository without it works locally (section 7).
         self.remote = remote if remote in configured else None
         self._odb: LooseObjectDB | None = None
-        self._cat_proc: CatFile | None = None
         self._deferred: dict[str, str | None] | None = None  # plan -> remote lease, while pushes are deferred
         self._known: dict[str, str | None] = {}  # plan -> its remote state as this process last fetched or pushed it
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
@@ -836,14 +836,10 @@ class GitStateStore:
         return [name[len(prefix):] for name in out if "/" not in name[len(prefix):]]
 
     def _cat(self) -> CatFile:
-        if self._cat_proc is None or self._cat_proc.proc.poll() is not None:
-            self._cat_proc = CatFile(self.repo)
-        return self._cat_proc
+        return cat_file(self.repo)
 
     def close(self) -> None:
-        if self._cat_proc is not None:
-            self._cat_proc.close()
-            self._cat_proc = None
+        close_cat_file(self.repo)
 
     def _object(self, spec: str | None, kind: bytes) -> bytes | None:
         if not spec:
