@@ -279,7 +279,7 @@ def _resolve(repo: Path, rev: str) -> str:
 # --- the work branch -------------------------------------------------------------------------
 
 
-def _fetch_branch(repo: Path, remote: str, branch: str) -> str | None:
+def fetch_branch(repo: Path, remote: str, branch: str) -> str | None:
     """Fetch one branch of the remote into its tracking ref; None when the remote lacks it."""
     tracking = f"refs/remotes/{remote}/{branch}"
     try:
@@ -357,14 +357,14 @@ def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *
     if remote and fetched:
         remote_head = ref_sha(repo, f"refs/remotes/{remote}/{branch}")
     else:
-        remote_head = _fetch_branch(repo, remote, branch) if remote else None
+        remote_head = fetch_branch(repo, remote, branch) if remote else None
     if local is None:
         target = remote_head
         if target is None:
             if remote and fetched:
                 remote_base = ref_sha(repo, f"refs/remotes/{remote}/{base}")
             else:
-                remote_base = _fetch_branch(repo, remote, base) if remote else None
+                remote_base = fetch_branch(repo, remote, base) if remote else None
             target = remote_base or _resolve(repo, base)
     elif remote_head is None or remote_head == local or _is_ancestor(repo, remote_head, local):
         target = local
@@ -810,6 +810,6 @@ def remotes(repo: Path | str) -> list[str]:
 
 __all__ = [
     "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
-    "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
+    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
     "push_ref", "read_file_at", "ref_sha", "remotes", "run_git", "tree_hash",
 ]

@@ -238,6 +238,12 @@ def _push_start_after(ws: Workspace, plan_id: str) -> Callable[[], str]:
     return push
 
 
+def _push_token(env: Mapping[str, str]) -> str | None:
+    """The token git pushes with: the `push-token` input when given (a push that triggers CI), else the job's.
+    The API always keeps the job's token."""
+    return env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")
+
+
 def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,
                driver_factory: Callable[[GitHubContext, Mapping[str, str]], object] = open_driver) -> int:
     """Run one mode as a job step; returns the step's exit code. Never raises."""
@@ -249,8 +255,7 @@ def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | No
             result = _run_mode(env, mode, rep, driver_factory)
     except Cancelled as stop:
         chosen = (mode or env.get("PLAN_RUNNER_MODE") or "session").strip().lower()
-        push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")
-        with git_credentials(push_token, env.get("GITHUB_SERVER_URL", "https://github.com")):
+        with git_credentials(_push_token(env), env.get("GITHUB_SERVER_URL", "https://github.com")):
             kept = salvage_open_session(env) if chosen == "session" else "nothing to push"
         result = ModeResult(outcome="cancelled", exit_code=128 + stop.signum,
                             summary=f"# plan-runner: the job was cancelled ({stop})\n\n{kept}.\n",
@@ -268,8 +273,7 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
             from runner.adapters.action_permissions import check_job_permissions
 
             check_job_permissions(env, chosen, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
-        push_token = env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")  # pushes; the API keeps the job's token
-        with git_credentials(push_token, ctx.server_url), driver_factory(ctx, env) as driver:
+        with git_credentials(_push_token(env), ctx.server_url), driver_factory(ctx, env) as driver:
             return _modes()[chosen](ctx, env, driver, rep)
     except StateConflict as err:  # another job won the compare-and-swap: nothing is wrong
         result = ModeResult(outcome="superseded", summary=error_summary(err),

@@ -85,11 +85,6 @@ def plan_files(repo: Path) -> list[str]:
 
 
 def fetch_work_branch(ws: Workspace, branch: str) -> None:
-    """Bring the remote's work branch in, so checkpoint states are read from the work, not the base."""
-    try:
-        gitwork.run_git(ws.repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", REMOTE,
-                        f"+refs/heads/{branch}:refs/remotes/{REMOTE}/{branch}")
-    except Exception as exc:  # noqa: BLE001 - absent branch (never pushed) is normal; the tracker then is the base
-        if "couldn't find remote ref" not in str(getattr(exc, "stderr", "") or exc):
-            raise PlanRunnerError(what=f"could not fetch the work branch {branch!r}", why=str(exc),
-                                  fix="check that the remote is reachable and the token may read it") from None
+    """Bring the remote's work branch in, so checkpoint states are read from the work, not the base (a branch
+    never pushed is no error: the tracker then is the base's)."""
+    gitwork.fetch_branch(ws.repo, REMOTE, branch)
