@@ -20,13 +20,13 @@ from pathlib import Path
 from benchmarks.common import child_env
 from benchmarks.repos import build_repo, git
 from runner.core.actions import Finish, Park, RunSession, SessionKind, Wait
-from runner.adapters.events import GitHubContext
-from runner.adapters.github import GitHubDriver
-from runner.adapters.github_api import RetryPolicy
+from runner.adapters.github.events import GitHubContext
+from runner.adapters.github.client import GitHubDriver
+from runner.adapters.github.api import RetryPolicy
 from runner.core.ledger import Finished, Parked, SessionRecord
 from runner.core.outcome import Blame, Outcome
 from runner.drivers.session import Drivers, Workspace
-from runner.adapters.state import GitStateStore
+from runner.adapters.store.state import GitStateStore
 from runner.drivers.step import run_session
 from tests.servers.github import GitHubServer
 

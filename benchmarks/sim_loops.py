@@ -34,15 +34,15 @@ from benchmarks.sim_signals import RawSession, plan_path, plan_text, render, tic
 from benchmarks.sim_world import T0, FaultModel, PlanTruth, World
 from runner.core.actions import Blame, ConsultAdvisor, Finish, Park, RunSession, Wait
 from runner.backends.streamjson import STOP_TOKEN_BUDGET, parse_stream
-from runner.adapters.collect import handoff_path_of
+from runner.adapters.judge.collect import handoff_path_of
 from runner.core.evidence import CommitInfo, Evidence, GateResult
 from runner.core.fingerprint import fingerprint
-from runner.adapters.gates import run_gates
-from runner.adapters.gitwork import _matches as matches_bookkeeping  # the collectors' "only plan/handoff" rule
+from runner.adapters.judge.gates import run_gates
+from runner.adapters.git.work import _matches as matches_bookkeeping  # the collectors' "only plan/handoff" rule
 from runner.core.ledger import Advice, GateSummary, SessionRecord
 from runner.core.outcome import classify
 from runner.core.plan import GateConfig, Plan
-from runner.adapters.planfile import diff_tracker, parse_plan, with_tracker
+from runner.core.planfile import diff_tracker, parse_plan, with_tracker
 from runner.core.policy import decide_after_advice, decide_next, decide_start, fold
 
 MAX_SESSIONS = 60  # the same hard backstop for every loop (plan-runner's default max_sessions)
@@ -99,7 +99,7 @@ _GATE = GateConfig(name="tests", checks=("tests",))
 
 def collect_evidence(raw: RawSession, *, plan: Plan, tracker_before: str, n: int, kind: str, cid: str,
                      started: datetime, tracked: dict[str, Plan] | None = None) -> Evidence:
-    """What plan-runner's collectors make of the raw signals (`runner.adapters.collect.collect_evidence`, minus git).
+    """What plan-runner's collectors make of the raw signals (`runner.adapters.judge.collect.collect_evidence`, minus git).
     `tracked` caches `with_tracker` by the plan file's text (the same text parses the same)."""
     tracked = {} if tracked is None else tracked
     for text in (tracker_before, raw.tracker_after):

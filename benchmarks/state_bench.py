@@ -29,7 +29,7 @@ from pathlib import Path
 from benchmarks.common import child_env, median, run_child
 from benchmarks.overhead import SCRIPT as WORK_SCRIPT
 from benchmarks.repos import build_repo, git
-from runner.adapters.state import ledger_text
+from runner.adapters.store.state import ledger_text
 
 TARGET_LEDGER_RATIO = 1.3
 TARGET_TRANSCRIPT_RATIO = 1.3
@@ -112,7 +112,7 @@ def _seed(repo: Path, plan_id: str, entries: int, snapshot: bool | str) -> None:
     folded); "blob": the format before segments (one ledger blob, with its snapshot)."""
     from runner.core.ledger import dump_entry
     from runner.core.policy import fold, snapshot_json
-    from runner.adapters.state import GitStateStore
+    from runner.adapters.store.state import GitStateStore
 
     past = _past(entries)
     if snapshot == "blob":
@@ -164,7 +164,7 @@ def bench_ledger(workdir: Path, sizes: list[int], reps: int) -> dict:
 
 
 def bench_transcripts(workdir: Path, sessions: int, stream_bytes: int) -> dict:
-    from runner.adapters.state import DIR_LIMIT
+    from runner.adapters.store.state import DIR_LIMIT
 
     env = child_env(PLAN_RUNNER_ISOLATION="none")
     stream_py = Path(__file__).resolve().parent / "stream.py"
@@ -246,11 +246,11 @@ def _net(calls: list[str]) -> list[str]:
 def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[dict]:
     """Session 1 of a plan (started by hand) and session 2 (dispatched by session 1), each counted."""
     from benchmarks.github_calls import TOKEN, _with_origin
-    from runner.adapters.events import GitHubContext
-    from runner.adapters.github import GitHubDriver
-    from runner.adapters.github_api import RetryPolicy
+    from runner.adapters.github.events import GitHubContext
+    from runner.adapters.github.client import GitHubDriver
+    from runner.adapters.github.api import RetryPolicy
     from runner.drivers.session import Drivers, Workspace
-    from runner.adapters.state import GitStateStore
+    from runner.adapters.store.state import GitStateStore
     from runner.drivers.step import run_session
 
     script = workdir / f"{name}.yaml"
@@ -280,9 +280,9 @@ def bench_network(workdir: Path, tick_plans: int) -> dict:
     from benchmarks.github_calls import TOKEN, _env, _plan as gh_plan, _seed_tick_state, _with_origin
     from runner.adapters.action_io import Reporter
     from runner.drivers.action_tick import mode_tick
-    from runner.adapters.events import GitHubContext
-    from runner.adapters.github import GitHubDriver
-    from runner.adapters.github_api import RetryPolicy
+    from runner.adapters.github.events import GitHubContext
+    from runner.adapters.github.client import GitHubDriver
+    from runner.adapters.github.api import RetryPolicy
     from tests.servers.github import GitHubServer
 
     env_base = child_env(PLAN_RUNNER_ISOLATION="none")

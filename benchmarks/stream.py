@@ -5,7 +5,7 @@ uses with usage, tool results of a few KB, a final `result` line) until SIZE
 bytes. Measured in a fresh child process each (clean peak memory):
 
 * `bare`: a `json.loads` loop over the same lines, in memory: the speed limit;
-* `supervise`: `runner.adapters.supervise.supervise` reading the generator through a pipe,
+* `supervise`: `runner.adapters.sandbox.supervise.supervise` reading the generator through a pipe,
   `json.loads` per line in `on_line` (what every stream backend sits on);
 * `parser`: the same, with the Claude Code stream-json parser from
   `runner.backends.streamjson` in `on_line`, when that module exists.
@@ -106,7 +106,7 @@ def measure(mode: str, size: int) -> dict:
         seconds = time.perf_counter() - started
         total = rounds * per
     else:
-        from runner.adapters.supervise import supervise
+        from runner.adapters.sandbox.supervise import supervise
 
         handle = _parser() if mode == "parser" else None
         seen = {"n": 0, "last": None}

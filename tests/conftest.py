@@ -1,6 +1,6 @@
 """Suite-wide setup.
 
-Sessions run the agent and the gates as an unprivileged user (runner.adapters.sandbox) when the
+Sessions run the agent and the gates as an unprivileged user (runner.adapters.sandbox.identity) when the
 suite runs as root, as it does in CI. That user must be able to reach what a test hands
 the agent (a script in `tmp_path`, the test project): pytest makes its temporary folders
 private (0700), so each test's `tmp_path` and the folders above it are made searchable

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from runner.adapters.state import ledger_text
+from runner.adapters.store.state import ledger_text
 
 PLAN_ID = "fix"
 BRANCH = f"plan-runner/{PLAN_ID}"

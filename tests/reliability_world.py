@@ -19,16 +19,16 @@ import yaml
 
 from runner.drivers.action import run_action
 from runner.drivers.action_tick import tick_plan
-from runner.adapters.events import GitHubContext
-from runner.adapters.github import GitHubDriver
-from runner.adapters.github_api import RetryPolicy
+from runner.adapters.github.events import GitHubContext
+from runner.adapters.github.client import GitHubDriver
+from runner.adapters.github.api import RetryPolicy
 from runner.core.ledger import parse_entry
 from runner.core.policy import fold
 from runner.drivers.session import Drivers, Workspace
-from runner.adapters.state import GitStateStore
+from runner.adapters.store.state import GitStateStore
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
-from runner.adapters.state import ledger_text
+from runner.adapters.store.state import ledger_text
 
 PLAN = """\
 ---

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.ledger import Dispatched
-from runner.adapters.state import GitStateStore, ledger_text
+from runner.adapters.store.state import GitStateStore, ledger_text
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 from tests.test_action_refusals import ONE_STEP_PLAN

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.drivers.action_cli import CLIS, install_cli, needed_cli
-from runner.adapters.planfile import parse_plan
+from runner.core.planfile import parse_plan
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 from tests.test_action_modes import Jobs

@@ -237,13 +237,13 @@ def test_unexpected_exception_still_leaves_a_summary_and_fails(tmp_path):
 
 def test_tick_reconciles_an_orphaned_session_only_after_its_deadline(jobs):
     """A session whose job died is left alone while it could still run, then reconciled as TimedOut."""
-    from runner.adapters.planfile import parse_plan
+    from runner.core.planfile import parse_plan
 
     jobs.session()
     plan = parse_plan(w.PLAN, PLAN)
     now = datetime.now(timezone.utc)
     assert orphan_deadline(now, plan) - now >= timedelta(seconds=40 + 120)
-    from runner.adapters.state import GitStateStore
+    from runner.adapters.store.state import GitStateStore
 
     clone = w.checkout(jobs.bare, jobs.root / "orphan")
     store = GitStateStore(clone)
@@ -291,7 +291,7 @@ def test_git_credentials_live_only_in_the_process_environment(monkeypatch):
         assert os.environ["GIT_CONFIG_COUNT"] == "1"
         assert os.environ["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraheader"
         assert os.environ["GIT_CONFIG_VALUE_0"].startswith("AUTHORIZATION: basic ")
-        from runner.adapters.agentenv import build_agent_env
+        from runner.adapters.sandbox.agentenv import build_agent_env
 
         assert not any(k.startswith("GIT_CONFIG") for k in build_agent_env(os.environ))
     assert "GIT_CONFIG_COUNT" not in os.environ and "GIT_CONFIG_KEY_0" not in os.environ

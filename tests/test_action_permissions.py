@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner.drivers.action import run_action
-from runner.adapters.action_permissions import check_job_permissions, granted_by, job_block, missing, needed
+from runner.adapters.github.permissions import check_job_permissions, granted_by, job_block, missing, needed
 from runner.core.errors import PlanRunnerError
 from runner.adapters.init import write_init
 from runner.adapters.source import Source
@@ -154,9 +154,9 @@ def test_a_403_is_read_for_the_permission_github_asked_for(tmp_path) -> None:
     """Past the up-front check (a token of the user's own, a repository default), a 403 on any call becomes a
     fix naming the permission GitHub put in `X-Accepted-GitHub-Permissions`, over real HTTP from PyGithub."""
     from runner.core.errors import Refused
-    from runner.adapters.events import GitHubContext
-    from runner.adapters.github import GitHubDriver
-    from runner.adapters.github_api import RetryPolicy
+    from runner.adapters.github.events import GitHubContext
+    from runner.adapters.github.client import GitHubDriver
+    from runner.adapters.github.api import RetryPolicy
 
     with GitHubServer() as srv:
         srv.token_scopes = {"issues": "read", "contents": "write"}

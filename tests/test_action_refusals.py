@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from runner.adapters.github import COMMENT_MARKER
+from runner.adapters.github.client import COMMENT_MARKER
 from runner.core.replies import HELP
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from runner.adapters.agentenv import (
+from runner.adapters.sandbox.agentenv import (
     OPENAI_VARS,
     build_agent_env,
     is_github_credential,
@@ -16,7 +16,7 @@ from runner.adapters.agentenv import (
     secret_values,
 )
 from runner.core.errors import PlanRunnerError
-from runner.adapters.supervise import supervise
+from runner.adapters.sandbox.supervise import supervise
 
 JOB_ENV = {
     "PATH": "/usr/bin:/bin",

@@ -16,7 +16,7 @@ from runner.backends.anthropic_agent import AnthropicAgentBackend, resume_messag
 from runner.backends.anthropic_errors import parse_rate_limit_reset
 from runner.backends.base import get_backend
 from runner.core.evidence import ExitKind
-from runner.adapters.supervise import NUDGE_TEXT
+from runner.adapters.sandbox.supervise import NUDGE_TEXT
 from tests.agent_helpers import fast_backend, make_request, tool_results, user_texts
 from tests.servers.messages import (
     MessagesServer,

@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from runner.adapters.agentenv import build_agent_env
+from runner.adapters.sandbox.agentenv import build_agent_env
 from runner.backends import get_backend
 from runner.backends.base import SessionRequest
 from runner.backends.claude_code import (
@@ -25,7 +25,7 @@ from runner.backends.claude_code import (
 )
 from runner.core.evidence import ExitKind
 from runner.core.plan import AgentConfig
-from runner.adapters.supervise import NUDGE_TEXT
+from runner.adapters.sandbox.supervise import NUDGE_TEXT
 from tests.git_repos import init_repo
 from tests.servers.messages import MessagesServer, cut, hang, rate_limited, reply, tool_use, unauthorized
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.adapters.agentenv import build_agent_env
+from runner.adapters.sandbox.agentenv import build_agent_env
 from runner.backends.base import SessionRequest, get_backend
 from runner.backends.command import build_argv, classify_command_exit
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind
 from runner.core.plan import AgentConfig
-from runner.adapters.supervise import ProcessExit
+from runner.adapters.sandbox.supervise import ProcessExit
 
 
 def _cli(tmp_path: Path, body: str, name: str = "agent-cli") -> Path:

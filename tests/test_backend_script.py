@@ -12,7 +12,7 @@ from pathlib import Path
 import git
 import pytest
 
-from runner.adapters.agentenv import build_agent_env
+from runner.adapters.sandbox.agentenv import build_agent_env
 from runner.backends.base import SessionRequest, get_backend
 from runner.backends.script import parse_script
 from runner.core.errors import PlanRunnerError

@@ -15,7 +15,7 @@ from benchmarks.sim_world import T0, FaultModel, SessionTruth, generate_plans
 from benchmarks.simulate import bench_loop
 from runner.core.actions import Outcome
 from runner.core.outcome import classify
-from runner.adapters.planfile import parse_plan
+from runner.core.planfile import parse_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 

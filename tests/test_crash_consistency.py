@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.adapters.agentarea import area_for
+from runner.adapters.sandbox.agent_clone import area_for
 from runner.drivers.session import FAULT_POINTS
 from tests.conftest import agent_writable
 from tests.reliability_world import (
@@ -179,7 +179,7 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
          {"run": f"while [ ! -e {stop} ]; do echo . >> {late}; sleep 0.05; done"}],
         [{"say": "resumed"}]))
     pid_file = repo / ".git" / "plan-runner" / "calc" / "agent.pid"
-    written = area_for(repo, "calc").work / late  # the agent works in its own clone (runner.adapters.agentarea)
+    written = area_for(repo, "calc").work / late  # the agent works in its own clone (runner.adapters.sandbox.agent_clone)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                             env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
@@ -210,7 +210,7 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
 
 def test_a_stale_agent_record_never_stops_an_unrelated_process(tmp_path):
     """A pid file naming a live process that plan-runner did not start (its start time differs) is dropped."""
-    from runner.adapters.supervise import reap_leftover
+    from runner.adapters.sandbox.supervise import reap_leftover
 
     other = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:

@@ -1,4 +1,4 @@
-"""Tests for runner.adapters.events: the GITHUB_* environment and event payloads."""
+"""Tests for runner.adapters.github.events: the GITHUB_* environment and event payloads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.core.errors import PlanRunnerError
-from runner.adapters.events import (
+from runner.adapters.github.events import (
     GitHubContext,
     IssueComment,
     OtherEvent,

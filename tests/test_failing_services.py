@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runner.core.errors import ServiceUnavailable
-from runner.adapters.events import GitHubContext
-from runner.adapters.github import GitHubDriver
-from runner.adapters.github_api import RetryPolicy
+from runner.adapters.github.events import GitHubContext
+from runner.adapters.github.client import GitHubDriver
+from runner.adapters.github.api import RetryPolicy
 from tests.reliability_world import (
     GH_SCRIPT,
     PARK_SCRIPT,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.evidence import GateResult
-from runner.adapters.gates import GateCache, GateEvent, body_failure, run_gates
+from runner.adapters.judge.gates import GateCache, GateEvent, body_failure, run_gates
 from runner.core.plan import GateConfig
 
 pytestmark = pytest.mark.integration

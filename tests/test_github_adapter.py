@@ -1,4 +1,4 @@
-"""Tests for runner.adapters.github: PyGithub over real HTTP against the local GitHub server."""
+"""Tests for runner.adapters.github.client: PyGithub over real HTTP against the local GitHub server."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 
 from runner.core.errors import PlanRunnerError, Refused, ServiceUnavailable
 from runner.core.exits import Exit
-from runner.adapters.events import GitHubContext
-from runner.adapters.github import GitHubDriver, ParkIssue, park_marker, parse_park_marker
-from runner.adapters.github_api import RetryPolicy
-from runner.adapters.github_checks import classify_checks
+from runner.adapters.github.events import GitHubContext
+from runner.adapters.github.client import GitHubDriver, ParkIssue, park_marker, parse_park_marker
+from runner.adapters.github.api import RetryPolicy
+from runner.adapters.github.checks import classify_checks
 from runner.core.plan import GateConfig
 from tests.servers.github import GitHubServer
 

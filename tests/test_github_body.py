@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.adapters.github_body import GITHUB_MAX_BODY, LIMIT, cap_body
+from runner.adapters.github.body import GITHUB_MAX_BODY, LIMIT, cap_body
 
 
 def report(gate_lines: int, handoff_lines: int, commits: int) -> str:

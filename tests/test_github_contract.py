@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from runner.core.errors import Refused, ServiceUnavailable
-from runner.adapters.events import GitHubContext
-from runner.adapters.github import GitHubDriver
-from runner.adapters.github_api import RetryPolicy
+from runner.adapters.github.events import GitHubContext
+from runner.adapters.github.client import GitHubDriver
+from runner.adapters.github.api import RetryPolicy
 from runner.core.plan import GateConfig
 from tests.github_contract import GENERAL_STATUSES, check_exchange, operation, spec, validate
 from tests.servers.github import GitHubServer

@@ -9,9 +9,9 @@ import os
 import git
 import pytest
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError, StateConflict
-from runner.adapters.gitwork import (
+from runner.adapters.git.work import (
     collect_commits,
     commit_files,
     commit_leftovers,

@@ -18,8 +18,8 @@ from runner.drivers.action_env import normalise_plan_path
 from runner.backends.codexjson import parse_codex_stream
 from runner.backends.streamjson import parse_stream
 from runner.core.errors import PlanRunnerError
-from runner.adapters.events import GitHubContext, parse_event
-from runner.adapters.planfile import diff_tracker, parse_plan, plan_id_from_path, with_tracker
+from runner.adapters.github.events import GitHubContext, parse_event
+from runner.core.planfile import diff_tracker, parse_plan, plan_id_from_path, with_tracker
 from runner.core.replies import ReplyCommand, ReplyProblem, parse_reply
 from tests.e2e_act import world as w
 from tests.reliability_world import (

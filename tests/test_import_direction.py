@@ -40,8 +40,9 @@ MAY_IMPORT = {
     "drivers": {"core", "adapters", "backends", "drivers"},
 }
 # Everything outside the project the core may import: the standard library's pure parts and pydantic.
-CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "enum", "functools", "hashlib", "json", "math",
-                  "pydantic", "re", "typing"}
+# Plan parsing is pure text-to-record, so PyYAML (a parser) and pathlib's pure paths are allowed too.
+CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "difflib", "enum", "functools", "hashlib", "json",
+                  "math", "pathlib", "pydantic", "re", "types", "typing", "urllib", "yaml"}
 # Calls that read the clock, the environment or files: never in the core (time is a field of the evidence).
 IMPURE_CALLS = {"now", "utcnow", "today", "open", "getenv", "monotonic", "time", "sleep", "read_text", "write_text"}
 
@@ -176,3 +177,46 @@ def test_cycle_finder_finds_a_cycle():
     """The cycle check itself works: a three-module loop and a self-contained chain are told apart."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == set()
+
+
+# The adapters are rooms: a package per part of the world, each importing only the core and the rooms listed here.
+# Modules directly in `runner.adapters` are rooms of one module each.
+ROOM_MAY_IMPORT = {
+    "git": set(),                          # the git evidence and work-branch operations: nothing but the core
+    "github": set(),                       # the REST API never runs processes or touches the sandbox
+    "render": set(),                       # text for people is a function of records
+    "store": {"git"},
+    "sandbox": {"git"},
+    "judge": {"git", "sandbox"},
+    "advisor": set(),
+    "plan_io": set(),
+    "source": set(),
+    "init": {"source"},
+    "action_io": {"render", "sandbox"},    # masks the agent's credentials in what the job prints
+}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) >= 3 and parts[1] == "adapters" else None
+
+
+def test_every_adapter_module_is_in_a_known_room():
+    rooms = {_room(m) for m in _grouped()["adapters"]} - {None}
+    assert rooms == set(ROOM_MAY_IMPORT), "a new room needs its line in ROOM_MAY_IMPORT"
+
+
+def test_rooms_import_only_the_rooms_they_may():
+    """e.g. github never imports sandbox, render imports only the core."""
+    wrong = [f"{m} ({_room(m)}) imports {d} ({_room(d)})"
+             for m, deps in _graph().items() if _room(m) for d in sorted(deps)
+             if _room(d) and _room(d) != _room(m) and _room(d) not in ROOM_MAY_IMPORT[_room(m)]]
+    assert wrong == []
+
+
+def test_only_the_git_and_store_rooms_import_gitpython():
+    """GitPython (and its gitdb) is the git and store rooms' business; every other module asks them."""
+    modules = _modules()
+    known = set(modules)
+    users = sorted(m for m in modules if any(lib.split(".")[0] in {"git", "gitdb"} for lib in _imports(m, modules[m], known)[1]))
+    assert all(_room(m) in {"git", "store"} for m in users), users

@@ -12,7 +12,7 @@ import yaml
 
 from runner.core.errors import PlanRunnerError
 from runner.adapters.init import parse_action_ref, pin_action_ref, resolve_ref, write_init
-from runner.adapters.planfile import load_plan
+from runner.adapters.plan_io import load_plan
 from runner.adapters.source import Source, read_checkout, record_source
 
 ROOT = Path(__file__).resolve().parent.parent

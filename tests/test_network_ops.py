@@ -11,7 +11,7 @@ from benchmarks.common import child_env
 from benchmarks.github_calls import TOKEN, _env
 from benchmarks.state_bench import _two_sessions, _verb
 from tests.servers.github import GitHubServer
-from runner.adapters.state import ledger_text
+from runner.adapters.store.state import ledger_text
 
 pytestmark = pytest.mark.integration
 
@@ -50,9 +50,9 @@ def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path)
     from benchmarks.state_bench import NET_SCRIPT, _net, counting_git
     from runner.adapters.action_io import Reporter
     from runner.drivers.action_tick import mode_tick
-    from runner.adapters.events import GitHubContext
-    from runner.adapters.github import GitHubDriver
-    from runner.adapters.github_api import RetryPolicy
+    from runner.adapters.github.events import GitHubContext
+    from runner.adapters.github.client import GitHubDriver
+    from runner.adapters.github.api import RetryPolicy
 
     env_base = child_env(PLAN_RUNNER_ISOLATION="none")
     script = tmp_path / "net.yaml"
@@ -81,7 +81,7 @@ def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path)
 def test_a_lost_lease_in_the_batched_push_leaves_that_plan_out_and_pushes_the_rest(tmp_path: Path):
     """Deferred appends of three plans; another clone advances one of them meanwhile: `flush` reports that plan's
     conflict, resets its local ref to the remote's, and lands the other two (git's --atomic rejected all once)."""
-    from runner.adapters.state import GitStateStore
+    from runner.adapters.store.state import GitStateStore
     from tests.test_state import make_remote_pair, parked, remote_state
 
     bare, a, b = make_remote_pair(tmp_path)

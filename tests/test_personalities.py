@@ -20,10 +20,10 @@ import git
 import pytest
 
 from runner.core.actions import Outcome, Verdict
-from runner.adapters.collect import SessionScene, collect_evidence, handoff_path_of
+from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of
 from runner.core.evidence import Evidence, ExitKind, SessionSignals
 from runner.core.outcome import classify
-from runner.adapters.planfile import parse_plan
+from runner.core.planfile import parse_plan
 from tests.agent_helpers import fast_backend, make_request
 from tests.servers.messages import MessagesServer, Turn, reply, tool_use
 

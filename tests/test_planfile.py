@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from runner.core.errors import PlanError, PlanRunnerError
 from runner.core.evidence import CheckpointState as S
 from runner.core.plan import Plan
-from runner.adapters.planfile import (
+from runner.adapters.plan_io import load_plan
+from runner.core.planfile import (
     diff_tracker,
-    load_plan,
     parse_plan,
     parse_tracker,
     plan_id_from_path,

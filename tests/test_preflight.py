@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.adapters.agentenv import credential_vars, build_agent_env
+from runner.adapters.sandbox.agentenv import credential_vars, build_agent_env
 from runner.core.plan import GateConfig
-from runner.adapters.planfile import parse_plan
+from runner.core.planfile import parse_plan
 from runner.drivers.preflight import PreflightError, check, gate_command_problem, problems
 
 PLAN = """\

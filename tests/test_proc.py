@@ -1,4 +1,4 @@
-"""The one process runner (runner/adapters/proc.py) against real processes that misbehave: no mocks.
+"""The one process runner (runner/adapters/sandbox/proc.py) against real processes that misbehave: no mocks.
 
 Timings are only upper bounds that prove "does not hang" (about 10x the limit), never exact.
 """
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.adapters import proc, sandbox
+from runner.adapters.sandbox import proc
+
+from runner.adapters.sandbox import identity as sandbox
 from runner.backends.agent_tools import Workspace
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -172,7 +174,7 @@ def test_a_process_that_exits_0_when_killed_is_not_a_success(tmp_path: Path) -> 
 
 def test_a_gate_that_exits_0_when_killed_is_red(tmp_path: Path) -> None:
     """The same through the gate runner: timed out and red whatever the exit status."""
-    from runner.adapters.gates import run_command_gate
+    from runner.adapters.judge.gates import run_command_gate
     from runner.core.plan import GateConfig
 
     gate = GateConfig.model_validate({"name": "sneaky", "run": "trap 'exit 0' TERM; while :; do sleep 0.1; done",

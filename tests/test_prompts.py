@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from runner.core.actions import RunSession, SessionKind
 from runner.core.evidence import CommitInfo, Evidence, ExitKind, GateResult, SessionSignals
 from runner.core.outcome import human_lines
-from runner.adapters.planfile import parse_plan
-from runner.adapters.prompts import (
+from runner.core.planfile import parse_plan
+from runner.adapters.render.prompts import (
     GATE_TAIL_CHARS,
     PromptContext,
     fence,

@@ -1,4 +1,4 @@
-"""The identity untrusted code runs as (runner.adapters.sandbox): what it cannot reach, and that nothing of it survives.
+"""The identity untrusted code runs as (runner.adapters.sandbox.identity): what it cannot reach, and that nothing of it survives.
 
 These tests need what CI has: root (the suite runs as root; scripts/test installs sudo). The
 judge-with-sudo tests create ordinary users the way a GitHub-hosted runner has one (`runner`
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.adapters import sandbox
+from runner.adapters.sandbox import identity as sandbox
 from runner.core.errors import PlanRunnerError
-from runner.adapters.supervise import supervise
+from runner.adapters.sandbox.supervise import supervise
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.reliability_world import git, write_calc_project
-from runner.adapters.agentarea import area_for
-from runner.adapters.state import ledger_text
+from runner.adapters.sandbox.agent_clone import area_for
+from runner.adapters.store.state import ledger_text
 
 pytestmark = pytest.mark.integration
 

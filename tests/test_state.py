@@ -15,10 +15,10 @@ import pytest
 import runner
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.ledger import Finished, Parked
-from runner.adapters.state import GitStateStore
+from runner.adapters.store.state import GitStateStore
 
 from tests.git_repos import configure, fast_import_history, init_repo
-from runner.adapters.state import ledger_text
+from runner.adapters.store.state import ledger_text
 
 pytestmark = pytest.mark.integration
 
@@ -222,7 +222,7 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from runner.core.errors import StateConflict
     from runner.core.ledger import Parked
-    from runner.adapters.state import GitStateStore
+    from runner.adapters.store.state import GitStateStore
     repo, expected, go, name = sys.argv[1:5]
     store = GitStateStore(Path(repo))
     while not Path(go).exists():
@@ -478,7 +478,7 @@ def test_a_directory_is_kept_as_a_tree_and_an_unchanged_file_is_not_stored_again
 def test_a_directory_over_its_bound_drops_the_oldest_files_then_cuts_the_head_of_the_newest(tmp_path):
     """`bound_dir` keeps the total under the limit: least recently written files go first, then the newest file
     keeps its last lines."""
-    from runner.adapters.state import bound_dir
+    from runner.adapters.store.state import bound_dir
 
     root = tmp_path / "d"
     root.mkdir()
@@ -494,7 +494,7 @@ def test_a_directory_over_its_bound_drops_the_oldest_files_then_cuts_the_head_of
 
 def test_redaction_is_streamed_and_finds_secrets_across_chunk_boundaries(tmp_path, monkeypatch):
     """A secret split over two read chunks is still replaced; the result equals a whole-file replace."""
-    import runner.adapters.state as st
+    import runner.adapters.store.state as st
 
     secret = b"sk-ant-SECRETVALUE"
     data = b"".join(b"x" * i + secret + b"y" for i in range(40)) + b"tail sk-ant-SECRET"
@@ -600,7 +600,7 @@ def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(
     """A log over the block threshold goes in as blocks of whole lines cut by content: appending to it, or cutting
     its head, keeps the earlier blocks (same blobs), the restored file is byte for byte the log, and a secret in
     the new lines is redacted in what is stored."""
-    import runner.adapters.state as st
+    import runner.adapters.store.state as st
 
     make_repo(tmp_path / "w").close()
     src = tmp_path / "t1"
@@ -652,7 +652,7 @@ def _old_format_state(repo: Path, ref: str, lines: list[str], parent: str | None
 def test_an_old_single_blob_ledger_is_read_and_split_into_segments_on_the_next_write(tmp_path, monkeypatch):
     """A ledger in one blob reads as before; the next write migrates it into segments of at most SEGMENT_ENTRIES,
     every line kept as it was, and the old blob goes."""
-    import runner.adapters.state as state
+    import runner.adapters.store.state as state
     from runner.core.ledger import dump_entry
 
     monkeypatch.setattr(state, "SEGMENT_ENTRIES", 4)
@@ -679,7 +679,7 @@ def test_an_old_single_blob_ledger_is_read_and_split_into_segments_on_the_next_w
 def test_segments_fill_up_and_only_the_last_one_is_rewritten(tmp_path, monkeypatch):
     """At the boundary a full segment stays as it is (same blob) and the next entry opens a new one; a read
     that trusts the snapshot loads only the last segment, and every entry is still there when asked for."""
-    import runner.adapters.state as state
+    import runner.adapters.store.state as state
 
     monkeypatch.setattr(state, "SEGMENT_ENTRIES", 3)
     work = tmp_path / "w"
@@ -704,7 +704,7 @@ def test_segments_fill_up_and_only_the_last_one_is_rewritten(tmp_path, monkeypat
 def test_a_corrupt_segment_is_named_in_a_clear_error(tmp_path, monkeypatch):
     """A hand-edited segment changes the ledger's tree, so the snapshot is not trusted: every segment is checked
     and the bad line is reported with its segment and line; a missing segment is reported too."""
-    import runner.adapters.state as state
+    import runner.adapters.store.state as state
 
     monkeypatch.setattr(state, "SEGMENT_ENTRIES", 2)
     work = tmp_path / "w"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.errors import PlanRunnerError
-from runner.adapters.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 PY = sys.executable
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from runner.core.errors import PlanRunnerError
-from runner.adapters.term import Output
+from runner.adapters.render.term import Output
 
 TRICKY = "- [x] 1.1 done [/bold] [red]not red[/red] :smile: $(touch x)"
 
@@ -39,7 +39,7 @@ def test_the_status_line_takes_any_text(monkeypatch):
 
 
 def test_off_a_terminal_the_session_commands_do_not_load_rich():
-    code = "import sys, runner.drivers.cli_local, runner.adapters.term; runner.adapters.term.err.say('x'); assert 'rich' not in sys.modules"
+    code = "import sys, runner.drivers.cli_local, runner.adapters.render.term; runner.adapters.render.term.err.say('x'); assert 'rich' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
 

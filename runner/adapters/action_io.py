@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from runner.adapters.agentenv import secret_values
-from runner.adapters.report import defang, redact
+from runner.adapters.sandbox.agentenv import secret_values
+from runner.adapters.render.report import defang, redact
 
 OUTPUT_NAMES = ("outcome", "next-action", "issue-url", "pull-request-url")
 

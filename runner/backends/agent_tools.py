@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.adapters import proc
+from runner.adapters.sandbox import proc
 
 OUTPUT_LIMIT = 16 * 1024  # bytes of one tool result the model sees
 _LIST_LIMIT = 500  # entries of one list_files call

@@ -34,7 +34,7 @@ from runner.backends.base import SessionRequest, register_backend
 from runner.backends.claims import parse_claims
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
-from runner.adapters.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_BASE_URL = "https://api.anthropic.com"

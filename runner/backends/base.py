@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from runner.adapters.agentenv import BACKEND_CREDENTIALS
+from runner.adapters.sandbox.agentenv import BACKEND_CREDENTIALS
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import SessionSignals
 from runner.core.plan import AgentConfig
-from runner.adapters.sandbox import Identity
+from runner.adapters.sandbox.identity import Identity
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class SessionRequest:
     workdir: Path  # the work tree; the agent may only change things here
     prompt: str
     agent: AgentConfig
-    env: dict[str, str]  # the allow-listed environment for the agent's process (see runner.adapters.agentenv)
+    env: dict[str, str]  # the allow-listed environment for the agent's process (see runner.adapters.sandbox.agentenv)
     transcript_dir: Path  # backend-private: saved conversation / CLI transcript; kept with the state
     resume_session_id: str | None = None
     plan_path: Path | None = None  # the plan file in the work tree (the agent ticks checkboxes there)
@@ -32,7 +32,7 @@ class SessionRequest:
     pid_file: Path | None = None
     # live progress for the terminal / summary: (event, detail), e.g. ("tool", "Bash"), ("tokens", "1234")
     on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
-    # who the agent's processes run as (runner.adapters.sandbox); the default is plan-runner's own user
+    # who the agent's processes run as (runner.adapters.sandbox.identity); the default is plan-runner's own user
     identity: Identity = field(default_factory=Identity)
     # a directory the agent's processes may write (a CLI's config, sessions to resume); None: transcript_dir.
     # transcript_dir itself is plan-runner's: only the backend's parent process writes there.
@@ -51,7 +51,7 @@ class SessionRequest:
         if not self.identity.isolated:
             path.mkdir(parents=True, exist_ok=True)
             return path
-        from runner.adapters import proc
+        from runner.adapters.sandbox import proc
 
         proc.run(["mkdir", "-p", str(path)], cwd="/", env={"PATH": "/usr/bin:/bin"}, time_limit_s=60,
                  identity=self.identity)

@@ -29,7 +29,7 @@ from runner.backends.streamjson import (
     classify_api_error,
 )
 from runner.core.evidence import ExitKind, SessionSignals
-from runner.adapters.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 NAME = "claude-code"
 # Work-tree tools only: no web access unless the plan adds it through `agent.args`.

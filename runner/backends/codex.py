@@ -21,7 +21,7 @@ from runner.backends.claims import parse_claims
 from runner.backends.codexjson import CodexFold, classify_codex_error, estimate_cost
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
-from runner.adapters.supervise import Controller, supervise
+from runner.adapters.sandbox.supervise import Controller, supervise
 
 PROVIDER = "plan_runner"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

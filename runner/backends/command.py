@@ -29,7 +29,7 @@ from runner.backends.limits import (
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, SessionSignals
 from runner.core.plan import AgentConfig
-from runner.adapters.supervise import Controller, ProcessExit, supervise
+from runner.adapters.sandbox.supervise import Controller, ProcessExit, supervise
 
 _TAIL_LINES = 50
 _TRANSCRIPT_LIMIT = 5 * 2**20

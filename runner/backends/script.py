@@ -23,7 +23,7 @@ from runner.backends.base import SessionRequest, register_backend
 from runner.backends.limits import parse_hints
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
-from runner.adapters.supervise import NUDGE_TEXT, Controller, ProcessExit, TokenMeter, supervise
+from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, ProcessExit, TokenMeter, supervise
 
 CURSOR_FILE = "script-cursor.json"
 _TRANSCRIPT_LIMIT = 5 * 2**20

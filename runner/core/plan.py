@@ -1,6 +1,6 @@
 """The plan: front-matter configuration and the tracker, as frozen models.
 
-Parsing text into these models lives in `runner.adapters.planfile`; this module is pure
+Parsing text into these models lives in `runner.core.planfile`; this module is pure
 data plus the few derived facts the policy needs.
 """
 

@@ -21,18 +21,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.adapters.action_io import PUSH_TOKEN, Reporter, basic_auth, parse_bool
 from runner.core.actions import Finish, Park, RunSession, Wait, describe
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.exits import Exit
-from runner.adapters.events import GitHubContext
+from runner.adapters.github.events import GitHubContext
 from runner.core.ledger import SessionRecord
 from runner.core.policy import decide_start
-from runner.adapters.report import render_summary
+from runner.adapters.render.report import render_summary
 from runner.drivers.action_env import REMOTE, ModeResult, github_workspace, plan_input
 from runner.drivers.session import Drivers, Session, SessionResult, Workspace
-from runner.adapters.state import GitStateStore
+from runner.adapters.store.state import GitStateStore
 
 MODES = ("session", "tick", "reply")
 @contextmanager
@@ -62,7 +62,7 @@ def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
 
 
 def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
-    from runner.adapters.github import GitHubDriver  # PyGithub is loaded only when a mode needs the API
+    from runner.adapters.github.client import GitHubDriver  # PyGithub is loaded only when a mode needs the API
 
     token = env.get("GITHUB_TOKEN", "")
     if not token:
@@ -98,7 +98,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
                                                  f"{s.plan.id}: dry run", s.state.skipped))
     from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages
-    from runner.adapters.action_permissions import check_job_permissions
+    from runner.adapters.github.permissions import check_job_permissions
     from runner.drivers.preflight import before_first_session
     from runner.drivers.step import run_session
 
@@ -199,9 +199,9 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
     session does not push it before its agent runs). The next tick reconciles the session (TimedOut) and names
     the ref. Best effort and quick: the runner kills the job a few seconds later."""
     from runner.drivers.session import agent_pid_file
-    from runner.adapters.state import GitStateStore
+    from runner.adapters.store.state import GitStateStore
     from runner.drivers.step import session_ref
-    from runner.adapters.supervise import reap_leftover
+    from runner.adapters.sandbox.supervise import reap_leftover
 
     try:
         ctx = GitHubContext.from_env(env)
@@ -215,7 +215,7 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         reap_leftover(agent_pid_file(ws, s.trusted.id), grace_s=1.0)
         ref = session_ref(s.trusted.id, open_.n)
         # The agent worked in its own clone: a git running as the agent saves its leftovers and bundles its
-        # commits, which come onto the work branch here (runner.adapters.agentarea), never through its hooks or config.
+        # commits, which come onto the work branch here (runner.adapters.sandbox.agent_clone), never through its hooks or config.
         s.salvage(open_.base_sha)
         head = gitwork.ref_sha(ws.repo, f"refs/heads/{s.trusted.work_branch}")
         if head is None or head == open_.base_sha:
@@ -270,7 +270,7 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
         chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
         ctx = GitHubContext.from_env(env)
         if chosen != "session":  # a session checks once its plan is read (a `checks:` gate needs more)
-            from runner.adapters.action_permissions import check_job_permissions
+            from runner.adapters.github.permissions import check_job_permissions
 
             check_job_permissions(env, chosen, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
         with git_credentials(_push_token(env), ctx.server_url), driver_factory(ctx, env) as driver:

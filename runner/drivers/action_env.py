@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
-from runner.adapters.events import GitHubContext, WorkflowDispatch
+from runner.adapters.github.events import GitHubContext, WorkflowDispatch
 from runner.drivers.session import Workspace
 
 REMOTE = "origin"

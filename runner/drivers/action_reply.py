@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from runner.drivers.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
 from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError
-from runner.adapters.events import GitHubContext
-from runner.adapters.github import written_by_plan_runner
+from runner.adapters.github.events import GitHubContext
+from runner.adapters.github.client import written_by_plan_runner
 from runner.core.ledger import Reply
-from runner.adapters.planfile import plan_id_from_path
+from runner.core.planfile import plan_id_from_path
 from runner.core.policy import decide_after_reply
 from runner.core.replies import HELP, ReplyProblem, Verb, parse_reply
-from runner.adapters.report import defang
+from runner.adapters.render.report import defang
 from runner.drivers.session import Drivers, Session, Workspace, load_trusted_plan
-from runner.adapters.state import GitStateStore
+from runner.adapters.store.state import GitStateStore
 from runner.drivers.step import dispatch
 
 REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to this repository can steer "

@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from runner.drivers.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
 from runner.core.errors import PlanRunnerError, Refused, StateConflict
-from runner.adapters.events import GitHubContext
+from runner.adapters.github.events import GitHubContext
 from runner.core.exits import Exit
 from runner.core.ledger import Dispatched, Reply, SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.policy import decide_start
-from runner.adapters.planfile import plan_id_from_path
+from runner.core.planfile import plan_id_from_path
 from runner.drivers.session import Drivers, Session, Workspace
-from runner.adapters.state import GitStateStore
+from runner.adapters.store.state import GitStateStore
 from runner.drivers.step import dispatch, park_refused_dispatch
 
 ORPHAN_MARGIN = timedelta(minutes=15)  # job set-up, pushes, reports: beyond the agent and the gates

@@ -84,7 +84,7 @@ def find_root(path: Path) -> Path:
 
 @command("validate", help="check plan files; report every problem with file:line and a fix", arguments=_validate_arguments)
 def cmd_validate(args: argparse.Namespace) -> int:
-    from runner.adapters.planfile import load_plan  # imported here so `--help` stays fast
+    from runner.adapters.plan_io import load_plan  # imported here so `--help` stays fast
 
     files = collect_plan_paths(args.paths)
     if not files:
@@ -125,7 +125,7 @@ def _warn_unresolvable_gates(plan, root: Path) -> None:
 
 @command("schema", help="print the JSON Schema of the plan front matter")
 def cmd_schema(args: argparse.Namespace) -> int:
-    from runner.adapters.planfile import plan_json_schema
+    from runner.core.planfile import plan_json_schema
 
     print(render_schema(plan_json_schema()), end="")
     return 0

@@ -11,7 +11,7 @@ from runner.core.actions import describe
 from runner.drivers.cli import command
 from runner.core.exits import Exit
 from runner.drivers.progress import Progress, cost_text, print_result, print_sessions_table
-from runner.adapters.term import err, out
+from runner.adapters.render.term import err, out
 
 # The session machinery (git, httpx, jinja2...) is imported inside the commands that need it,
 # so `plan-runner validate` and `--help` start fast.
@@ -133,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_sessions_table(entries, f"plan {result.plan.id}")
     plan_arg = _plan_display(args.plan)
     if code == EXIT_PARKED:
-        from runner.adapters.termreport import print_report
+        from runner.adapters.render.termreport import print_report
 
         print_report(out, result.report or "")
         err.say(f"{result.message}\nreport: {result.url}", "bold red")
@@ -208,7 +208,7 @@ def _reply_arguments(parser: argparse.ArgumentParser) -> None:
 
 def local_user(repo: Path) -> str:
     """Who answers locally: git's user.name, else the login name."""
-    from runner.adapters import gitwork
+    from runner.adapters.git import work as gitwork
 
     try:
         name = gitwork.git_text(repo, "config", "user.name").strip()

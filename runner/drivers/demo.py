@@ -169,7 +169,7 @@ def _demo_isolation(err) -> str | None:
     Python the agent's user cannot run), it says why and runs unisolated: its agent is plan-runner's own script."""
     import sys
 
-    from runner.adapters import sandbox
+    from runner.adapters.sandbox import identity as sandbox
 
     if sandbox.available() is None:
         why = "plan-runner is neither root nor allowed `sudo -n` here"
@@ -184,7 +184,7 @@ def _demo_isolation(err) -> str | None:
 
 def run_demo(directory: Path | None = None) -> int:
     from runner.drivers.progress import Progress, print_result, print_sessions_table
-    from runner.adapters.term import err, out
+    from runner.adapters.render.term import err, out
     from runner.drivers.local import EXIT_FINISHED, local_drivers, local_workspace, run_loop
 
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="plan-runner-demo-"))

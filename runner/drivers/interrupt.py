@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 from contextlib import contextmanager
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.actions import Blame, Outcome, RunSession
 from runner.core.ledger import SessionRecord
 from runner.core.outcome import INTERRUPTED_RULE
@@ -26,7 +26,7 @@ def record_interruption(ws: Workspace, drivers: Drivers, why: str) -> SessionRec
     open_ = s.state.open_session
     if open_ is None or open_.job != ws.job:
         return None
-    from runner.adapters.supervise import reap_leftover
+    from runner.adapters.sandbox.supervise import reap_leftover
 
     reap_leftover(agent_pid_file(ws, s.trusted.id))  # the agent never outlives the session
     if gitwork.current_branch(ws.repo) == s.trusted.work_branch:

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.actions import Wait
 from runner.core.errors import PlanRunnerError
 from runner.core.exits import Exit
-from runner.adapters.planfile import plan_id_from_path
+from runner.core.planfile import plan_id_from_path
 from runner.drivers.session import Drivers, SessionResult, Workspace
-from runner.adapters.state import GitStateStore
+from runner.adapters.store.state import GitStateStore
 from runner.drivers.step import run_session
 
 EXIT_FINISHED, EXIT_PARKED, EXIT_WAITING = Exit.OK, Exit.PARKED, Exit.WAITING

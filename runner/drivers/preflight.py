@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.agentenv import credential_vars, build_agent_env
+from runner.adapters.sandbox.agentenv import credential_vars, build_agent_env
 from runner.core.errors import PlanRunnerError
 from runner.core.plan import GateConfig, Plan
-from runner.adapters import sandbox
-from runner.adapters.sandbox import unreachable
+from runner.adapters.sandbox import identity as sandbox
+from runner.adapters.sandbox.identity import unreachable
 
 # Words a shell runs without looking anything up on the PATH.
 _SHELL_WORDS = frozenset("""

@@ -8,14 +8,14 @@ import threading
 import time
 
 from runner.core.actions import Wait, short
-from runner.adapters.term import err, out
+from runner.adapters.render.term import err, out
 
 
 class Progress:
     """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes.
 
     On a terminal the status line is redrawn every second (the elapsed time moves while a quiet
-    agent thinks); event lines are printed above it, never on it (runner.adapters.term). Elsewhere only
+    agent thinks); event lines are printed above it, never on it (runner.adapters.render.term). Elsewhere only
     the events are printed, one line each. The status line names plan-runner's session (number,
     kind, checkpoint) for the whole session: the agent's own session id is not a session of ours."""
 

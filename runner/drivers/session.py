@@ -14,21 +14,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters import agentarea, gitwork, sandbox
+from runner.adapters.sandbox import agent_clone as agentarea
+
+from runner.adapters.git import work as gitwork
+
+from runner.adapters.sandbox import identity as sandbox
 from runner.core.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
-from runner.adapters.agentenv import secret_values
+from runner.adapters.sandbox.agentenv import secret_values
 from runner.core.errors import PlanRunnerError, Refused
 from runner.core.evidence import Evidence
 from runner.core.ledger import Advice, Entry, EntrySequence, Finished, Parked, SessionRecord, SessionStarted
 from runner.core.plan import Plan
-from runner.adapters.planfile import parse_plan, with_tracker
-from runner.adapters.guard import secret_forms
+from runner.core.planfile import parse_plan, with_tracker
+from runner.adapters.judge.guard import secret_forms
 from runner.core.policy import (
     AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold, folded, snapshot_json,
 )
 from runner.core.ports import Dispatcher, Parker, StateStore
-from runner.adapters.report import render_park_issue, render_report
-from runner.adapters.state import GitStateStore
+from runner.adapters.render.report import render_park_issue, render_report
+from runner.adapters.store.state import GitStateStore
 
 Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
 # Where crash-consistency tests kill plan-runner (PLAN_RUNNER_FAULT=<point>), in the order a session passes them.
@@ -299,7 +303,7 @@ class Session:
             return True
         if started is None and _pid_alive(open_.job):
             return False
-        from runner.adapters.supervise import reap_leftover
+        from runner.adapters.sandbox.supervise import reap_leftover
 
         stopped = reap_leftover(agent_pid_file(self.ws, self.trusted.id))
         if stopped is not None:  # its plan-runner was killed outright; it must not write while we save its work

@@ -10,19 +10,27 @@ from __future__ import annotations
 import shutil
 import time
 
-from runner.adapters import agentarea, gitwork, guard, sandbox, setup
+from runner.adapters.sandbox import agent_clone as agentarea
+
+from runner.adapters.git import work as gitwork
+
+from runner.adapters.judge import guard
+
+from runner.adapters.sandbox import identity as sandbox
+
+from runner.adapters.judge import setup
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
-from runner.adapters.agentenv import build_agent_env, credential_vars, key_like
+from runner.adapters.sandbox.agentenv import build_agent_env, credential_vars, key_like
 from runner.backends import SessionRequest, get_backend
-from runner.adapters.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
+from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.core.errors import PlanRunnerError, Refused, StateConflict
-from runner.adapters.gates import GateCache
-from runner.adapters.guard import redact_text
+from runner.adapters.judge.gates import GateCache
+from runner.adapters.judge.guard import redact_text
 from runner.core.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
 from runner.core.outcome import classify
-from runner.adapters.planfile import with_tracker
+from runner.core.planfile import with_tracker
 from runner.core.policy import decide_next, fold
-from runner.adapters.prompts import PromptContext, render_handoff_from_evidence, render_prompt
+from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.drivers.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
     EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file,
     fault_point, isolation_of,

@@ -131,7 +131,7 @@ class BareBranches(dict):
 
 
 def ledger(bare: Path, plan_id: str) -> list[dict]:
-    from runner.adapters.state import ledger_text  # either format: one blob, or segments
+    from runner.adapters.store.state import ledger_text  # either format: one blob, or segments
 
     text = ledger_text(bare, f"refs/plan-runner/state/{plan_id}")
     return [json.loads(line) for line in text.splitlines() if line.strip()]

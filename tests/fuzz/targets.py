@@ -20,8 +20,8 @@ with atheris.instrument_imports():
     from runner.backends.codexjson import parse_codex_stream
     from runner.backends.streamjson import parse_stream
     from runner.core.errors import PlanRunnerError
-    from runner.adapters.events import parse_event
-    from runner.adapters.planfile import diff_tracker, parse_plan, with_tracker
+    from runner.adapters.github.events import parse_event
+    from runner.core.planfile import diff_tracker, parse_plan, with_tracker
     from runner.core.replies import parse_reply
 
 # the valid plan the tracker diffs are taken against: the plan seed itself

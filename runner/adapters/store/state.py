@@ -51,7 +51,7 @@ from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
 from runner.core.errors import PlanRunnerError, StateConflict
-from runner.adapters.gitwork import (
+from runner.adapters.git.work import (
     BOT_EMAIL, BOT_NAME, CatFile, cat_file, close_cat_file, objects_dir, push_leased, ref_sha, remotes, run_git,
     stderr_of,
 )

@@ -27,12 +27,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from git import GitCommandError
+from runner.adapters.git.work import GitCommandError  # the git room owns GitPython and its errors
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
-from runner.adapters.proc import StartFailed, capture
-from runner.adapters.sandbox import Identity, area_key, judge_dir
+from runner.adapters.sandbox.proc import StartFailed, capture
+from runner.adapters.sandbox.identity import Identity, area_key, judge_dir
 
 IMPORT_PREFIX = "refs/plan-runner/agent"
 STATE_COPY_LIMIT = 64 * 2**20  # the agent's saved CLI state kept with the plan: bounded

@@ -9,19 +9,18 @@ checkpoint states from the agent's version of the file.
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import yaml
 
 from runner.core.errors import PlanError, PlanRunnerError, Problem
 from runner.core.evidence import CheckpointState, Flip
 from runner.core.plan import Plan, PlanConfig, Stage
-from runner.adapters.planfile_body import Body, Item, rewrite_state, scan_body, split_notes
-from runner.adapters.planfile_front import FORMAT_DOC, FrontMatter, load_yaml, split_front_matter, validate_config
+from runner.core.planfile_body import Body, Item, rewrite_state, scan_body, split_notes
+from runner.core.planfile_front import FORMAT_DOC, FrontMatter, load_yaml, split_front_matter, validate_config
 
 __all__ = [
     "diff_tracker",
-    "load_plan",
     "parse_plan",
     "parse_tracker",
     "plan_id_from_path",
@@ -74,34 +73,6 @@ def parse_plan(text: str, path: str, plan_id: str | None = None) -> Plan:
         raise PlanError(sorted(problems, key=lambda p: p.line))
     assert config is not None
     return Plan(path=path, id=plan_id, config=config, title=body.title, stages=body.stages())
-
-
-def load_plan(path: Path, root: Path) -> Plan:
-    """Read and parse a plan file that must live inside `root` (the repository)."""
-    root_resolved = root.resolve()
-    try:
-        shown = path.absolute().relative_to(root.absolute()).as_posix()
-    except ValueError:
-        shown = str(path)
-    try:
-        resolved = path.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError) as e:
-        raise PlanError([Problem(shown, 1, f"cannot open the plan: {e.strerror or e}", "check the path")]) from None
-    if not resolved.is_relative_to(root_resolved):
-        why = "is a symlink to" if path.is_symlink() else "resolves to"
-        raise PlanError([Problem(shown, 1, f"the plan {why} {resolved}, outside {root_resolved}",
-                                 "plans must live inside the repository; copy the file in instead of linking it")])
-    try:
-        data = resolved.read_bytes()
-    except OSError as e:
-        raise PlanError([Problem(shown, 1, f"cannot read the plan: {e.strerror or e}", "check the path and permissions")]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise PlanError([Problem(shown, line, f"the plan is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
-                                 "save the file as UTF-8")]) from None
-    return parse_plan(text, shown)
 
 
 def _lenient_body(text: str, path: str = "") -> tuple[list[str], FrontMatter | None, int, Body]:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.sandbox import Identity
+from runner.adapters.sandbox.identity import Identity
 from runner.core.tail import BoundedTail
 
 Reason = Literal["exited", "stalled", "time_limit", "stopped"]

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
-from runner.adapters.gates import GateCache, GateEvent, run_gates
+from runner.adapters.judge.gates import GateCache, GateEvent, run_gates
 from runner.core.plan import GateConfig, Plan
-from runner.adapters.sandbox import Identity
-from runner.adapters.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
+from runner.adapters.sandbox.identity import Identity
+from runner.core.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
 
 PROTECTED_PATHS = [".github/workflows/", ".github/actions/", "action.yml"]
 # What looks like a test file in the common layouts; deleting one can turn a red gate green.

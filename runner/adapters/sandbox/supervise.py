@@ -1,6 +1,6 @@
 """Run an agent's process under supervision: stall watchdog, hard time limit, stop on demand.
 
-The process itself is run by `runner.adapters.proc.run` (the one way plan-runner runs untrusted
+The process itself is run by `runner.adapters.sandbox.proc.run` (the one way plan-runner runs untrusted
 code: own process group, sandbox identity, bounded output, limits, everything it started
 killed and reaped). This layer is what agent CLIs speak: stdout cut into lines for
 `on_line` (a line over `max_line_bytes` is cut, never buffered whole), a bounded stderr
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters import proc
+from runner.adapters.sandbox import proc
 from runner.core.errors import PlanRunnerError
-from runner.adapters.proc import Controller, reap_leftover
-from runner.adapters.sandbox import Identity
+from runner.adapters.sandbox.proc import Controller, reap_leftover
+from runner.adapters.sandbox.identity import Identity
 
 __all__ = ["NUDGE_TEXT", "Controller", "ExitReason", "ProcessExit", "TokenMeter", "reap_leftover", "supervise"]
 

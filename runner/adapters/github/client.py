@@ -18,13 +18,13 @@ from github.GithubException import RateLimitExceededException
 from github.Requester import Requester
 
 from runner.core.errors import PlanRunnerError, Refused
-from runner.adapters.events import GitHubContext
+from runner.adapters.github.events import GitHubContext
 from runner.core.evidence import GateResult
-from runner.adapters.github_api import (
+from runner.adapters.github.api import (
     DISPATCH_PERMISSION_FIX, DISPATCH_RESUME, RetryPolicy, accepted_permissions, api_message, github_call, make_client,
 )
-from runner.adapters.github_body import cap_body
-from runner.adapters.github_checks import NO_CI_AFTER_S, collect_checks_gate
+from runner.adapters.github.body import cap_body
+from runner.adapters.github.checks import NO_CI_AFTER_S, collect_checks_gate
 from runner.core.plan import GateConfig
 
 PARK_LABEL = "plan-runner"
@@ -303,5 +303,5 @@ class GitHubDriver:
                                        no_ci_after_s=no_ci_after_s)
 
     def checks_runner(self, sha: str, poll_s: float = 10.0, *, pushed_with_job_token: bool = False) -> Any:
-        """A `runner.adapters.gates.ChecksRunner` bound to `sha`, for `run_gates(checks_runner=...)`."""
+        """A `runner.adapters.judge.gates.ChecksRunner` bound to `sha`, for `run_gates(checks_runner=...)`."""
         return lambda gate: self.checks_gate(gate, sha, poll_s=poll_s, pushed_with_job_token=pushed_with_job_token)

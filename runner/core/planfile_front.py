@@ -1,6 +1,6 @@
 """The front matter of a plan file: split it off, load the YAML with line numbers, validate it.
 
-Every function here returns its problems instead of raising, so `runner.adapters.planfile`
+Every function here returns its problems instead of raising, so `runner.core.planfile`
 can report all problems of a file at once. Lines are 1-based file lines.
 """
 

@@ -12,7 +12,7 @@ from and compares it with what the mode needs, failing with what/why/fix before 
 
 When the block cannot be read (no checkout of the workflow, no block at all, a reusable workflow's job),
 nothing is claimed: a warning says so, and a 403 later names the permission GitHub asked for
-(`X-Accepted-GitHub-Permissions`, runner/adapters/github_api.py).
+(`X-Accepted-GitHub-Permissions`, runner/adapters/github/api.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the agent must not touch, checked and undone around its run; secrets kept out of the record.
 
 The agent works in the same git repository as plan-runner. Besides the files
-`runner.adapters.collect` protects in the work tree, it could move its plan's state ref
+`runner.adapters.judge.collect` protects in the work tree, it could move its plan's state ref
 (`git update-ref refs/plan-runner/state/<plan> ...`) to forge or erase the
 ledger, or write `.git/config` / `.git/hooks` so that plan-runner's own later
 git commands run code of its choosing with the job's environment (a hook, a
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.evidence import Evidence
 
 _CONTROL_FILES = ("config",)

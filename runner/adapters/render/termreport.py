@@ -67,6 +67,6 @@ def to_terminal(markdown: str) -> str:
 
 
 def print_report(output, markdown: str) -> None:
-    """Print a report on `output` (runner.adapters.term.Output) as plain text."""
+    """Print a report on `output` (runner.adapters.render.term.Output) as plain text."""
     if markdown.strip():
         output.say(to_terminal(markdown).rstrip("\n"))

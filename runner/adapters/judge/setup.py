@@ -16,11 +16,11 @@ import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from runner.adapters import gitwork
+from runner.adapters.git import work as gitwork
 from runner.core.evidence import GateResult
-from runner.adapters.gates import run_command_gate
+from runner.adapters.judge.gates import run_command_gate
 from runner.core.plan import GateConfig, SetupConfig
-from runner.adapters.sandbox import Identity
+from runner.adapters.sandbox.identity import Identity
 
 CACHE_KEEP = 3  # cache archives kept per plan (the newest)
 

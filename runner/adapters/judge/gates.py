@@ -1,6 +1,6 @@
 """The gate battery: plan-runner re-runs every gate itself and records real results.
 
-Command gates run in a shell through `runner.adapters.proc.run` (own process group, the
+Command gates run in a shell through `runner.adapters.sandbox.proc.run` (own process group, the
 agent's identity; a timeout kills the whole group, and nothing a gate started
 outlives it), their output streamed into a bounded tail. HTTP gates are red on a
 transport error, a non-2xx status, or a 2xx body that reports failure (SPEC
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters import proc
+from runner.adapters.sandbox import proc
 from runner.core.evidence import GateResult
 from runner.core.fingerprint import fingerprint
 from runner.core.plan import GateConfig
-from runner.adapters.sandbox import Identity
+from runner.adapters.sandbox.identity import Identity
 from runner.core.tail import BoundedTail
 
 __all__ = [

@@ -1,0 +1,1 @@
+"""Text for people: prompts, reports, job summaries, the terminal."""
