@@ -41,3 +41,22 @@ def agent_writable(path: Path) -> Path:
     path.touch()
     path.chmod(0o666)
     return path
+
+
+# Per-file durations (setup + call + teardown of every test in the file), printed at the end of a run when
+# PLAN_RUNNER_FILE_DURATIONS is set (.ci/run sets it): where the suite's time goes, file by file.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 (pytest's hook signature)
+    if not os.environ.get("PLAN_RUNNER_FILE_DURATIONS") or not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"time per test file ({total:.0f} s in all)")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {path}")
