@@ -165,7 +165,7 @@ def _task_text(text: str, stage: Stage) -> str:
     return "\n".join(lines).strip("\n")
 
 
-def _tick_view(plan_text: str, plan: Plan, checkpoint: dict | None, stage: Stage | None) -> dict | None:
+def _tick_view(plan_text: str, checkpoint: dict | None, stage: Stage | None) -> dict | None:
     """The checkpoint's line as it is in the agent's copy of the plan file, and the same line ticked."""
     if checkpoint is None:
         return None
@@ -300,7 +300,7 @@ def render_prompt(action: RunSession, context: PromptContext) -> str:
         "checkpoint": checkpoint,
         "stage": stage,
         "stage_text": _task_text(context.trusted_text or context.plan_text, stage_obj) if stage_obj else "",
-        "tick": _tick_view(context.plan_text, plan, checkpoint, stage_obj),
+        "tick": _tick_view(context.plan_text, checkpoint, stage_obj),
         "handoff_path": context.handoff_path,
         "previous_handoff": _clip_end(handoff, HANDOFF_CHARS) if handoff and handoff.strip() else None,
         "handoff_by_plan_runner": handoff_by_plan_runner,
