@@ -36,7 +36,17 @@ def ledger(repo: Path, plan_id: str = PLAN_ID) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-GATE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
+# `python` is this test run's interpreter: run_plan and clean_clone_gate put its directory first on PATH.
+# No absolute path of the checkout reaches the plan, so the prompt is byte-identical on every machine
+# (greedy decoding of the same prompt gives the same run).
+GATE = "python -m pytest -q -p no:cacheprovider tests"
+
+
+def gate_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) with this interpreter's directory first on PATH."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n    assert add(-1, 1) == 0\n"
@@ -46,7 +56,7 @@ PLAN = """\
 agent:
   backend: anthropic
   model: {model}
-  stall_minutes: 3m
+  stall_minutes: {stall}
   time_limit_minutes: {time_limit}
   session_tokens: 400000
 {advisor}gates:
@@ -63,17 +73,17 @@ The function `add(a, b)` in the file `calc.py` returns a - b; `tests/test_calc.p
 Do these steps, one tool call each, and nothing else:
 1. read_file `calc.py`.
 2. write_file `calc.py` with `add` returning a + b.
-3. run_shell `pytest -q tests` (it must pass).
-4. run_shell `git commit -am "Fix add"`.
-5. edit_file `plans/fix.md` with old_string `- [ ] 1.1` and new_string `- [x] 1.1`.
-6. run_shell `git commit -am "Tick 1.1"`, then answer.
+3. run_shell `python -m pytest -q tests` (it must pass).
+4. run_shell `git commit -am fix-add`.
+5. mark_done `1.1`.
+6. run_shell `git commit -am tick-1.1`, then answer.
 
 - [ ] 1.1 Make add in calc.py return a + b
 """
 
 
 def make_project(tmp: Path, *, model: str, time_limit: str = "10m", max_sessions: int = 1, attempts: int = 1,
-                 advisor_model: str | None = None) -> Path:
+                 advisor_model: str | None = None, stall: str = "3m") -> Path:
     """A clone with the buggy calc, its pytest test and `plans/fix.md` on main, pushed to a bare origin."""
     repo = tmp / "repo"
     (repo / "tests").mkdir(parents=True)
@@ -85,7 +95,8 @@ def make_project(tmp: Path, *, model: str, time_limit: str = "10m", max_sessions
     (repo / "conftest.py").write_text("")
     advisor = f"advisor:\n  model: {advisor_model}\n" if advisor_model else ""
     (repo / "plans" / f"{PLAN_ID}.md").write_text(PLAN.format(
-        model=model, time_limit=time_limit, gate=GATE, max_sessions=max_sessions, attempts=attempts, advisor=advisor))
+        model=model, time_limit=time_limit, gate=GATE, max_sessions=max_sessions, attempts=attempts, advisor=advisor,
+        stall=stall))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "calc with a bug in add")
@@ -113,7 +124,7 @@ def run_plan(repo: Path, url: str, *, timeout_s: float) -> RunResult:
     """`plan-runner run plans/fix.md` as a child process, the agent pointed at the model server."""
     import time
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "ANTHROPIC_", "GITHUB_"))}
+    env = gate_env({k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "ANTHROPIC_", "GITHUB_"))})
     home = repo.parent / "home"  # no global git config of the machine's user reaches the run
     home.mkdir(exist_ok=True)
     env.update(HOME=str(home), GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="sk-local-model",
@@ -161,7 +172,7 @@ def clean_clone_gate(tmp: Path) -> CleanCheck:
     if not head:
         return CleanCheck(None, False, False, False, 0, "")
     git(clone, "checkout", "-q", head)
-    proc = subprocess.run(GATE, shell=True, cwd=clone, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(GATE, shell=True, cwd=clone, capture_output=True, text=True, timeout=300, env=gate_env())
     probe = subprocess.run([sys.executable, "-c", "import calc; print(calc.add(2, 3) == 5 and calc.add(-1, 1) == 0)"],
                            cwd=clone, capture_output=True, text=True, timeout=60)
     plan_text = (clone / "plans" / f"{PLAN_ID}.md").read_text()

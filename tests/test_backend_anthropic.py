@@ -157,7 +157,7 @@ def test_session_writes_commits_and_flips_a_checkbox(tmp_path: Path) -> None:
     assert len(bodies) == 4
     shell_result = tool_results(bodies[3])[-1]
     assert shell_result["is_error"] is False and "exit code 0" in shell_result["content"]
-    assert {t["name"] for t in bodies[0]["tools"]} == {"list_files", "read_file", "write_file", "edit_file", "run_shell"}
+    assert {t["name"] for t in bodies[0]["tools"]} == {"list_files", "read_file", "write_file", "edit_file", "mark_done", "run_shell"}
     assert ("tool", "write_file") in events and any(e == "tokens" for e, _ in events)
     saved = json.loads((request.transcript_dir / f"{signals.agent_session_id}.json").read_text())
     assert len(saved["messages"]) == 8  # prompt, then 3 x (tool call, result), then the final answer

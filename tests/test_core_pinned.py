@@ -134,12 +134,14 @@ def test_verdict_fields_follow_from_the_row_and_the_evidence(e):
     assert v.transient == (v.rule == 3)
     assert v.reset_at == (s.reset_at if v.rule == 2 else None)
     assert v.zero_output == (v.rule in (5, 6) and s.output_bytes == 0)
-    assert list(v.advanced) == _genuine(e)
+    assert list(v.advanced) == (_genuine(e) if v.outcome is Outcome.ADVANCED else [])
     assert v.agent_session_id == s.agent_session_id and v.observed_at == e.observed_at
     done_flips = [f for f in e.flips if f.after == DONE and f.before != DONE]
     credited = _work(e.carried_commits) + _work(e.commits)
     assert list(v.rejected_flips) == [
-        f"{f.checkpoint_id}: " + ("the flip is not in this session's commits" if not f.in_session_commits
+        f"{f.checkpoint_id}: " + (f"the session ended {v.outcome.value}, and only an Advanced session credits a checkpoint"
+                                  if f.checkpoint_id in _genuine(e)
+                                  else "the flip is not in this session's commits" if not f.in_session_commits
                                   else "no work commits back it" if not credited
                                   else "required gates are red" if not _green(e)
                                   else "its own verify: command failed")

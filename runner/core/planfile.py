@@ -218,10 +218,25 @@ def _structure_changes(base: Body, head: Body, path: str) -> list[str]:
             changes.append(f"{path}:{new.line}: checkpoint {cid} `verify:` changed from {old.verify!r} to {new.verify!r}")
         if new.number != old.number:
             changes.append(f"{path}:{new.line}: checkpoint {cid} moved from stage {old.number} to stage {new.number}")
+        if not _same_name(old, new):
+            changes.append(f"{path}:{new.line}: checkpoint {cid} was renamed from {old.title!r} to {new.title!r}")
     common = [cid for cid in base_cps if cid in head_cps]
     if common != [cid for cid in head_cps if cid in base_cps]:
         changes.append(f"{path}: the checkpoints were reordered")
     return changes
+
+
+def _bare_title(item: Item) -> str:
+    """A checkpoint's title without its state: a `BLOCKED:` reason alone is no title (whitespace runs count as one)."""
+    title = "" if item.blocked_reason is not None and item.title == item.blocked_reason else item.title
+    return " ".join(title.split())
+
+
+def _same_name(old: Item, new: Item) -> bool:
+    """The same title, state aside: a checkpoint whose only text was its BLOCKED reason may keep that text as its title."""
+    a, b = _bare_title(old), _bare_title(new)
+    return a == b or (not a and b == " ".join((old.blocked_reason or "").split())) or (
+        not b and a == " ".join((new.blocked_reason or "").split()))
 
 
 def _same_title(old: Item, new: Item) -> bool:

@@ -63,7 +63,8 @@ def _prompt(s: Session, action: RunSession, plan_text: str, handoff_path: str) -
     ctx = PromptContext(plan=s.plan, plan_text=plan_text, handoff_path=handoff_path,
                         previous_handoff=previous_handoff, last_evidence=last,
                         rejected_flips=s.state.last.rejected_flips if s.state.last else (),
-                        instructions=action.instructions, session_number=s.state.sessions + 1)
+                        instructions=action.instructions, session_number=s.state.sessions + 1,
+                        trusted_text=s.trusted_text)  # the stage's text as the maintainer wrote it
     return render_prompt(action, ctx)
 
 

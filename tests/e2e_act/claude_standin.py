@@ -47,8 +47,8 @@ def main():
           "tools": ["Bash", "Edit", "Read", "Write"], "model": "stand-in", "permissionMode": "dontAsk",
           "claude_code_version": VERSION,
           "apiKeySource": "ANTHROPIC_API_KEY" if os.environ.get("ANTHROPIC_API_KEY") else "none"})
-    checkpoint = re.search(r"The next checkpoint is \*\*(\S+) ", prompt)
-    handoff = re.search(r"write your handoff to `([^`]+)`", prompt)
+    checkpoint = re.search(r"Your task is checkpoint \*\*(\S+) ", prompt)
+    handoff = re.search(r"write a handoff to `([^`]+)`", prompt)
     steps = scenario.get(checkpoint.group(1) if checkpoint else "", [])
     if not os.environ.get("ANTHROPIC_API_KEY"):
         steps = []  # the real CLI cannot work without a credential either

@@ -8,7 +8,8 @@ checked, cached in `~/.cache/plan-runner/models`); the runtime from `npm ci` in
 
 `srv.replies()` reads what the model did, one dict per request, from the server's log:
 stop_reason, prompt_tokens, new_prompt_tokens (not reused from the cache), output_tokens,
-seconds, tool and the raw text the model generated.
+seconds, tool, the raw text the model generated and `last_input`, the user turn it answered
+(the prompt, or the previous call's result). `calls_text(replies)` lays them out for a failure message.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def model_path(name: str) -> Path:
         if key == name:
             return Path(path)
     raise AssertionError(f"fetch-models.py printed no path for {name}: {proc.stdout!r}")
+
+
+def calls_text(replies: list[dict[str, Any]]) -> str:
+    """Every request and the model's reply, in order: what it was shown last, then what it called."""
+    out = []
+    for n, r in enumerate(replies, 1):
+        out.append(f"--- turn {n}: {r.get('prompt_tokens')} prompt tokens ({r.get('new_prompt_tokens')} new), "
+                   f"{r.get('output_tokens')} out, {r.get('seconds')} s, {r.get('stop_reason')}\n"
+                   f"[shown] {r.get('last_input', '')[-800:]}\n[reply] {r.get('raw', '')}")
+    return "\n".join(out)
 
 
 class LlamaServer:

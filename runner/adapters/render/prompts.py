@@ -1,11 +1,17 @@
 """Session prompts: one jinja2 template per `SessionKind`, rendered from real records.
 
 Python builds a plain view of the plan and the last session's evidence; the
-templates only lay it out. Text the agent or a tool produced (gate output, the
-agent's handoff, error messages) is fenced with a fence longer than any
-backtick run inside it, and introduced as data, so it cannot pose as
-instructions. Templates use `StrictUndefined`: a missing field fails the render
-instead of leaving a hole in the prompt.
+templates only lay it out. The prompt points at the work: the checkpoint and the
+stage's text come first, as instructions, because that text is the maintainer's
+(taken from the plan on the base branch, never from the agent's work branch,
+whose free text an agent may have written). The plan file is named once, in the
+one rule that says exactly how to tick (the line before and after), and the rules
+are cut to what the verdict reads: gates, commits, the tick. Text the agent or a
+tool produced (gate output, the agent's handoff, error messages, rejected ticks)
+is fenced with a fence longer than any backtick run inside it, and introduced as
+data, so it cannot pose as instructions. One form for every backend: what the
+verdict reads does not depend on the agent. Templates use `StrictUndefined`: a
+missing field fails the render instead of leaving a hole in the prompt.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import jinja2
 from runner.core.actions import RunSession, SessionKind
 from runner.core.evidence import CheckpointState, Evidence, GateResult
 from runner.core.plan import GateConfig, Plan, Stage
+from runner.core.planfile_body import rewrite_state
 
 __all__ = ["PromptContext", "fence", "inline_code", "render_handoff_from_evidence", "render_prompt", "stage_excerpt"]
 
@@ -48,7 +55,9 @@ class PromptContext:
     handoff, for plan-runner's own handoff when the agent wrote none.
     ``rejected_flips`` are the previous verdict's "id: why" lines.
     ``instructions`` is a maintainer's reply text (``RunSession.instructions``
-    is used when this is None).
+    is used when this is None). ``trusted_text`` is the plan file as the
+    maintainer wrote it (on the base branch): the stage's text is taken from it
+    and shown as instructions; when None, ``plan_text`` is taken to be it.
     """
 
     plan: Plan
@@ -60,6 +69,7 @@ class PromptContext:
     rejected_flips: tuple[str, ...] = ()
     instructions: str | None = None
     session_number: int | None = None
+    trusted_text: str | None = None
 
 
 def fence(text: str, info: str = "text") -> str:
@@ -123,6 +133,51 @@ def stage_excerpt(plan_text: str, stage: Stage) -> str:
             end = i
             break
     return _clip_start("\n".join(lines[start:end]).strip("\n"), STAGE_CHARS)
+
+
+_CHECKPOINT_LINE = r"^ {{0,3}}[-*+][ \t]+\[[ xX]\][ \t]+{id}(?=\s|$)"
+
+
+def _checkpoint_line(text: str, checkpoint_id: str) -> tuple[int, str] | None:
+    """(index, line) of the checkpoint's line in ``text`` (outside code fences), or None."""
+    pattern = re.compile(_CHECKPOINT_LINE.format(id=re.escape(checkpoint_id)))
+    open_fence = None
+    for i, line in enumerate(text.splitlines()):
+        found = _FENCE_LINE.match(line)
+        if open_fence:
+            if found and found.group(1)[0] == open_fence[0] and len(found.group(1)) >= len(open_fence):
+                open_fence = None
+        elif found:
+            open_fence = found.group(1)
+        elif pattern.match(line):
+            return i, line
+    return None
+
+
+def _task_text(text: str, stage: Stage) -> str:
+    """The stage's section of the maintainer's text without its heading, each box as the tracker has it now."""
+    lines = stage_excerpt(text, stage).splitlines()[1:]
+    for c in stage.checkpoints:
+        found = _checkpoint_line("\n".join(lines), c.id)
+        if found is not None:
+            # the reason of a BLOCKED marker the agent set is the agent's text: not shown here
+            lines[found[0]] = rewrite_state(found[1], c.state)
+    return "\n".join(lines).strip("\n")
+
+
+def _tick_view(plan_text: str, checkpoint: dict | None, stage: Stage | None) -> dict | None:
+    """The checkpoint's line as it is in the agent's copy of the plan file, and the same line ticked."""
+    if checkpoint is None:
+        return None
+    found = _checkpoint_line(plan_text, checkpoint["id"])
+    before = found[1] if found else f"- [ ] {checkpoint['id']} {checkpoint['title']}"
+    try:
+        after = rewrite_state(before, CheckpointState.DONE)
+    except ValueError:
+        return None
+    more = stage is not None and any(c.state is not CheckpointState.DONE and c.id != checkpoint["id"]
+                                     for c in stage.checkpoints)
+    return {"before": before.rstrip(), "after": after.rstrip(), "more": more}
 
 
 def _gate_target(gate: GateConfig) -> str:
@@ -244,7 +299,8 @@ def render_prompt(action: RunSession, context: PromptContext) -> str:
         "plan": _plan_view(plan),
         "checkpoint": checkpoint,
         "stage": stage,
-        "stage_text": stage_excerpt(context.plan_text, stage_obj) if stage_obj else "",
+        "stage_text": _task_text(context.trusted_text or context.plan_text, stage_obj) if stage_obj else "",
+        "tick": _tick_view(context.plan_text, checkpoint, stage_obj),
         "handoff_path": context.handoff_path,
         "previous_handoff": _clip_end(handoff, HANDOFF_CHARS) if handoff and handoff.strip() else None,
         "handoff_by_plan_runner": handoff_by_plan_runner,

@@ -22,6 +22,8 @@
 //   cache_read_input_tokens.
 // * Temperature 0 by default (deterministic); a request's `temperature` is honoured.
 // * A reply that runs to max_tokens is served as the raw text with stop_reason "max_tokens".
+// * One JSON line per reply on stderr: tokens, seconds, the raw reply (2,000 characters at most) and
+//   the newest user turn it answered (`last_input`, its last 1,500 characters).
 import http from "node:http";
 import {getLlama, LlamaChat, LlamaGrammar, LlamaLogLevel, LlamaText} from "node-llama-cpp";
 // Not exported by the package; the version is pinned in package-lock.json.
@@ -197,6 +199,12 @@ function promptTokenCount(items) {
     return state.contextText.tokenize(model.tokenizer).length;
 }
 
+// The newest user turn (a tool's result, or the prompt): logged with each reply, so a failed test can print every call.
+function lastInput(items) {
+    const last = items[items.length - 1];
+    return last?.type === "user" ? last.text : "";
+}
+
 async function generate(body, signal) {
     const tools = Array.isArray(body.tools) ? body.tools : [];
     const items = history(body, tools);
@@ -242,7 +250,7 @@ async function generate(body, signal) {
     // One JSON line per request on stderr: what the tests and the docs' table read.
     process.stderr.write(JSON.stringify({event: "reply", stop_reason: stopReason, prompt_tokens: promptTokens,
         new_prompt_tokens: evaluated, output_tokens: outputTokens, seconds: (Date.now() - started) / 1000,
-        tool: blocks[0]?.name ?? null, raw: raw.slice(0, 400)}) + "\n");
+        tool: blocks[0]?.name ?? null, raw: raw.slice(0, 2000), last_input: lastInput(items).slice(-1500)}) + "\n");
     return {blocks, stopReason, usage};
 }
 
