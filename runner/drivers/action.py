@@ -72,7 +72,8 @@ def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
             why="plan-runner dispatches runs, opens issues and pull requests through the GitHub API",
             fix="pass `github-token: ${{ github.token }}` (the default) and grant the job the permissions "
                 "listed in docs/github-actions.md")
-    return GitHubDriver(ctx, token)
+    # The pull request is opened with the push-token when one is given, so that its CI runs (GitHubDriver).
+    return GitHubDriver(ctx, token, pull_token=env.get(PUSH_TOKEN) or None)
 
 
 def head_checks_runner(driver, repo: Path, env: Mapping[str, str] | None = None) -> Callable:
@@ -113,7 +114,18 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
-    return session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
+    mr = session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
+    if mr.pull_request_url and not env.get(PUSH_TOKEN):
+        mr.annotations.append(("warning", NO_CI_ON_PULL_REQUEST, "plan-runner: no CI on the pull request"))
+        mr.summary += f"\n> **No CI on this pull request yet.** {NO_CI_ON_PULL_REQUEST}\n"
+    return mr
+
+
+NO_CI_ON_PULL_REQUEST = (
+    "The pull request was opened with the job's GITHUB_TOKEN, and GitHub starts no `pull_request` workflow for "
+    "what that token does: required checks wait until someone pushes to the branch. Give the action a `push-token` "
+    "(a GitHub App installation token, or a fine-grained personal access token with Contents and Pull requests: "
+    "read and write): plan-runner then pushes and opens the pull request with it, and CI runs.")
 
 
 def session_mode_result(result: SessionResult) -> ModeResult:
@@ -247,7 +259,7 @@ def _push_start_after(ws: Workspace, plan_id: str) -> Callable[[], str]:
 
 def _push_token(env: Mapping[str, str]) -> str | None:
     """The token git pushes with: the `push-token` input when given (a push that triggers CI), else the job's.
-    The API always keeps the job's token."""
+    The API keeps the job's token, but for the final pull request (runner.adapters.github.client.GitHubDriver)."""
     return env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")
 
 

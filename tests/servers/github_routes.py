@@ -45,7 +45,9 @@ def route(srv: GitHubServer, method: str, path: str, query: dict[str, str], body
         match = r.pattern.fullmatch(rest)
         if match and r.method == method:
             permission, level = r.scope
-            granted = "write" if srv.token_scopes is None else srv.token_scopes.get(permission, "none")
+            # token_scopes is the job token's grant; another token (srv.tokens) may do what its routes need
+            job_token = srv.actor == srv.login
+            granted = "write" if srv.token_scopes is None or not job_token else srv.token_scopes.get(permission, "none")
             if permission != "metadata" and _LEVEL[granted] < _LEVEL[level]:
                 # GitHub names what the route needs for fine-grained actors (apps, the job's token): see
                 # https://github.blog/changelog/2023-08-10-x-accepted-github-permissions-header-for-fine-grained-permission-actors
@@ -285,7 +287,7 @@ def create_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
     head, base = need(body, "head", "PullRequest"), need(body, "base", "PullRequest")
     title = need(body, "title", "PullRequest")
     text = body_text(body, "PullRequest")
-    if srv.login == BOT and not srv.actions_can_create_prs:
+    if srv.actor == BOT and not srv.actions_can_create_prs:
         # Settings > Actions > General > "Allow GitHub Actions to create and approve pull requests",
         # off by default; `pull-requests: write` in the workflow does not lift it.
         raise ApiError(403, {"message": "GitHub Actions is not permitted to create or approve pull requests.",
@@ -304,7 +306,7 @@ def create_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
                                                   f"A pull request already exists for {srv.owner}:{head}."))
     pull = {"head": head, "base": base, "head_sha": srv.branches[head], "base_sha": srv.branches[base],
             "draft": bool(body.get("draft"))}
-    record = srv._new_issue(srv.login, title, text, [], pull=pull)
+    record = srv._new_issue(srv.actor, title, text, [], pull=pull)
     return Reply(201, srv.pull_json(record))
 
 
