@@ -115,6 +115,9 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
     mr = session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
+    for key, run_id, url in getattr(driver, "dispatched_runs", ()):  # the run GitHub started for the dispatch
+        rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())
+        mr.summary += f"\nDispatched {key}: run [{run_id}]({url}).\n" if url else f"\nDispatched {key}: run {run_id}.\n"
     if mr.pull_request_url and not env.get(PUSH_TOKEN):
         mr.annotations.append(("warning", NO_CI_ON_PULL_REQUEST, "plan-runner: no CI on the pull request"))
         mr.summary += f"\n> **No CI on this pull request yet.** {NO_CI_ON_PULL_REQUEST}\n"

@@ -62,6 +62,7 @@ class Dispatch:
     workflow: str
     ref: str
     inputs: dict[str, Any]
+    run_id: int | None = None  # the run GitHub reported back (`return_run_details: true`)
 
 
 @dataclass

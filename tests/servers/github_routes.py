@@ -255,6 +255,12 @@ def dispatch(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) 
             raise ApiError(422, shapes.error(f"Unexpected inputs provided: {unexpected}", 422))
     if ref.removeprefix("refs/heads/") not in srv.branches:
         raise ApiError(422, shapes.error(f"No ref found for: {ref}", 422))
+    if body.get("return_run_details") is True:  # 200 with the run's id and URLs, else 204 (the OpenAPI description)
+        run_id = srv.next_id()
+        srv.dispatches.append(Dispatch(workflow, ref, dict(inputs), run_id))
+        return Reply(200, {"workflow_run_id": run_id,
+                           "run_url": f"{srv.url}/repos/{srv.owner}/{srv.repo}/actions/runs/{run_id}",
+                           "html_url": f"https://github.com/{srv.owner}/{srv.repo}/actions/runs/{run_id}"})
     srv.dispatches.append(Dispatch(workflow, ref, dict(inputs)))
     return Reply(204)
 

@@ -129,6 +129,7 @@ class GitHubDriver:
         self._pull_gh = make_client(ctx.api_url, pull_token, retry or RetryPolicy()) if pull_token else None
         self._pull_repo = self._pull_gh.get_repo(ctx.repository) if self._pull_gh else self._repo
         self.pull_request_starts_ci = self._pull_gh is not None
+        self.dispatched_runs: list[tuple[str, int, str]] = []  # (ledger key, run id, run URL) GitHub reported
         self._label_ready = False
 
     def close(self) -> None:
@@ -164,8 +165,13 @@ class GitHubDriver:
         action = f"dispatching the next session ({key}) of {workflow}"
         with github_call(action):
             try:
-                self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
-                              input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path}})
+                # return_run_details: GitHub answers 200 with the run it started (workflow_run_id, html_url)
+                _, data = self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
+                                        input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path},
+                                               "return_run_details": True})
+                run_id = data.get("workflow_run_id") if isinstance(data, dict) else None
+                if isinstance(run_id, int):
+                    self.dispatched_runs.append((key, run_id, str(data.get("html_url") or "")))
             except RateLimitExceededException:
                 raise  # waited out, or past the budget: ServiceUnavailable, never a refusal
             except GithubException as exc:
