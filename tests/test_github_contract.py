@@ -98,6 +98,7 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         assert d.open_finish("a", "plan-runner/a", "main", "plan-runner: a", "report 2") == pr
         gate = GateConfig(name="ci", checks=["tests", "ci/lint"])
         assert d.checks_gate(gate, "abc", timeout_s=1, poll_s=0.01).passed
+        d.keep_workflow_enabled()
         srv.has_issues = False
         with pytest.raises(Refused):
             d.open_park("b", "t", "b")

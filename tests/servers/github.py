@@ -114,6 +114,7 @@ class GitHubServer:
         # file -> the workflow_dispatch inputs it declares, or None: it has no workflow_dispatch trigger.
         self.workflows: dict[str, tuple[str, ...] | None] | None = None  # None: accept any workflow
         self.dispatches: list[Dispatch] = []
+        self.enabled: list[str] = []  # workflow files `PUT .../enable` was called for (the keep-alive)
         self.check_runs: dict[str, list[dict[str, Any]]] = {}
         self.statuses: dict[str, list[dict[str, Any]]] = {}
         self.calls: list[Call] = []

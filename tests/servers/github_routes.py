@@ -265,6 +265,14 @@ def dispatch(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) 
     return Reply(204)
 
 
+@at("PUT", "/actions/workflows/(?P<wf>[^/]+)/enable", "/actions/workflows/{workflow_id}/enable", ("actions", "write"))
+def enable_workflow(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    if srv.workflows is not None and m["wf"] not in srv.workflows:
+        raise not_found()
+    srv.enabled.append(m["wf"])
+    return Reply(204)
+
+
 def pull_of(srv: GitHubServer, m: re.Match[str]) -> dict[str, Any]:
     record = srv.issues.get(int(m["n"]))
     if record is None or not record.get("pull"):

@@ -151,6 +151,13 @@ class GitHubDriver:
 
     # ---- Dispatcher ------------------------------------------------------
 
+    def keep_workflow_enabled(self) -> None:
+        """`PUT .../actions/workflows/{file}/enable` for the running workflow (needs `actions: write`): GitHub
+        disables a public repository's scheduled workflow after 60 days without activity, and with it the
+        file's `workflow_dispatch` and `issue_comment` runs; enabling it keeps it active (docs/github-actions.md)."""
+        with github_call(f"keeping {self.ctx.workflow_file} enabled"):
+            self._request("PUT", f"/actions/workflows/{quote(self.ctx.workflow_file, safe='')}/enable")
+
     def dispatch_next(self, plan_path: str, key: str) -> None:
         """One POST: a workflow_dispatch of the running workflow on the running ref.
 
