@@ -73,13 +73,12 @@ def test_the_action_installs_the_pinned_cli_and_every_session_runs_it(tmp_path) 
         srv.actions_can_create_prs = False  # GitHub's default for a repository: the finish's pull request is refused
         world = ActWorld(tmp_path, srv, files=REPO, init_plan=True, plan_id="example",
                          env={"npm_config_registry": npm.url, "npm_config_cache": str(tmp_path / "npm-cache")})
-        # act gives each run RUNNER_TOOL_CACHE under its cache path: fresh, as on a hosted runner.
-        tool_cache = tmp_path / "act-cache" / "tool_cache"
         plan_text = (world.clone / PLAN).read_text()
         assert "backend: claude-code" in plan_text and 'run: "make test"' in plan_text  # init's, unchanged
 
         world.act("workflow_dispatch", w.dispatch_event(PLAN))
-        installed = tool_cache / "plan-runner" / cli.key / "node_modules" / ".bin" / cli.binary
+        # In plan-runner's root-owned install directory (fresh, as on a hosted runner), not act's tool cache.
+        installed = world.image.install_root / cli.key / "node_modules" / ".bin" / cli.binary
         assert installed.is_symlink() and "stand-in" in installed.resolve().read_text()
         tarballs = [p for p in npm.requests if p.endswith(".tgz")]
         assert tarballs == [f"/{cli.package}/-/claude-code-{cli.version}.tgz"]  # the pinned version

@@ -27,6 +27,7 @@ import pytest
 from runner.adapters.init import write_init
 from runner.adapters.source import Source
 from tests.e2e_act import world as w
+from tests.e2e_act.hosted import HostedImage
 from tests.servers.github import GitHubServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(400)]
@@ -73,6 +74,9 @@ class ActWorld:
         self.bare = w.make_remote(root, files)
         self.clone = w.checkout(self.bare, root / "clone")  # what act copies into each job's workspace
         self.action = action or copy_action_source(root / "action-src")
+        # The hosted image's folders: a world-writable /opt with pipx_bin first on PATH, plan-runner's install
+        # directory root-owned (tests/e2e_act/hosted.py); act itself gives each run a fresh RUNNER_TOOL_CACHE.
+        self.image = HostedImage(root / "image")
         srv.branches = w.BareBranches(self.bare)
         srv.set_permission("maintainer", "write")
         srv.set_permission("stranger", "read")
@@ -89,6 +93,8 @@ class ActWorld:
                "--env", "GITHUB_REPOSITORY=octo-org/demo", "--env", f"GITHUB_API_URL={self.srv.url}",
                "--env", "GITHUB_WORKFLOW_REF=octo-org/demo/.github/workflows/plan-runner.yml@refs/heads/main",
                "--env", f"GITHUB_RUN_ID={1000 + self.runs}",
+               "--env", f"PLAN_RUNNER_INSTALL_ROOT={self.image.install_root}",
+               "--env", f"PIPX_BIN_DIR={self.image.pipx_bin}", "--env", f"PATH={self.image.path}",
                "-s", f"GITHUB_TOKEN={self.srv.token}", "-s", f"ANTHROPIC_API_KEY={API_KEY}"]
         for name, value in self.env.items():
             cmd += ["--env", f"{name}={value}"]

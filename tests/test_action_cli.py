@@ -41,7 +41,8 @@ def test_a_runner_without_npm_fails_before_any_session_is_recorded(tmp_path: Pat
         bare_path.mkdir()
         for tool in ("git", "python3"):
             os.symlink(shutil.which(tool), bare_path / tool)
-        rc, out, outputs, summary, _ = jobs.session(PATH=str(bare_path), RUNNER_TOOL_CACHE=str(tmp_path / "tools"))
+        rc, out, outputs, summary, _ = jobs.session(PATH=str(bare_path),
+                                                    PLAN_RUNNER_INSTALL_ROOT=str(tmp_path / "tools" / "plan-runner"))
         assert rc == 2 and outputs["outcome"] == "error"
         assert "npm is not installed" in summary and "actions/setup-node" in summary
         assert w.ref(jobs.bare, "plan-runner/state") is None
@@ -49,14 +50,14 @@ def test_a_runner_without_npm_fails_before_any_session_is_recorded(tmp_path: Pat
 
 @pytest.mark.e2e
 def test_the_pinned_claude_code_cli_is_installed_read_only_for_others(tmp_path: Path) -> None:
-    """npm installs the pinned Claude Code into the tool cache; it answers --version with that version, no other
-    user may write any of it, and a second call reuses it without npm."""
-    cache = tmp_path / "toolcache"
-    env = {**os.environ, "RUNNER_TOOL_CACHE": str(cache)}  # the job's environment (proxy, CA bundle, ...)
+    """npm installs the pinned Claude Code into plan-runner's install directory; it answers --version with that
+    version, root owns all of it, no other user may write any of it, and a second call reuses it without npm."""
+    root = tmp_path / "usr-local-lib" / "plan-runner"
+    env = {**os.environ, "PLAN_RUNNER_INSTALL_ROOT": str(root)}  # the job's environment (proxy, CA bundle, ...)
     path = install_cli(CLIS["claude-code"], env)
-    assert path == cache / "plan-runner" / "claude-code-2.1.332" / "node_modules" / ".bin" / "claude"
-    writable = [p for p in (cache / "plan-runner").rglob("*") if not p.is_symlink()
-                and p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)]
+    assert path == root / "claude-code-2.1.332" / "node_modules" / ".bin" / "claude"
+    writable = [p for p in root.rglob("*") if not p.is_symlink()
+                and (p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH) or p.stat().st_uid != 0)]
     assert writable == []
     assert install_cli(CLIS["claude-code"], {**env, "PATH": "/nonexistent"}) == path  # cached: no npm needed
 

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -71,7 +72,8 @@ def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
             why="plan-runner dispatches runs, opens issues and pull requests through the GitHub API",
             fix="pass `github-token: ${{ github.token }}` (the default) and grant the job the permissions "
                 "listed in docs/github-actions.md")
-    return GitHubDriver(ctx, token)
+    # The pull request is opened with the push-token when one is given, so that its CI runs (GitHubDriver).
+    return GitHubDriver(ctx, token, pull_token=env.get(PUSH_TOKEN) or None)
 
 
 def head_checks_runner(driver, repo: Path, env: Mapping[str, str] | None = None) -> Callable:
@@ -112,7 +114,21 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
-    return session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
+    mr = session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
+    for key, run_id, url in getattr(driver, "dispatched_runs", ()):  # the run GitHub started for the dispatch
+        rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())
+        mr.summary += f"\nDispatched {key}: run [{run_id}]({url}).\n" if url else f"\nDispatched {key}: run {run_id}.\n"
+    if mr.pull_request_url and not env.get(PUSH_TOKEN):
+        mr.annotations.append(("warning", NO_CI_ON_PULL_REQUEST, "plan-runner: no CI on the pull request"))
+        mr.summary += f"\n> **No CI on this pull request yet.** {NO_CI_ON_PULL_REQUEST}\n"
+    return mr
+
+
+NO_CI_ON_PULL_REQUEST = (
+    "The pull request was opened with the job's GITHUB_TOKEN, and GitHub starts no `pull_request` workflow for "
+    "what that token does: required checks wait until someone pushes to the branch. Give the action a `push-token` "
+    "(a GitHub App installation token, or a fine-grained personal access token with Contents and Pull requests: "
+    "read and write): plan-runner then pushes and opens the pull request with it, and CI runs.")
 
 
 def session_mode_result(result: SessionResult) -> ModeResult:
@@ -173,9 +189,15 @@ class Cancelled(BaseException):
         self.signum = signum
 
 
+def ignore_stop_signals() -> None:
+    """One cancellation: the runner's SIGTERM 7.5 s after its SIGINT must not cut the salvage short."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def _raise_cancelled(signum: int, frame: object) -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):  # one cancellation: the salvage below must not be cut short
-        signal.signal(sig, signal.SIG_IGN)
+    ignore_stop_signals()
     raise Cancelled(signum)
 
 
@@ -240,28 +262,50 @@ def _push_start_after(ws: Workspace, plan_id: str) -> Callable[[], str]:
 
 def _push_token(env: Mapping[str, str]) -> str | None:
     """The token git pushes with: the `push-token` input when given (a push that triggers CI), else the job's.
-    The API always keeps the job's token."""
+    The API keeps the job's token, but for the final pull request (runner.adapters.github.client.GitHubDriver)."""
     return env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")
 
 
 def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,
-               driver_factory: Callable[[GitHubContext, Mapping[str, str]], object] = open_driver) -> int:
-    """Run one mode as a job step; returns the step's exit code. Never raises."""
+               driver_factory: Callable[[GitHubContext, Mapping[str, str]], object] = open_driver,
+               cancelled: bool = False) -> int:
+    """Run one mode as a job step; returns the step's exit code. Never raises. `cancelled`: the action's
+    `if: cancelled()` backstop, after a stop whose salvage the session step did not finish."""
     env = dict(env)
     rep = Reporter(env, out or sys.stdout)
     rep.mask()
+    if cancelled:
+        publish(rep, cancelled_result(env, mode, rep, "the job was cancelled", Exit.UNEXPECTED, backstop=True))
+        return 0  # the job is cancelled either way; a failing backstop would only add noise
     try:
         with stop_signals_cancel():
             result = _run_mode(env, mode, rep, driver_factory)
     except Cancelled as stop:
-        chosen = (mode or env.get("PLAN_RUNNER_MODE") or "session").strip().lower()
-        with git_credentials(_push_token(env), env.get("GITHUB_SERVER_URL", "https://github.com")):
-            kept = salvage_open_session(env) if chosen == "session" else "nothing to push"
-        result = ModeResult(outcome="cancelled", exit_code=128 + stop.signum,
-                            summary=f"# plan-runner: the job was cancelled ({stop})\n\n{kept}.\n",
-                            annotations=[("warning", f"cancelled ({stop}): {kept}", "plan-runner")])
+        ignore_stop_signals()  # the `with` above restored the default handlers: a SIGTERM would end the salvage
+        result = cancelled_result(env, mode, rep, str(stop), 128 + stop.signum)
     publish(rep, result)
     return result.exit_code
+
+
+def cancelled_result(env: dict[str, str], mode: str | None, rep: Reporter, why: str, exit_code: int,
+                     backstop: bool = False) -> ModeResult:
+    """After a stop: the outputs say `cancelled` at once (the runner SIGKILLs the step 10 s after its SIGINT), then
+    what must survive is pushed (runner.drivers.action.salvage_open_session), then `salvage: done` tells the
+    action's `if: cancelled()` step that nothing is left for it to do."""
+    started = time.monotonic()
+    rep.set_output("outcome", "cancelled")
+    rep.write_outputs()  # provisional: a later entry of the same name replaces it
+    rep.outputs.clear()
+    chosen = (mode or env.get("PLAN_RUNNER_MODE") or "session").strip().lower()
+    with git_credentials(_push_token(env), env.get("GITHUB_SERVER_URL", "https://github.com")):
+        kept = salvage_open_session(env) if chosen == "session" else "nothing to push"
+    spent = time.monotonic() - started
+    rep.log(f"plan-runner: salvaged in {spent:.1f} s: {kept}")
+    rep.set_output("salvage", "done")
+    who = "the job's `if: cancelled()` step" if backstop else "plan-runner"
+    return ModeResult(outcome="cancelled", exit_code=exit_code,
+                      summary=f"# plan-runner: the job was cancelled ({why})\n\n{kept} ({who}, {spent:.1f} s).\n",
+                      annotations=[("warning", f"cancelled ({why}): {kept}", "plan-runner")])
 
 
 def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,

@@ -1,10 +1,13 @@
 """The agent CLI a session's backend needs, installed by the action at a pinned version before any session
 is recorded (hosted runners have neither Claude Code nor Codex).
 
-Installed with npm under the runner's tool cache (`$RUNNER_TOOL_CACHE`, /opt/hostedtoolcache on hosted
-runners), never under /home/runner (0750): the agent will run as another, unprivileged user, who must be
-able to read and run the CLI but not change it, so the install is made read-only for everyone else.
-A failure is a PlanRunnerError (what / why / fix) raised before the session starts.
+Installed with npm into plan-runner's install directory (`PLAN_RUNNER_INSTALL_ROOT`, /usr/local/lib/plan-runner: the
+action's install step creates it root-owned, 0755), never under the tool cache: the hosted image makes /opt, and so
+/opt/hostedtoolcache, world-writable without the sticky bit, where the agent's user could rename the CLI's folder and
+plant another. npm runs as the job's user in a private folder; the result is copied in as root, read-only for
+everyone else, and renamed into place in one step. The agent runs as another, unprivileged user, who may read and
+run the CLI, never change, rename or replace it. A failure is a PlanRunnerError (what / why / fix) raised before the
+session starts.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,9 +58,60 @@ def needed_cli(plan: Plan, env: Mapping[str, str]) -> AgentCli | None:
     return cli
 
 
-def tool_root(env: Mapping[str, str]) -> Path:
-    root = env.get("RUNNER_TOOL_CACHE") or "/opt/hostedtoolcache"
-    return Path(root) / "plan-runner"
+DEFAULT_INSTALL_ROOT = "/usr/local/lib/plan-runner"
+SUDO = "/usr/bin/sudo"  # absolute: PATH's first entries on the hosted image are world-writable
+
+
+def writable_by_others(path: Path) -> str | None:
+    """The first component of `path`'s real path (from /) that a user other than root could change or rename
+    entries of: not owned by root, or writable by group or others without the sticky bit. None when there is none."""
+    real = Path(os.path.realpath(path))
+    for part in (*reversed(real.parents), real):
+        try:
+            st = part.stat()
+        except OSError:
+            return None  # not created yet: it will be, by root, inside the components checked so far
+        if st.st_uid != 0:
+            return f"{part} (owner uid {st.st_uid})"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return f"{part} (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def install_root(env: Mapping[str, str]) -> Path:
+    """plan-runner's own install directory, refused when anyone but root could change it."""
+    root = Path(env.get("PLAN_RUNNER_INSTALL_ROOT") or DEFAULT_INSTALL_ROOT)
+    weak = writable_by_others(root) if root.is_absolute() else f"{root} (not an absolute path)"
+    if weak:
+        raise PlanRunnerError(
+            what=f"plan-runner's install directory {root} is not safe from the agent",
+            why=f"{weak} lets another user than root change or rename what is installed there, and the agent runs "
+                "as another user",
+            fix="set PLAN_RUNNER_INSTALL_ROOT to a directory whose every parent only root may write (the action's "
+                f"default, {DEFAULT_INSTALL_ROOT}, is one on GitHub's hosted runners)")
+    return root
+
+
+def as_root(argv: list[str]) -> list[str]:
+    return argv if os.geteuid() == 0 else [SUDO, "-n", *argv]
+
+
+def place_as_root(src: Path, dest: Path) -> None:
+    """A root-owned copy of `src` at `dest`, read-only for everyone else, renamed into place in one step (a folder
+    at `dest` is always complete; when another job placed it first, its copy stays)."""
+    new = dest.parent / f".new-{dest.name}-{os.getpid()}"
+    steps = [["/bin/rm", "-rf", str(new)], ["/usr/bin/install", "-d", "-m", "0755", "-o", "0", "-g", "0", str(dest.parent)],
+             ["/bin/cp", "-R", "--no-preserve=ownership", "--", str(src), str(new)],
+             ["/bin/chown", "-R", "0:0", str(new)], ["/bin/chmod", "-R", "go-w,a+rX", str(new)]]
+    for argv in steps:
+        proc = subprocess.run(as_root(argv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise PlanRunnerError(
+                what=f"cannot place {dest.name} in plan-runner's install directory {dest.parent}",
+                why=f"`{' '.join(argv)}` as root failed: {(proc.stderr or proc.stdout).strip()[-400:]}",
+                fix="run the job as root or give its user passwordless sudo (GitHub's hosted runners do)")
+    if subprocess.run(as_root(["/bin/mv", "-T", str(new), str(dest)]), capture_output=True).returncode != 0:
+        subprocess.run(as_root(["/bin/rm", "-rf", str(new)]), capture_output=True)  # another job won
 
 
 def _works(path: Path, version: str) -> bool:
@@ -67,24 +122,12 @@ def _works(path: Path, version: str) -> bool:
     return proc.returncode == 0 and version in proc.stdout
 
 
-def _read_only_for_others(top: Path) -> None:
-    """Others may read and run, never write: the agent's user must not be able to swap the CLI."""
-    for folder, dirs, files in os.walk(top):
-        for name in [*dirs, *files]:
-            path = Path(folder, name)
-            if path.is_symlink():
-                continue
-            mode = path.stat().st_mode
-            path.chmod((mode & ~(stat.S_IWGRP | stat.S_IWOTH)) | stat.S_IRGRP | stat.S_IROTH
-                       | ((stat.S_IXGRP | stat.S_IXOTH) if mode & stat.S_IXUSR else 0))
-    top.chmod(0o755)
-
-
 def install_cli(cli: AgentCli, env: Mapping[str, str], log=lambda text: None) -> Path:
-    """The path of a working `cli` at its pinned version, installed once per runner (tool cache)."""
-    prefix = tool_root(env) / cli.key
+    """The path of a working `cli` at its pinned version, installed once per runner in plan-runner's install
+    directory (root-owned: `install_root`)."""
+    prefix = install_root(env) / cli.key
     binary = prefix / "node_modules" / ".bin" / cli.binary
-    if _works(binary, cli.version):
+    if _works(binary, cli.version) and not writable_by_others(binary.parent):
         return binary
     npm = shutil.which("npm", path=env.get("PATH") or os.environ.get("PATH"))
     if npm is None:
@@ -93,29 +136,28 @@ def install_cli(cli: AgentCli, env: Mapping[str, str], log=lambda text: None) ->
             why="plan-runner installs the agent's CLI with npm; this runner has no `npm` on its PATH",
             fix="add `- uses: actions/setup-node@<sha> # v4` (with `node-version: 22`) before the plan-runner step, "
                 f"or install the CLI yourself and set `{cli.env}` to its path in the step's `env:`")
-    try:
-        prefix.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PlanRunnerError(
-            what=f"cannot create {prefix} for the agent's CLI",
-            why=f"{exc.strerror}: the tool cache must be writable by the job and readable by the agent's user",
-            fix="set RUNNER_TOOL_CACHE to a directory the job may write and every user may read (not under "
-                f"/home/runner), or install the CLI yourself and set `{cli.env}`") from None
     started = time.monotonic()
-    try:
-        proc = subprocess.run([npm, "install", "--prefix", str(prefix), "--no-save", "--no-audit", "--no-fund",
-                               "--loglevel=error", f"{cli.package}@{cli.version}"],
-                              capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=dict(env))
-    except subprocess.TimeoutExpired:
-        proc = None
-    if proc is None or proc.returncode != 0 or not _works(binary, cli.version):
-        detail = "npm timed out" if proc is None else (proc.stderr or proc.stdout).strip()[-800:]
-        raise PlanRunnerError(
-            what=f"installing {cli.package}@{cli.version} for the `{cli.backend}` backend failed",
-            why=detail or f"{binary} does not answer `--version` with {cli.version}",
-            fix="re-run the job (a registry hiccup), or install the CLI in an earlier step and set "
-                f"`{cli.env}` to its path; nothing of the plan was recorded")
-    _read_only_for_others(prefix)
+    with tempfile.TemporaryDirectory(prefix="plan-runner-npm-", dir=env.get("RUNNER_TEMP") or None) as build:
+        staged = Path(build) / cli.key
+        try:
+            proc = subprocess.run([npm, "install", "--prefix", str(staged), "--no-save", "--no-audit", "--no-fund",
+                                   "--loglevel=error", f"{cli.package}@{cli.version}"],
+                                  capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=dict(env))
+        except subprocess.TimeoutExpired:
+            proc = None
+        staged_binary = staged / "node_modules" / ".bin" / cli.binary
+        if proc is None or proc.returncode != 0 or not _works(staged_binary, cli.version):
+            detail = "npm timed out" if proc is None else (proc.stderr or proc.stdout).strip()[-800:]
+            raise PlanRunnerError(
+                what=f"installing {cli.package}@{cli.version} for the `{cli.backend}` backend failed",
+                why=detail or f"{staged_binary} does not answer `--version` with {cli.version}",
+                fix="re-run the job (a registry hiccup), or install the CLI in an earlier step and set "
+                    f"`{cli.env}` to its path; nothing of the plan was recorded")
+        place_as_root(staged, prefix)
+    if not _works(binary, cli.version):
+        raise PlanRunnerError(what=f"{binary} does not run after its install",
+                              why=f"it does not answer `--version` with {cli.version}",
+                              fix="re-run the job; nothing of the plan was recorded")
     log(f"plan-runner: installed {cli.package}@{cli.version} in {time.monotonic() - started:.1f} s")
     return binary
 

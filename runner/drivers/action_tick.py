@@ -10,7 +10,7 @@ dispatches of the plans that are due.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from runner.drivers.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
 from runner.adapters.git import work as gitwork
@@ -170,6 +170,28 @@ class _DispatchLater:
         self.calls.append((plan_path, key))
 
 
+KEEPALIVE_HOUR_UTC = 0  # the ticks of this hour (two: :17 and :47) keep the workflow enabled
+
+
+def keepalive_due(now: datetime) -> bool:
+    """Once a day is plenty against GitHub's 60 days (and survives weeks of dropped schedules)."""
+    return now.astimezone(timezone.utc).hour == KEEPALIVE_HOUR_UTC
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def keep_alive(driver, rep) -> str:
+    """Keep the workflow enabled on a quiet public repository; a refusal is a warning, never the tick's failure."""
+    try:
+        driver.keep_workflow_enabled()
+        return "kept enabled"
+    except PlanRunnerError as err:
+        rep.annotate("warning", f"could not keep the workflow enabled: {err.what}", "plan-runner keep-alive")
+        return f"not kept enabled: {err.what}"
+
+
 def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:
     repo = workspace_root(env)
     store = GitStateStore(repo, remote=REMOTE)
@@ -231,5 +253,9 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeRe
         rep.log(f"plan-runner tick: {plan_id}: {line}")
     table = "\n".join(f"| `{pid}` | {line.replace('|', '/')} |" for pid, line in rows) or "| - | no plan has state yet |"
     summary = (f"# plan-runner tick: {dispatched} run(s) dispatched\n\n| plan | state |\n|---|---|\n{table}\n")
+    if with_state and keepalive_due(utcnow()):
+        kept = keep_alive(driver, rep)
+        rep.log(f"plan-runner tick: workflow {ctx.workflow_file}: {kept}")
+        summary += f"\nWorkflow `{ctx.workflow_file}`: {kept} (GitHub disables a public repository's scheduled workflow after 60 days without activity).\n"
     return ModeResult(outcome="dispatched" if dispatched else "idle", summary=summary, annotations=annotations,
                       exit_code=Exit.USER_ERROR if failed else Exit.OK)

@@ -13,6 +13,9 @@ def _action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("session", "tick", "reply"), default=None,
                         help="what the job does (default: $PLAN_RUNNER_MODE, else session); "
                              "every other input comes from the environment (see action.yml)")
+    parser.add_argument("--cancelled", action="store_true",
+                        help="the job was cancelled and the session step did not finish its salvage: push what the "
+                             "agent left and report the stop (the action's `if: cancelled()` step)")
 
 
 @command("action", help="run as a GitHub Actions step: one session, a schedule tick, or a reply to a park issue",
@@ -20,7 +23,7 @@ def _action_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_action(args: argparse.Namespace) -> int:
     from runner.drivers.action import run_action
 
-    return run_action(os.environ, mode=args.mode)
+    return run_action(os.environ, mode=args.mode, cancelled=args.cancelled)
 
 
 def _init_arguments(parser: argparse.ArgumentParser) -> None:

@@ -54,6 +54,7 @@ class Call:
     body: Any
     status: int
     response: Any = None
+    actor: str = ""  # the login of the token that made the call (srv.token: srv.login; srv.tokens: theirs)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Dispatch:
     workflow: str
     ref: str
     inputs: dict[str, Any]
+    run_id: int | None = None  # the run GitHub reported back (`return_run_details: true`)
 
 
 @dataclass
@@ -112,9 +114,14 @@ class GitHubServer:
         # file -> the workflow_dispatch inputs it declares, or None: it has no workflow_dispatch trigger.
         self.workflows: dict[str, tuple[str, ...] | None] | None = None  # None: accept any workflow
         self.dispatches: list[Dispatch] = []
+        self.enabled: list[str] = []  # workflow files `PUT .../enable` was called for (the keep-alive)
         self.check_runs: dict[str, list[dict[str, Any]]] = {}
         self.statuses: dict[str, list[dict[str, Any]]] = {}
         self.calls: list[Call] = []
+        # More tokens the server accepts, each acting as its own login (a fine-grained personal token, a GitHub
+        # App's installation token): what they do is theirs, e.g. a pull request they open is not the Actions bot's.
+        self.tokens: dict[str, str] = {}
+        self.actor = login  # who makes the call being served (set per request, under the lock)
         self.faults: list[Fault] = []
         self.actions_can_create_prs = False  # "Allow GitHub Actions to create and approve pull requests"
         self.has_issues = True
@@ -405,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if fault is not None:
                 reply = self._fault_reply(fault)
-            elif not self._authorised():
+            elif not (actor := self._actor()):
                 reply = Reply(401, shapes.error("Bad credentials", 401))
             else:
                 try:
@@ -415,16 +422,24 @@ class _Handler(BaseHTTPRequestHandler):
                 with srv.lock:
                     if path != "/rate_limit":
                         srv.rate_used += 1
-                    reply = route(srv, method, path, query, body)
+                    srv.actor = actor
+                    try:
+                        reply = route(srv, method, path, query, body)
+                    finally:
+                        srv.actor = srv.login
         except ApiError as exc:
             reply = Reply(exc.status, exc.body, exc.headers)
         with srv.lock:
-            srv.calls.append(Call(method, path, query, body, reply.status, reply.body))
+            srv.calls.append(Call(method, path, query, body, reply.status, reply.body, self._actor()))
         self._send(method, reply, truncate=truncate)
 
-    def _authorised(self) -> bool:
+    def _actor(self) -> str:
+        """The login the request's token acts as; "" for no or an unknown token."""
         scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
-        return scheme.lower() in ("token", "bearer") and given.strip() == self.srv.token
+        if scheme.lower() not in ("token", "bearer"):
+            return ""
+        given = given.strip()
+        return self.srv.login if given == self.srv.token else self.srv.tokens.get(given, "")
 
     def _fault_reply(self, fault: Fault) -> Reply:
         if fault.kind == "secondary":

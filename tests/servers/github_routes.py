@@ -45,7 +45,9 @@ def route(srv: GitHubServer, method: str, path: str, query: dict[str, str], body
         match = r.pattern.fullmatch(rest)
         if match and r.method == method:
             permission, level = r.scope
-            granted = "write" if srv.token_scopes is None else srv.token_scopes.get(permission, "none")
+            # token_scopes is the job token's grant; another token (srv.tokens) may do what its routes need
+            job_token = srv.actor == srv.login
+            granted = "write" if srv.token_scopes is None or not job_token else srv.token_scopes.get(permission, "none")
             if permission != "metadata" and _LEVEL[granted] < _LEVEL[level]:
                 # GitHub names what the route needs for fine-grained actors (apps, the job's token): see
                 # https://github.blog/changelog/2023-08-10-x-accepted-github-permissions-header-for-fine-grained-permission-actors
@@ -253,7 +255,21 @@ def dispatch(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) 
             raise ApiError(422, shapes.error(f"Unexpected inputs provided: {unexpected}", 422))
     if ref.removeprefix("refs/heads/") not in srv.branches:
         raise ApiError(422, shapes.error(f"No ref found for: {ref}", 422))
+    if body.get("return_run_details") is True:  # 200 with the run's id and URLs, else 204 (the OpenAPI description)
+        run_id = srv.next_id()
+        srv.dispatches.append(Dispatch(workflow, ref, dict(inputs), run_id))
+        return Reply(200, {"workflow_run_id": run_id,
+                           "run_url": f"{srv.url}/repos/{srv.owner}/{srv.repo}/actions/runs/{run_id}",
+                           "html_url": f"https://github.com/{srv.owner}/{srv.repo}/actions/runs/{run_id}"})
     srv.dispatches.append(Dispatch(workflow, ref, dict(inputs)))
+    return Reply(204)
+
+
+@at("PUT", "/actions/workflows/(?P<wf>[^/]+)/enable", "/actions/workflows/{workflow_id}/enable", ("actions", "write"))
+def enable_workflow(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    if srv.workflows is not None and m["wf"] not in srv.workflows:
+        raise not_found()
+    srv.enabled.append(m["wf"])
     return Reply(204)
 
 
@@ -285,7 +301,7 @@ def create_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
     head, base = need(body, "head", "PullRequest"), need(body, "base", "PullRequest")
     title = need(body, "title", "PullRequest")
     text = body_text(body, "PullRequest")
-    if srv.login == BOT and not srv.actions_can_create_prs:
+    if srv.actor == BOT and not srv.actions_can_create_prs:
         # Settings > Actions > General > "Allow GitHub Actions to create and approve pull requests",
         # off by default; `pull-requests: write` in the workflow does not lift it.
         raise ApiError(403, {"message": "GitHub Actions is not permitted to create or approve pull requests.",
@@ -304,7 +320,7 @@ def create_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
                                                   f"A pull request already exists for {srv.owner}:{head}."))
     pull = {"head": head, "base": base, "head_sha": srv.branches[head], "base_sha": srv.branches[base],
             "draft": bool(body.get("draft"))}
-    record = srv._new_issue(srv.login, title, text, [], pull=pull)
+    record = srv._new_issue(srv.actor, title, text, [], pull=pull)
     return Reply(201, srv.pull_json(record))
 
 

@@ -40,7 +40,9 @@ already there and is not enough):
   Settings > Actions > General > Workflow permissions >
   [x] Allow GitHub Actions to create and approve pull requests > Save
 (in an organisation the same box must also be ticked in the organisation's Actions settings);
-or give the action a GitHub App or fine-grained token (`push-token`) allowed to open pull requests.
+or give the action a `push-token` (a GitHub App installation token, or a fine-grained personal access
+token with Contents and Pull requests: read and write): plan-runner opens the pull request with it, the setting
+binds only the job's own token, and CI runs on a pull request that token did not open.
 Then answer the park issue with `/plan-runner resume`: plan-runner opens the pull request."""
 ISSUES_DISABLED_FIX = """\
 turn Issues on: Settings > General > Features > [x] Issues; then start the workflow for this plan \

@@ -81,6 +81,22 @@ def _fetch(request: Request, sha: str) -> tuple[list[dict[str, Any]], list[dict[
 
 
 NO_CI_AFTER_S = 120.0  # webhook CI (not Actions) reports within this on a push; Actions never does
+# Each poll is two requests (check runs, statuses) against the job token's 1,000 requests an hour per repository
+# (GitHub's REST rate limits for GITHUB_TOKEN). The wait between polls grows by half each time, from the gate's
+# `poll_s` up to MAX_POLL_S: a quick answer is seen quickly, an hour-long CI costs ~130 requests, not 720.
+POLL_BACKOFF = 1.5
+MAX_POLL_S = 60.0
+
+
+def poll_waits(poll_s: float) -> Callable[[], float]:
+    """The successive waits between polls: poll_s, 1.5 x, ... up to MAX_POLL_S (never below poll_s)."""
+    wait = [poll_s]
+
+    def next_wait() -> float:
+        now = wait[0]
+        wait[0] = max(poll_s, min(MAX_POLL_S, wait[0] * POLL_BACKOFF))
+        return now
+    return next_wait
 
 
 def no_ci_for_token_pushes(names: Sequence[str], sha: str, waited_s: float) -> str:
@@ -101,6 +117,7 @@ def collect_checks_gate(request: Request, gate: GateConfig, sha: str, *, timeout
     (`needs_human`) instead of waiting out its timeout and counting red against the agent."""
     names = tuple(gate.checks or ())
     started = clock()
+    next_wait = poll_waits(poll_s)
     while True:
         runs, statuses = _fetch(request, sha)
         states = classify_checks(names, runs, statuses)
@@ -114,7 +131,7 @@ def collect_checks_gate(request: Request, gate: GateConfig, sha: str, *, timeout
                               needs_human=no_ci_for_token_pushes(names, sha, round(elapsed)))
         if red or not waiting or elapsed >= timeout_s:
             break
-        sleep(max(0.0, min(poll_s, timeout_s - elapsed)))
+        sleep(max(0.0, min(next_wait(), timeout_s - elapsed)))
     lines = [f"{s.name}: {s.detail}" for s in states]
     error = None
     timed_out = bool(waiting) and not red

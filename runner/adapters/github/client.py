@@ -117,15 +117,25 @@ class GitHubDriver:
     """Use as a context manager (or call `close()`): it holds an HTTP connection pool."""
 
     def __init__(self, ctx: GitHubContext, token: str, *, retry: RetryPolicy | None = None,
-                 label: str = PARK_LABEL) -> None:
+                 label: str = PARK_LABEL, pull_token: str | None = None) -> None:
+        """`pull_token`: the token the final pull request is listed, opened and updated with (the action's
+        `push-token`). GitHub starts no `pull_request` workflow for what GITHUB_TOKEN does ("Triggering a
+        workflow from a workflow"), and its "Allow GitHub Actions to create and approve pull requests" setting
+        binds only that token: a pull request opened with an App's or a person's token gets its CI."""
         self.ctx = ctx
         self.label = label
         self._gh = make_client(ctx.api_url, token, retry or RetryPolicy())
         self._repo = self._gh.get_repo(ctx.repository)  # lazy: no request until used
+        self._pull_gh = make_client(ctx.api_url, pull_token, retry or RetryPolicy()) if pull_token else None
+        self._pull_repo = self._pull_gh.get_repo(ctx.repository) if self._pull_gh else self._repo
+        self.pull_request_starts_ci = self._pull_gh is not None
+        self.dispatched_runs: list[tuple[str, int, str]] = []  # (ledger key, run id, run URL) GitHub reported
         self._label_ready = False
 
     def close(self) -> None:
         self._gh.close()
+        if self._pull_gh is not None:
+            self._pull_gh.close()
 
     def __enter__(self) -> GitHubDriver:
         return self
@@ -141,6 +151,13 @@ class GitHubDriver:
 
     # ---- Dispatcher ------------------------------------------------------
 
+    def keep_workflow_enabled(self) -> None:
+        """`PUT .../actions/workflows/{file}/enable` for the running workflow (needs `actions: write`): GitHub
+        disables a public repository's scheduled workflow after 60 days without activity, and with it the
+        file's `workflow_dispatch` and `issue_comment` runs; enabling it keeps it active (docs/github-actions.md)."""
+        with github_call(f"keeping {self.ctx.workflow_file} enabled"):
+            self._request("PUT", f"/actions/workflows/{quote(self.ctx.workflow_file, safe='')}/enable")
+
     def dispatch_next(self, plan_path: str, key: str) -> None:
         """One POST: a workflow_dispatch of the running workflow on the running ref.
 
@@ -155,8 +172,13 @@ class GitHubDriver:
         action = f"dispatching the next session ({key}) of {workflow}"
         with github_call(action):
             try:
-                self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
-                              input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path}})
+                # return_run_details: GitHub answers 200 with the run it started (workflow_run_id, html_url)
+                _, data = self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
+                                        input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path},
+                                               "return_run_details": True})
+                run_id = data.get("workflow_run_id") if isinstance(data, dict) else None
+                if isinstance(run_id, int):
+                    self.dispatched_runs.append((key, run_id, str(data.get("html_url") or "")))
             except RateLimitExceededException:
                 raise  # waited out, or past the budget: ServiceUnavailable, never a refusal
             except GithubException as exc:
@@ -195,7 +217,7 @@ class GitHubDriver:
             existing = self._open_pull(head, base)
             if existing is None:
                 try:
-                    return self._repo.create_pull(base=base, head=head, title=title, body=body).html_url
+                    return self._pull_repo.create_pull(base=base, head=head, title=title, body=body).html_url
                 except GithubException as exc:
                     if exc.status != 422 or "already exists" not in str(exc.data):
                         raise
@@ -208,7 +230,7 @@ class GitHubDriver:
             return existing.html_url
 
     def _open_pull(self, head: str, base: str) -> Any:
-        for pull in self._repo.get_pulls(state="open", head=f"{self.ctx.owner}:{head}", base=base):
+        for pull in self._pull_repo.get_pulls(state="open", head=f"{self.ctx.owner}:{head}", base=base):
             return pull
         return None
 
