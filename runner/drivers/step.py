@@ -294,7 +294,8 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         started_at=started_at, finished_at=evidence.observed_at, outcome=verdict.outcome, blame=verdict.blame,
         rule=verdict.rule, reasons=verdict.reasons, fingerprint=verdict.fingerprint, zero_output=verdict.zero_output,
         advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id, backend=signals.backend,
-        tokens=signals.total_tokens, cost_usd=signals.cost_usd, base_sha=base_sha, head_sha=head,
+        tokens=signals.total_tokens, cost_usd=signals.cost_usd, cost_lower_bound=signals.cost_lower_bound,
+        base_sha=base_sha, head_sha=head,
         work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
         resume_session_id=action.resume_session_id, instructions=action.instructions)
     next_action = decide_next(verdict, fold([record], s.state), s.plan)
