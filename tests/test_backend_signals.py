@@ -187,3 +187,41 @@ def test_anthropic_backend_unresolvable_host_is_unreachable(tmp_path: Path) -> N
     """A name that does not resolve (DNS) is named as such."""
     sig = fast_backend(max_retries=5).run(make_request(tmp_path, "http://no-such-host.invalid"))
     assert sig.exit_kind is ExitKind.TRANSIENT and "does not resolve" in (sig.error or "")
+
+
+@pytest.mark.e2e
+def test_ctrl_c_during_a_real_claude_session_records_what_it_spent(srv: MessagesServer, tmp_path: Path) -> None:
+    """plan-runner stopped while the real CLI works: the Interrupted record carries the meter's last reading
+    (tokens, cost marked a lower bound), so it counts toward max_cost_usd; `status` says the total is a bound."""
+    import os
+    import signal as signals_
+    import subprocess
+    import sys
+
+    from tests.test_backend_claude_code import _claude
+    from tests.test_first_hour import AGENT_IDENTITY, ROOT, cli, make_repo
+    from tests.reliability_world import git, ledger
+
+    srv.enqueue(reply(tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(60)'", "description": "wait"}),
+                      usage={"input_tokens": 2000, "cache_read_input_tokens": 30000, "output_tokens": 40}))
+    repo = make_repo(tmp_path, backend="claude-code", agent_extra=f"executable: {_claude()}")
+    plan_file = repo / "plans" / "calc.md"  # the CLI's own prompt is ~14k tokens: room for one call
+    plan_file.write_text(plan_file.read_text().replace("session_tokens: 10000", "session_tokens: 600000"))
+    git(repo, "commit", "-q", "-am", "budget")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
+    env.update(PYTHONPATH=str(ROOT), ANTHROPIC_BASE_URL=srv.url, ANTHROPIC_API_KEY="sk-test-dummy", **AGENT_IDENTITY)
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "plans/calc.md"], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while not srv.message_requests and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(3)  # the CLI reads the reply and starts its tool: the meter has its reading
+    proc.send_signal(signals_.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    records = [x for x in ledger(repo) if x["type"] == "session"]
+    # the live reading (input and cache reads of the call seen; its output still streaming): a lower bound
+    assert [r["outcome"] for r in records] == ["Interrupted"], [(r["outcome"], r["tokens"], r["reasons"]) for r in records]
+    assert records[0]["tokens"] >= 32000 and records[0]["cost_lower_bound"] is True
+    status = json.loads(cli(repo, "status", "--json", env={"ANTHROPIC_API_KEY": "x"}).stdout)[0]
+    assert status["tokens"] >= 32000 and status["cost_lower_bound"] is True
