@@ -225,3 +225,31 @@ def test_ctrl_c_during_a_real_claude_session_records_what_it_spent(srv: Messages
     assert records[0]["tokens"] >= 32000 and records[0]["cost_lower_bound"] is True
     status = json.loads(cli(repo, "status", "--json", env={"ANTHROPIC_API_KEY": "x"}).stdout)[0]
     assert status["tokens"] >= 32000 and status["cost_lower_bound"] is True
+
+
+@pytest.mark.e2e
+def test_a_session_that_never_reached_the_model_runs_no_setup_or_gates(tmp_path: Path) -> None:
+    """Claude Code pointed at a closed port, through `plan-runner session`: ended within seconds, no `setup:`
+    and no gate run for it, a short backoff, and the record says what failed and how to fix it."""
+    from tests.test_backend_claude_code import _claude
+    from tests.test_first_hour import cli, make_repo
+    from tests.reliability_world import git, ledger
+
+    url = _closed_port()
+    marker = tmp_path / "setup-ran"
+    repo = make_repo(tmp_path, backend="claude-code", agent_extra=f"executable: {_claude()}",
+                     gate=f"touch {tmp_path / 'gate-ran'}")
+    plan_file = repo / "plans" / "calc.md"
+    plan_file.write_text(plan_file.read_text().replace(
+        "isolation: none\n", f"isolation: none\nsetup:\n  run:\n    - touch {marker}\n"))
+    git(repo, "commit", "-q", "-am", "setup")
+    started = time.monotonic()
+    done = cli(repo, "session", "plans/calc.md", "--json",
+               env={"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-test-dummy"})
+    assert time.monotonic() - started < 60, done.stderr
+    out = json.loads(done.stdout)
+    assert out["outcome"] == "LimitBackoff", out
+    assert out["gates"] == [] and not marker.exists() and not (tmp_path / "gate-ran").exists()
+    (record,) = [x for x in ledger(repo) if x["type"] == "session"]
+    assert any("cannot be reached" in r and "connection refused" in r and url in r for r in record["reasons"])
+    assert record["next_action"]["action"] == "wait"

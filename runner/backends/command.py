@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.backends.base import SessionRequest, register_backend
+from runner.backends.endpoint import UNREACHABLE
 from runner.backends.limits import TextSignal, parse_hints, parse_reset_with_pattern, read_signal
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, SessionSignals
@@ -83,7 +84,7 @@ def classify_command_exit(result: ProcessExit, stdout_tail: list[str], agent: Ag
     if signal is None:
         return CommandExit(ExitKind.CRASHED, error)
     if signal.kind == "unreachable":
-        error = f"the model endpoint cannot be reached ({signal.matched}): {error}"[-_ERROR_LIMIT:]
+        error = f"{UNREACHABLE} ({signal.matched}): {error}"[:_ERROR_LIMIT]
     return CommandExit(signal.exit_kind, error, _limit(signal, text, agent, now) if signal.kind == "rate_limit" else None)
 
 

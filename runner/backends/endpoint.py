@@ -10,6 +10,15 @@ import socket
 import ssl
 from urllib.parse import urlsplit
 
+from runner.core.evidence import ExitKind, SessionSignals
+
+UNREACHABLE = "the model endpoint cannot be reached"  # how every backend's error for it begins
+
+
+def is_unreachable(signals: SessionSignals) -> bool:
+    """The session ended because the agent's model endpoint could not be reached."""
+    return signals.exit_kind is ExitKind.TRANSIENT and (signals.error or "").startswith(UNREACHABLE)
+
 
 def probe(url: str, *, timeout_s: float = 5.0) -> str | None:
     """What stops a connection to `url` (None: it can be reached, the trouble is elsewhere)."""
@@ -72,6 +81,6 @@ def unreachable_reason(url: str, key_var: str, *, timeout_s: float = 5.0) -> str
     found = probe(url, timeout_s=timeout_s)
     url = shown(url)
     what = found or "no HTTP answer (the endpoint took the connection but never answered)"
-    return (f"the model endpoint cannot be reached: {what}; endpoint {url}. Fix: check the URL "
+    return (f"{UNREACHABLE}: {what}; endpoint {url}. Fix: check the URL "
             f"(ANTHROPIC_BASE_URL / OPENAI_BASE_URL in `agent.env` or the job's environment), the network, "
             f"and that {key_var} belongs to that endpoint")

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from runner.backends.claims import parse_claims
+from runner.backends.endpoint import UNREACHABLE
 from runner.backends.limits import read_signal
 from runner.backends.meter import anthropic_cost, budget_tokens
 from runner.core.evidence import ExitKind, Hints, SessionSignals
@@ -33,7 +34,7 @@ ERROR_CHARS = 300
 STOP_TOKEN_BUDGET = "token budget"  # Controller.stop detail used by the backend
 STOP_AUTH = "auth"  # the backend stops a CLI that retries an authentication failure
 STOP_RATE_LIMIT = "rate limit"  # the backend stops a CLI that waits out a rate limit in its own retries
-STOP_UNREACHABLE = "the model endpoint cannot be reached"  # retries that never got an HTTP answer
+STOP_UNREACHABLE = UNREACHABLE  # retries that never got an HTTP answer
 # API retries without any HTTP answer (no status) after which the endpoint counts as unreachable
 UNREACHABLE_RETRIES = 2
 # A rate-limit retry the CLI schedules this far out (or the Nth in a row) means it is waiting out a

@@ -19,6 +19,7 @@ from runner.adapters.judge import guard
 from runner.adapters.sandbox import identity as sandbox
 
 from runner.adapters.judge import setup
+from runner.backends.endpoint import is_unreachable
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
 from runner.adapters.sandbox.agentenv import build_agent_env, credential_vars, key_like
 from runner.backends import SessionRequest, get_backend
@@ -279,7 +280,7 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
                                 secrets=key_like(s.secrets), unpushed_from=work_remote_sha,
                                 carry_from=_carry_from(s, action), identity=identity,
                                 checkout=_setup_and_checkout(s, identity, area, gate_env, setup_failures),
-                                gate_env=gate_env)
+                                gate_env=gate_env, unreached=is_unreachable(signals))
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
