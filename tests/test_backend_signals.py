@@ -253,3 +253,14 @@ def test_a_session_that_never_reached_the_model_runs_no_setup_or_gates(tmp_path:
     (record,) = [x for x in ledger(repo) if x["type"] == "session"]
     assert any("cannot be reached" in r and "connection refused" in r and url in r for r in record["reasons"])
     assert record["next_action"]["action"] == "wait"
+
+
+def test_codex_thread_and_turn_events_are_not_output():
+    """Codex's `thread.started`/`turn.started` (and a reconnect notice) are its own: no work output; an item is."""
+    from runner.backends.codexjson import parse_codex_stream
+
+    start = ['{"type":"thread.started","thread_id":"0199a213-81c0-7800-8aa1-bbab2a035a53"}', '{"type":"turn.started"}',
+             '{"type":"error","message":"Reconnecting... 1/5"}']
+    assert parse_codex_stream(start).work_bytes == 0
+    item = '{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Looking at the repo."}}'
+    assert parse_codex_stream([*start, item]).work_bytes == len(item)

@@ -110,11 +110,10 @@ class CodexBackend:
         transcript.parent.mkdir(parents=True, exist_ok=True)
 
         logged = 0
-        work_bytes = 0  # item lines: the agent's work, not Codex's thread/turn bookkeeping or its reconnect notices
 
         with transcript.open("a", encoding="utf-8") as log:
             def on_line(line: str, ctl: Controller) -> None:
-                nonlocal logged, work_bytes
+                nonlocal logged
                 # Kept with the state for humans: bounded per session like Claude Code's stream log (the
                 # state bounds the directory in total); resuming uses Codex's own session files.
                 if logged < EVENT_LOG_LIMIT:
@@ -124,8 +123,6 @@ class CodexBackend:
                 if event is None:
                     return
                 kind = event["type"]
-                if kind.startswith("item."):
-                    work_bytes += len(line)
                 if kind == "item.started" and fold.last_tool:
                     request.on_event("tool", fold.last_tool)
                 elif kind in ("turn.completed", "turn.failed"):
@@ -171,7 +168,7 @@ class CodexBackend:
             cost_lower_bound=fold.turns_started > fold.turns_completed + int(fold.turn_failed),
             reset_at=reset_at,
             error=error,
-            output_bytes=work_bytes,
+            output_bytes=fold.work_bytes,
             tool_calls=fold.tool_calls,
             tool_failures=fold.tool_failures,
             last_tool=fold.last_tool,

@@ -50,6 +50,8 @@ class CodexFold:
     last_tool: str | None = None
     file_changes: int = 0
     plan_items: int | None = None  # items of the last todo list, if the agent made one
+    # bytes of `item.*` events: the agent's work; not Codex's thread/turn bookkeeping or its reconnect notices
+    work_bytes: int = 0
     events: int = 0
     unparsable: int = 0
     _seen_items: set[str] = field(default_factory=set)
@@ -87,6 +89,7 @@ class CodexFold:
             else:
                 self.last_error = text[:_TEXT_LIMIT]
         elif kind in ("item.started", "item.updated", "item.completed") and isinstance(event.get("item"), dict):
+            self.work_bytes += len(line)
             self._item(kind, event["item"])
         return event
 
