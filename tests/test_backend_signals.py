@@ -264,3 +264,40 @@ def test_codex_thread_and_turn_events_are_not_output():
     assert parse_codex_stream(start).work_bytes == 0
     item = '{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Looking at the repo."}}'
     assert parse_codex_stream([*start, item]).work_bytes == len(item)
+
+
+@pytest.mark.e2e
+def test_real_cli_endpoint_that_takes_the_connection_is_not_called_unreachable(
+        srv: MessagesServer, repo: git.Repo, tmp_path: Path) -> None:  # noqa: F811
+    """A server that accepts the connection and drops it at once gives no HTTP answer either, but the probe
+    reaches it: the CLI's own retries go on and the session ends on its own account, not as unreachable."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop = threading.Event()
+
+    def drop() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=drop, daemon=True)
+    thread.start()
+    try:
+        events: list = []
+        sig = get_backend("claude-code").run(_request(srv, repo, tmp_path, events=events, extra_env={
+            "ANTHROPIC_BASE_URL": url, "CLAUDE_CODE_MAX_RETRIES": "3"}))
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert not any(kind == "unreachable" for kind, _ in events)
+    assert "cannot be reached" not in (sig.error or "")
+    assert sum(kind == "retry" for kind, _ in events) >= 3

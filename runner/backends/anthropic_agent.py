@@ -366,9 +366,10 @@ class AnthropicAgentBackend:
             if failure.no_answer:
                 # no HTTP answer at all: if the endpoint cannot even be reached, retrying only burns the session
                 base_url = request.env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
-                if probe(base_url) is not None:
+                why = probe(base_url)
+                if why is not None:
                     request.on_event("unreachable", shown(base_url))
-                    raise _End(ExitKind.TRANSIENT, unreachable_reason(base_url, "ANTHROPIC_API_KEY"))
+                    raise _End(ExitKind.TRANSIENT, unreachable_reason(base_url, "ANTHROPIC_API_KEY", found=why))
             last = failure
             if attempt < self.max_retries:
                 delay = failure.retry_after_s if failure.retry_after_s is not None else self.backoff_s * 2**attempt

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from runner.backends.base import SessionRequest, register_backend
-from runner.backends.endpoint import shown, unreachable_reason
+from runner.backends.endpoint import probe, shown, unreachable_reason
 from runner.backends.meter import write_meter
 from runner.backends.streamjson import (
     LONG_RETRY_S, MAX_LIMIT_RETRIES, STOP_AUTH, STOP_RATE_LIMIT, STOP_TOKEN_BUDGET,
@@ -113,7 +113,7 @@ class ClaudeCodeBackend:
         meter = TokenMeter(agent.session_tokens)
         nudges = 0
         metered = [0]  # the live token count last written to the meter file
-        unreachable: list[str] = []  # the endpoint, once the CLI's retries got no answer
+        unreachable: list[str] = []  # the endpoint, once probed after the CLI's retries got no answer
 
         logged = 0
 
@@ -131,9 +131,11 @@ class ClaudeCodeBackend:
                 elif kind == "retry" and parser.unanswered_retries >= UNREACHABLE_RETRIES and not unreachable:
                     # no HTTP answer at all, twice: the CLI would retry for minutes (10 tries); say why, and stop
                     base_url = env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
-                    request.on_event("unreachable", shown(base_url))
-                    unreachable.append(base_url)
-                    ctl.stop(unreachable_reason(base_url, "ANTHROPIC_API_KEY"))
+                    unreachable.append(base_url)  # probed once per session
+                    why = probe(base_url)  # None: it can be reached after all (a flaky link): the CLI retries on
+                    if why is not None:
+                        request.on_event("unreachable", shown(base_url))
+                        ctl.stop(unreachable_reason(base_url, "ANTHROPIC_API_KEY", found=why))
                 elif kind == "retry":
                     failure = classify_api_error(parser.retry_status, parser.retry_code)
                     if failure is ExitKind.AUTH:

@@ -76,9 +76,10 @@ def shown(url: str) -> str:
     return parts._replace(netloc=host + port).geturl()
 
 
-def unreachable_reason(url: str, key_var: str, *, timeout_s: float = 5.0) -> str:
-    """The error text for a session whose endpoint gave no answer: what, where, and the fix."""
-    found = probe(url, timeout_s=timeout_s)
+def unreachable_reason(url: str, key_var: str, *, timeout_s: float = 5.0, found: str | None = None) -> str:
+    """The error text for a session whose endpoint cannot be reached: what, where, and the fix (`found`: what
+    a probe already found; else the endpoint is probed now)."""
+    found = found or probe(url, timeout_s=timeout_s)
     url = shown(url)
     what = found or "no HTTP answer (the endpoint took the connection but never answered)"
     return (f"{UNREACHABLE}: {what}; endpoint {url}. Fix: check the URL "
