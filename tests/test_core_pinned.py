@@ -133,7 +133,7 @@ def test_verdict_fields_follow_from_the_row_and_the_evidence(e):
     s = e.signals
     assert v.transient == (v.rule == 3)
     assert v.reset_at == (s.reset_at if v.rule == 2 else None)
-    assert v.zero_output == (v.rule in (5, 6) and s.output_bytes == 0)
+    assert v.zero_output == (v.rule in (5, 6) and s.output_bytes == 0 and not e.commits)
     assert list(v.advanced) == (_genuine(e) if v.outcome is Outcome.ADVANCED else [])
     assert v.agent_session_id == s.agent_session_id and v.observed_at == e.observed_at
     done_flips = [f for f in e.flips if f.after == DONE and f.before != DONE]

@@ -32,6 +32,8 @@ from runner.backends.agent_tools import TOOL_SPECS, Workspace
 from runner.backends.anthropic_errors import ApiFailure, classify_api_error
 from runner.backends.base import SessionRequest, register_backend
 from runner.backends.claims import parse_claims
+from runner.backends.endpoint import probe, shown, unreachable_reason
+from runner.backends.meter import anthropic_cost, budget_tokens, write_meter
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
@@ -48,21 +50,9 @@ SYSTEM_PROMPT = (
     "run_shell. When you have nothing left to do, stop calling tools and say briefly what you did."
 )
 
-# USD per million tokens (input, output); cache reads 0.1x input, cache writes 1.25x input.
-_PRICES: tuple[tuple[str, float, float], ...] = (
-    ("opus-4-5", 5.0, 25.0), ("opus", 15.0, 75.0), ("sonnet", 3.0, 15.0),
-    ("haiku-4", 1.0, 5.0), ("haiku-3-5", 0.8, 4.0), ("haiku", 0.25, 1.25),
-)
-
-
 def estimate_cost(model: str, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> float | None:
-    """A list-price estimate; None for a model the table does not know."""
-    for key, price_in, price_out in _PRICES:
-        if key in model:
-            plain = max(0, input_tokens - cache_read - cache_write)
-            total = plain * price_in + cache_read * price_in * 0.1 + cache_write * price_in * 1.25
-            return round((total + output_tokens * price_out) / 1e6, 6)
-    return None
+    """A list-price estimate (runner.backends.meter); None for a model the table does not know."""
+    return anthropic_cost(model, input_tokens, output_tokens, cache_read, cache_write)
 
 
 # ---- the saved conversation ---------------------------------------------------------------------
@@ -204,8 +194,7 @@ class AnthropicAgentBackend:
         except _End as end:
             kind, error, reset_at = end.kind, end.error, end.reset_at
         claims, claimed_done = parse_claims(tally.texts[-1:])
-        total_in = tally.input_tokens + tally.cache_read + tally.cache_write
-        cost = estimate_cost(model, total_in, tally.output_tokens, tally.cache_read, tally.cache_write)
+        total_in, cost = _spent(model, tally)
         return SessionSignals(
             backend=self.name,
             exit_kind=kind,
@@ -216,6 +205,8 @@ class AnthropicAgentBackend:
             total_tokens=total_in + tally.output_tokens,
             cost_usd=cost,
             cost_estimated=cost is not None,
+            # a call cut short (a stall, the time limit, a dropped stream) may have been billed: not in the tally
+            cost_lower_bound=kind in (ExitKind.STALLED, ExitKind.TIME_LIMIT, ExitKind.TRANSIENT),
             reset_at=reset_at,
             error=error,
             output_bytes=tally.output_bytes,
@@ -323,9 +314,12 @@ class AnthropicAgentBackend:
                     messages.append({"role": "assistant", "content": blocks})
                     write_transcript(path, session_id, model, messages)
                 usage = message.usage
-                verdict = meter.add(usage.input_tokens + usage.output_tokens + (usage.cache_read_input_tokens or 0)
-                                    + (usage.cache_creation_input_tokens or 0))
+                verdict = meter.add(budget_tokens(usage.input_tokens, usage.output_tokens,
+                                                  usage.cache_read_input_tokens or 0,
+                                                  usage.cache_creation_input_tokens or 0))
                 request.on_event("tokens", str(meter.used))
+                total_in, cost = _spent(model, tally)
+                write_meter(request.transcript_dir, total_in + tally.output_tokens, cost, cost is not None)
                 if verdict == "stop":
                     raise _End(ExitKind.TOKEN_BUDGET, f"token budget reached ({meter.used} of {meter.budget})")
                 calls = [b for b in blocks if b["type"] == "tool_use"]
@@ -370,6 +364,13 @@ class AnthropicAgentBackend:
                 raise _End(ExitKind.STALLED, f"{failure.error} ({stall_s:g}s)")
             if failure.action == "end":
                 raise _End(failure.kind, failure.error, failure.reset_at)
+            if failure.no_answer:
+                # no HTTP answer at all: if the endpoint cannot even be reached, retrying only burns the session
+                base_url = request.env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+                why = probe(base_url)
+                if why is not None:
+                    request.on_event("unreachable", shown(base_url))
+                    raise _End(ExitKind.TRANSIENT, unreachable_reason(base_url, "ANTHROPIC_API_KEY", found=why))
             last = failure
             if attempt < self.max_retries:
                 delay = failure.retry_after_s if failure.retry_after_s is not None else self.backoff_s * 2**attempt
@@ -417,6 +418,12 @@ class AnthropicAgentBackend:
                 spin = f"same tool call failed twice: {name} {_short(key[1], 200)}: {_short(error, 300)}"
             tally.failures[key] = error
         return results, spin
+
+
+def _spent(model: str, tally: _Tally) -> tuple[int, float | None]:
+    """(input tokens incl. cache reads and writes, estimated cost) of the responses so far."""
+    total_in = tally.input_tokens + tally.cache_read + tally.cache_write
+    return total_in, estimate_cost(model, total_in, tally.output_tokens, tally.cache_read, tally.cache_write)
 
 
 def _short(text: str, limit: int) -> str:

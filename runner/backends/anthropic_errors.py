@@ -27,6 +27,7 @@ class ApiFailure:
     error: str
     reset_at: datetime | None = None
     retry_after_s: float | None = None
+    no_answer: bool = False  # the request got no HTTP answer (connection refused, DNS, TLS): maybe unreachable
 
 
 def _classes(*names: str) -> tuple[type, ...]:
@@ -142,7 +143,7 @@ def classify_api_error(exc: BaseException, now: datetime) -> ApiFailure | None:
         return ApiFailure("retry", ExitKind.TRANSIENT, "the API request timed out")
     if isinstance(exc, anthropic.APIConnectionError) or _is_transport_error(exc):
         detail = str(exc.__cause__ or exc) or type(exc).__name__
-        return ApiFailure("retry", ExitKind.TRANSIENT, f"connection error: {detail}")
+        return ApiFailure("retry", ExitKind.TRANSIENT, f"connection error: {detail}", no_answer=True)
     if isinstance(exc, anthropic.APIResponseValidationError):
         return ApiFailure("retry", ExitKind.TRANSIENT, f"malformed API response: {exc}")
     return None

@@ -24,9 +24,11 @@ import re
 from pathlib import Path
 
 from runner.backends.base import SessionRequest, register_backend
+from runner.backends.endpoint import probe, shown, unreachable_reason
+from runner.backends.meter import write_meter
 from runner.backends.streamjson import (
-    LONG_RETRY_S, MAX_LIMIT_RETRIES, STOP_AUTH, STOP_RATE_LIMIT, STOP_TOKEN_BUDGET, StreamJsonParser, build_signals,
-    classify_api_error,
+    LONG_RETRY_S, MAX_LIMIT_RETRIES, STOP_AUTH, STOP_RATE_LIMIT, STOP_TOKEN_BUDGET,
+    UNREACHABLE_RETRIES, StreamJsonParser, build_signals, classify_api_error,
 )
 from runner.core.evidence import ExitKind, SessionSignals
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
@@ -42,6 +44,7 @@ QUIET_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 }
 CONFIG_SUBDIR = "claude-config"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
 STREAM_LOG = "claude-stream.jsonl"
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 _PERMISSION_FLAGS = ("--permission-mode", "--dangerously-skip-permissions", "--allow-dangerously-skip-permissions")
@@ -109,6 +112,8 @@ class ClaudeCodeBackend:
         parser = StreamJsonParser()
         meter = TokenMeter(agent.session_tokens)
         nudges = 0
+        metered = [0]  # the live token count last written to the meter file
+        unreachable: list[str] = []  # the endpoint, once probed after the CLI's retries got no answer
 
         logged = 0
 
@@ -123,6 +128,14 @@ class ClaudeCodeBackend:
                 request.on_event(kind, detail)
                 if kind == "result":
                     ctl.close_stdin()  # the turn is over: let the CLI exit
+                elif kind == "retry" and parser.unanswered_retries >= UNREACHABLE_RETRIES and not unreachable:
+                    # no HTTP answer at all, twice: the CLI would retry for minutes (10 tries); say why, and stop
+                    base_url = env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+                    unreachable.append(base_url)  # probed once per session
+                    why = probe(base_url)  # None: it can be reached after all (a flaky link): the CLI retries on
+                    if why is not None:
+                        request.on_event("unreachable", shown(base_url))
+                        ctl.stop(unreachable_reason(base_url, "ANTHROPIC_API_KEY", found=why))
                 elif kind == "retry":
                     failure = classify_api_error(parser.retry_status, parser.retry_code)
                     if failure is ExitKind.AUTH:
@@ -130,7 +143,11 @@ class ClaudeCodeBackend:
                     elif failure is ExitKind.RATE_LIMIT and (
                             (parser.retry_delay_s or 0) >= LONG_RETRY_S or parser.retry_attempts >= MAX_LIMIT_RETRIES):
                         ctl.stop(STOP_RATE_LIMIT)  # it is waiting out a limit: back off until the reset instead
-            verdict = meter.set_used(parser.live_tokens)
+            if parser.live_tokens != metered[0]:
+                metered[0] = parser.live_tokens
+                cost, estimated, _ = parser.cost()
+                write_meter(request.transcript_dir, parser.live_tokens, cost, estimated)
+            verdict = meter.set_used(parser.budget_tokens)
             if verdict == "stop":
                 ctl.stop(STOP_TOKEN_BUDGET)
             elif verdict == "nudge" and ctl.send(user_message(NUDGE_TEXT)):
@@ -155,7 +172,7 @@ class ClaudeCodeBackend:
             )
         if parser.session_id is None and resume is not None:
             parser.session_id = resume  # killed before the init line: the session is still the resumed one
-        return build_signals(
+        signals = build_signals(
             parser,
             backend=NAME,
             reason=exit_.reason,
@@ -166,6 +183,8 @@ class ClaudeCodeBackend:
             duration_s=exit_.duration_s,
             nudges=nudges,
         )
+        write_meter(request.transcript_dir, signals.total_tokens, signals.cost_usd, signals.cost_estimated)
+        return signals
 
 
 register_backend(NAME, ClaudeCodeBackend)

@@ -19,6 +19,7 @@ from pathlib import Path
 from runner.backends.base import SessionRequest, register_backend
 from runner.backends.claims import parse_claims
 from runner.backends.codexjson import CodexFold, classify_codex_error, estimate_cost
+from runner.backends.meter import write_meter
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 from runner.adapters.sandbox.supervise import Controller, supervise
@@ -124,8 +125,11 @@ class CodexBackend:
                 kind = event["type"]
                 if kind == "item.started" and fold.last_tool:
                     request.on_event("tool", fold.last_tool)
-                elif kind == "turn.completed":
+                elif kind in ("turn.completed", "turn.failed"):
                     request.on_event("tokens", str(fold.input_tokens + fold.output_tokens))
+                    write_meter(request.transcript_dir, fold.input_tokens + fold.output_tokens,
+                                estimate_cost(agent.model, fold.input_tokens, fold.cached_input_tokens,
+                                              fold.output_tokens), True)
 
             exit_ = supervise(
                 argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes,
@@ -160,9 +164,11 @@ class CodexBackend:
             total_tokens=fold.input_tokens + fold.output_tokens,
             cost_usd=cost,
             cost_estimated=cost is not None,
+            # usage comes only with a turn's end: a turn cut short (killed, stalled) spent more than this
+            cost_lower_bound=fold.turns_started > fold.turns_completed + int(fold.turn_failed),
             reset_at=reset_at,
             error=error,
-            output_bytes=exit_.output_bytes,
+            output_bytes=fold.work_bytes,
             tool_calls=fold.tool_calls,
             tool_failures=fold.tool_failures,
             last_tool=fold.last_tool,

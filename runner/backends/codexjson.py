@@ -19,21 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from runner.backends.limits import (
-    DEFAULT_AUTH_PATTERNS,
-    DEFAULT_LIMIT_PATTERNS,
-    DEFAULT_TRANSIENT_PATTERNS,
-    first_match,
-    parse_reset_hint,
-)
+from runner.backends.limits import read_signal
 from runner.backends.streamjson import token_count
 from runner.core.evidence import ExitKind
 
 _RECONNECTING = re.compile(r"^\s*(?:Reconnecting|Re-connecting)\.\.\.", re.IGNORECASE)
-_TRANSIENT_EXTRA = (
-    r"stream disconnected", r"high demand", r"temporar(?:y|ily) (?:error|unavailable)", r"\b5\d\d\b",
-    r"error sending request", r"timed? ?out",
-)
+# Codex's own words for a request it could not complete (codex-rs/core/src/error.rs)
+_TRANSIENT_EXTRA = (r"\berror sending request\b", r"\btimed? ?out\b", r"\bexceeded retry limit\b")
 _TEXT_LIMIT = 4000
 
 
@@ -58,6 +50,8 @@ class CodexFold:
     last_tool: str | None = None
     file_changes: int = 0
     plan_items: int | None = None  # items of the last todo list, if the agent made one
+    # bytes of `item.*` events: the agent's work; not Codex's thread/turn bookkeeping or its reconnect notices
+    work_bytes: int = 0
     events: int = 0
     unparsable: int = 0
     _seen_items: set[str] = field(default_factory=set)
@@ -95,6 +89,7 @@ class CodexFold:
             else:
                 self.last_error = text[:_TEXT_LIMIT]
         elif kind in ("item.started", "item.updated", "item.completed") and isinstance(event.get("item"), dict):
+            self.work_bytes += len(line)
             self._item(kind, event["item"])
         return event
 
@@ -191,12 +186,12 @@ def parse_codex_stream(lines: list[str] | tuple[str, ...]) -> CodexFold:
 
 
 def classify_codex_error(text: str, now: datetime) -> tuple[ExitKind, datetime | None]:
-    """The exit kind an error text means, and the reset time it gives ("try again at 3:28 PM")."""
-    if first_match(DEFAULT_LIMIT_PATTERNS, text):
-        return ExitKind.RATE_LIMIT, parse_reset_hint(text, now)
-    if first_match(DEFAULT_AUTH_PATTERNS, text) or re.search(r"\b403\b|forbidden", text, re.IGNORECASE):
-        return ExitKind.AUTH, None
-    if first_match(DEFAULT_TRANSIENT_PATTERNS + _TRANSIENT_EXTRA, text):
+    """The exit kind an error text means, and the reset time it gives ("try again at 3:28 PM"): the shared
+    reader (`limits.read_signal`), plus Codex's own words for a retry it gave up on."""
+    signal = read_signal(text, now)
+    if signal is not None:
+        return signal.exit_kind, signal.reset_at
+    if re.search("|".join(_TRANSIENT_EXTRA), text, re.IGNORECASE):
         return ExitKind.TRANSIENT, None
     return ExitKind.CRASHED, None
 

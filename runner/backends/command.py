@@ -17,15 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.backends.base import SessionRequest, register_backend
-from runner.backends.limits import (
-    DEFAULT_AUTH_PATTERNS,
-    DEFAULT_LIMIT_PATTERNS,
-    DEFAULT_TRANSIENT_PATTERNS,
-    first_match,
-    parse_hints,
-    parse_reset_hint,
-    parse_reset_with_pattern,
-)
+from runner.backends.endpoint import UNREACHABLE
+from runner.backends.limits import TextSignal, parse_hints, parse_reset_with_pattern, read_signal
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, SessionSignals
 from runner.core.plan import AgentConfig
@@ -57,44 +50,42 @@ def _check_patterns(agent: AgentConfig) -> None:
             ) from None
 
 
-def _reset_time(text: str, matched: str, agent: AgentConfig, now: datetime) -> datetime | None:
+def _limit(signal: TextSignal, text: str, agent: AgentConfig, now: datetime) -> datetime | None:
     if agent.reset_pattern:
-        return parse_reset_with_pattern(text, agent.reset_pattern, now)
-    # prefer the line that announced the limit: other lines may carry unrelated times
-    line = next((ln for ln in text.splitlines() if matched in ln), "")
-    return parse_reset_hint(line, now) or parse_reset_hint(text, now)
+        return parse_reset_with_pattern(text, agent.reset_pattern, now) or signal.reset_at
+    return signal.reset_at
 
 
 def classify_command_exit(result: ProcessExit, stdout_tail: list[str], agent: AgentConfig,
                           now: datetime) -> CommandExit:
-    """Exit kind from the supervisor's account and the CLI's last output. Pure."""
+    """Exit kind from the supervisor's account and the CLI's last output. Pure.
+
+    The CLI's words are read by the one shared reader (`limits.read_signal`: billing, auth, limits with their
+    reset, unreachable endpoint, overload); `agent.limit_patterns` add to its limit patterns."""
     if result.reason == "stalled":
         return CommandExit(ExitKind.STALLED, f"no output for {agent.stall_minutes:g}s")
     if result.reason == "time_limit":
         return CommandExit(ExitKind.TIME_LIMIT, f"time limit of {agent.time_limit_minutes:g}s reached")
     if result.reason == "stopped":
         return CommandExit(ExitKind.CRASHED, result.stop_detail or "stopped")
-    limit_patterns = agent.limit_patterns or DEFAULT_LIMIT_PATTERNS
     err_lines = [ln for ln in result.stderr_tail.splitlines() if ln.strip()]
     out_lines = [ln for ln in stdout_tail if ln.strip()]
     text = "\n".join(err_lines + out_lines)
     if result.returncode == 0:
         # a successful exit is only a limit if the CLI's very last words say so
         last = "\n".join(x[-1] for x in (out_lines, err_lines) if x)
-        matched = first_match(limit_patterns, last)
-        if matched:
-            return CommandExit(ExitKind.RATE_LIMIT, last[-_ERROR_LIMIT:], _reset_time(last, matched, agent, now))
+        signal = read_signal(last, now, limit_patterns=agent.limit_patterns)
+        if signal is not None and signal.kind == "rate_limit":
+            return CommandExit(ExitKind.RATE_LIMIT, last[-_ERROR_LIMIT:], _limit(signal, last, agent, now))
         return CommandExit(ExitKind.FINISHED)
     error = ("\n".join(err_lines[-10:]) or "\n".join(out_lines[-5:]) or f"exited with code {result.returncode}")
     error = error[-_ERROR_LIMIT:]
-    matched = first_match(limit_patterns, text)
-    if matched:
-        return CommandExit(ExitKind.RATE_LIMIT, error, _reset_time(text, matched, agent, now))
-    if first_match(DEFAULT_AUTH_PATTERNS, text):
-        return CommandExit(ExitKind.AUTH, error)
-    if first_match(DEFAULT_TRANSIENT_PATTERNS, text):
-        return CommandExit(ExitKind.TRANSIENT, error)
-    return CommandExit(ExitKind.CRASHED, error)
+    signal = read_signal(text, now, limit_patterns=agent.limit_patterns)
+    if signal is None:
+        return CommandExit(ExitKind.CRASHED, error)
+    if signal.kind == "unreachable":
+        error = f"{UNREACHABLE} ({signal.matched}): {error}"[:_ERROR_LIMIT]
+    return CommandExit(signal.exit_kind, error, _limit(signal, text, agent, now) if signal.kind == "rate_limit" else None)
 
 
 def _resolve_executable(request: SessionRequest) -> str:

@@ -11,37 +11,131 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runner.backends.claims import parse_claims
-from runner.core.evidence import Hints
+from runner.core.evidence import ExitKind, Hints
 from runner.core.lazyre import LazyPattern
 
-DEFAULT_LIMIT_PATTERNS: tuple[str, ...] = (
-    r"rate[ _-]?limit(?!er)",
-    r"\b429\b",
-    r"usage limit",
-    r"too many requests",
-    r"quota exceeded|exceeded your (?:current )?quota",
-    r"try again (?:in|at)\b",
-    r"limit reached",
+# The signal readers. Every pattern is word-bounded, and a bare number never means a status: a status code
+# counts only where the text says it is one (`_STATUS`: "API Error: 401", "status 429", "HTTP 503",
+# `"api_error_status":429`, "429 Too Many Requests", "rejected (429)"), so "built in 401 ms" or
+# "ran 5030 tests" are not failures. Read in this order (the first kind that matches wins): billing (a
+# human must pay), authentication (a human must log in), limits (wait for the reset), unreachable endpoint,
+# overload and other transient errors. tests/data/signal-samples-*.txt hold what the CLIs and APIs really print.
+_S = r"(?:api[ _]error[ _]status|error[ _]status|status[ _]code|status|http(?:/\d(?:\.\d)?)?|api error|error|last status)"
+_STATUS = (
+    r"(?:\b" + _S + r"\b[\"']?\s*[:=]?\s*\(?(?P<a>\d{3})\b(?!\s*(?:ms|s|sec|seconds?|minutes?|files?|lines?|tests?)\b))"
+    r"|(?:\b(?P<b>\d{3})\s+(?:too many requests|unauthori[sz]ed|forbidden|payment required|internal server error"
+    r"|bad gateway|service unavailable|gateway time-?out|overloaded)\b)"
+    r"|(?:\brejected\s*\((?P<c>\d{3})\))"
+)
+DEFAULT_BILLING_PATTERNS: tuple[str, ...] = (
+    r"\bcredit balance is too low\b",
+    r"\bbilling_error\b",
+    r"\binsufficient_quota\b",
+    r"\b(?:check|upgrade) your plan and billing\b",
+    r"\bplans? (?:&|and) billing\b",
+    r"\b(?:enforced_)?spend(?:ing)?[ _]limit(?:[ _]reached|s? (?:has been |was )?reached)\b",
+    r"\bpayment required\b",
 )
 DEFAULT_AUTH_PATTERNS: tuple[str, ...] = (
-    r"\b401\b",
-    r"invalid (?:x-)?api[ _-]?key",
-    r"authentication(?:_error| failed| error|\b)",
-    r"unauthori[sz]ed",
-    r"credit balance is too low",
-    r"billing",
-    r"please run /login|not logged in",
+    r"\bauthentication_(?:error|failed)\b",
+    r"\bfailed to authenticate\b",
+    r"\binvalid (?:x-)?api[ _-]?key\b",
+    r"\binvalid bearer token\b",
+    r"\binvalid authentication credentials\b",
+    r"\boauth (?:access )?(?:token|session) (?:has )?expired\b",
+    r"\b(?:token|session) (?:has )?expired and could not be refreshed\b|\bcould not be refreshed\b",
+    r"\brefresh token (?:has )?(?:expired|was revoked|is invalid)\b",
+    r"\bclaude setup-token\b",
+    r"(?:please run|run) /login\b|\bnot logged in\b|\bplease log ?in\b",
+    r"\bunauthori[sz]ed\b",
+    r"\bpermission_error\b|\boauth_org_not_allowed\b",
+)
+DEFAULT_LIMIT_PATTERNS: tuple[str, ...] = (
+    r"\brate[ _-]?limit(?:ed|s|_error|_exceeded)?\b(?!er)",
+    r"\busage[ _]limit(?:s|_reached)?\b",
+    r"\bhit (?:your|the) (?:[\w-]+ ){0,2}limit\b",
+    r"\b(?:weekly|daily|monthly|session|5-hour|five-hour|opus|sonnet) limit\b",
+    r"\blimit (?:reached|exceeded)\b|\blimit will reset\b",
+    r"\btoo many requests\b",
+    r"\bquota (?:exhausted|exceeded|reached)\b|\bexceeded your (?:current )?quota\b",
+)
+DEFAULT_UNREACHABLE_PATTERNS: tuple[str, ...] = (
+    r"\bconnection refused\b|\bECONNREFUSED\b",
+    r"\bENOTFOUND\b|\bEAI_AGAIN\b|\bgetaddrinfo\b|\bname or service not known\b|\bnodename nor servname\b"
+    r"|\btemporary failure in name resolution\b|\bfailed to lookup address\b|\bdns error\b|\bcould not resolve host\b",
+    r"\bcertificate (?:verify failed|has expired|is not valid)|\bself[- ]signed certificate\b|\bunable to (?:get local issuer|verify the first) certificate\b"
+    r"|\bCERT_[A-Z_]+\b|\bSSL(?:Error| routines|: )|\btls handshake\b|\bUNABLE_TO_VERIFY_LEAF_SIGNATURE\b",
+    r"\bunable to connect to (?:the )?api\b|\bconnection failed: error sending request\b|\bEHOSTUNREACH\b|\bENETUNREACH\b"
+    r"|\bno route to host\b|\bnetwork is unreachable\b",
 )
 DEFAULT_TRANSIENT_PATTERNS: tuple[str, ...] = (
-    r"overloaded",
-    r"\b(?:500|502|503|504|529)\b",
-    r"internal server error|service unavailable|bad gateway|gateway timeout",
-    r"connection (?:reset|refused|error)|ECONNRESET|ETIMEDOUT|network error",
+    r"\boverloaded(?:_error)?\b",
+    r"\binternal server error\b|\bservice unavailable\b|\bbad gateway\b|\bgateway time-?out\b|\bserver_error\b",
+    r"\bhigh demand\b|\bstream disconnected\b|\btemporar(?:y|ily) (?:error|unavailable)\b",
+    r"\bconnection (?:reset|error|closed)\b|\bECONNRESET\b|\bETIMEDOUT\b|\bsocket hang up\b|\bnetwork error\b",
 )
+# (status code, kind): only codes the text names as a status
+_STATUS_KIND = {402: "billing", 401: "auth", 403: "auth", 429: "rate_limit"}
+_STATUS_TRANSIENT = frozenset({500, 502, 503, 504, 529})
+
+SignalKind = str  # "billing" | "auth" | "rate_limit" | "unreachable" | "transient"
+
+
+@dataclass(frozen=True)
+class TextSignal:
+    """What a failure text says: its kind, the words that said it, and when a limit ends (if it says)."""
+
+    kind: SignalKind
+    matched: str
+    reset_at: datetime | None = None
+
+    @property
+    def exit_kind(self) -> ExitKind:
+        return {"billing": ExitKind.AUTH, "auth": ExitKind.AUTH, "rate_limit": ExitKind.RATE_LIMIT}.get(
+            self.kind, ExitKind.TRANSIENT)
+
+
+def status_codes(text: str) -> list[int]:
+    """The HTTP status codes `text` names as such, in order ("API Error: 401", "429 Too Many Requests")."""
+    found = []
+    for m in re.finditer(_STATUS, text, re.IGNORECASE):
+        value = int(m["a"] or m["b"] or m["c"])
+        if 100 <= value <= 599:
+            found.append(value)
+    return found
+
+
+def read_signal(text: str, now: datetime, *, limit_patterns: Iterable[str] = ()) -> TextSignal | None:
+    """The one reader of failure text: billing, auth, limit (with its reset), unreachable or transient; None
+    when the text says none of these. `limit_patterns` (a plan's `agent.limit_patterns`) add to the defaults."""
+    if not text:
+        return None
+    codes = status_codes(text)
+    matched = first_match(DEFAULT_BILLING_PATTERNS, text)
+    if matched or 402 in codes:
+        return TextSignal("billing", matched or "402")
+    matched = first_match(DEFAULT_AUTH_PATTERNS, text)
+    if matched or 401 in codes or 403 in codes:
+        return TextSignal("auth", matched or str(next(c for c in codes if c in (401, 403))))
+    matched = first_match((*limit_patterns, *DEFAULT_LIMIT_PATTERNS), text)
+    if matched or 429 in codes:
+        matched = matched or "429"
+        # prefer the line that announced the limit: other lines may carry unrelated times
+        line = next((ln for ln in text.splitlines() if matched in ln), "")
+        return TextSignal("rate_limit", matched, parse_reset_hint(line, now) or parse_reset_hint(text, now))
+    matched = first_match(DEFAULT_UNREACHABLE_PATTERNS, text)
+    if matched:
+        return TextSignal("unreachable", matched)
+    matched = first_match(DEFAULT_TRANSIENT_PATTERNS, text)
+    transient = next((c for c in codes if c in _STATUS_TRANSIENT), None)
+    if matched or transient is not None:
+        return TextSignal("transient", matched or str(transient))
+    return None
 
 
 def first_match(patterns: Iterable[str], text: str) -> str | None:
@@ -69,7 +163,10 @@ _RELATIVE = LazyPattern(
     re.IGNORECASE,
 )
 _PAIR = LazyPattern(rf"(\d+(?:\.\d+)?)\s*({_UNIT})\b", re.IGNORECASE)
-_RETRY_AFTER_BARE = LazyPattern(r"\bretry[- ]after:?\s*(\d+(?:\.\d+)?)\s*(?![\d.:]|\s*[a-z])", re.IGNORECASE)
+# HTTP `Retry-After: 30`, JSON `"retry_after": 30`, `retry_after=30`, Codex's `"resets_in_seconds": 1800`
+_RETRY_AFTER_BARE = LazyPattern(
+    r"\b(?:retry[-_ ]after|resets_in_seconds|retry_after_seconds)[\"']?\s*[:=]?\s*[\"']?(\d+(?:\.\d+)?)[\"']?(?![\d.:])(?![ \t]*[a-z])",
+    re.IGNORECASE)
 
 _ISO = LazyPattern(
     r"\b(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)(?!\d)"

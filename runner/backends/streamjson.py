@@ -23,6 +23,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from runner.backends.claims import parse_claims
+from runner.backends.endpoint import UNREACHABLE
+from runner.backends.limits import read_signal
+from runner.backends.meter import anthropic_cost, budget_tokens
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 
@@ -31,6 +34,9 @@ ERROR_CHARS = 300
 STOP_TOKEN_BUDGET = "token budget"  # Controller.stop detail used by the backend
 STOP_AUTH = "auth"  # the backend stops a CLI that retries an authentication failure
 STOP_RATE_LIMIT = "rate limit"  # the backend stops a CLI that waits out a rate limit in its own retries
+STOP_UNREACHABLE = UNREACHABLE  # retries that never got an HTTP answer
+# API retries without any HTTP answer (no status) after which the endpoint counts as unreachable
+UNREACHABLE_RETRIES = 2
 # A rate-limit retry the CLI schedules this far out (or the Nth in a row) means it is waiting out a
 # limit inside the session's time: plan-runner stops it and backs off until the reset instead.
 LONG_RETRY_S = 20.0
@@ -66,6 +72,15 @@ def usage_tokens(usage: Any) -> tuple[int, int]:
     return inp, token_count(get("output_tokens"))
 
 
+def usage_parts(usage: Any) -> tuple[int, int, int, int]:
+    """(fresh input, cache writes, cache reads, output) from an API usage object."""
+    if not isinstance(usage, dict):
+        return 0, 0, 0, 0
+    get = usage.get
+    return (token_count(get("input_tokens")), token_count(get("cache_creation_input_tokens")),
+            token_count(get("cache_read_input_tokens")), token_count(get("output_tokens")))
+
+
 def _utc(epoch: Any) -> datetime | None:
     if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or epoch <= 0:
         return None
@@ -82,12 +97,18 @@ class StreamJsonParser:
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self.now = lambda: self._clock().astimezone()  # CLIs print reset clock times in the local zone
         self.lines = 0
         self.malformed = 0
         self.session_id: str | None = None
         self.model: str | None = None
         self.live_tokens = 0  # deduplicated per API message id
         self._usage_by_message: dict[str, int] = {}
+        # per API message id: (fresh input, cache writes, cache reads, output), the largest seen
+        self._parts_by_message: dict[str, tuple[int, int, int, int]] = {}
+        # bytes of the agent's work: model messages, tool results, partial messages; not the CLI's own
+        # system lines (init, api_retry), its rate-limit events or its synthetic error messages
+        self.work_bytes = 0
         self._tool_ids: set[str] = set()
         self.tool_calls = 0
         self.tool_failures = 0
@@ -103,6 +124,7 @@ class StreamJsonParser:
         self.retry_status: int | None = None  # latest api_retry, cleared likewise
         self.retry_code: str | None = None
         self.retry_attempts = 0
+        self.unanswered_retries = 0  # api retries in a row that got no HTTP answer (no status, no known code)
         self.retry_delay_s: float | None = None  # the delay of the CLI's last API retry
         self.reset_at: datetime | None = None
         self.rate_limit_status: str | None = None
@@ -124,9 +146,16 @@ class StreamJsonParser:
             return ()
         kind = msg.get("type")
         if kind == "assistant":
-            return self._assistant(msg)
+            events = self._assistant(msg)
+            if not events or events[0][0] != "error":
+                self.work_bytes += len(line)
+            return events
         if kind == "user":
+            self.work_bytes += len(line)
             self._user(msg)
+            return ()
+        if kind == "stream_event":
+            self.work_bytes += len(line)
             return ()
         if kind == "result":
             return self._result(msg)
@@ -156,6 +185,7 @@ class StreamJsonParser:
         else:
             self.api_error_status = self.api_error_code = self.api_error_text = None
             self.retry_status = self.retry_code = None
+            self.unanswered_retries = 0
             self.rate_limit_status = None
         msg_id = message.get("id")
         inp, out = usage_tokens(message.get("usage"))
@@ -164,6 +194,7 @@ class StreamJsonParser:
             seen = self._usage_by_message.get(msg_id, 0)
             if tokens > seen:
                 self._usage_by_message[msg_id] = tokens
+                self._parts_by_message[msg_id] = usage_parts(message.get("usage"))
                 self.live_tokens += tokens - seen
                 events = (("tokens", str(self.live_tokens)),)
         content = message.get("content")
@@ -226,12 +257,14 @@ class StreamJsonParser:
             code = msg.get("error")
             self.retry_code = code if isinstance(code, str) else None
             self.retry_attempts += 1
+            unanswered = self.retry_status is None and self.retry_code in (None, "unknown", "connection_error")
+            self.unanswered_retries = self.unanswered_retries + 1 if unanswered else 0
             delay = msg.get("retry_delay_ms")
             self.retry_delay_s = delay / 1000 if isinstance(delay, (int, float)) and not isinstance(delay, bool) else None
             if classify_api_error(self.retry_status, self.retry_code) is ExitKind.RATE_LIMIT and self.retry_delay_s is not None:
                 self.reset_at = self._clock() + timedelta(seconds=self.retry_delay_s)
             attempt, most = msg.get("attempt"), msg.get("max_retries")
-            detail = f"{status} {code}"
+            detail = "no answer from the API (no connection)" if unanswered else f"{status} {code}"
             if isinstance(attempt, int):
                 detail += f", attempt {attempt}" + (f"/{most}" if isinstance(most, int) else "")
             if self.retry_delay_s is not None:
@@ -267,6 +300,29 @@ class StreamJsonParser:
         if include_retry and (self.retry_status is not None or self.retry_code is not None):
             return classify_api_error(self.retry_status, self.retry_code)
         return None
+
+    def _parts(self) -> tuple[int, int, int, int]:
+        """(fresh input, cache writes, cache reads, output): the result's usage, else the live sum."""
+        if self.result is not None and isinstance(self.result.get("usage"), dict):
+            return usage_parts(self.result.get("usage"))
+        parts = list(self._parts_by_message.values())
+        return tuple(sum(p[i] for p in parts) for i in range(4))  # type: ignore[return-value]
+
+    @property
+    def budget_tokens(self) -> int:
+        """The live count as the session budget weighs it (cache reads at a tenth: runner.backends.meter)."""
+        fresh, write, read, out = (sum(p[i] for p in self._parts_by_message.values()) for i in range(4))
+        return budget_tokens(fresh, out, read, write)
+
+    def cost(self) -> tuple[float | None, bool, bool]:
+        """(cost, estimated, lower bound): the CLI's `total_cost_usd` from its result, else a list-price
+        estimate of the usage seen, which misses the call in flight when there is no result."""
+        cost = self.result.get("total_cost_usd") if self.result else None
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
+            return float(cost), False, False
+        fresh, write, read, out = self._parts()
+        estimate = anthropic_cost(self.model, fresh + write + read, out, read, write)
+        return estimate, estimate is not None, self.result is None
 
     def usage(self) -> tuple[int, int]:
         """(input, output) tokens: from the result message; the live count if the CLI never sent one."""
@@ -312,6 +368,12 @@ def decide_exit(
         return ExitKind.RATE_LIMIT, (f"rate limited: claude was retrying ({parser.retry_attempts} retries{waited}); "
                                      "stopped to back off until the reset")[:ERROR_CHARS]
     api = parser.api_failure(include_retry=reason != "exited")
+    if api is None and parser.api_error_text and (parser.result is None or parser.result.get("is_error") is True):
+        signal = read_signal(parser.api_error_text, parser.now())  # a synthetic message the CLI did not code
+        if signal is not None:
+            api = signal.exit_kind
+            if signal.kind == "rate_limit" and signal.reset_at is not None:
+                parser.reset_at = signal.reset_at
     if api is not None:
         status = parser.api_error_status or parser.retry_status
         code = parser.api_error_code or parser.retry_code
@@ -321,15 +383,27 @@ def decide_exit(
         return ExitKind.STALLED, "no output from claude within the stall limit"
     if reason == "time_limit":
         return ExitKind.TIME_LIMIT, "session time limit reached"
+    if reason == "stopped" and stop_detail.startswith(STOP_UNREACHABLE):
+        return ExitKind.TRANSIENT, stop_detail[:2 * ERROR_CHARS]
     if reason == "stopped":
         return ExitKind.CRASHED, f"stopped: {stop_detail}"[:ERROR_CHARS]
     result = parser.result
     if result is None:
         tail = stderr_tail.strip().splitlines()[-1:] or [""]
+        signal = read_signal(stderr_tail[-2000:], parser.now())
+        if signal is not None:
+            return signal.exit_kind, f"claude exited {returncode}: {tail[0]}".strip()[:ERROR_CHARS]
         return ExitKind.CRASHED, f"claude exited {returncode} without a result message {tail[0]}".strip()[:ERROR_CHARS]
     if result.get("is_error") is True or result.get("subtype") != "success":
         text = result.get("result")
         detail = text if isinstance(text, str) else ""
+        # no structured error the CLI named: its words ("Credit balance is too low", "You've hit your
+        # weekly limit · resets ...") are read by the shared reader
+        signal = read_signal((parser.api_error_text or "") + "\n" + detail, parser.now())
+        if signal is not None:
+            if signal.kind == "rate_limit" and signal.reset_at is not None:
+                parser.reset_at = signal.reset_at
+            return signal.exit_kind, f"{signal.kind.replace('_', ' ')}: {detail}"[:ERROR_CHARS]
         return ExitKind.CRASHED, f"error result {result.get('subtype')}: {detail}"[:ERROR_CHARS]
     if returncode != 0:
         return ExitKind.CRASHED, f"claude exited {returncode}"
@@ -350,7 +424,7 @@ def build_signals(
 ) -> SessionSignals:
     kind, error = decide_exit(parser, reason=reason, returncode=returncode, stop_detail=stop_detail, stderr_tail=stderr_tail)
     inp, out = parser.usage()
-    cost = parser.result.get("total_cost_usd") if parser.result else None
+    cost, estimated, lower_bound = parser.cost()
     return SessionSignals(
         backend=backend,
         exit_kind=kind,
@@ -359,10 +433,14 @@ def build_signals(
         input_tokens=inp,
         output_tokens=out,
         total_tokens=inp + out,
-        cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        cost_usd=cost,
+        cost_estimated=estimated,
+        cost_lower_bound=lower_bound or (cost is not None and reason != "exited"),
         reset_at=parser.reset_at if kind is ExitKind.RATE_LIMIT else None,
-        error=normalise_error(error, max_chars=ERROR_CHARS) if error else None,
-        output_bytes=output_bytes,
+        # plan-runner's own words for an unreachable endpoint keep the URL as it is (the fix needs its port)
+        error=(error if error and error.startswith(STOP_UNREACHABLE) else
+               normalise_error(error, max_chars=ERROR_CHARS) if error else None),
+        output_bytes=parser.work_bytes,
         nudges=nudges,
         tool_calls=parser.tool_calls,
         tool_failures=parser.tool_failures,

@@ -113,11 +113,14 @@ class SessionSignals(Record):
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
-    cost_usd: float | None = None
-    cost_estimated: bool = False
+    cost_usd: float | None = None  # the meter's last reading, however the session ended
+    cost_estimated: bool = False  # from a price table, not the backend's own figure
+    cost_lower_bound: bool = False  # the session ended before the backend's final account: at least this much
     reset_at: datetime | None = None  # when a rate limit ends, if the backend said
     error: str | None = None  # normalised error text (for the fingerprint)
-    output_bytes: int = 0  # how much the agent printed; 0 makes a zero-output stall
+    # how much the agent's work printed (a CLI's own start-up and retry lines are not work); 0 makes a
+    # zero-output stall
+    output_bytes: int = 0
     nudges: int = 0  # 80 % nudges delivered
     tool_calls: int = 0
     tool_failures: int = 0

@@ -60,6 +60,7 @@ class SessionRecord(Record):
     backend: str = ""
     tokens: int = 0
     cost_usd: float | None = None
+    cost_lower_bound: bool = False  # the session ended before the backend's final account: at least cost_usd
     base_sha: str = ""
     head_sha: str = ""
     work_commits: int = 0

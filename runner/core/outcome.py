@@ -218,7 +218,10 @@ def classify(evidence: Evidence) -> Verdict:
         reset_at=signals.reset_at if rule.row == 2 else None,
         advanced=tuple(f.checkpoint_id for f in genuine),
         rejected_flips=_rejected_flips(evidence, genuine, rule.outcome),
-        zero_output=rule.outcome in (Outcome.STALLED, Outcome.TIMED_OUT) and signals.output_bytes == 0,
+        # no output from the agent's work (a CLI's start-up lines are not its work, see SessionSignals), and
+        # nothing committed: a session that committed produced something, whatever it printed
+        zero_output=(rule.outcome in (Outcome.STALLED, Outcome.TIMED_OUT) and signals.output_bytes == 0
+                     and not evidence.commits),
         agent_session_id=signals.agent_session_id,
         all_failed=_all_failed(evidence),
     )

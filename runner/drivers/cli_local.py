@@ -177,7 +177,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     ok = [r for r in rows if not r.get("error")]
     out.table("plan-runner status", ("plan", "stage", "done", "attempts left", "sessions", "cost", "last outcome", "next"),
               [(r["plan"], r["stage"], f"{r['done']}/{r['checkpoints']}", str(r["attempts_left"]),
-                str(r["sessions"]), cost_text(r["cost_usd"]) if r["cost_known"] else "-", r["last_outcome"] or "-",
+                str(r["sessions"]), cost_text(r["cost_usd"], r.get("cost_lower_bound", False)) if r["cost_known"] else "-", r["last_outcome"] or "-",
                 r["next"]) for r in ok])
     for r in rows:
         if r.get("error"):

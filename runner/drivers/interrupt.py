@@ -17,7 +17,7 @@ from runner.adapters.git import work as gitwork
 from runner.core.actions import Blame, Outcome, RunSession
 from runner.core.ledger import SessionRecord
 from runner.core.outcome import INTERRUPTED_RULE
-from runner.drivers.session import Drivers, Session, Workspace, agent_pid_file
+from runner.drivers.session import Drivers, Session, Workspace, agent_pid_file, spent_so_far
 
 
 def record_interruption(ws: Workspace, drivers: Drivers, why: str) -> SessionRecord | None:
@@ -34,10 +34,13 @@ def record_interruption(ws: Workspace, drivers: Drivers, why: str) -> SessionRec
     stage = s.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
     again = RunSession(kind=open_.kind, checkpoint=open_.checkpoint, resume_session_id=open_.resume_session_id,
                        reason="interrupted: run the same session again", instructions=s.state.instructions)
+    spent = spent_so_far(ws, s.trusted.id, open_.started_at)
     record = SessionRecord(
         n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint, stage=stage.number if stage else None,
         started_at=open_.started_at, finished_at=ws.clock(), outcome=Outcome.INTERRUPTED, blame=Blame.NONE,
         rule=INTERRUPTED_RULE, reasons=(f"{why}; no attempt or resume budget was used",), base_sha=open_.base_sha,
+        tokens=spent.tokens if spent else 0, cost_usd=spent.cost_usd if spent else None,
+        cost_lower_bound=spent is not None,
         resume_session_id=open_.resume_session_id, instructions=s.state.instructions, next_action=again)
     s.write([record])
     ws.on_event("outcome", f"Interrupted: {why}")

@@ -55,6 +55,9 @@ class Progress:
         elif kind == "retry":  # the agent CLI's own API retry: shown as it happens
             self.retry = detail
             err.say(f"  API retry by the agent: {detail}", "yellow")
+        elif kind == "unreachable":  # the agent's API calls get no answer: the session ends at once
+            self.retry = f"model endpoint unreachable ({detail})"
+            err.say(f"  the model endpoint cannot be reached: {detail}", "red")
         elif kind == "gate":
             err.say(f"  gate {detail}")
         elif kind in ("outcome", "agent", "advisor", "reconciled", "isolation", "warning", "setup"):
@@ -98,11 +101,15 @@ def print_sessions_table(state_entries, title: str) -> None:
             red = [g.name for g in e.gates if g.required and not g.passed]
             gates = ("red: " + ", ".join(red)) if red else ("green" if e.gates else "-")
             rows.append((str(e.n), e.kind.value, e.checkpoint or "-", e.outcome.value, e.blame.value,
-                         str(e.tokens), cost_text(e.cost_usd), gates, short(e.next_action) if e.next_action else "-"))
+                         str(e.tokens), cost_text(e.cost_usd, e.cost_lower_bound), gates, short(e.next_action) if e.next_action else "-"))
     out.table(title, ("#", "kind", "checkpoint", "outcome", "blame", "tokens", "cost", "gates", "next"), rows,
               no_wrap=("outcome", "kind"))
 
 
-def cost_text(cost_usd: float | None) -> str:
-    """`$0.0123`, or `-` when the backend reported no cost."""
-    return "-" if cost_usd is None else (f"${cost_usd:.2f}" if cost_usd >= 1 else f"${cost_usd:.4f}")
+def cost_text(cost_usd: float | None, lower_bound: bool = False) -> str:
+    """`$0.0123`, `≥ $0.0123` when the session ended before the backend's final account (at least that much
+    was spent), or `-` when the backend reported no cost."""
+    if cost_usd is None:
+        return "-"
+    text = f"${cost_usd:.2f}" if cost_usd >= 1 else f"${cost_usd:.4f}"
+    return f"≥ {text}" if lower_bound else text

@@ -329,7 +329,7 @@ class Session:
                                stage=stage.number if stage else None, started_at=open_.started_at,
                                finished_at=now, outcome=verdict.outcome, blame=verdict.blame, rule=6,
                                reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
-                               resume_session_id=open_.resume_session_id)
+                               resume_session_id=open_.resume_session_id, **_spent(self.ws, self.trusted.id, open_))
         first = [started] if started is not None else []
         action = decide_next(verdict, fold([*first, record], self.state), self.plan)
         self.write([*first, record.model_copy(update={"next_action": action})])
@@ -384,3 +384,17 @@ class Session:
 
 
 UNPUBLISHED = "not published: the report is in the summary of the job that parked the plan"
+
+
+def spent_so_far(ws, plan_id: str, started_at):
+    """The meter's last reading of the session started at `started_at` (runner.backends.meter), if it left one
+    in this machine's scratch: what a session cut short had spent counts toward `max_cost_usd` like any other."""
+    from runner.backends.meter import read_meter
+
+    return read_meter(ws.scratch_dir / plan_id / "transcripts", started_at)
+
+
+def _spent(ws, plan_id: str, open_) -> dict:
+    """A killed job's session: the meter reading its backend left, when it ran on this machine."""
+    spent = spent_so_far(ws, plan_id, open_.started_at)
+    return {} if spent is None else {"tokens": spent.tokens, "cost_usd": spent.cost_usd, "cost_lower_bound": True}

@@ -33,6 +33,8 @@ def plan_status(path: Path, drivers=None) -> dict:
         "attempts_left": (plan.stage_attempt_budget(stage) - state.stage_attempts.get(stage.number, 0)) if stage else 0,
         "sessions": state.sessions, "tokens": state.tokens, "cost_usd": round(state.cost_usd, 4),
         "cost_known": any(e.cost_usd is not None for e in s.entries if hasattr(e, "cost_usd")),
+        # a session cut short (or one that reported no cost) makes the total a lower bound
+        "cost_lower_bound": any(getattr(e, "cost_lower_bound", False) for e in s.entries),
         "last_outcome": state.last.outcome.value if state.last else None,
         "parked": state.parked, "finished": state.finished,
         "waiting_until": action.until.isoformat() if isinstance(action, Wait) else None,

@@ -19,6 +19,7 @@ from runner.adapters.judge import guard
 from runner.adapters.sandbox import identity as sandbox
 
 from runner.adapters.judge import setup
+from runner.backends.endpoint import is_unreachable
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
 from runner.adapters.sandbox.agentenv import build_agent_env, credential_vars, key_like
 from runner.backends import SessionRequest, get_backend
@@ -280,7 +281,7 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
                                 secrets=key_like(s.secrets), unpushed_from=work_remote_sha,
                                 carry_from=_carry_from(s, action), identity=identity,
                                 checkout=_setup_and_checkout(s, identity, area, gate_env, setup_failures),
-                                gate_env=gate_env)
+                                gate_env=gate_env, unreached=is_unreachable(signals))
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
@@ -295,7 +296,8 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         started_at=started_at, finished_at=evidence.observed_at, outcome=verdict.outcome, blame=verdict.blame,
         rule=verdict.rule, reasons=verdict.reasons, fingerprint=verdict.fingerprint, zero_output=verdict.zero_output,
         advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id, backend=signals.backend,
-        tokens=signals.total_tokens, cost_usd=signals.cost_usd, base_sha=base_sha, head_sha=head,
+        tokens=signals.total_tokens, cost_usd=signals.cost_usd, cost_lower_bound=signals.cost_lower_bound,
+        base_sha=base_sha, head_sha=head,
         work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
         resume_session_id=action.resume_session_id, instructions=action.instructions)
     next_action = decide_next(verdict, fold([record], s.state), s.plan)

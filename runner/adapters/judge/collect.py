@@ -119,7 +119,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
                      secrets: Sequence[str] = (), unpushed_from: str | None = None,
                      carry_from: str | None = None, identity: Identity | None = None,
                      checkout: Callable[[str], Path] | None = None,
-                     gate_env: Mapping[str, str] | None = None) -> Evidence:
+                     gate_env: Mapping[str, str] | None = None, unreached: bool = False) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
 
     `secrets` are values that must never leave the machine in a commit: everything the work branch
@@ -129,7 +129,10 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     evidence for the verdict to judge.
 
     `checkout(sha)` makes the fresh checkout of the judged commit that `verify:` and the gates run on
-    (as `identity`, with `gate_env`); without it they run in `scene.repo` (tests of this function)."""
+    (as `identity`, with `gate_env`); without it they run in `scene.repo` (tests of this function).
+
+    `unreached`: the agent never reached its model (an unreachable endpoint): when it also left nothing,
+    there is nothing to judge, so no checkout, no `setup:`, no `verify:` and no gates."""
     repo, path = scene.repo, scene.plan.path
     agent_head = gitwork.head_sha(repo)
     agent_text = gitwork.read_file_at(repo, agent_head, path)
@@ -146,8 +149,9 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     gate_env = env if gate_env is None else gate_env
     flips = _flips(scene, agent_text, final_text)
     leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
-    workdir = checkout(head) if checkout is not None and not leaked else repo
-    flips = _verify(flips, scene.plan, workdir, gate_env, identity)
+    idle = unreached and head == scene.base_sha
+    workdir = checkout(head) if checkout is not None and not leaked and not idle else repo
+    flips = flips if idle else _verify(flips, scene.plan, workdir, gate_env, identity)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     carried: tuple[CommitInfo, ...] = ()
     if carry_from and carry_from != scene.base_sha and gitwork.is_ancestor(repo, carry_from, scene.base_sha):
@@ -157,7 +161,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         before_gates(head)  # remote `checks:` gates judge the pushed commit
     # A leaked secret decides the outcome (row 1) and the commit is not pushed, so remote `checks:`
     # would wait for a commit GitHub never sees: the gates are not run.
-    gates: tuple[GateResult, ...] = () if leaked else run_gates(
+    gates: tuple[GateResult, ...] = () if leaked or idle else run_gates(
         scene.plan.config.gates, workdir=workdir, env=gate_env, tree_hash=gitwork.tree_hash(repo, head),
         cache=cache, on_event=on_gate, checks_runner=checks_runner, identity=identity)
     if workdir == repo:
