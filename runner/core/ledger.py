@@ -70,6 +70,7 @@ class SessionRecord(Record):
     instructions: str | None = None  # a human's instruction this session was given
     # None only transiently, while the policy folds the record to decide it
     next_action: NextAction | None = None
+    decided_by: str | None = None  # the name of the policy rule that chose next_action (None: before rule names)
 
 
 class Advice(Record):
@@ -81,6 +82,7 @@ class Advice(Record):
     valid: bool = True  # False: the advisor failed or answered outside the vocabulary
     checkpoint: str | None = None
     next_action: NextAction
+    applied: bool = True  # False: the answer was not applied (a skip the plan does not let the advisor take alone)
 
 
 class Reply(Record):

@@ -23,12 +23,12 @@ from runner.core.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, Ru
 from runner.adapters.sandbox.agentenv import secret_values
 from runner.core.errors import PlanRunnerError, Refused
 from runner.core.evidence import Evidence
-from runner.core.ledger import Advice, Entry, EntrySequence, Finished, Parked, SessionRecord, SessionStarted
+from runner.core.ledger import Entry, EntrySequence, Finished, Parked, SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.planfile import parse_plan, with_tracker
 from runner.adapters.judge.guard import secret_forms
 from runner.core.policy import (
-    AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold, folded, snapshot_json,
+    AnyAction, RunState, advice_entry, decide, decide_start, fold, folded, snapshot_json,
 )
 from runner.core.ports import Dispatcher, Parker, StateStore
 from runner.adapters.render.report import render_park_issue, render_report
@@ -273,11 +273,11 @@ class Session:
 
     def consult(self, action: ConsultAdvisor) -> AnyAction:
         answer, reason, valid, model = self._ask_advisor(action.reason)
-        decided = decide_after_advice(answer, reason, self.state, self.plan)
-        self.write([Advice(at=self.ws.clock(), answer=answer, reason=reason, valid=valid, model=model,
-                           checkpoint=action.checkpoint, next_action=decided)])
+        entry = advice_entry(answer, reason, self.state, self.plan, at=self.ws.clock(), valid=valid, model=model,
+                             checkpoint=action.checkpoint)
+        self.write([entry])
         self.ws.on_event("advisor", f"{answer}: {reason}")
-        return decided
+        return entry.next_action
 
     def _ask_advisor(self, question: str) -> tuple[str, str, bool, str]:
         """Deterministic first, model second: no advisor configured means a human decides."""
@@ -331,8 +331,9 @@ class Session:
                                reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
                                resume_session_id=open_.resume_session_id)
         first = [started] if started is not None else []
-        action = decide_next(verdict, fold([*first, record], self.state), self.plan)
-        self.write([*first, record.model_copy(update={"next_action": action})])
+        decision = decide(verdict, fold([*first, record], self.state), self.plan)
+        action = decision.action
+        self.write([*first, record.model_copy(update={"next_action": action, "decided_by": decision.rule})])
         self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
         return True
 

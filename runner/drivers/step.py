@@ -29,7 +29,7 @@ from runner.adapters.judge.guard import redact_text
 from runner.core.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
 from runner.core.outcome import classify
 from runner.core.planfile import with_tracker
-from runner.core.policy import decide_next, fold
+from runner.core.policy import decide, fold
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.drivers.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
     EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file,
@@ -297,8 +297,9 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         tokens=signals.total_tokens, cost_usd=signals.cost_usd, base_sha=base_sha, head_sha=head,
         work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
         resume_session_id=action.resume_session_id, instructions=action.instructions)
-    next_action = decide_next(verdict, fold([record], s.state), s.plan)
-    record = record.model_copy(update={"next_action": next_action})
+    decision = decide(verdict, fold([record], s.state), s.plan)
+    next_action = decision.action
+    record = record.model_copy(update={"next_action": next_action, "decided_by": decision.rule})
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
 
     fault_point(ws, "before-push")
