@@ -372,6 +372,8 @@ def test_a_refused_skip_is_recorded_unapplied_and_skips_nothing_later():
     allowed = advice_entry("skip", "ok", fold(h), may_skip(p), at=T0, checkpoint="1.1")
     assert allowed.applied and fold(h + [allowed]).skipped == {"1.1"}
     assert advice_entry("retry", "r", fold(h), p, at=T0).applied  # only a skip is ever refused
+    failed = advice_entry("human", "the call failed", fold(h), p, at=T0, valid=False, model="m")
+    assert (failed.valid, failed.model, failed.reason, failed.at) == (False, "m", "the call failed", T0)
     # a human's skip needs no opt-in: the human is the control
     assert decide_after_reply("skip", "", "octocat", after, p).checkpoint == "1.2"
 
