@@ -270,7 +270,7 @@ class Decision(Record):
     """What `decide` chose and the name of the rule that chose it."""
 
     rule: str
-    action: AnyAction = Field(discriminator="action")
+    action: AnyAction
 
 
 def _stage_spent(s: Situation) -> bool:
