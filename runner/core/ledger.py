@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from datetime import datetime
-from typing import Annotated, Literal, Union, overload
+from typing import Annotated, Literal, Protocol, Union, overload, runtime_checkable
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -143,9 +143,32 @@ def dump_entry(entry: Entry) -> str:
     return entry.model_dump_json()
 
 
+@runtime_checkable
+class StoredLedger(Protocol):
+    """A ledger as a store hands it over (`ports.StateStore.read`): its entries, fetched and parsed when asked
+    for, and `snapshot`, the folded state the store vouches was folded from exactly these entries (None: none)."""
+
+    snapshot: str | None
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index): ...
+
+    def __iter__(self) -> Iterator[Entry]: ...
+
+    def parse_all(self) -> None:
+        """Parse (and so check) every entry now."""
+
+
 class EntrySequence(Sequence):
     """A sequence of entries that fetches each one only when asked for (`_entry(i)`, 0 <= i < len):
-    indexing from the end and slices are handled here, once."""
+    indexing from the end and slices are handled here, once. A `StoredLedger`, with no snapshot unless set."""
+
+    snapshot: str | None = None
+
+    def parse_all(self) -> None:
+        for _ in self:
+            pass
 
     def _entry(self, index: int) -> Entry:
         raise NotImplementedError
@@ -205,10 +228,6 @@ class Ledger(EntrySequence):
 
     def __repr__(self) -> str:
         return f"Ledger({len(self)} entries)"
-
-    def parse_all(self) -> None:
-        for _ in self:
-            pass
 
     def _parse(self, index: int) -> Entry:
         line = self._lines[index].decode("utf-8", "replace")

@@ -20,7 +20,9 @@ from runner.core.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
 from runner.core.evidence import CheckpointState, Record
-from runner.core.ledger import Advice, Dispatched, Entry, Finished, Parked, Reply, SessionRecord, SessionStarted
+from runner.core.ledger import (
+    Advice, Dispatched, Entry, Finished, Parked, Reply, SessionRecord, SessionStarted, StoredLedger,
+)
 from runner.core.plan import Plan
 
 LIMIT_BACKOFF_BASE = timedelta(minutes=5)
@@ -149,11 +151,13 @@ def snapshot_json(state: RunState) -> str:
     return json.dumps({"fold": FOLD_VERSION, "state": json.loads(state.model_dump_json())})
 
 
-def folded(ledger: Sequence[Entry]) -> RunState:
-    """The run state of a ledger read from the store: from its stored snapshot when the store
-    vouched that the snapshot was folded from exactly this ledger, else folded entry by entry.
-    A snapshot that does not parse, or comes from another fold version, is never trusted."""
-    raw = getattr(ledger, "snapshot", None)
+def folded(ledger: StoredLedger | Sequence[Entry]) -> RunState:
+    """The run state of a ledger read from the store (`ports.StateStore.read`): from its stored snapshot when the
+    store vouched that the snapshot was folded from exactly this ledger, else folded entry by entry (a plain
+    sequence of entries is folded). A snapshot that does not parse, or comes from another fold version, is never
+    trusted."""
+    stored = isinstance(ledger, StoredLedger)
+    raw = ledger.snapshot if stored else None
     if raw:
         try:
             snap = json.loads(raw)
@@ -161,7 +165,7 @@ def folded(ledger: Sequence[Entry]) -> RunState:
                 return RunState.model_validate(snap["state"])
         except (ValueError, KeyError, TypeError, ValidationError):
             pass
-    if hasattr(ledger, "parse_all"):
+    if stored:
         ledger.parse_all()
     return fold(ledger)
 

@@ -30,9 +30,8 @@ from runner.adapters.judge.guard import secret_forms
 from runner.core.policy import (
     AnyAction, RunState, advice_entry, decide, decide_start, fold, folded, snapshot_json,
 )
-from runner.core.ports import Dispatcher, Parker, StateStore
+from runner.core.ports import AppendOptions, Dispatcher, Parker, StateStore
 from runner.adapters.render.report import render_park_issue, render_report
-from runner.adapters.store.state import GitStateStore
 
 Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
 # Where crash-consistency tests kill plan-runner (PLAN_RUNNER_FAULT=<point>), in the order a session passes them.
@@ -178,16 +177,15 @@ class Session:
     def __init__(self, ws: Workspace, drivers: Drivers) -> None:
         self.ws, self.d = ws, drivers
         self.trusted, self.trusted_text = load_trusted_plan(ws)
-        fetch_also = getattr(drivers.store, "fetch_also", None)
-        if ws.remote and fetch_also is not None:
+        if ws.remote:
             # One fetch for the session: the plan's state, its work branch and the base it starts from.
             branch, base = self.trusted.work_branch, self.trusted.config.base
-            fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
-                       [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
-                        f"refs/remotes/{ws.remote}/{base}"])
+            drivers.store.fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
+                                     [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
+                                      f"refs/remotes/{ws.remote}/{base}"])
         self.entries, self.version = drivers.store.read(self.trusted.id)
         # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
-        self.branches_fetched = self.trusted.id in getattr(drivers.store, "fetched_with", ())
+        self.branches_fetched = drivers.store.fetched_with(self.trusted.id)
         self.plan, _ = _tracked_plan(ws, self.trusted)
         self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)
@@ -199,14 +197,10 @@ class Session:
         """Compare-and-swap append on this plan's state ref, with the folded state stored beside it.
         A conflict always means another job advanced this plan (plans never share a ref): re-raised."""
         state = fold(entries, self.state)
-        kw = {"snapshot": snapshot_json(state)} if isinstance(self.d.store, GitStateStore) else {}
-        if dirs:
-            kw.update(dirs=dirs, redact=secret_forms(self.secrets))
-        if also_push:
-            kw["also_push"] = also_push
-        if not push:
-            kw["push"] = False
-        self.version = self.d.store.append(self.trusted.id, entries, self.version, files, **kw)
+        options = AppendOptions(snapshot=snapshot_json(state), dirs=dirs or {},
+                                redact=tuple(secret_forms(self.secrets)) if dirs else (), also_push=tuple(also_push),
+                                push=push)
+        self.version = self.d.store.append(self.trusted.id, entries, self.version, files, options)
         self.entries = _Appended(self.entries, entries)
         self.state = state
 
