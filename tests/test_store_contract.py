@@ -202,3 +202,29 @@ def test_the_remote_members_answer_on_every_store(pair):
     one.fetch_also("p", [], [])
     one.read("p")
     assert one.fetched_with("p") is False  # nothing extra was asked for
+
+
+def test_a_local_session_runs_on_the_memory_store_through_the_port_alone(tmp_path):
+    """The drivers ask only the port: a real local session (script agent, real gates, real git for the work) on
+    the in-memory store records its start and verdict there, the next session starts from that state, and no
+    state ref is written to the repository."""
+    from runner.drivers.local import LocalDispatcher, LocalParker
+    from runner.drivers.session import Drivers, Workspace
+    from runner.drivers.step import run_session
+    from tests import reliability_world as rw
+
+    repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "nothing"}]),
+                        remote=False)
+    store = MemoryStateStore()
+    ws = Workspace(repo=repo, plan_path="plans/calc.md", env=rw.cli_env(PLAN_RUNNER_ISOLATION="none"))
+    drivers = Drivers(store=store, dispatcher=LocalDispatcher(), parker=LocalParker(tmp_path / "reports"))
+    first = run_session(ws, drivers)
+    assert first.record is not None and first.record.outcome.value in ("Advanced", "Progress"), first.message
+    assert first.record.decided_by is not None  # the policy's rule, recorded with the verdict
+    second = run_session(ws, drivers)
+    entries, _ = store.read("calc")
+    kinds = [e.type for e in entries]
+    assert kinds.count("started") == 2 and kinds.count("session") == 2 and kinds[:2] == ["started", "session"]
+    assert second.record is not None and second.record.n == 2
+    assert store.read_file("calc", "last-evidence.json")
+    assert rw.git(repo, "for-each-ref", "refs/plan-runner/state/") == ""
