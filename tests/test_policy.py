@@ -337,7 +337,8 @@ def test_the_deciding_rule_is_recorded_and_old_ledgers_still_read():
     old = dump_entry(record(1, Outcome.PROGRESS)).replace(',"decided_by":null', "")
     assert "decided_by" not in old and parse_entry(old).decided_by is None
     new = record(1, Outcome.PROGRESS).model_copy(update={"decided_by": "deliver"})
-    assert isinstance(parse_entry(dump_entry(new)), SessionRecord) and parse_entry(dump_entry(new)).decided_by == "deliver"
+    back = parse_entry(dump_entry(new))
+    assert isinstance(back, SessionRecord) and back.decided_by == "deliver"
     advice = Advice(at=T0, answer="skip", reason="r", checkpoint="1.1", next_action=Park(reason="x"))
     assert parse_entry(dump_entry(advice).replace(',"applied":true', "")).applied is True
 

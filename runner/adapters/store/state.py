@@ -338,7 +338,8 @@ class GitStateStore:
         lines = [(dump_entry(e) + "\n").encode() for e in entries]
         ledger_sha, count = append_segments(self.objects, plan_id, plan, lines)
         if options.snapshot is not None:
-            plan[SNAPSHOT] = (BLOB_MODE, self.objects.store(b"blob", snapshot_blob(options.snapshot, ledger_sha, count)))
+            blob = snapshot_blob(options.snapshot, ledger_sha, count)
+            plan[SNAPSHOT] = (BLOB_MODE, self.objects.store(b"blob", blob))
         else:
             plan.pop(SNAPSHOT, None)  # a snapshot of an older ledger would only be rejected on read
         if files:
