@@ -42,7 +42,7 @@ EQUIVALENT: dict[str, str] = {
         "a rule's matcher returns its reasons; `classify` tests them for truth only, and [] and None are both false",
     "runner.core.outcome:_agent_error:return [] -> return None":
         "as above: the no-match value of a matcher is only tested for truth",
-    "runner.core.policy:decide_next:instructions=state.instructions -> (drop instructions=)":
+    "runner.core.policy:_resume:instructions=s.state.instructions -> (drop instructions=)":
         "(the resume after a stall) unreachable through `fold`: a stalled or timed-out session is not blamed on the "
         "environment, so folding it clears `instructions`; the resumed agent session still has them in its context",
     "runner.core.policy:decide_after_advice:instructions=state.instructions -> (drop instructions=)":

@@ -101,33 +101,16 @@ def _past(entries: int) -> list:
     return out[-entries:]  # ends on a dispatch: the next session is due
 
 
-def _git_in(repo: Path, data: bytes, *args: str) -> str:
-    import subprocess
-
-    return subprocess.run(["git", *args], cwd=repo, input=data, check=True, capture_output=True).stdout.decode().strip()
-
-
 def _seed(repo: Path, plan_id: str, entries: int, snapshot: bool | str) -> None:
     """`snapshot` True: segments and the snapshot, as a session writes them now; False: no snapshot (every entry
-    folded); "blob": the format before segments (one ledger blob, with its snapshot)."""
-    from runner.core.ledger import dump_entry
+    folded)."""
     from runner.core.policy import fold, snapshot_json
     from runner.adapters.store.state import GitStateStore
+    from runner.core.ports import AppendOptions
 
     past = _past(entries)
-    if snapshot == "blob":
-        ledger = "".join(dump_entry(e) + "\n" for e in past).encode()
-        blob = _git_in(repo, ledger, "hash-object", "-w", "--stdin")
-        snap = json.dumps({"entries": len(past), "ledger": blob, "state": json.loads(snapshot_json(fold(past)))},
-                          separators=(",", ":"), sort_keys=True)
-        snap_blob = _git_in(repo, snap.encode(), "hash-object", "-w", "--stdin")
-        tree = _git_in(repo, f"100644 blob {blob}\tledger.jsonl\n100644 blob {snap_blob}\tsnapshot.json\n".encode(),
-                       "mktree")
-        commit = git(repo, "commit-tree", tree, "-m", "seed").strip()
-        git(repo, "update-ref", f"refs/plan-runner/state/{plan_id}", commit)
-        return
     store = GitStateStore(repo, remote=None)
-    store.append(plan_id, past, None, snapshot=snapshot_json(fold(past)) if snapshot else None)
+    store.append(plan_id, past, None, options=AppendOptions(snapshot=snapshot_json(fold(past)) if snapshot else None))
     store.close()
 
 
@@ -135,7 +118,7 @@ def bench_ledger(workdir: Path, sizes: list[int], reps: int) -> dict:
     env = child_env(PLAN_RUNNER_ISOLATION="none")
     script = workdir / "work.yaml"
     script.write_text(WORK_SCRIPT, encoding="utf-8")
-    cases = [(size, True) for size in sizes] + [(sizes[-1], False), (sizes[-1], "blob")]
+    cases = [(size, True) for size in sizes] + [(sizes[-1], False)]
     ids = {case: [f"l{case[0]}-{ {True: 's', False: 'n', 'blob': 'b'}[case[1]] }-{r}" for r in range(reps + 1)]
            for case in cases}
     repo = workdir / "repo-ledger"

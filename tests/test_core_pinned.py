@@ -244,7 +244,7 @@ def test_the_human_line_parser_takes_bullets_quotes_and_case():
 # --- the fold: every entry kind and every counter -----------------------------------------------
 
 from runner.core.ledger import Advice, Dispatched, Finished, Parked, Reply, SessionStarted  # noqa: E402
-from runner.core.plan import BudgetConfig  # noqa: E402
+from runner.core.plan import AdvisorConfig, BudgetConfig  # noqa: E402
 import json  # noqa: E402
 
 from runner.core.policy import (  # noqa: E402
@@ -593,9 +593,12 @@ def test_advisor_answers_turn_into_actions():
     assert decide_after_advice("retry", "r", fold([]), plan()).kind is SessionKind.DELIVERY
     assert decide_after_advice("retry", "r", fold([record(1, STALLED)]), plan()).kind is SessionKind.DELIVERY
     assert decide_after_advice("resume", "r", fold([]), plan()).kind is SessionKind.DELIVERY
-    assert decide_after_advice("skip", "r", gr, plan()) == RunSession(
+    trusting = plan().model_copy(update={"config": plan().config.model_copy(
+        update={"advisor": AdvisorConfig(may_skip=True)})})  # the advisor's skip needs the plan's opt-in
+    assert decide_after_advice("skip", "r", gr, trusting) == RunSession(
         kind=SessionKind.DELIVERY, checkpoint="1.2", reason="advisor: skip (r)")
-    assert decide_after_advice("skip", "r", fold([]), plan()).checkpoint == "1.1"
+    assert decide_after_advice("skip", "r", fold([]), trusting).checkpoint == "1.1"
+    assert isinstance(decide_after_advice("skip", "r", gr, plan()), Park)
     assert decide_after_advice("human", "unclear", gr, plan()) == Park(reason="the advisor asks for a human: unclear")
 
 

@@ -31,15 +31,6 @@ def test_a_dispatched_session_makes_one_fetch_and_one_push(tmp_path: Path):
     assert second["api_calls"] == 1  # the dispatch of session 3
 
 
-def test_the_early_push_opt_in_still_pushes_before_the_agent_and_the_gates(tmp_path: Path):
-    """PLAN_RUNNER_EARLY_PUSH=1: the start, the session ref and the remote tamper check come back (5 in all)."""
-    with GitHubServer(token=TOKEN) as srv:
-        env = {**_env(srv), **child_env(PLAN_RUNNER_ISOLATION="none"), "PLAN_RUNNER_EARLY_PUSH": "1"}
-        _first, second = _two_sessions(tmp_path, "early", srv, env)
-    assert [_verb(c) for c in second["network"]] == ["fetch", "push", "fetch", "push", "push"], second["network"]
-    assert any("refs/plan-runner/sessions/work/2" in c for c in second["network"])
-
-
 def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path):
     """12 plans, 7 of them due: one glob fetch, one atomic push carrying every dispatched plan's intent, then
     the dispatch calls (each after its intent is on the remote)."""

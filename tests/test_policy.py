@@ -9,9 +9,13 @@ from runner.core.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
 from runner.core.ledger import Advice, Parked, Reply, SessionStarted
-from runner.core.plan import BudgetConfig
+import pytest
+
+from runner.core.ledger import SessionRecord, dump_entry, parse_entry
+from runner.core.plan import AdvisorConfig, BudgetConfig, PlanConfig
 from runner.core.policy import (
-    LIMIT_BACKOFF_BASE, decide_after_advice, decide_after_reply, decide_next, decide_start, fold,
+    LIMIT_BACKOFF_BASE, NEXT_RULES, advice_entry, advisor_may_skip, decide, decide_after_advice, decide_after_reply,
+    decide_next, decide_start, fold,
 )
 
 
@@ -181,7 +185,7 @@ def test_max_cost_parks():
 def test_advisor_retry_resume_skip_human():
     """Each advisor answer leads to its action; 'human' parks."""
     state = fold([record(1, Outcome.STALLED, agent_session_id="s1")])
-    p = plan()
+    p = may_skip(plan())
     assert decide_after_advice("retry", "x", state, p).kind is SessionKind.DELIVERY
     assert decide_after_advice("resume", "x", state, p).resume_session_id == "s1"
     assert decide_after_advice("skip", "x", state, p).checkpoint == "1.2"
@@ -254,3 +258,134 @@ def test_a_new_session_ends_an_earlier_park():
     h = [record(1, Outcome.NEEDS_HUMAN, next_action=park), Parked(at=T0, reason="x", issue_url="u")]
     assert fold(h).park_issue == "u"
     assert fold(h + [record(2, Outcome.PROGRESS)]).park_issue is None
+
+
+# --- the rules of decide_next, by name ---------------------------------------------------------------
+
+
+def may_skip(p, allowed: bool = True):
+    """The plan with `advisor.may_skip` set."""
+    return p.model_copy(update={"config": p.config.model_copy(
+        update={"advisor": AdvisorConfig(may_skip=allowed)})})
+
+
+STALL = dict(agent_session_id="a")
+# rule name -> (history, plan, extra verdict fields, the action expected): each one the smallest case where that
+# rule (and no earlier one) decides.
+RULE_CASES = {
+    "needs-human": ([record(1, Outcome.NEEDS_HUMAN)], plan(), {}, Park(reason="the session needs a human",
+                                                                          details=("r",))),
+    "nothing-left": ([record(1, Outcome.PROGRESS)], plan({"1.1": DONE, "1.2": DONE, "2.1": DONE}), {},
+                     Finish(reason="every checkpoint is done (3 done)")),
+    "max-sessions": ([record(1, Outcome.PROGRESS)], plan(budget=BudgetConfig(max_sessions=1)), {},
+                     Park(reason="max_sessions reached (1 of 1)")),
+    "max-cost": ([record(1, Outcome.PROGRESS, cost_usd=2.0)], plan(budget=BudgetConfig(max_cost_usd=2.0)), {},
+                 Park(reason="max_cost_usd reached ($2.00 of $2.00)")),
+    "max-backoffs": ([record(1, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT)], plan(budget=BudgetConfig(max_backoffs=1)),
+                     {}, Park(reason="1 backoffs in a row (max_backoffs 1)", details=("r",))),
+    "backoff": ([record(1, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT)], plan(), {}, Wait(
+        until=T0 + LIMIT_BACKOFF_BASE, reason="rate limit; no attempt burned",
+        then=RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="retry after the rate limit"))),
+    "rolled-over": ([record(1, Outcome.ROLLED_OVER, Blame.ENVIRONMENT)], plan(), {}, RunSession(
+        kind=SessionKind.HANDOFF, checkpoint="1.1", reason="token budget reached: fresh session with the handoff")),
+    "zero-output-stalls": ([record(1, Outcome.STALLED, zero_output=True), record(2, Outcome.STALLED, zero_output=True)],
+                           plan(), {}, Park(reason="two consecutive sessions produced no output at all")),
+    "resume-budget": ([record(1, Outcome.STALLED, **STALL)], plan(budget=BudgetConfig(max_resumes=0)), {},
+                      ConsultAdvisor(reason="resume budget spent (0 resumes)", checkpoint="1.1")),
+    "resume": ([record(1, Outcome.TIMED_OUT, **STALL)], plan(), {}, RunSession(
+        kind=SessionKind.RESUME, checkpoint="1.1", reason="TimedOut: resume the same agent session",
+        resume_session_id="a")),
+    "restart": ([record(1, Outcome.STALLED, resume_session_id="r0")], plan(), {}, RunSession(
+        kind=SessionKind.DELIVERY, checkpoint="1.1", resume_session_id="r0",
+        reason="Stalled before the agent had a session id: start it again")),
+    "circuit-breaker": ([record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="f"),
+                         record(2, Outcome.GATES_RED, Blame.AGENT, fingerprint="f")], plan(sessions=(10, 1)), {},
+                        ConsultAdvisor(reason="circuit breaker: GatesRed twice in a row with the same failure",
+                                       checkpoint="1.1")),
+    "stage-budget": ([record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="a")],
+                     plan(sessions=(1, 1), budget=BudgetConfig(slack=1.0)), {},
+                     ConsultAdvisor(reason="stage 1 attempt budget spent (1 attempts)", checkpoint="1.1")),
+    "fix": ([record(1, Outcome.AGENT_ERROR, Blame.AGENT, fingerprint="e")], plan(), {},
+            RunSession(kind=SessionKind.FIX_ERROR, checkpoint="1.1", reason="AgentError: fix session")),
+    "deliver": ([record(1, Outcome.ADVANCED)], plan({"1.1": DONE}), {},
+                RunSession(kind=SessionKind.DELIVERY, checkpoint="1.2", reason="advanced: next checkpoint")),
+}
+
+
+@pytest.mark.parametrize("name", list(RULE_CASES))
+def test_each_rule_decides_its_case_and_is_named(name):
+    """Each rule of NEXT_RULES, in its smallest case: the action it takes, and its name on the decision."""
+    history, p, extra, expected = RULE_CASES[name]
+    last = history[-1]
+    v = verdict(last.outcome, last.blame, fingerprint=last.fingerprint, zero_output=last.zero_output,
+                agent_session_id=last.agent_session_id, **extra)
+    decision = decide(v, fold(history), p)
+    assert (decision.rule, decision.action) == (name, expected)
+    assert decide_next(v, fold(history), p) == expected
+
+
+def test_every_rule_has_a_case_and_the_table_ends_in_a_default():
+    """The table and the cases above name the same rules in the same order (a new rule needs its case); the last
+    rule applies to anything, so every situation is decided."""
+    assert [r.name for r in NEXT_RULES] == list(RULE_CASES)
+    assert len({r.name for r in NEXT_RULES}) == len(NEXT_RULES)
+    assert NEXT_RULES[-1].name == "deliver" and NEXT_RULES[-1].applies(None)  # type: ignore[arg-type]
+
+
+def test_the_deciding_rule_is_recorded_and_old_ledgers_still_read():
+    """`decided_by` is an optional field: a ledger line written before it parses (None); a new one round-trips."""
+    old = dump_entry(record(1, Outcome.PROGRESS)).replace(',"decided_by":null', "")
+    assert "decided_by" not in old and parse_entry(old).decided_by is None
+    new = record(1, Outcome.PROGRESS).model_copy(update={"decided_by": "deliver"})
+    back = parse_entry(dump_entry(new))
+    assert isinstance(back, SessionRecord) and back.decided_by == "deliver"
+    advice = Advice(at=T0, answer="skip", reason="r", checkpoint="1.1", next_action=Park(reason="x"))
+    assert parse_entry(dump_entry(advice).replace(',"applied":true', "")).applied is True
+
+
+# --- what may skip a checkpoint without a human ------------------------------------------------------
+
+
+def test_the_advisor_alone_cannot_skip_unless_the_plan_opts_in():
+    """By default an advisor's `skip` parks the plan for a human, naming the key that would allow it; with
+    `advisor.may_skip: true` it skips. The plan without any advisor section never lets it skip."""
+    state = fold([record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="f")])
+    for p in (plan(), may_skip(plan(), False)):
+        assert not advisor_may_skip(p)
+        action = decide_after_advice("skip", "approved", state, p)
+        assert isinstance(action, Park) and "advisor.may_skip" in action.reason and "approved" in action.reason
+    assert advisor_may_skip(may_skip(plan()))
+    assert decide_after_advice("skip", "ok", state, may_skip(plan())) == RunSession(
+        kind=SessionKind.DELIVERY, checkpoint="1.2", reason="advisor: skip (ok)")
+    assert PlanConfig().advisor is None and AdvisorConfig().may_skip is False
+
+
+def test_a_refused_skip_is_recorded_unapplied_and_skips_nothing_later():
+    """The ledger keeps the advisor's word (`skip`) with `applied=False`; the folded state skips nothing, so a
+    human's later `retry` works on the same checkpoint again (not on the next one the advisor wanted)."""
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="f")]
+    p = plan()
+    entry = advice_entry("skip", "approved", fold(h), p, at=T0, checkpoint="1.1")
+    assert (entry.answer, entry.applied, isinstance(entry.next_action, Park)) == ("skip", False, True)
+    after = fold(h + [entry])
+    assert after.skipped == frozenset() and after.parked
+    assert decide_after_reply("retry", "", "octocat", after, p).checkpoint == "1.1"
+    allowed = advice_entry("skip", "ok", fold(h), may_skip(p), at=T0, checkpoint="1.1")
+    assert allowed.applied and fold(h + [allowed]).skipped == {"1.1"}
+    assert advice_entry("retry", "r", fold(h), p, at=T0).applied  # only a skip is ever refused
+    failed = advice_entry("human", "the call failed", fold(h), p, at=T0, valid=False, model="m")
+    assert (failed.valid, failed.model, failed.reason, failed.at) == (False, "m", "the call failed", T0)
+    # a human's skip needs no opt-in: the human is the control
+    assert decide_after_reply("skip", "", "octocat", after, p).checkpoint == "1.2"
+
+
+def test_the_report_names_the_rule_that_decided():
+    """The session's report says which rule of the policy chose what comes next (one line under the outcome)."""
+    from core_builders import evidence
+    from runner.adapters.render.report import render_report
+
+    v = verdict(Outcome.PROGRESS)
+    decided = fold([record(1, Outcome.PROGRESS).model_copy(update={"decided_by": "max-cost"})])
+    text = render_report(plan(), decided, title="t", verdict=v, evidence=evidence())
+    assert "Next decided by rule `max-cost` of the policy." in text
+    assert "Next decided by" not in render_report(plan(), fold([record(1)]), title="t", verdict=v, evidence=evidence())

@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from tests import reliability_world as rw
 
 pytestmark = pytest.mark.integration
-
-
-def test_commits_survive_a_job_killed_before_the_work_branch_push(tmp_path):
-    """With the opt-in PLAN_RUNNER_EARLY_PUSH=1, killed outright after the gates, before the work-branch push: the
-    bare remote holds the commits under a session ref (pushed before the gates), and the next job (on a fresh
-    clone) reconciles the session and names that ref."""
-    repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "again"}]))
-    proc = rw.run_session(repo, fault="before-push", env={"PLAN_RUNNER_EARLY_PUSH": "1"})
-    assert proc.returncode != 0
-    bare = tmp_path / "origin.git"
-    assert rw.git(bare, "branch", "--list", "plan-runner/calc") == ""  # the work branch never got there
-    assert "Add mul" in rw.git(bare, "log", "--format=%s", "refs/plan-runner/sessions/calc/1")
-    shutil.rmtree(repo)  # the runner is gone with its disk
-    rw.git(tmp_path, "clone", "-q", str(bare), str(repo))
-    out = rw.result_json(rw.run_session(repo))
-    reconciled = [e for e in rw.ledger(repo) if e["type"] == "session" and e.get("reconciled")]
-    assert reconciled and "refs/plan-runner/sessions/calc/1" in reconciled[0]["reasons"][0]
-    assert out["status"] == "ran"
 
 
 def test_a_finished_session_leaves_no_session_ref(tmp_path):

@@ -16,6 +16,7 @@ import runner
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.ledger import Finished, Parked
 from runner.adapters.store.state import GitStateStore
+from runner.core.ports import AppendOptions
 
 from tests.git_repos import configure, fast_import_history, init_repo
 from runner.adapters.store.state import ledger_text
@@ -132,7 +133,10 @@ def test_corrupt_ledger_line_names_plan_line_and_fix(tmp_path):
         good = ledger_text(work, v).rstrip("\n")
         (tmp_path / "ledger").write_text(good + "\n" + '{"type": "park", "reason": 3}\n')
         blob = r.git.hash_object("-w", str(tmp_path / "ledger"))
-        (tmp_path / "tree").write_text(f"100644 blob {blob}\tledger.jsonl\n")
+        (tmp_path / "tree").write_text(f"100644 blob {blob}\t000000.jsonl\n")
+        with open(tmp_path / "tree", "rb") as fh:
+            segments = r.git.mktree(istream=fh)
+        (tmp_path / "tree").write_text(f"040000 tree {segments}\tledger\n")
         with open(tmp_path / "tree", "rb") as fh:
             plan_tree = r.git.mktree(istream=fh)
         commit = r.git.commit_tree(plan_tree, "-p", v, "-m", "hand edit")
@@ -141,7 +145,7 @@ def test_corrupt_ledger_line_names_plan_line_and_fix(tmp_path):
         store.read("p")
     err = info.value
     assert "'p'" in err.what and "line 2" in err.what
-    assert "git show refs/plan-runner/state/p:ledger.jsonl" in err.fix and "line 2" in err.fix
+    assert "git show refs/plan-runner/state/p:ledger/000000.jsonl" in err.fix and "line 2" in err.fix
     assert not isinstance(err, StateConflict)
 
 
@@ -370,7 +374,7 @@ def test_objects_written_without_git_are_valid_git_objects_in_gits_order(tmp_pat
     (tmp_path / "d" / "sub").mkdir(parents=True)
     (tmp_path / "d" / "sub" / "x.jsonl").write_text("x\n")
     (tmp_path / "d" / "sub.txt").write_text("y\n")
-    store.append("a", [], store.read("a")[1], dirs={"transcripts": tmp_path / "d"})
+    store.append("a", [], store.read("a")[1], options=AppendOptions(dirs={"transcripts": tmp_path / "d"}))
     fsck = subprocess.run(["git", "fsck", "--strict", "--no-dangling"], cwd=tmp_path / "r",
                           capture_output=True, text=True)
     assert fsck.returncode == 0 and not fsck.stderr.strip(), fsck.stderr
@@ -394,7 +398,7 @@ def _write_with_snapshot(store: GitStateStore, plan_id: str, entries: list, vers
     from runner.core.policy import fold, snapshot_json
 
     before = store.read(plan_id)[0] if version else []
-    return store.append(plan_id, entries, version, snapshot=snapshot_json(fold(list(before) + entries)))
+    return store.append(plan_id, entries, version, options=AppendOptions(snapshot=snapshot_json(fold(list(before) + entries))))
 
 
 def test_a_snapshot_written_with_the_ledger_is_used_without_parsing_the_ledger(tmp_path):
@@ -459,14 +463,14 @@ def test_a_directory_is_kept_as_a_tree_and_an_unchanged_file_is_not_stored_again
     (src / "projects" / "s.jsonl").write_bytes(b"conversation\n" * 1000)
     (src / "stream.log").write_bytes(b"session one\n")
     store = GitStateStore(tmp_path / "w", remote=None)
-    v1 = store.append("p", [parked("1")], None, dirs={"transcripts": src})
+    v1 = store.append("p", [parked("1")], None, options=AppendOptions(dirs={"transcripts": src}))
     later = GitStateStore(tmp_path / "w", remote=None)  # the next session: another process
     dest = tmp_path / "t2"
     later.read_dir("p", "transcripts", dest)
     assert (dest / "projects" / "s.jsonl").read_bytes() == b"conversation\n" * 1000
     with (dest / "stream.log").open("ab") as log:
         log.write(b"session two\n")
-    v2 = later.append("p", [parked("2")], v1, dirs={"transcripts": dest})
+    v2 = later.append("p", [parked("2")], v1, options=AppendOptions(dirs={"transcripts": dest}))
     with git.Repo(tmp_path / "w") as r:
         def blob(v, path):
             return r.git.rev_parse(f"{v}:transcripts/{path}")
@@ -494,89 +498,21 @@ def test_a_directory_over_its_bound_drops_the_oldest_files_then_cuts_the_head_of
 
 def test_redaction_is_streamed_and_finds_secrets_across_chunk_boundaries(tmp_path, monkeypatch):
     """A secret split over two read chunks is still replaced; the result equals a whole-file replace."""
-    import runner.adapters.store.state as st
+    import runner.adapters.store.dirs as st
 
     secret = b"sk-ant-SECRETVALUE"
     data = b"".join(b"x" * i + secret + b"y" for i in range(40)) + b"tail sk-ant-SECRET"
     path = tmp_path / "t.log"
     path.write_bytes(data)
-    monkeypatch.setattr(st, "_CHUNK", 7)
+    monkeypatch.setattr(st, "CHUNK", 7)
     st.redact_file(path, [secret, b"sk-ant-SECRETV"])
     assert path.read_bytes() == data.replace(secret, b"***")
     assert secret not in path.read_bytes()
 
 
-# --- migration from the single state branch --------------------------------------------------------------
-
-
-def _legacy_branch(repo: Path, plans: dict[str, list]) -> str:
-    """A `plan-runner/state` branch in the old layout: <plan>/ledger.jsonl and <plan>/files/e.json."""
-    from runner.core.ledger import dump_entry
-
-    with git.Repo(repo) as r:
-        root_lines = []
-        for plan_id, entries in plans.items():
-            (repo.parent / "l").write_text("".join(dump_entry(e) + "\n" for e in entries))
-            ledger_blob = r.git.hash_object("-w", str(repo.parent / "l"))
-            (repo.parent / "e").write_text('{"plan": "%s"}' % plan_id)
-            e_blob = r.git.hash_object("-w", str(repo.parent / "e"))
-            files = _mktree(repo, f"100644 blob {e_blob}\te.json\n")
-            tree = _mktree(repo, f"100644 blob {ledger_blob}\tledger.jsonl\n040000 tree {files}\tfiles\n")
-            root_lines.append(f"040000 tree {tree}\t{plan_id}\n")
-        root = _mktree(repo, "".join(root_lines))
-        commit = r.git.commit_tree(root, "-m", "old state")
-        r.git.update_ref("refs/heads/plan-runner/state", commit)
-        return commit
-
-
 def _mktree(repo: Path, text: str) -> str:
     return subprocess.run(["git", "mktree"], cwd=repo, input=text, capture_output=True, text=True,
                           check=True).stdout.strip()
-
-
-def test_a_legacy_state_branch_is_split_into_one_ref_per_plan_losing_nothing(tmp_path):
-    """Locally, the old branch's folders become the plans' refs with the same ledgers and files; the old branch is
-    kept as refs/plan-runner/legacy-state and no longer blocks `plan-runner/state` as a work branch name."""
-    make_repo(tmp_path / "w").close()
-    legacy = _legacy_branch(tmp_path / "w", {"a": [parked("a1"), parked("a2")], "b": [parked("b1")]})
-    store = GitStateStore(tmp_path / "w", remote=None)
-    assert store.plans() == ["a", "b"]
-    assert [e.reason for e in store.read("a")[0]] == ["a1", "a2"] and [e.reason for e in store.read("b")[0]] == ["b1"]
-    assert store.read_file("b", "e.json") == b'{"plan": "b"}'
-    with git.Repo(tmp_path / "w") as r:
-        assert r.git.rev_parse("refs/plan-runner/legacy-state") == legacy
-        assert r.git.for_each_ref("refs/heads/plan-runner/state") == ""
-    v = store.read("a")[1]
-    store.append("a", [parked("a3")], v)
-    assert [e.reason for e in GitStateStore(tmp_path / "w", remote=None).read("a")[0]] == ["a1", "a2", "a3"]
-
-
-def test_a_legacy_state_branch_on_the_remote_is_migrated_once_atomically(tmp_path):
-    """On a remote, the first clone to run migrates in one atomic push; the other clone then reads the same refs."""
-    bare, a, b = make_remote_pair(tmp_path)
-    _legacy_branch(a, {"p": [parked("one")], "q": [parked("q1")]})
-    with git.Repo(a) as r:
-        r.git.push("origin", "plan-runner/state")
-        r.git.update_ref("-d", "refs/heads/plan-runner/state")  # only the remote has it, as for a fresh runner
-    entries, version = GitStateStore(a).read("p")
-    assert [e.reason for e in entries] == ["one"] and version == remote_state(bare, "p")
-    assert remote_state(bare, "q") is not None
-    with git.Repo(bare) as r:
-        assert r.git.for_each_ref("refs/heads/plan-runner/state") == ""
-        assert r.git.for_each_ref("--format=%(refname)", "refs/plan-runner/legacy-state") == "refs/plan-runner/legacy-state"
-    sb = GitStateStore(b)
-    assert sb.plans() == ["p", "q"] and [e.reason for e in sb.read("q")[0]] == ["q1"]
-
-
-def test_a_work_branch_named_plan_runner_state_is_not_taken_for_legacy_state(tmp_path):
-    """A plan named `state` has the work branch `plan-runner/state`: it holds project files, so nothing migrates."""
-    make_repo(tmp_path / "w").close()
-    with git.Repo(tmp_path / "w") as r:
-        r.git.branch("plan-runner/state")
-    store = GitStateStore(tmp_path / "w", remote=None)
-    assert store.plans() == [] and store.read("state") == ([], None)
-    with git.Repo(tmp_path / "w") as r:
-        assert r.git.for_each_ref("--format=%(refname)", "refs/heads/plan-runner/state") == "refs/heads/plan-runner/state"
 
 
 def test_listing_plans_fetches_every_plan_once_and_the_reads_after_it_fetch_nothing(tmp_path):
@@ -600,7 +536,7 @@ def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(
     """A log over the block threshold goes in as blocks of whole lines cut by content: appending to it, or cutting
     its head, keeps the earlier blocks (same blobs), the restored file is byte for byte the log, and a secret in
     the new lines is redacted in what is stored."""
-    import runner.adapters.store.state as st
+    import runner.adapters.store.dirs as st
 
     make_repo(tmp_path / "w").close()
     src = tmp_path / "t1"
@@ -608,14 +544,14 @@ def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(
     lines = [b'{"type": "assistant", "n": %d, "text": "%s"}\n' % (i, b"w" * (i % 97)) for i in range(60_000)]
     (src / "stream.log").write_bytes(b"".join(lines[:40_000]))
     store = GitStateStore(tmp_path / "w", remote=None)
-    v1 = store.append("p", [parked("1")], None, dirs={"transcripts": src})
+    v1 = store.append("p", [parked("1")], None, options=AppendOptions(dirs={"transcripts": src}))
     later = GitStateStore(tmp_path / "w", remote=None)
     dest = tmp_path / "t2"
     later.read_dir("p", "transcripts", dest)
     assert (dest / "stream.log").read_bytes() == b"".join(lines[:40_000])
     with (dest / "stream.log").open("ab") as log:
         log.write(b"".join(lines[40_000:]) + b'{"key": "sk-ant-SECRETVALUE"}\n')
-    v2 = later.append("p", [parked("2")], v1, dirs={"transcripts": dest}, redact=[b"sk-ant-SECRETVALUE"])
+    v2 = later.append("p", [parked("2")], v1, options=AppendOptions(dirs={"transcripts": dest}, redact=(b"sk-ant-SECRETVALUE",)))
 
     def blocks(v):
         with git.Repo(tmp_path / "w") as r:
@@ -630,7 +566,7 @@ def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(
     cut = GitStateStore(tmp_path / "w", remote=None)
     cut.read_dir("p", "transcripts", tmp_path / "t4")
     st._keep_tail(tmp_path / "t4" / "stream.log", (tmp_path / "t4" / "stream.log").stat().st_size - 100_000)
-    v3 = cut.append("p", [parked("3")], v2, dirs={"transcripts": tmp_path / "t4"})
+    v3 = cut.append("p", [parked("3")], v2, options=AppendOptions(dirs={"transcripts": tmp_path / "t4"}))
     b3 = blocks(v3)
     assert len(set(b3) & set(b2)) >= len(b2) - 2  # only the blocks around the cut are new
 
@@ -638,48 +574,10 @@ def test_a_big_appended_log_is_stored_in_blocks_and_only_its_new_blocks_are_new(
 # --- the ledger in segments ------------------------------------------------------------------------------------
 
 
-def _old_format_state(repo: Path, ref: str, lines: list[str], parent: str | None = None) -> str:
-    """A state commit in the format before segments: the whole ledger in one `ledger.jsonl` blob."""
-    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="".join(lines), capture_output=True,
-                          text=True, check=True).stdout.strip()
-    tree = _mktree(repo, f"100644 blob {blob}\tledger.jsonl\n")
-    commit = subprocess.run(["git", "commit-tree", tree, *(["-p", parent] if parent else []), "-m", "old"], cwd=repo,
-                            capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run(["git", "update-ref", ref, commit], cwd=repo, check=True)
-    return commit
-
-
-def test_an_old_single_blob_ledger_is_read_and_split_into_segments_on_the_next_write(tmp_path, monkeypatch):
-    """A ledger in one blob reads as before; the next write migrates it into segments of at most SEGMENT_ENTRIES,
-    every line kept as it was, and the old blob goes."""
-    import runner.adapters.store.state as state
-    from runner.core.ledger import dump_entry
-
-    monkeypatch.setattr(state, "SEGMENT_ENTRIES", 4)
-    work = tmp_path / "w"
-    make_repo(work).close()
-    old = [dump_entry(parked(f"e{i}")) + "\n" for i in range(10)]
-    v = _old_format_state(work, "refs/plan-runner/state/p", old)
-    store = GitStateStore(work, remote=None)
-    entries, version = store.read("p")
-    assert version == v and [e.reason for e in entries] == [f"e{i}" for i in range(10)]
-    v2 = _write_with_snapshot(store, "p", [parked("new")], v)
-    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", v2], cwd=work, capture_output=True, text=True,
-                             check=True).stdout.split()
-    assert "ledger.jsonl" not in listing
-    assert [n for n in listing if n.startswith("ledger/")] == ["ledger/000000.jsonl", "ledger/000001.jsonl",
-                                                               "ledger/000002.jsonl"]
-    assert ledger_text(work, v2) == "".join(old) + dump_entry(parked("new")) + "\n"  # nothing lost, nothing moved
-    fresh = GitStateStore(work, remote=None)
-    entries, _ = fresh.read("p")
-    assert entries.snapshot is not None and len(entries) == 11 and entries[-1].reason == "new"
-    assert store._appends(v2, v)  # a migration is still an append (the tamper check accepts it)
-
-
 def test_segments_fill_up_and_only_the_last_one_is_rewritten(tmp_path, monkeypatch):
     """At the boundary a full segment stays as it is (same blob) and the next entry opens a new one; a read
     that trusts the snapshot loads only the last segment, and every entry is still there when asked for."""
-    import runner.adapters.store.state as state
+    import runner.adapters.store.layout as state
 
     monkeypatch.setattr(state, "SEGMENT_ENTRIES", 3)
     work = tmp_path / "w"
@@ -704,7 +602,7 @@ def test_segments_fill_up_and_only_the_last_one_is_rewritten(tmp_path, monkeypat
 def test_a_corrupt_segment_is_named_in_a_clear_error(tmp_path, monkeypatch):
     """A hand-edited segment changes the ledger's tree, so the snapshot is not trusted: every segment is checked
     and the bad line is reported with its segment and line; a missing segment is reported too."""
-    import runner.adapters.store.state as state
+    import runner.adapters.store.layout as state
 
     monkeypatch.setattr(state, "SEGMENT_ENTRIES", 2)
     work = tmp_path / "w"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from datetime import datetime
-from typing import Annotated, Literal, Union, overload
+from typing import Annotated, Literal, Protocol, Union, overload, runtime_checkable
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -71,6 +71,7 @@ class SessionRecord(Record):
     instructions: str | None = None  # a human's instruction this session was given
     # None only transiently, while the policy folds the record to decide it
     next_action: NextAction | None = None
+    decided_by: str | None = None  # the name of the policy rule that chose next_action (None: before rule names)
 
 
 class Advice(Record):
@@ -82,6 +83,7 @@ class Advice(Record):
     valid: bool = True  # False: the advisor failed or answered outside the vocabulary
     checkpoint: str | None = None
     next_action: NextAction
+    applied: bool = True  # False: the answer was not applied (a skip the plan does not let the advisor take alone)
 
 
 class Reply(Record):
@@ -142,9 +144,32 @@ def dump_entry(entry: Entry) -> str:
     return entry.model_dump_json()
 
 
+@runtime_checkable
+class StoredLedger(Protocol):
+    """A ledger as a store hands it over (`ports.StateStore.read`): its entries, fetched and parsed when asked
+    for, and `snapshot`, the folded state the store vouches was folded from exactly these entries (None: none)."""
+
+    snapshot: str | None
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index): ...
+
+    def __iter__(self) -> Iterator[Entry]: ...
+
+    def parse_all(self) -> None:
+        """Parse (and so check) every entry now."""
+
+
 class EntrySequence(Sequence):
     """A sequence of entries that fetches each one only when asked for (`_entry(i)`, 0 <= i < len):
-    indexing from the end and slices are handled here, once."""
+    indexing from the end and slices are handled here, once. A `StoredLedger`, with no snapshot unless set."""
+
+    snapshot: str | None = None
+
+    def parse_all(self) -> None:
+        for _ in self:
+            pass
 
     def _entry(self, index: int) -> Entry:
         raise NotImplementedError
@@ -204,10 +229,6 @@ class Ledger(EntrySequence):
 
     def __repr__(self) -> str:
         return f"Ledger({len(self)} entries)"
-
-    def parse_all(self) -> None:
-        for _ in self:
-            pass
 
     def _parse(self, index: int) -> Entry:
         line = self._lines[index].decode("utf-8", "replace")

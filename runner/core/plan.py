@@ -82,6 +82,9 @@ class AgentConfig(Config):
 class AdvisorConfig(Config):
     model: str = Field("claude-haiku-4-5", description="A cheap model consulted at dead ends.")
     enabled: bool = True
+    may_skip: bool = Field(False, description="Let the advisor's `skip` drop a checkpoint without a human. The "
+                                              "advisor reads text the agent wrote: by default a `skip` parks the "
+                                              "plan for a human instead.")
 
 
 class GateConfig(Config):

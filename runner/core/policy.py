@@ -10,7 +10,8 @@ outcomes loops forever: `max_sessions` parks the plan.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pydantic import Field, ValidationError
@@ -19,7 +20,9 @@ from runner.core.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
 from runner.core.evidence import CheckpointState, Record
-from runner.core.ledger import Advice, Dispatched, Entry, Finished, Parked, Reply, SessionRecord, SessionStarted
+from runner.core.ledger import (
+    Advice, Dispatched, Entry, Finished, Parked, Reply, SessionRecord, SessionStarted, StoredLedger,
+)
 from runner.core.plan import Plan
 
 LIMIT_BACKOFF_BASE = timedelta(minutes=5)
@@ -119,6 +122,15 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
     )
 
 
+def _skipping(state: RunState, checkpoint: str | None) -> frozenset[str]:
+    """The skipped checkpoints with `checkpoint` added (None: nothing to skip)."""
+    return state.skipped | {checkpoint} if checkpoint else state.skipped
+
+
+def _last_checkpoint(state: RunState) -> str | None:
+    return state.last.checkpoint if state.last else None
+
+
 def _fresh_budgets(state: RunState, **extra) -> RunState:
     """A human or the advisor said go again: budgets for the current work restart."""
     stage = state.last.stage if state.last else None
@@ -139,11 +151,13 @@ def snapshot_json(state: RunState) -> str:
     return json.dumps({"fold": FOLD_VERSION, "state": json.loads(state.model_dump_json())})
 
 
-def folded(ledger: Sequence[Entry]) -> RunState:
-    """The run state of a ledger read from the store: from its stored snapshot when the store
-    vouched that the snapshot was folded from exactly this ledger, else folded entry by entry.
-    A snapshot that does not parse, or comes from another fold version, is never trusted."""
-    raw = getattr(ledger, "snapshot", None)
+def folded(ledger: StoredLedger | Sequence[Entry]) -> RunState:
+    """The run state of a ledger read from the store (`ports.StateStore.read`): from its stored snapshot when the
+    store vouched that the snapshot was folded from exactly this ledger, else folded entry by entry (a plain
+    sequence of entries is folded). A snapshot that does not parse, or comes from another fold version, is never
+    trusted."""
+    stored = isinstance(ledger, StoredLedger)
+    raw = ledger.snapshot if stored else None
     if raw:
         try:
             snap = json.loads(raw)
@@ -151,7 +165,7 @@ def folded(ledger: Sequence[Entry]) -> RunState:
                 return RunState.model_validate(snap["state"])
         except (ValueError, KeyError, TypeError, ValidationError):
             pass
-    if hasattr(ledger, "parse_all"):
+    if stored:
         ledger.parse_all()
     return fold(ledger)
 
@@ -165,16 +179,16 @@ def fold(ledger: Iterable[Entry], state: RunState | None = None) -> RunState:
         elif isinstance(entry, SessionRecord):
             state = _note_session(state, entry)
         elif isinstance(entry, Advice):
-            skipped = state.skipped | {entry.checkpoint} if entry.answer == "skip" and entry.checkpoint else state.skipped
-            state = _fresh_budgets(state, pending=entry.next_action, skipped=skipped,
-                                   uncredited_base=None if entry.answer == "skip" else state.uncredited_base)
+            skip = entry.answer == "skip" and entry.applied  # a refused skip (see `advice_entry`) skips nothing
+            state = _fresh_budgets(state, pending=entry.next_action,
+                                   skipped=_skipping(state, entry.checkpoint if skip else None),
+                                   uncredited_base=None if skip else state.uncredited_base)
         elif isinstance(entry, Reply):
-            checkpoint = state.last.checkpoint if state.last else None
-            skipped = state.skipped | {checkpoint} if entry.command == "skip" and checkpoint else state.skipped
-            state = _fresh_budgets(state, pending=entry.next_action, skipped=skipped,
+            skip = entry.command == "skip"
+            state = _fresh_budgets(state, pending=entry.next_action,
+                                   skipped=_skipping(state, _last_checkpoint(state) if skip else None),
                                    instructions=entry.text or None, park_issue=None, parked_at=None,
-                                   finished=False,
-                                   uncredited_base=None if entry.command == "skip" else state.uncredited_base)
+                                   finished=False, uncredited_base=None if skip else state.uncredited_base)
         elif isinstance(entry, Dispatched):
             state = state.evolve(last_dispatch=max(state.last_dispatch, entry.for_session))
         elif isinstance(entry, Parked):
@@ -218,53 +232,131 @@ def _same_session_again(state: RunState, reason: str) -> RunSession:
                       resume_session_id=last.resume_session_id, instructions=state.instructions)
 
 
-def decide_next(verdict: Verdict, state: RunState, plan: Plan) -> AnyAction:
-    """What happens after a session. `state` already includes that session; `plan`
-    is the configuration from the base commit with the tracker as of the work branch head."""
-    b = plan.config.budget
-    o = verdict.outcome
-    if o is Outcome.NEEDS_HUMAN:
-        return Park(reason="the session needs a human", details=verdict.reasons)
-    if o in (Outcome.ADVANCED, Outcome.PROGRESS, Outcome.NO_PROGRESS) and plan.next_checkpoint(state.skipped) is None:
-        return _next_work(plan, state, SessionKind.DELIVERY, "")
-    if state.sessions >= b.max_sessions:
-        return Park(reason=f"max_sessions reached ({state.sessions} of {b.max_sessions})")
-    if b.max_cost_usd is not None and state.cost_usd >= b.max_cost_usd:
-        return Park(reason=f"max_cost_usd reached (${state.cost_usd:.2f} of ${b.max_cost_usd:.2f})")
+@dataclass(frozen=True)
+class Situation:
+    """What a rule of `decide_next` looks at: the session's verdict, the state including it, the plan."""
 
-    if o is Outcome.LIMIT_BACKOFF:
-        if state.consecutive_backoffs >= b.max_backoffs:
-            return Park(reason=f"{state.consecutive_backoffs} backoffs in a row (max_backoffs {b.max_backoffs})",
-                        details=verdict.reasons)
-        what = "transient error" if verdict.transient else "rate limit"
-        return Wait(until=_backoff(verdict, state), reason=f"{what}; no attempt burned",
-                    then=_same_session_again(state, f"retry after the {what}"))
-    if o is Outcome.ROLLED_OVER:
-        return _next_work(plan, state, SessionKind.HANDOFF, "token budget reached: fresh session with the handoff")
-    if o in _STALLS:
-        if state.consecutive_zero_stalls >= 2:
-            return Park(reason="two consecutive sessions produced no output at all")
-        if state.consecutive_stalls > b.max_resumes:
-            return ConsultAdvisor(reason=f"resume budget spent ({b.max_resumes} resumes)",
-                                  checkpoint=state.last.checkpoint if state.last else None)
-        if verdict.agent_session_id:
-            return RunSession(kind=SessionKind.RESUME, checkpoint=state.last.checkpoint if state.last else None,
-                              reason=f"{o.value}: resume the same agent session",
-                              resume_session_id=verdict.agent_session_id, instructions=state.instructions)
-        return _same_session_again(state, f"{o.value} before the agent had a session id: start it again")
-    if verdict.blame is Blame.AGENT:
-        checkpoint = state.last.checkpoint if state.last else None
-        if state.streak >= 2:
-            return ConsultAdvisor(reason=f"circuit breaker: {o.value} twice in a row with the same failure",
-                                  checkpoint=checkpoint)
-        stage = plan.stage_of(checkpoint) if checkpoint else None
-        if stage is not None and state.stage_attempts.get(stage.number, 0) >= plan.stage_attempt_budget(stage):
-            return ConsultAdvisor(
-                reason=f"stage {stage.number} attempt budget spent ({plan.stage_attempt_budget(stage)} attempts)",
-                checkpoint=checkpoint)
-        return _next_work(plan, state, _FIX_KIND[o], f"{o.value}: fix session")
-    return _next_work(plan, state, SessionKind.DELIVERY,
-                      "advanced: next checkpoint" if o is Outcome.ADVANCED else "progress: keep delivering")
+    verdict: Verdict
+    state: RunState
+    plan: Plan
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.verdict.outcome
+
+    @property
+    def budget(self):
+        return self.plan.config.budget
+
+    @property
+    def stalled(self) -> bool:
+        return self.verdict.outcome in _STALLS
+
+    @property
+    def by_agent(self) -> bool:
+        return self.verdict.blame is Blame.AGENT
+
+    @property
+    def checkpoint(self) -> str | None:
+        return self.state.last.checkpoint if self.state.last else None
+
+
+@dataclass(frozen=True)
+class NextRule:
+    """One row of `NEXT_RULES`: its name (recorded in the ledger as `decided_by`), when it applies, what it does."""
+
+    name: str
+    applies: Callable[[Situation], bool]
+    action: Callable[[Situation], AnyAction]
+
+
+class Decision(Record):
+    """What `decide` chose and the name of the rule that chose it."""
+
+    rule: str
+    action: AnyAction
+
+
+def _stage_spent(s: Situation) -> bool:
+    stage = s.plan.stage_of(s.checkpoint) if s.checkpoint else None
+    return stage is not None and s.state.stage_attempts.get(stage.number, 0) >= s.plan.stage_attempt_budget(stage)
+
+
+def _stage_budget_spent(s: Situation) -> ConsultAdvisor:
+    stage = s.plan.stage_of(s.checkpoint)  # type: ignore[arg-type]
+    assert stage is not None
+    return ConsultAdvisor(reason=f"stage {stage.number} attempt budget spent ({s.plan.stage_attempt_budget(stage)} "
+                                 "attempts)", checkpoint=s.checkpoint)
+
+
+def _wait_out(s: Situation) -> Wait:
+    what = "transient error" if s.verdict.transient else "rate limit"
+    return Wait(until=_backoff(s.verdict, s.state), reason=f"{what}; no attempt burned",
+                then=_same_session_again(s.state, f"retry after the {what}"))
+
+
+def _resume(s: Situation) -> RunSession:
+    return RunSession(kind=SessionKind.RESUME, checkpoint=s.checkpoint,
+                      reason=f"{s.outcome.value}: resume the same agent session",
+                      resume_session_id=s.verdict.agent_session_id, instructions=s.state.instructions)
+
+
+_DELIVERED = (Outcome.ADVANCED, Outcome.PROGRESS, Outcome.NO_PROGRESS)
+
+# `decide_next` as a table: the rules are checked in order and the first that applies decides (like
+# `outcome.RULES`). One line per rule: a new bound is a new line, at the place where it should win.
+NEXT_RULES: tuple[NextRule, ...] = (
+    NextRule("needs-human", lambda s: s.outcome is Outcome.NEEDS_HUMAN,
+             lambda s: Park(reason="the session needs a human", details=s.verdict.reasons)),
+    NextRule("nothing-left", lambda s: s.outcome in _DELIVERED and s.plan.next_checkpoint(s.state.skipped) is None,
+             lambda s: _next_work(s.plan, s.state, SessionKind.DELIVERY, "")),
+    NextRule("max-sessions", lambda s: s.state.sessions >= s.budget.max_sessions,
+             lambda s: Park(reason=f"max_sessions reached ({s.state.sessions} of {s.budget.max_sessions})")),
+    NextRule("max-cost", lambda s: s.budget.max_cost_usd is not None and s.state.cost_usd >= s.budget.max_cost_usd,
+             lambda s: Park(reason=f"max_cost_usd reached (${s.state.cost_usd:.2f} of ${s.budget.max_cost_usd:.2f})")),
+    NextRule("max-backoffs", lambda s: s.outcome is Outcome.LIMIT_BACKOFF
+             and s.state.consecutive_backoffs >= s.budget.max_backoffs,
+             lambda s: Park(reason=f"{s.state.consecutive_backoffs} backoffs in a row (max_backoffs "
+                                   f"{s.budget.max_backoffs})", details=s.verdict.reasons)),
+    NextRule("backoff", lambda s: s.outcome is Outcome.LIMIT_BACKOFF, _wait_out),
+    NextRule("rolled-over", lambda s: s.outcome is Outcome.ROLLED_OVER,
+             lambda s: _next_work(s.plan, s.state, SessionKind.HANDOFF,
+                                  "token budget reached: fresh session with the handoff")),
+    NextRule("zero-output-stalls", lambda s: s.stalled and s.state.consecutive_zero_stalls >= 2,
+             lambda s: Park(reason="two consecutive sessions produced no output at all")),
+    NextRule("resume-budget", lambda s: s.stalled and s.state.consecutive_stalls > s.budget.max_resumes,
+             lambda s: ConsultAdvisor(reason=f"resume budget spent ({s.budget.max_resumes} resumes)",
+                                      checkpoint=s.checkpoint)),
+    NextRule("resume", lambda s: s.stalled and bool(s.verdict.agent_session_id), _resume),
+    NextRule("restart", lambda s: s.stalled,
+             lambda s: _same_session_again(s.state, f"{s.outcome.value} before the agent had a session id: "
+                                                    "start it again")),
+    NextRule("circuit-breaker", lambda s: s.by_agent and s.state.streak >= 2,
+             lambda s: ConsultAdvisor(reason=f"circuit breaker: {s.outcome.value} twice in a row with the same "
+                                             "failure", checkpoint=s.checkpoint)),
+    NextRule("stage-budget", lambda s: s.by_agent and _stage_spent(s), _stage_budget_spent),
+    NextRule("fix", lambda s: s.by_agent,
+             lambda s: _next_work(s.plan, s.state, _FIX_KIND[s.outcome], f"{s.outcome.value}: fix session")),
+    NextRule("deliver", lambda s: True,
+             lambda s: _next_work(s.plan, s.state, SessionKind.DELIVERY, "advanced: next checkpoint"
+                                  if s.outcome is Outcome.ADVANCED else "progress: keep delivering")),
+)
+
+
+def decide(verdict: Verdict, state: RunState, plan: Plan) -> Decision:
+    """What happens after a session, and the name of the rule of `NEXT_RULES` that decided it. `state` already
+    includes that session; `plan` is the configuration from the base commit with the tracker as of the work
+    branch head."""
+    situation = Situation(verdict, state, plan)
+    for rule in NEXT_RULES:
+        if rule.applies(situation):
+            return Decision(rule=rule.name, action=rule.action(situation))
+    raise AssertionError("the policy's table has no default rule")  # pragma: no cover - `deliver` always applies
+
+
+def decide_next(verdict: Verdict, state: RunState, plan: Plan) -> AnyAction:
+    """The action of `decide` alone."""
+    return decide(verdict, state, plan).action
 
 
 def _retry_kind(state: RunState) -> SessionKind:
@@ -283,11 +375,29 @@ def decide_after_advice(answer: str, reason: str, state: RunState, plan: Plan) -
                           resume_session_id=last.agent_session_id, instructions=state.instructions)
     if answer == "resume":
         return _next_work(plan, state, _retry_kind(state), f"advisor: resume, no agent session to resume ({reason})")
+    if answer == "skip" and not advisor_may_skip(plan):
+        return Park(reason=f"the advisor answered skip ({reason}); skipping a checkpoint needs a human "
+                           "(the plan does not set `advisor.may_skip: true`)")
     if answer == "skip":
-        skipped = state.skipped | ({last.checkpoint} if last and last.checkpoint else set())
-        return _next_work(plan, state.evolve(skipped=skipped), SessionKind.DELIVERY,
+        return _next_work(plan, state.evolve(skipped=_skipping(state, _last_checkpoint(state))), SessionKind.DELIVERY,
                           f"advisor: skip ({reason})")
     return Park(reason=f"the advisor asks for a human: {reason}")
+
+
+def advisor_may_skip(plan: Plan) -> bool:
+    """Whether the advisor's `skip` is applied without a human. The advisor reads text the agent wrote, and a
+    model that obeys such text is a model: by default its skip parks the plan for a human; a plan opts in with
+    `advisor.may_skip: true`. The other answers cannot drop a checkpoint (`max_sessions` bounds them)."""
+    return plan.config.advisor is not None and plan.config.advisor.may_skip
+
+
+def advice_entry(answer: str, reason: str, state: RunState, plan: Plan, *, at: datetime, valid: bool = True,
+                 model: str = "", checkpoint: str | None = None) -> Advice:
+    """The ledger entry of the advisor's answer: the answer as given, the action decided on it, and whether it
+    was applied (`applied=False`: a skip the plan does not let the advisor take alone; the fold skips nothing)."""
+    action = decide_after_advice(answer, reason, state, plan)
+    return Advice(at=at, answer=answer, reason=reason, valid=valid, model=model, checkpoint=checkpoint,
+                  next_action=action, applied=not (answer == "skip" and not advisor_may_skip(plan)))
 
 
 def decide_after_reply(command: str, text: str, user: str, state: RunState, plan: Plan) -> AnyAction:
@@ -298,8 +408,7 @@ def decide_after_reply(command: str, text: str, user: str, state: RunState, plan
     if command == "stop":
         return Park(reason=f"stopped by {who}")
     if command == "skip":
-        skipped = state.skipped | ({last.checkpoint} if last and last.checkpoint else set())
-        return _next_work(plan, fresh.evolve(skipped=skipped), SessionKind.DELIVERY,
+        return _next_work(plan, fresh.evolve(skipped=_skipping(state, _last_checkpoint(state))), SessionKind.DELIVERY,
                           f"{who}: skip the checkpoint")
     if command == "resume" and last is not None and last.outcome in _STALLS and last.agent_session_id:
         return RunSession(kind=SessionKind.RESUME, checkpoint=last.checkpoint, reason=f"{who}: resume",

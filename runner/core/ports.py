@@ -1,33 +1,84 @@
 """The small protocols the local driver and the GitHub driver both implement.
 
-The session loop talks only to these, so the whole loop runs offline.
+The session loop talks only to these, so the whole loop runs offline. `StateStore` is everything the drivers
+ask of a plan's state: the git store (`runner.adapters.store.state.GitStateStore`) and the in-memory one
+(`runner.adapters.store.memory.MemoryStateStore`) implement all of it and pass the same contract tests
+(tests/test_store_contract.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
-from runner.core.ledger import Entry
+from runner.core.errors import StateConflict
+from runner.core.ledger import Entry, StoredLedger
+
+# (sha or None to delete, ref, expected remote sha or None for absent): a ref update pushed with the state
+RefUpdate = tuple[str | None, str, str | None]
+
+
+@dataclass(frozen=True)
+class AppendOptions:
+    """How `StateStore.append` writes, beyond the entries and files.
+
+    `snapshot`: the folded state after these entries (`policy.snapshot_json`), stored so the next read need not
+    fold the whole ledger. `dirs`: directories kept with the state (the agent's transcripts), each replacing the
+    one of the same name; `redact`: byte strings cleared from them before they are stored. `also_push`: other ref
+    updates that land atomically with the state on the remote (the work branch). `push=False`: written locally
+    only; the next pushed append (or `push_pending`) carries it to the remote.
+    """
+
+    snapshot: str | None = None
+    dirs: Mapping[str, Path] = field(default_factory=dict)
+    redact: tuple[bytes, ...] = ()
+    also_push: tuple[RefUpdate, ...] = ()
+    push: bool = True
 
 
 class StateStore(Protocol):
-    """The append-only ledger per plan, with compare-and-swap writes."""
+    """The append-only ledger per plan, with compare-and-swap writes; plans never conflict with each other."""
 
-    def read(self, plan_id: str) -> tuple[list[Entry], str | None]:
-        """The plan's ledger and a version token (the state ref's sha; None if absent)."""
+    def read(self, plan_id: str) -> tuple[StoredLedger, str | None]:
+        """The plan's ledger and a version token (None if the plan has no state). The ledger carries the stored
+        snapshot only when it was folded from exactly these entries."""
 
     def append(self, plan_id: str, entries: Sequence[Entry], expected_version: str | None,
-               files: dict[str, bytes] | None = None) -> str:
-        """Append entries (and write extra files, e.g. transcripts, under the plan's folder)
-        only if the state is still at `expected_version`; returns the new version.
-        Raises `runner.core.errors.StateConflict` when another writer won."""
+               files: Mapping[str, bytes] | None = None, options: AppendOptions = AppendOptions()) -> str:
+        """Append entries (and write `files`, e.g. the last evidence, under the plan's state) only if the state
+        is still at `expected_version`; returns the new version. Raises `StateConflict` when another writer won."""
 
     def read_file(self, plan_id: str, name: str) -> bytes | None:
-        """A file kept with the plan's state (e.g. a transcript), or None."""
+        """A file kept with the plan's state, or None."""
+
+    def read_dir(self, plan_id: str, name: str, dest: Path) -> None:
+        """Write the directory `name` kept with the plan's state into `dest` (created; nothing when absent)."""
 
     def plans(self) -> list[str]:
         """Ids of every plan that has state."""
+
+    def fetch_also(self, plan_id: str, refspecs: Sequence[str], negotiate: Sequence[str] = ()) -> None:
+        """Carry `refspecs` in the same fetch as the plan's state (a store without a remote ignores it)."""
+
+    def fetched_with(self, plan_id: str) -> bool:
+        """Whether the plan's last read also fetched the refspecs given to `fetch_also`."""
+
+    def restore_own(self, plan_id: str, expected: str | None, *, remote: bool = True) -> list[str]:
+        """Put the plan's state back at `expected` wherever something else moved it; what was moved, in words."""
+
+    def push_pending(self, plan_id: str) -> bool:
+        """Push what was written with `push=False`, if anything; True when something was pushed."""
+
+    def defer_pushes(self) -> None:
+        """From now on appends are written locally and pushed together by `flush`."""
+
+    def flush(self) -> dict[str, StateConflict]:
+        """Push every plan appended to since `defer_pushes`; the plans left out, each with its conflict."""
+
+    def close(self) -> None:
+        """Release what the store holds open."""
 
 
 class Dispatcher(Protocol):

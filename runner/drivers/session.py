@@ -23,16 +23,15 @@ from runner.core.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, Ru
 from runner.adapters.sandbox.agentenv import secret_values
 from runner.core.errors import PlanRunnerError, Refused
 from runner.core.evidence import Evidence
-from runner.core.ledger import Advice, Entry, EntrySequence, Finished, Parked, SessionRecord, SessionStarted
+from runner.core.ledger import Entry, EntrySequence, Finished, Parked, SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.planfile import parse_plan, with_tracker
 from runner.adapters.judge.guard import secret_forms
 from runner.core.policy import (
-    AnyAction, RunState, decide_after_advice, decide_next, decide_start, fold, folded, snapshot_json,
+    AnyAction, RunState, advice_entry, decide, decide_start, fold, folded, snapshot_json,
 )
-from runner.core.ports import Dispatcher, Parker, StateStore
+from runner.core.ports import AppendOptions, Dispatcher, Parker, StateStore
 from runner.adapters.render.report import render_park_issue, render_report
-from runner.adapters.store.state import GitStateStore
 
 Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
 # Where crash-consistency tests kill plan-runner (PLAN_RUNNER_FAULT=<point>), in the order a session passes them.
@@ -178,16 +177,15 @@ class Session:
     def __init__(self, ws: Workspace, drivers: Drivers) -> None:
         self.ws, self.d = ws, drivers
         self.trusted, self.trusted_text = load_trusted_plan(ws)
-        fetch_also = getattr(drivers.store, "fetch_also", None)
-        if ws.remote and fetch_also is not None:
+        if ws.remote:
             # One fetch for the session: the plan's state, its work branch and the base it starts from.
             branch, base = self.trusted.work_branch, self.trusted.config.base
-            fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
-                       [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
-                        f"refs/remotes/{ws.remote}/{base}"])
+            drivers.store.fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
+                                     [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
+                                      f"refs/remotes/{ws.remote}/{base}"])
         self.entries, self.version = drivers.store.read(self.trusted.id)
         # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
-        self.branches_fetched = self.trusted.id in getattr(drivers.store, "fetched_with", ())
+        self.branches_fetched = drivers.store.fetched_with(self.trusted.id)
         self.plan, _ = _tracked_plan(ws, self.trusted)
         self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)
@@ -199,14 +197,10 @@ class Session:
         """Compare-and-swap append on this plan's state ref, with the folded state stored beside it.
         A conflict always means another job advanced this plan (plans never share a ref): re-raised."""
         state = fold(entries, self.state)
-        kw = {"snapshot": snapshot_json(state)} if isinstance(self.d.store, GitStateStore) else {}
-        if dirs:
-            kw.update(dirs=dirs, redact=secret_forms(self.secrets))
-        if also_push:
-            kw["also_push"] = also_push
-        if not push:
-            kw["push"] = False
-        self.version = self.d.store.append(self.trusted.id, entries, self.version, files, **kw)
+        options = AppendOptions(snapshot=snapshot_json(state), dirs=dirs or {},
+                                redact=tuple(secret_forms(self.secrets)) if dirs else (), also_push=tuple(also_push),
+                                push=push)
+        self.version = self.d.store.append(self.trusted.id, entries, self.version, files, options)
         self.entries = _Appended(self.entries, entries)
         self.state = state
 
@@ -273,11 +267,11 @@ class Session:
 
     def consult(self, action: ConsultAdvisor) -> AnyAction:
         answer, reason, valid, model = self._ask_advisor(action.reason)
-        decided = decide_after_advice(answer, reason, self.state, self.plan)
-        self.write([Advice(at=self.ws.clock(), answer=answer, reason=reason, valid=valid, model=model,
-                           checkpoint=action.checkpoint, next_action=decided)])
+        entry = advice_entry(answer, reason, self.state, self.plan, at=self.ws.clock(), valid=valid, model=model,
+                             checkpoint=action.checkpoint)
+        self.write([entry])
         self.ws.on_event("advisor", f"{answer}: {reason}")
-        return decided
+        return entry.next_action
 
     def _ask_advisor(self, question: str) -> tuple[str, str, bool, str]:
         """Deterministic first, model second: no advisor configured means a human decides."""
@@ -331,8 +325,9 @@ class Session:
                                reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
                                resume_session_id=open_.resume_session_id, **_spent(self.ws, self.trusted.id, open_))
         first = [started] if started is not None else []
-        action = decide_next(verdict, fold([*first, record], self.state), self.plan)
-        self.write([*first, record.model_copy(update={"next_action": action})])
+        decision = decide(verdict, fold([*first, record], self.state), self.plan)
+        action = decision.action
+        self.write([*first, record.model_copy(update={"next_action": action, "decided_by": decision.rule})])
         self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
         return True
 

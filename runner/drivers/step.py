@@ -30,7 +30,7 @@ from runner.adapters.judge.guard import redact_text
 from runner.core.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
 from runner.core.outcome import classify
 from runner.core.planfile import with_tracker
-from runner.core.policy import decide_next, fold
+from runner.core.policy import decide, fold
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.drivers.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
     EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file,
@@ -89,34 +89,14 @@ def session_ref(plan_id: str, n: int) -> str:
     return f"refs/plan-runner/sessions/{plan_id}/{n}"
 
 
-EARLY_PUSH = "PLAN_RUNNER_EARLY_PUSH"
-
-
-def early_push(ws: Workspace) -> bool:
-    """Opt-in (PLAN_RUNNER_EARLY_PUSH=1): the extra pushes a session made before issue 11 (its `started` entry
-    before the agent, the agent's commits under a session ref before the gates, a fetch checking the remote
-    state for tampering after the agent), so a job *killed outright* (SIGKILL, a lost runner) during the agent
-    or the gates still leaves its commits on the remote. By default a cancelled job pushes them on the stop
-    signal instead, and the next tick finds a killed session by its dispatch intent (docs/reliability.md)."""
-    return (ws.env.get(EARLY_PUSH) or "").strip().lower() in ("1", "true", "yes")
-
-
 def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
-    """Right after the agent (leftovers committed, tampering reverted), with `early_push`: its commits go to
-    the remote under a session ref, so a job killed before the final push loses none of them.
-    With `checks:` gates the work branch goes (always): the repository's own CI judges that commit."""
-    if not ws.remote:
-        return None
-    checks = any(g.kind == "checks" for g in plan.config.gates)
-    early = early_push(ws)
-    if not checks and not early:
+    """With `checks:` gates the work branch goes to the remote before the gates: the repository's own CI judges
+    that commit."""
+    if not ws.remote or not any(g.kind == "checks" for g in plan.config.gates):
         return None
 
     def push(head: str) -> None:
-        if early:
-            push_session_ref(ws, plan.id, n, head)
-        if checks:
-            gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
+        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
     return push
 
 
@@ -219,7 +199,7 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     # The start goes to the remote only when nothing there says this session is due: a session a plan-runner
     # job dispatched has its intent (`Dispatched`) on the remote already, and the tick finds it by that intent
     # if this job dies without a word (action_tick). A session started by hand pushes it, so it is found too.
-    push_start = not ws.remote or early_push(ws) or s.state.last_dispatch < n
+    push_start = not ws.remote or s.state.last_dispatch < n
     try:
         s.write([started], push=push_start)
     except StateConflict:
@@ -259,12 +239,9 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         ws.on_event("warning", note)
     if skipped:
         ws.on_event("warning", "not kept from the agent's state: " + "; ".join(skipped[:5]))
-    restore_state = getattr(s.d.store, "restore_own", None)
-    if restore_state is not None:  # this plan's own ref only: other plans' jobs write theirs meanwhile
-        # An isolated agent can reach neither this repository nor its remote's credentials: no fetch to check it.
-        # The remote is checked only with `early_push`: otherwise the final push's lease finds any move of it,
-        # and `_final_write` checks it then (one fetch on that path only).
-        moved += restore_state(plan.id, s.version, remote=early_push(ws) and not identity.isolated)
+    # This plan's own ref only: other plans' jobs write theirs meanwhile. No fetch to check the remote: the final
+    # push's lease finds any move of it, and `_final_write` checks it then (one fetch on that path only).
+    moved += s.d.store.restore_own(plan.id, s.version, remote=False)
     fault_point(ws, "after-agent")
     ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
 
@@ -300,8 +277,9 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         base_sha=base_sha, head_sha=head,
         work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
         resume_session_id=action.resume_session_id, instructions=action.instructions)
-    next_action = decide_next(verdict, fold([record], s.state), s.plan)
-    record = record.model_copy(update={"next_action": next_action})
+    decision = decide(verdict, fold([record], s.state), s.plan)
+    next_action = decision.action
+    record = record.model_copy(update={"next_action": next_action, "decided_by": decision.rule})
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
 
     fault_point(ws, "before-push")
@@ -334,8 +312,7 @@ def _final_write(s: Session, n: int, base_sha: str, entries, **kw) -> None:
     except StateConflict:
         if not ws.remote:
             raise
-        restore_state = getattr(s.d.store, "restore_own", None)
-        moved = restore_state(plan.id, s.version, remote=True) if restore_state is not None else []
+        moved = s.d.store.restore_own(plan.id, s.version, remote=True)
         if moved:
             ws.on_event("warning", "; ".join(moved))
             try:

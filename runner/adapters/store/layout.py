@@ -1,0 +1,183 @@
+"""The layout of a plan's state: its ref, the names it accepts, and the tree of a state commit::
+
+    ledger/000000.jsonl  the ledger: one `runner.core.ledger` entry per line, in segments of SEGMENT_ENTRIES
+    ledger/000001.jsonl  entries (all full but the last, so a write rewrites the last one only and a
+    ...                  read that trusts the snapshot loads the last one only)
+    snapshot.json     the folded run state after the last entry, and the segments' tree it was folded from
+    files/<name>      kept with the state, e.g. the last evidence
+    <dir>/...         a directory kept with the state (runner.adapters.store.dirs)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from git.exc import GitCommandError
+
+from runner.adapters.git.work import run_git
+from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree
+from runner.core.errors import PlanRunnerError
+from runner.core.ledger import Ledger, SegmentedLedger
+
+NAMESPACE = "refs/plan-runner/state"
+TRACKING = "refs/plan-runner/remote-state"  # + /<remote>/<plan_id>
+LEDGER_DIR = "ledger"  # the ledger in segments: ledger/000000.jsonl, ledger/000001.jsonl, ...
+SEGMENT_ENTRIES = 256  # entries per segment; every segment but the last is full
+SEGMENT_NAME = re.compile(r"[0-9]{6}\.jsonl")
+SNAPSHOT = "snapshot.json"
+FILES = "files"
+ZERO = "0" * 40
+
+
+def check_name(kind: str, name: str) -> None:
+    if (not name or name in (".", "..", ".git") or any(c in name for c in "/\\\0\n*?[:~^ ")
+            or name != name.strip() or name.endswith(".lock") or ".." in name or name.startswith("-")):
+        raise PlanRunnerError(
+            what=f"{kind} {name!r} cannot be stored in the plan's state",
+            why=f"a {kind} becomes one git ref or file name: no slashes, spaces, newlines, '..', "
+                "glob characters, '.', '.git' or a '.lock' ending",
+            fix=f"use a plain name such as the plan file's stem (e.g. 'add-auth') for the {kind}",
+        )
+
+
+def state_ref(plan_id: str) -> str:
+    return f"{NAMESPACE}/{plan_id}"
+
+
+def corrupt(plan_id: str, path: str) -> Callable[[int, str], PlanRunnerError]:
+    """The error for a line of the ledger that is not an entry: `(line_number, detail) -> error`."""
+    ref = state_ref(plan_id)
+
+    def error(number: int, detail: str) -> PlanRunnerError:
+        return PlanRunnerError(
+            what=f"the ledger of plan {plan_id!r} is corrupt at line {number} of {path}",
+            why=f"{ref}:{path} line {number} is not a ledger entry ({detail})",
+            fix=f"inspect it with `git show {ref}:{path}`; correct or delete line {number} and commit "
+                f"that onto {ref} (push it if there is a remote), then run again",
+        )
+    return error
+
+
+# --- the ledger in segments ---------------------------------------------------------------------------------
+
+
+def segments(objects: GitObjects, plan_id: str, entry: tuple[int, str]) -> list[tuple[str, str]]:
+    """(name, blob sha) of every segment in order; a clear error for anything that is not one."""
+    mode, sha = entry
+    names = objects.tree(sha) if mode == TREE_MODE else None
+    bad = ["(not a folder)"] if names is None else [
+        n for n, (m, _) in names.items() if m != BLOB_MODE or not SEGMENT_NAME.fullmatch(n)]
+    ordered = sorted(names or {})
+    if not bad and ordered != [f"{i:06d}.jsonl" for i in range(len(ordered))]:
+        bad = ["(numbers with a gap)"]
+    if bad:
+        ref = state_ref(plan_id)
+        raise PlanRunnerError(
+            what=f"the ledger of plan {plan_id!r} is corrupt: {LEDGER_DIR}/ holds {', '.join(bad[:3])}",
+            why=f"{ref}:{LEDGER_DIR}/ must hold only the segments 000000.jsonl, 000001.jsonl, ... in sequence",
+            fix=f"inspect it with `git ls-tree {ref}:{LEDGER_DIR}`; restore the missing or misnamed segment "
+                f"and commit that onto {ref} (push it if there is a remote), then run again")
+    return [(n, names[n][1]) for n in ordered]  # type: ignore[index]
+
+
+def read_ledger(objects: GitObjects, plan_id: str, tree: Tree) -> Ledger:
+    """The ledger of a state commit's tree, with its snapshot when the snapshot was folded from exactly it."""
+    if LEDGER_DIR not in tree:
+        return Ledger(b"", corrupt(plan_id, LEDGER_DIR))
+    entry = tree[LEDGER_DIR]
+    snapshot_sha = tree.get(SNAPSHOT, (0, None))[1]
+    parts = segments(objects, plan_id, entry)
+    loaders = [lambda sha=sha: objects.get(sha, b"blob") or b"" for _, sha in parts]
+    sizes = snapshot = None
+    if snapshot_sha and parts:
+        data = objects.get(snapshot_sha, b"blob")
+        try:
+            snap = json.loads(data or b"")
+            last_raw = loaders[-1]()  # the only segment read: every other one is full
+            loaders[-1] = lambda: last_raw
+            last = last_raw.count(b"\n")
+            count = (len(parts) - 1) * SEGMENT_ENTRIES + last
+            if (isinstance(snap, dict) and snap.get("ledger") == entry[1] and snap.get("entries") == count
+                    and snap.get("segment") == SEGMENT_ENTRIES):
+                sizes = [SEGMENT_ENTRIES] * (len(parts) - 1) + [last]
+                snapshot = json.dumps(snap["state"])
+        except (ValueError, KeyError, TypeError):
+            sizes = snapshot = None
+    names = [name for name, _ in parts]
+    ledger = SegmentedLedger(loaders, sizes, lambda i: corrupt(plan_id, f"{LEDGER_DIR}/{names[i]}"),
+                             snapshot=snapshot)
+    if snapshot is None:
+        ledger.parse_all()  # no trusted fold to start from: every entry is read (and checked) now
+    return ledger
+
+
+def append_segments(objects: GitObjects, plan_id: str, plan: Tree, lines: list[bytes]) -> tuple[str, int]:
+    """Append `lines` to the plan's ledger in segments (in place in `plan`); returns the segments' tree sha
+    and the number of entries. Only the last segment is read and rewritten (and the ones the new lines
+    open): git keeps every full segment as it is."""
+    found: dict[str, tuple[int, str]] = {}
+    if LEDGER_DIR in plan:
+        ordered = segments(objects, plan_id, plan[LEDGER_DIR])
+        found = {name: (BLOB_MODE, sha) for name, sha in ordered}
+        raw = objects.get(ordered[-1][1], b"blob") or b"" if ordered else b""
+        tail = [line + b"\n" for line in raw.split(b"\n") if line.strip()]
+        first = max(0, len(ordered) - 1)
+        before = _counted(objects, plan, plan[LEDGER_DIR][1], ordered) - len(tail)
+    else:
+        tail, first, before = [], 0, 0
+    tail += lines
+    for i in range(0, max(len(tail), 1), SEGMENT_ENTRIES):
+        chunk = tail[i:i + SEGMENT_ENTRIES]
+        found[f"{first + i // SEGMENT_ENTRIES:06d}.jsonl"] = (BLOB_MODE, objects.store(b"blob", b"".join(chunk)))
+    sha = objects.write_tree(found)
+    plan[LEDGER_DIR] = (TREE_MODE, sha)
+    return sha, before + len(tail)
+
+
+def _counted(objects: GitObjects, plan: Tree, ledger_sha: str, ordered: list[tuple[str, str]]) -> int:
+    """The entries in the segments: from the stored snapshot when it was written for them, else counted."""
+    snap_entry = plan.get(SNAPSHOT)
+    if snap_entry is not None:
+        try:
+            snap = json.loads(objects.get(snap_entry[1], b"blob") or b"")
+            if snap.get("ledger") == ledger_sha and snap.get("segment") == SEGMENT_ENTRIES:
+                return int(snap["entries"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    return sum((objects.get(sha, b"blob") or b"").count(b"\n") for _, sha in ordered)
+
+
+def snapshot_blob(snapshot: str, ledger_sha: str, count: int) -> bytes:
+    """`snapshot.json`: the folded state and the segments' tree (and entry count) it was folded from."""
+    return json.dumps({"entries": count, "ledger": ledger_sha, "segment": SEGMENT_ENTRIES,
+                       "state": json.loads(snapshot)}, separators=(",", ":"), sort_keys=True).encode()
+
+
+def ledger_extends(objects: GitObjects, new: Tree, old: Tree) -> bool:
+    """The ledger in tree `new` is the one in `old` with entries appended (compares segment shas, reads two)."""
+    if LEDGER_DIR not in new or LEDGER_DIR not in old:
+        return False
+    try:
+        now, was = dict(segments(objects, "?", new[LEDGER_DIR])), segments(objects, "?", old[LEDGER_DIR])
+    except PlanRunnerError:
+        return False
+    if not was:
+        return True
+    *full, (last, last_sha) = was
+    if any(now.get(name) != sha for name, sha in full) or last not in now:
+        return False
+    return (objects.get(now[last], b"blob") or b"").startswith(objects.get(last_sha, b"blob") or b"")
+
+
+def ledger_text(repo: Path | str, rev: str) -> str:
+    """The whole ledger at `rev` (a plan's state commit) as one text; '' when there is none.
+    For tools and tests that read it with git, outside a store."""
+    try:
+        listing = run_git(repo, "ls-tree", "-z", rev, "--", LEDGER_DIR + "/").decode()
+    except GitCommandError:
+        return ""
+    names = sorted(item.split("\t", 1)[1] for item in listing.split("\0") if "\t" in item)
+    return "".join(run_git(repo, "cat-file", "blob", f"{rev}:{name}").decode("utf-8", "replace") for name in names)

@@ -1,0 +1,230 @@
+"""The state-store port's contract (`runner.core.ports.StateStore`), checked the same way on every store: the git
+store without a remote, the git store over a real bare remote (two clones), and the in-memory store.
+
+A test gets two handles on the same state (`pair`): for git, two stores (one repository, or two clones of one
+remote); in memory, the one store twice. What one handle writes the other reads, and a write on a version the
+other handle has moved past is a conflict."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import datetime, timezone
+from pathlib import Path
+
+import git
+import pytest
+
+from runner.adapters.store.memory import MemoryStateStore
+from runner.adapters.store.state import GitStateStore
+from runner.core.errors import PlanRunnerError, StateConflict
+from runner.core.ledger import Finished, Parked
+from runner.core.policy import fold, folded, snapshot_json
+from runner.core.ports import AppendOptions, StateStore
+from tests.git_repos import configure, init_repo
+
+pytestmark = pytest.mark.integration
+
+AT = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+KINDS = ("git", "git-remote", "memory")
+
+
+def parked(reason: str) -> Parked:
+    return Parked(at=AT, reason=reason)
+
+
+def _pair(kind: str, tmp_path: Path):
+    if kind == "memory":
+        store = MemoryStateStore()
+        return store, store
+    if kind == "git":
+        init_repo(tmp_path / "w", {"README.md": "hello\n"}).close()
+        return GitStateStore(tmp_path / "w", remote=None), GitStateStore(tmp_path / "w", remote=None)
+    bare = tmp_path / "remote.git"
+    git.Repo.init(bare, bare=True, initial_branch="main").close()
+    with init_repo(tmp_path / "seed", {"README.md": "hello\n"}) as seed:
+        seed.create_remote("origin", str(bare)).push("main:main")
+    for name in ("a", "b"):
+        with configure(git.Repo.clone_from(str(bare), tmp_path / name)):
+            pass
+    return GitStateStore(tmp_path / "a"), GitStateStore(tmp_path / "b")
+
+
+@pytest.fixture(params=KINDS)
+def pair(request, tmp_path):
+    one, two = _pair(request.param, tmp_path)
+    yield one, two
+    one.close()
+    two.close()
+
+
+@pytest.fixture
+def store(pair):
+    return pair[0]
+
+
+def test_every_store_implements_the_whole_port_with_its_signatures():
+    """Every member the port declares exists on both stores with the same parameters (no driver needs a probe)."""
+    members = [n for n, v in vars(StateStore).items() if callable(v) and not n.startswith("_")]
+    assert len(members) == 12, members
+    for cls in (GitStateStore, MemoryStateStore):
+        for name in members:
+            want = list(inspect.signature(getattr(StateStore, name)).parameters)
+            assert list(inspect.signature(getattr(cls, name)).parameters) == want, (cls.__name__, name)
+
+
+def test_an_empty_store_holds_nothing(store, tmp_path):
+    entries, version = store.read("p")
+    assert (list(entries), version, entries.snapshot) == ([], None, None)
+    assert store.plans() == [] and store.read_file("p", "e.json") is None
+    store.read_dir("p", "transcripts", tmp_path / "out")
+    assert (tmp_path / "out").is_dir() and list((tmp_path / "out").iterdir()) == []
+
+
+def test_appends_read_back_in_order_with_files_from_the_other_handle(pair):
+    one, two = pair
+    v1 = one.append("p", [parked("a")], None, files={"e.json": b"1", "f.json": b"f"})
+    v2 = one.append("p", [parked("b"), Finished(at=AT, reason="done")], v1, files={"e.json": b"2"})
+    assert v1 != v2 and None not in (v1, v2)
+    entries, version = two.read("p")
+    assert version == v2 and [e.type for e in entries] == ["park", "park", "finish"]
+    assert [e.reason for e in entries] == ["a", "b", "done"]
+    assert two.read_file("p", "e.json") == b"2" and two.read_file("p", "f.json") == b"f"  # files merge
+    assert two.plans() == ["p"]
+
+
+def test_a_stale_version_is_a_conflict_and_writes_nothing(pair):
+    """Compare-and-swap: the handle that read first and writes second loses, and nothing of its write lands."""
+    one, two = pair
+    v1 = one.append("p", [parked("a")], None)
+    _, seen = two.read("p")
+    v2 = one.append("p", [parked("b")], v1)
+    with pytest.raises(StateConflict):
+        two.append("p", [parked("late")], seen)
+    with pytest.raises(StateConflict):
+        two.append("p", [parked("first?")], None)  # the plan has state: "absent" is stale too
+    entries, version = two.read("p")
+    assert version == v2 and [e.reason for e in entries] == ["a", "b"]
+
+
+def test_plans_are_independent(pair):
+    """A write to one plan never makes another plan's version stale."""
+    one, two = pair
+    vq = one.append("q", [parked("q1")], None)
+    vp = one.append("p", [parked("p1")], None)
+    _, seen_q = two.read("q")
+    one.append("p", [parked("p2")], vp)
+    assert seen_q == vq
+    vq2 = two.append("q", [parked("q2")], seen_q)
+    assert [e.reason for e in one.read("q")[0]] == ["q1", "q2"] and one.read("q")[1] == vq2
+    assert [e.reason for e in one.read("p")[0]] == ["p1", "p2"]
+    assert sorted(one.plans()) == ["p", "q"]
+
+
+def test_a_snapshot_is_handed_over_only_with_the_ledger_it_was_folded_from(pair):
+    one, two = pair
+    entries = [parked("a"), Finished(at=AT, reason="done")]
+    v = one.append("p", entries, None, options=AppendOptions(snapshot=snapshot_json(fold(entries))))
+    ledger, _ = two.read("p")
+    assert ledger.snapshot is not None and folded(ledger) == fold(entries) and folded(ledger).finished
+    one.read("p")
+    one.append("p", [parked("more")], v)  # no snapshot with this write: the old one is not vouched for
+    ledger, _ = two.read("p")
+    assert ledger.snapshot is None and folded(ledger) == fold(entries + [parked("more")])
+
+
+def test_a_long_ledger_reads_back_whole_at_any_index(pair, monkeypatch):
+    """Many appends (the git store in segments of 3 here): length, indexing from either end, slices, iteration."""
+    import runner.adapters.store.layout as layout
+
+    monkeypatch.setattr(layout, "SEGMENT_ENTRIES", 3)
+    one, two = pair
+    v = None
+    for i in range(10):
+        before = list(one.read("p")[0]) if v else []
+        new = [parked(f"e{i}")]
+        v = one.append("p", new, v, options=AppendOptions(snapshot=snapshot_json(fold(before + new))))
+    ledger, version = two.read("p")
+    assert version == v and len(ledger) == 10 and ledger.snapshot is not None
+    assert ledger[-1].reason == "e9" and ledger[0].reason == "e0" and ledger[4].reason == "e4"
+    assert [e.reason for e in ledger[2:5]] == ["e2", "e3", "e4"]
+    assert [e.reason for e in ledger] == [f"e{i}" for i in range(10)]
+
+
+def test_a_directory_round_trips_redacted_and_replaces_the_one_before(pair, tmp_path):
+    one, two = pair
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "a.jsonl").write_bytes(b'{"key": "sk-ant-SECRET"}\n')
+    (src / "b.txt").write_text("b\n")
+    v = one.append("p", [parked("1")], None,
+                   options=AppendOptions(dirs={"transcripts": src}, redact=(b"sk-ant-SECRET",)))
+    two.read("p")
+    back = tmp_path / "back"
+    two.read_dir("p", "transcripts", back)
+    assert (back / "sub" / "a.jsonl").read_bytes() == b'{"key": "***"}\n' and (back / "b.txt").read_text() == "b\n"
+    (back / "b.txt").write_text("b2\n")
+    v2 = two.append("p", [parked("2")], v, options=AppendOptions(dirs={"transcripts": back}))
+    one.read("p")
+    again = tmp_path / "again"
+    one.read_dir("p", "transcripts", again)
+    assert (again / "b.txt").read_text() == "b2\n" and (again / "sub" / "a.jsonl").read_bytes() == b'{"key": "***"}\n'
+    assert v2 != v
+
+
+@pytest.mark.parametrize("bad", ["a/b", "", "..", "x y", "-opt"])
+def test_a_name_that_cannot_be_stored_is_a_clear_error(store, bad):
+    with pytest.raises(PlanRunnerError) as info:
+        store.append(bad, [parked("x")], None)
+    assert "cannot be stored" in info.value.what and info.value.fix
+    with pytest.raises(PlanRunnerError):
+        store.read(bad)
+    with pytest.raises(PlanRunnerError):
+        store.append("p", [parked("x")], None, files={bad or "?*": b""})
+
+
+def test_deferred_pushes_land_with_flush(pair):
+    """`defer_pushes` then `flush`: the other handle reads every plan written in between once flushed."""
+    one, two = pair
+    one.defer_pushes()
+    one.append("p", [parked("p")], None)
+    one.append("q", [parked("q")], None)
+    assert one.flush() == {}
+    assert [e.reason for e in two.read("p")[0]] == ["p"] and [e.reason for e in two.read("q")[0]] == ["q"]
+
+
+def test_the_remote_members_answer_on_every_store(pair):
+    """Without anything to restore or push, `restore_own` moves nothing and `push_pending` pushes nothing;
+    `fetched_with` says whether the refspecs given to `fetch_also` came with the read."""
+    one, two = pair
+    v = one.append("p", [parked("a")], None)
+    assert one.restore_own("p", v) == [] and one.restore_own("p", v, remote=False) == []
+    assert one.push_pending("p") is False
+    one.fetch_also("p", [], [])
+    one.read("p")
+    assert one.fetched_with("p") is False  # nothing extra was asked for
+
+
+def test_a_local_session_runs_on_the_memory_store_through_the_port_alone(tmp_path):
+    """The drivers ask only the port: a real local session (script agent, real gates, real git for the work) on
+    the in-memory store records its start and verdict there, the next session starts from that state, and no
+    state ref is written to the repository."""
+    from runner.drivers.local import LocalDispatcher, LocalParker
+    from runner.drivers.session import Drivers, Workspace
+    from runner.drivers.step import run_session
+    from tests import reliability_world as rw
+
+    repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "nothing"}]),
+                        remote=False)
+    store = MemoryStateStore()
+    ws = Workspace(repo=repo, plan_path="plans/calc.md", env=rw.cli_env(PLAN_RUNNER_ISOLATION="none"))
+    drivers = Drivers(store=store, dispatcher=LocalDispatcher(), parker=LocalParker(tmp_path / "reports"))
+    first = run_session(ws, drivers)
+    assert first.record is not None and first.record.outcome.value in ("Advanced", "Progress"), first.message
+    assert first.record.decided_by is not None  # the policy's rule, recorded with the verdict
+    second = run_session(ws, drivers)
+    entries, _ = store.read("calc")
+    kinds = [e.type for e in entries]
+    assert kinds.count("started") == 2 and kinds.count("session") == 2 and kinds[:2] == ["started", "session"]
+    assert second.record is not None and second.record.n == 2
+    assert store.read_file("calc", "last-evidence.json")
+    assert rw.git(repo, "for-each-ref", "refs/plan-runner/state/") == ""
