@@ -80,7 +80,7 @@ def test_an_idle_tick_installs_nothing(tmp_path: Path, with_state: bool) -> None
     bare = w.make_remote(tmp_path, files)
     clone = w.checkout(bare, tmp_path / "job")
     if with_state:
-        subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/plan-runner/state"], cwd=clone, check=True)
+        subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/plan-runner/state/greeter"], cwd=clone, check=True)
     out, summary = tmp_path / "out", tmp_path / "summary"
     out.write_text(""), summary.write_text("")
     env = {**os.environ, "MODE": "tick", "TOKEN": "", "SERVER": "https://github.example.invalid",
