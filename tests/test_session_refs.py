@@ -16,7 +16,7 @@ def test_commits_survive_a_job_killed_before_the_work_branch_push(tmp_path):
     bare remote holds the commits under a session ref (pushed before the gates), and the next job (on a fresh
     clone) reconciles the session and names that ref."""
     repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "again"}]))
-    proc = rw.run_session(repo, fault="before-push", env={"PLAN_RUNNER_EARLY_PUSH": "1"})
+    proc = rw.run_session(repo, fault="before-persist", env={"PLAN_RUNNER_EARLY_PUSH": "1"})
     assert proc.returncode != 0
     bare = tmp_path / "origin.git"
     assert rw.git(bare, "branch", "--list", "plan-runner/calc") == ""  # the work branch never got there
@@ -44,7 +44,7 @@ def test_by_default_a_job_killed_outright_pushes_nothing_before_its_one_push(tmp
     price of one push per session (docs/reliability.md). The same clone's next session still saves the work
     (the agent's area is on its disk) and pushes it with the reconciled record."""
     repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "again"}]))
-    assert rw.run_session(repo, fault="before-push").returncode != 0
+    assert rw.run_session(repo, fault="before-persist").returncode != 0
     bare = tmp_path / "origin.git"
     assert rw.git(bare, "for-each-ref", "refs/plan-runner/sessions/") == ""
     assert [e["type"] for e in rw.ledger(bare)] == ["started"]

@@ -1,6 +1,6 @@
 """`plan-runner action`: the GitHub Actions job, in one of three modes (SPEC section 8).
 
-* `session`: one session of the plan (`runner.drivers.step.run_session`) with the GitHub driver.
+* `session`: one session of the plan (`runner.drivers.session.phases.run_session`) with the GitHub driver.
 * `tick` (schedule): wake plans whose wait is over, reconcile orphans; `runner.drivers.action_tick`.
 * `reply` (issue_comment): a maintainer's `/plan-runner ...` on a park issue; `runner.drivers.action_reply`.
 
@@ -100,7 +100,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages
     from runner.adapters.github.permissions import check_job_permissions
     from runner.drivers.preflight import before_first_session
-    from runner.drivers.step import run_session
+    from runner.drivers.session.phases import run_session
 
     s = Session(ws, drivers)
     # The job's token must be able to do what the session leads to (push, park, dispatch, open the pull request):
@@ -200,7 +200,7 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
     the ref. Best effort and quick: the runner kills the job a few seconds later."""
     from runner.drivers.session import agent_pid_file
     from runner.adapters.store.state import GitStateStore
-    from runner.drivers.step import session_ref
+    from runner.drivers.session.cut_short import salvage, session_ref
     from runner.adapters.sandbox.supervise import reap_leftover
 
     try:
@@ -216,7 +216,7 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         ref = session_ref(s.trusted.id, open_.n)
         # The agent worked in its own clone: a git running as the agent saves its leftovers and bundles its
         # commits, which come onto the work branch here (runner.adapters.sandbox.agent_clone), never through its hooks or config.
-        s.salvage(open_.base_sha)
+        salvage(s, open_.base_sha)
         head = gitwork.ref_sha(ws.repo, f"refs/heads/{s.trusted.work_branch}")
         if head is None or head == open_.base_sha:
             return (f"the agent of session {open_.n} had saved nothing yet{kept()}; the next tick reconciles "

@@ -87,8 +87,8 @@ def cmd_session(args: argparse.Namespace) -> int:
     progress = Progress()
     ws.on_event = progress.event
     try:
-        from runner.drivers.interrupt import recorded_interruptions
-        from runner.drivers.step import run_session
+        from runner.drivers.session.cut_short import recorded_interruptions
+        from runner.drivers.session.phases import run_session
 
         with recorded_interruptions(ws, drivers):
             result = run_session(ws, drivers, s)
@@ -116,7 +116,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.drivers.local import local_drivers, local_workspace, run_loop
 
-    from runner.drivers.interrupt import recorded_interruptions
+    from runner.drivers.session.cut_short import recorded_interruptions
 
     ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
