@@ -65,6 +65,7 @@ def salvage(s: Session, base_sha: str | None) -> tuple[str | None, str]:
         return None, ""
     try:
         with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
+            agentarea.adopt(area, identity)
             imported = agentarea.export_work(area, identity, ws.repo, branch, base_sha, plan.id,
                                              ws.scratch_dir / plan.id)
     except PlanRunnerError as exc:
@@ -89,6 +90,14 @@ def _with_work(s: Session, saved: Salvaged) -> list[tuple[str | None, str, str |
     return [(saved.head, f"refs/heads/{branch}", expected)]
 
 
+def _write_with_work(s: Session, entries: list, saved: Salvaged) -> None:
+    """The record, with the salvaged work branch in the same atomic push; the remote's copy as now seen."""
+    work = _with_work(s, saved)
+    s.write(entries, also_push=work)
+    if work:  # the next session leases its own push on what the remote now holds
+        gitwork.run_git(s.ws.repo, "update-ref", f"refs/remotes/{s.ws.remote}/{s.trusted.work_branch}", saved.head)
+
+
 def keep_on_remote(s: Session, open_: SessionStarted, remote: str) -> str | None:
     """Step 3 without a record: the work branch's head, when the session moved it, pushed to the session's
     own ref (the next tick's reconciliation names it). Returns the ref, None when there was nothing to keep."""
@@ -109,21 +118,18 @@ def record_interruption(ws: Workspace, drivers: Drivers, why: str) -> SessionRec
     open_ = s.state.open_session
     if open_ is None or open_.job != ws.job:
         return None
-    from runner.adapters.sandbox.supervise import reap_leftover
-
-    reap_leftover(agent_pid_file(ws, s.trusted.id))  # the agent never outlives the session
-    if gitwork.current_branch(ws.repo) == s.trusted.work_branch:
-        gitwork.commit_leftovers(ws.repo)  # the interrupted agent's uncommitted work is kept, not counted
+    saved = reap_and_salvage(s, open_)
     stage = s.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
     again = RunSession(kind=open_.kind, checkpoint=open_.checkpoint, resume_session_id=open_.resume_session_id,
                        reason="interrupted: run the same session again", instructions=s.state.instructions)
     record = SessionRecord(
         n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint, stage=stage.number if stage else None,
         started_at=open_.started_at, finished_at=ws.clock(), outcome=Outcome.INTERRUPTED, blame=Blame.NONE,
-        rule=INTERRUPTED_RULE, reasons=(f"{why}; no attempt or resume budget was used",),
-        base_sha=open_.base_sha, resume_session_id=open_.resume_session_id,
+        rule=INTERRUPTED_RULE, reasons=(f"{why}; no attempt or resume budget was used"
+                                        + (f"; {saved.words}" if saved.words else ""),),
+        base_sha=open_.base_sha, head_sha=saved.head or "", resume_session_id=open_.resume_session_id,
         instructions=s.state.instructions, next_action=again)
-    s.write([record])
+    _write_with_work(s, [record], saved)
     ws.on_event("outcome", f"Interrupted: {why}")
     return record
 
@@ -176,7 +182,7 @@ def reconcile_orphan(s: Session, started: SessionStarted | None = None) -> bool:
                            resume_session_id=open_.resume_session_id)
     first = [started] if started is not None else []
     action = decide_next(verdict, fold([*first, record], s.state), s.plan)
-    s.write([*first, record.model_copy(update={"next_action": action})])
+    _write_with_work(s, [*first, record.model_copy(update={"next_action": action})], saved)
     s.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
     return True
 
