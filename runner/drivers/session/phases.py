@@ -291,12 +291,14 @@ def load(ws: Workspace, drivers: Drivers, session: Session | None = None) -> tup
 def begin(s: Session, action: RunSession) -> Begun | SessionResult:
     """The work branch at its base, and the start recorded (a lost race: the other job's result)."""
     ws, plan = s.ws, s.trusted
+    dirty = gitwork.dirty_paths(ws.repo)
+    if dirty:  # the user's own changes: said at once, never retried as a race would be
+        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+        raise PlanRunnerError(
+            what=f"the work tree {ws.repo} has uncommitted changes: {shown}",
+            why="plan-runner checks out the work branch in this work tree; your changes would mix in",
+            fix="commit or stash them (`git stash -u`), then run again")
     try:
-        if gitwork.is_dirty(ws.repo):
-            raise PlanRunnerError(
-                what=f"the work tree {ws.repo} has uncommitted changes",
-                why="plan-runner checks out the work branch and commits the agent's leftovers; your changes would mix in",
-                fix="commit or stash them (`git stash -u`), then run again")
         base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote,
                                               fetched=getattr(s, "branches_fetched", False))
     except PlanRunnerError:
