@@ -73,3 +73,24 @@ def test_an_interrupted_agents_commit_and_leftovers_are_on_the_work_branch(tmp_p
     assert [(r["outcome"], r["blame"]) for r in records] == [("Interrupted", "none")]
     assert "was saved on plan-runner/calc" in records[0]["reasons"][0]
     assert git(repo, "status", "--porcelain") == "", "nothing was committed or left in the user's work tree"
+
+
+def test_a_second_run_of_the_same_plan_refuses_with_what_why_fix(tmp_path):
+    """While `run` works on a plan, a second `run` of it in the same repository refuses at once (exit 2,
+    what/why/fix naming the first one's process) and changes nothing; the first one is undisturbed."""
+    repo = _repo(tmp_path, remote=False)
+    first = _started(tmp_path, repo, "run")
+    try:
+        e = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
+        e.update(PYTHONPATH=str(ROOT), **AGENT_IDENTITY)
+        before = ledger(repo)
+        second = subprocess.run([sys.executable, "-m", "runner", "run", "plans/calc.md"], cwd=repo, env=e,
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert "already running" in second.stderr and f"process {first.pid}" in second.stderr
+        assert "fix:" in second.stderr and "Traceback" not in second.stderr
+        assert ledger(repo) == before and first.poll() is None
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert [x["outcome"] for x in ledger(repo) if x["type"] == "session"] == ["Interrupted"]
