@@ -27,7 +27,7 @@ from runner.core.ledger import Finished, Parked, SessionRecord
 from runner.core.outcome import Blame, Outcome
 from runner.drivers.session import Drivers, Workspace
 from runner.adapters.store.state import GitStateStore
-from runner.drivers.step import run_session
+from runner.drivers.session.phases import run_session
 from tests.servers.github import GitHubServer
 
 TOKEN = "ghs_benchmarkTokenValue0123456789"

@@ -234,7 +234,7 @@ def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[di
     from runner.adapters.github.api import RetryPolicy
     from runner.drivers.session import Drivers, Workspace
     from runner.adapters.store.state import GitStateStore
-    from runner.drivers.step import run_session
+    from runner.drivers.session.phases import run_session
 
     script = workdir / f"{name}.yaml"
     script.write_text(NET_SCRIPT)

@@ -95,7 +95,7 @@ def test_sigkill_at_each_point_loses_nothing_and_the_next_session_carries_on(tmp
     nxt = run_session(repo)
     out = result_json(nxt)
     assert nxt.returncode in (0, 3), nxt.stderr
-    if point in ("after-start", "after-agent", "after-gates", "before-push", "after-push", "before-ledger"):
+    if point in ("after-start", "after-agent", "after-gates", "before-persist"):
         first = [e for e in ledger(repo) if e["type"] == "session" and e["n"] == 1][0]
         assert first["reconciled"] is True and first["outcome"] == "TimedOut", first
     else:
@@ -227,7 +227,7 @@ def test_a_stale_agent_record_never_stops_an_unrelated_process(tmp_path):
 # --- the same on GitHub: a job killed, the next job on a fresh checkout -------------------------------------
 
 
-@pytest.mark.parametrize("point", ["after-agent", "before-push", "after-push", "before-ledger", "after-ledger",
+@pytest.mark.parametrize("point", ["after-agent", "after-gates", "before-persist", "after-persist",
                                    "before-dispatch", "dispatch-recorded", "after-dispatch"])
 def test_github_job_killed_at_each_point_is_reconciled_and_dispatched_at_most_once(tmp_path, point):
     """A session job killed at `point`: the tick reconciles or redoes the dispatch, exactly one run per session
@@ -246,7 +246,7 @@ def test_github_job_killed_at_each_point_is_reconciled_and_dispatched_at_most_on
         assert len(srv.dispatches) == 1
         records = [e for e in jobs.ledger() if e["type"] == "session"]
         assert len(records) == 1 and records[0]["n"] == 1
-        if point in ("after-agent", "before-push", "after-push", "before-ledger"):
+        if point in ("after-agent", "after-gates", "before-persist"):
             assert records[0]["reconciled"] and records[0]["outcome"] == "TimedOut"
         outputs = jobs.session()  # the dispatched run
         assert outputs["outcome"] not in ("error", "superseded"), outputs
@@ -259,7 +259,7 @@ def test_github_job_killed_at_each_point_is_reconciled_and_dispatched_at_most_on
         assert fold_ledger(jobs.bare, "greeter").open_session is None
 
 
-@pytest.mark.parametrize("point", ["after-start", "after-agent", "before-ledger"])
+@pytest.mark.parametrize("point", ["after-start", "after-agent", "before-persist"])
 def test_a_dispatched_job_killed_outright_is_found_by_its_intent_and_classified_once(tmp_path, point):
     """Session 2, dispatched by session 1 (whose record carries the intent), is killed outright before its one
     push: the remote shows only the intent. A tick while it may still run does nothing; once the intent is older

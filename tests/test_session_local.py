@@ -251,9 +251,12 @@ def test_uncommitted_user_changes_are_refused_not_mixed_in(tmp_path):
     """A dirty work tree is a clear error, and the user's file is untouched."""
     repo = make_repo(tmp_path, "sessions:\n  - - say: hi\n")
     (repo / "notes.txt").write_text("mine")
+    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "uncommitted changes" in proc.stderr and "Traceback" not in proc.stderr
+    assert "notes.txt" in proc.stderr, "the error names the files"
+    assert time.monotonic() - started < 4, "a user's mistake is said at once, not retried as a lost race (5 s)"
     assert (repo / "notes.txt").read_text() == "mine"
 
 

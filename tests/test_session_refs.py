@@ -19,12 +19,12 @@ def test_a_finished_session_leaves_no_session_ref(tmp_path):
 
 
 def test_by_default_a_job_killed_outright_pushes_nothing_before_its_one_push(tmp_path):
-    """Without the opt-in, a session killed outright (SIGKILL) before its final push has pushed its start (it was
+    """A session killed outright (SIGKILL) before its final push has pushed its start (it was
     started by hand: no dispatch intent on the remote) but neither its commits nor a session ref: that is the
     price of one push per session (docs/reliability.md). The same clone's next session still saves the work
     (the agent's area is on its disk) and pushes it with the reconciled record."""
     repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "again"}]))
-    assert rw.run_session(repo, fault="before-push").returncode != 0
+    assert rw.run_session(repo, fault="before-persist").returncode != 0
     bare = tmp_path / "origin.git"
     assert rw.git(bare, "for-each-ref", "refs/plan-runner/sessions/") == ""
     assert [e["type"] for e in rw.ledger(bare)] == ["started"]

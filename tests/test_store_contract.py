@@ -210,7 +210,7 @@ def test_a_local_session_runs_on_the_memory_store_through_the_port_alone(tmp_pat
     state ref is written to the repository."""
     from runner.drivers.local import LocalDispatcher, LocalParker
     from runner.drivers.session import Drivers, Workspace
-    from runner.drivers.step import run_session
+    from runner.drivers.session import run_session
     from tests import reliability_world as rw
 
     repo = rw.make_repo(tmp_path, rw.script([rw.MUL_STEP, {"commit": "Add mul"}], [{"say": "nothing"}]),

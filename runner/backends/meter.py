@@ -8,7 +8,7 @@
   and OpenAI's price lists. A resumed session whose context is mostly cached rolls over when its cost says so,
   not after a tenth of it.
 * `write_meter` keeps the last reading in `<transcript_dir>/meter.json` while the session runs, so a session
-  plan-runner itself was stopped in (Ctrl-C, SIGTERM) is recorded with what it had spent (runner/drivers/interrupt.py).
+  plan-runner itself was stopped in (Ctrl-C, SIGTERM) is recorded with what it had spent (runner/drivers/session/cut_short.py).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def _no_progress(e: Evidence) -> list[str]:
 
 
 # `Interrupted` is not in this table: no evidence classifies it. It is recorded, as rule 0, when
-# plan-runner itself was stopped mid-session (Ctrl-C, SIGTERM, its own failure): see runner/drivers/interrupt.py.
+# plan-runner itself was stopped mid-session (Ctrl-C, SIGTERM, its own failure): see runner/drivers/session/cut_short.py.
 INTERRUPTED_RULE = 0
 
 RULES: tuple[_Rule, ...] = (

@@ -1,6 +1,6 @@
 """`plan-runner action`: the GitHub Actions job, in one of three modes (SPEC section 8).
 
-* `session`: one session of the plan (`runner.drivers.step.run_session`) with the GitHub driver.
+* `session`: one session of the plan (`runner.drivers.session.phases.run_session`) with the GitHub driver.
 * `tick` (schedule): wake plans whose wait is over, reconcile orphans; `runner.drivers.action_tick`.
 * `reply` (issue_comment): a maintainer's `/plan-runner ...` on a park issue; `runner.drivers.action_reply`.
 
@@ -102,7 +102,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages
     from runner.adapters.github.permissions import check_job_permissions
     from runner.drivers.preflight import before_first_session
-    from runner.drivers.step import run_session
+    from runner.drivers.session.phases import run_session
 
     s = Session(ws, drivers)
     # The job's token must be able to do what the session leads to (push, park, dispatch, open the pull request):
@@ -220,10 +220,8 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
     the open session's ref; then the session's `started` entry if it was written locally only (a dispatched
     session does not push it before its agent runs). The next tick reconciles the session (TimedOut) and names
     the ref. Best effort and quick: the runner kills the job a few seconds later."""
-    from runner.drivers.session import agent_pid_file
     from runner.adapters.store.state import GitStateStore
-    from runner.drivers.step import session_ref
-    from runner.adapters.sandbox.supervise import reap_leftover
+    from runner.drivers.session.cut_short import keep_on_remote, reap_and_salvage
 
     try:
         ctx = GitHubContext.from_env(env)
@@ -234,16 +232,14 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         if open_ is None:
             return "no session was running: nothing to push"
         kept = _push_start_after(ws, s.trusted.id)
-        reap_leftover(agent_pid_file(ws, s.trusted.id), grace_s=1.0)
-        ref = session_ref(s.trusted.id, open_.n)
-        # The agent worked in its own clone: a git running as the agent saves its leftovers and bundles its
-        # commits, which come onto the work branch here (runner.adapters.sandbox.agent_clone), never through its hooks or config.
-        s.salvage(open_.base_sha)
-        head = gitwork.ref_sha(ws.repo, f"refs/heads/{s.trusted.work_branch}")
-        if head is None or head == open_.base_sha:
+        # The one path of a session cut short (runner.drivers.session.cut_short): reap, salvage the agent's
+        # clone (a git running as the agent saves its leftovers and bundles its commits, never through its
+        # hooks or config), keep its work on the remote. The record is the next tick's (TimedOut).
+        reap_and_salvage(s, open_, grace_s=1.0)
+        ref = keep_on_remote(s, open_, REMOTE)
+        if ref is None:
             return (f"the agent of session {open_.n} had saved nothing yet{kept()}; the next tick reconciles "
                     "the session")
-        gitwork.push_ref(ws.repo, REMOTE, head, ref, None, what="the session's commits")
         return f"the agent's work of session {open_.n} is kept at {ref}{kept()}; the next tick reconciles the session"
     except Exception as exc:  # noqa: BLE001 - the summary and outputs still have to be written
         return f"could not push the session's work: {type(exc).__name__}: {exc}"

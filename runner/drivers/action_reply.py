@@ -24,7 +24,7 @@ from runner.core.replies import HELP, ReplyProblem, Verb, parse_reply
 from runner.adapters.render.report import defang
 from runner.drivers.session import Drivers, Session, Workspace, load_trusted_plan
 from runner.adapters.store.state import GitStateStore
-from runner.drivers.step import dispatch
+from runner.drivers.session.phases import dispatch
 
 REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to this repository can steer "
            "plan-runner, so this comment changes nothing. A maintainer can answer with one of the "

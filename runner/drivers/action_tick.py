@@ -24,7 +24,8 @@ from runner.core.policy import decide_start
 from runner.core.planfile import plan_id_from_path
 from runner.drivers.session import Drivers, Session, Workspace
 from runner.adapters.store.state import GitStateStore
-from runner.drivers.step import dispatch, park_refused_dispatch
+from runner.drivers.session.cut_short import reconcile_orphan
+from runner.drivers.session.phases import dispatch, park_refused_dispatch
 
 ORPHAN_MARGIN = timedelta(minutes=15)  # job set-up, pushes, reports: beyond the agent and the gates
 LOST_DISPATCH_AFTER = timedelta(minutes=30)  # a dispatched run that never started by then was lost
@@ -114,7 +115,7 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[s
     if open_ is not None and now >= orphan_deadline(open_.started_at, s.trusted):
         fetch_work_branch(ws, s.trusted.work_branch)
         s = Session(ws, drivers)  # with the work branch's tracker, for the decision after the orphan
-        s.reconcile_orphan()
+        reconcile_orphan(s)
         log(f"{s.trusted.id}: reconciled session {open_.n} (job {open_.job or '?'} never finished)")
     seen, action = decide_tick(s, now)
     if action is None:
@@ -137,7 +138,7 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None) -> tuple[s
             return f"{seen}: session {n} never reported; dispatched again ({describe(action)})", True
         fetch_work_branch(ws, s.trusted.work_branch)
         s = Session(ws, drivers)
-        s.reconcile_orphan(started=_unaccounted_start(s, n, intents[0], action))
+        reconcile_orphan(s, started=_unaccounted_start(s, n, intents[0], action))
         log(f"{s.trusted.id}: reconciled session {n} (dispatched {len(intents)} times, never reported)")
         seen, action = decide_tick(s, now)
         if action is None:

@@ -87,8 +87,8 @@ def cmd_session(args: argparse.Namespace) -> int:
     progress = Progress()
     ws.on_event = progress.event
     try:
-        from runner.drivers.interrupt import recorded_interruptions
-        from runner.drivers.step import run_session
+        from runner.drivers.session.cut_short import recorded_interruptions
+        from runner.drivers.session.phases import run_session
 
         with recorded_interruptions(ws, drivers):
             result = run_session(ws, drivers, s)
@@ -116,19 +116,22 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from runner.drivers.local import local_drivers, local_workspace, run_loop
 
-    from runner.drivers.interrupt import recorded_interruptions
+    from runner.drivers.session.cut_short import recorded_interruptions
+
+    from runner.drivers.session.lock import plan_lock
 
     ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
-    _preflight(ws, drivers)
-    progress = Progress()
-    ws.on_event = progress.event
-    try:
-        with recorded_interruptions(ws, drivers):
-            code, result = run_loop(ws, drivers, max_wait_s=args.max_wait, on_result=progress.result,
-                                    on_wait=progress.wait)
-    finally:
-        progress.stop()
+    with plan_lock(ws):  # a second `run` of this plan refuses; other plans run at once
+        _preflight(ws, drivers)
+        progress = Progress()
+        ws.on_event = progress.event
+        try:
+            with recorded_interruptions(ws, drivers):
+                code, result = run_loop(ws, drivers, max_wait_s=args.max_wait, on_result=progress.result,
+                                        on_wait=progress.wait)
+        finally:
+            progress.stop()
     entries, _ = drivers.store.read(result.plan.id)
     print_sessions_table(entries, f"plan {result.plan.id}")
     plan_arg = _plan_display(args.plan)

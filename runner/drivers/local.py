@@ -19,7 +19,7 @@ from runner.core.exits import Exit
 from runner.core.planfile import plan_id_from_path
 from runner.drivers.session import Drivers, SessionResult, Workspace
 from runner.adapters.store.state import GitStateStore
-from runner.drivers.step import run_session
+from runner.drivers.session.phases import run_session
 
 EXIT_FINISHED, EXIT_PARKED, EXIT_WAITING = Exit.OK, Exit.PARKED, Exit.WAITING
 

@@ -195,7 +195,7 @@ def render_dir(directory: Path, session_id: str | None = None) -> list[str]:
     events = directory / "codex-events.jsonl"
     if events.is_file():
         lines += _codex(events, session_id)
-    # the built-in agent saves its conversation in its own state folder when it runs isolated (runner.drivers.step)
+    # the built-in agent saves its conversation in its own state folder when it runs isolated (runner.drivers.session.phases)
     for path in sorted([*directory.glob("*.json"), *directory.glob("agent-state/*.json")]):
         if path.name.startswith("script-") or path.name.startswith("."):
             continue

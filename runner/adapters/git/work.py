@@ -468,6 +468,19 @@ def is_dirty(repo: Path) -> bool:
     return bool(run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").strip())
 
 
+def dirty_paths(repo: Path) -> list[str]:
+    """The paths with staged, unstaged or untracked (not ignored) changes, as `git status` names them."""
+    out = run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").decode("utf-8", "replace")
+    paths, items = [], iter(out.split("\0"))
+    for item in items:
+        if len(item) < 4:
+            continue
+        paths.append(item[3:])
+        if item[0] in "RC":
+            next(items, None)  # a rename's source path follows
+    return paths
+
+
 def commit_leftovers(repo: Path, message_prefix: str = "plan-runner: WIP") -> str | None:
     """Commit whatever the agent left uncommitted as one WIP commit; None when clean.
 

@@ -177,6 +177,17 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
         bundle.unlink(missing_ok=True)
 
 
+def adopt(area: AgentArea, identity: Identity) -> None:
+    """A cut-short session's area, written by the pool uid that ran it, handed to `identity` (the uid leased
+    now may be another one: the old one may serve another session meanwhile, so it is never killed, only
+    its area taken from it) before a git running as `identity` saves what it holds."""
+    if not identity.isolated:
+        return
+    for part in (area.work, area.home, area.out):
+        if part.is_dir() and not part.is_symlink() and os.lstat(part).st_uid != identity.uid:
+            identity.give(part)
+
+
 def _committer(repo: Path) -> tuple[str, str]:
     """Who the agent commits as in its clone: the repository's configured identity, else plan-runner's agent."""
     found = {"user.name": "plan-runner agent", "user.email": "plan-runner-agent@users.noreply.github.com"}

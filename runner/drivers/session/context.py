@@ -1,7 +1,8 @@
-"""One session, step by step (SPEC section 4): load, decide, run, collect, classify, persist, apply.
+"""What a session works with: the workspace, the drivers, and the plan's ledger as one handle (`Session`).
 
-The same function serves the local loop and the GitHub job; the drivers
-(state store, dispatcher, parker) are what differ.
+`Session` is the one mutable thing of a session: the ledger version it may compare-and-swap on, moved by
+`write`. The phases (runner.drivers.session.phases) pass frozen values from one to the next; the same
+phases serve the local loop and the GitHub job; the drivers (state store, dispatcher, parker) are what differ.
 """
 
 from __future__ import annotations
@@ -14,30 +15,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.sandbox import agent_clone as agentarea
-
 from runner.adapters.git import work as gitwork
 
 from runner.adapters.sandbox import identity as sandbox
-from runner.core.actions import Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, Verdict, Wait, describe
+from runner.core.actions import ConsultAdvisor, Finish, Park, Verdict
 from runner.adapters.sandbox.agentenv import secret_values
 from runner.core.errors import PlanRunnerError, Refused
 from runner.core.evidence import Evidence
-from runner.core.ledger import Entry, EntrySequence, Finished, Parked, SessionRecord, SessionStarted
+from runner.core.ledger import Entry, EntrySequence, Finished, Parked, SessionRecord
 from runner.core.plan import Plan
 from runner.core.planfile import parse_plan, with_tracker
 from runner.adapters.judge.guard import secret_forms
 from runner.core.policy import (
-    AnyAction, RunState, advice_entry, decide, decide_start, fold, folded, snapshot_json,
+    AnyAction, RunState, advice_entry, fold, folded, snapshot_json,
 )
 from runner.core.ports import AppendOptions, Dispatcher, Parker, StateStore
 from runner.adapters.render.report import render_park_issue, render_report
+from runner.drivers.session.faults import fault_point
 
 Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
-# Where crash-consistency tests kill plan-runner (PLAN_RUNNER_FAULT=<point>), in the order a session passes them.
-FAULT_POINTS = ("after-start", "after-agent", "after-gates", "before-push", "after-push",
-                "before-ledger", "after-ledger", "before-dispatch", "dispatch-recorded", "after-dispatch",
-                "before-park", "park-opened", "after-park")
 EVIDENCE_FILE = "last-evidence.json"
 TRANSCRIPTS_DIR = "transcripts"  # kept with the plan's state as a git tree (unchanged files are not stored again)
 
@@ -113,15 +109,6 @@ def agent_pid_file(ws: Workspace, plan_id: str) -> Path:
     return ws.scratch_dir / plan_id / "agent.pid"
 
 
-def fault_point(ws: Workspace, name: str) -> None:
-    """Crash-consistency tests set PLAN_RUNNER_FAULT=<point> to be killed exactly here (SIGKILL:
-    no cleanup, no finally, as when a runner is lost)."""
-    if ws.env.get("PLAN_RUNNER_FAULT") == name:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
     """The plan with configuration from the base branch (never from the agent's work branch)."""
     text = gitwork.read_file_at(ws.repo, "HEAD", ws.plan_path)
@@ -156,19 +143,6 @@ def isolation_of(ws: Workspace, plan: Plan) -> sandbox.Isolation:
         raise PlanRunnerError(what=f"unknown isolation {override!r}", why="it must be auto, user or none",
                               fix="pass --isolation auto|user|none (or unset PLAN_RUNNER_ISOLATION)")
     return override or plan.config.isolation  # type: ignore[return-value]
-
-
-def _pid_alive(job: str) -> bool:
-    parts = job.split(":")
-    if len(parts) != 3 or parts[0] != "local" or parts[1] != socket.gethostname():
-        return False
-    try:
-        os.kill(int(parts[2]), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return int(parts[2]) != os.getpid()
 
 
 class Session:
@@ -246,7 +220,7 @@ class Session:
             notice = f"**The park issue could not be opened.**\n\n```text\n{err.render()}\n```\n\n"
             return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}; {err.render()}",
                                  report_text=notice + body, url=err.report_url)
-        fault_point(self.ws, "park-opened")
+        fault_point(self.ws.env, "park-opened")
         self.write([Parked(at=self.ws.clock(), reason=action.reason, issue_url=url)])
         return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}", report_text=body, url=url)
 
@@ -286,97 +260,6 @@ class Session:
         a = consult_advisor(render_history(records), question, model=cfg.model, env=self.ws.env)
         return a.answer, a.reason, a.valid, a.model
 
-    # --- reconciling a job that died ------------------------------------------------------
-
-    def reconcile_orphan(self, started: SessionStarted | None = None) -> bool:
-        """A session that started and never finished is classified TimedOut, not forgotten.
-        Returns False when it may still be running (a live local process). `started`: a dispatched session
-        the remote knows only by its dispatch intent (the tick passes the start it would have recorded)."""
-        open_ = started or self.state.open_session
-        if open_ is None:
-            return True
-        if started is None and _pid_alive(open_.job):
-            return False
-        from runner.adapters.sandbox.supervise import reap_leftover
-
-        stopped = reap_leftover(agent_pid_file(self.ws, self.trusted.id))
-        if stopped is not None:  # its plan-runner was killed outright; it must not write while we save its work
-            self.ws.on_event("reconciled", f"stopped the agent of session {open_.n} (process group {stopped}), "
-                                           "still running after its plan-runner was killed")
-        salvaged = self.salvage(open_.base_sha)  # the killed agent's work, committed or not, is kept
-        now = self.ws.clock()
-        what = (f"session {open_.n} was dispatched at {open_.started_at.isoformat(timespec='seconds')} ({open_.job}) "
-                "and left no record: its job was killed or lost before its final push, or never started"
-                if started is not None else
-                f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
-                f"by job {open_.job or '?'} and never finished (the job was killed or lost)")
-        verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
-                          reasons=(what
-                                   + (f"; its agent was still running (process group {stopped}) and was stopped "
-                                      "before its work was saved" if stopped is not None else "")
-                                   + (f"; {salvaged}" if salvaged else "")
-                                   + (f"; if it got past the agent's exit, the agent's commits are kept on {self.ws.remote} at "
-                                      f"refs/plan-runner/sessions/{self.trusted.id}/{open_.n}" if self.ws.remote else ""),),
-                          agent_session_id=open_.resume_session_id)
-        stage = self.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
-        record = SessionRecord(n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint,
-                               stage=stage.number if stage else None, started_at=open_.started_at,
-                               finished_at=now, outcome=verdict.outcome, blame=verdict.blame, rule=6,
-                               reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
-                               resume_session_id=open_.resume_session_id, **_spent(self.ws, self.trusted.id, open_))
-        first = [started] if started is not None else []
-        decision = decide(verdict, fold([*first, record], self.state), self.plan)
-        action = decision.action
-        self.write([*first, record.model_copy(update={"next_action": action, "decided_by": decision.rule})])
-        self.ws.on_event("reconciled", f"session {open_.n}: TimedOut ({describe(action)})")
-        return True
-
-    def salvage(self, base_sha: str | None) -> str:
-        """Import what the agent of a killed session left in its area (its commits and, as a WIP commit, its
-        uncommitted changes) onto the work branch; what was done, in words."""
-        area = agentarea.area_for(self.ws.repo, self.trusted.id)
-        branch = self.plan.work_branch
-        if base_sha is None or not area.work.is_dir() or gitwork.ref_sha(self.ws.repo, f"refs/heads/{branch}") != base_sha:
-            return ""
-        try:
-            with sandbox.leased(isolation_of(self.ws, self.trusted), actions=self.ws.actions) as identity:
-                imported = agentarea.export_work(area, identity, self.ws.repo, branch, base_sha, self.trusted.id,
-                                                 self.ws.scratch_dir / self.trusted.id)
-        except PlanRunnerError as exc:
-            return f"its agent's work could not be saved: {exc.what}"
-        if imported.problem:
-            return f"its agent's work could not be saved: {imported.problem}"
-        head = imported.head
-        if head and head != base_sha and gitwork.is_ancestor(self.ws.repo, base_sha, head):
-            gitwork.fast_forward(self.ws.repo, branch, head)
-            return f"its agent's work up to {head[:12]} was saved on {branch}"
-        return ""
-
-    # --- step 1 and 2: what to do now -----------------------------------------------------
-
-    def next_run(self) -> RunSession | SessionResult:
-        """The session to run now, or the result that says why none runs."""
-        if not self.reconcile_orphan():
-            return SessionResult("busy", self.plan, self.state, None,
-                                 f"session {self.state.open_session.n} is still running in {self.state.open_session.job}")
-        action = decide_start(self.state, self.plan)
-        for _ in range(5):
-            if isinstance(action, RunSession):
-                return action
-            if isinstance(action, Park):
-                return self.apply_park(action, again=True)  # a person started this run
-            if isinstance(action, Finish):
-                return self.apply_finish(action)
-            if isinstance(action, Wait):
-                if action.until > self.ws.clock():
-                    return SessionResult("waiting", self.plan, self.state, action,
-                                         f"waiting until {action.until.isoformat(timespec='seconds')}: {action.reason}")
-                action = action.then
-            elif isinstance(action, ConsultAdvisor):
-                action = self.consult(action)
-        raise PlanRunnerError(what="the policy did not settle on an action", why=describe(action),
-                              fix="report this as a bug with the plan's ledger attached")
-
 
 UNPUBLISHED = "not published: the report is in the summary of the job that parked the plan"
 
@@ -387,9 +270,3 @@ def spent_so_far(ws, plan_id: str, started_at):
     from runner.backends.meter import read_meter
 
     return read_meter(ws.scratch_dir / plan_id / "transcripts", started_at)
-
-
-def _spent(ws, plan_id: str, open_) -> dict:
-    """A killed job's session: the meter reading its backend left, when it ran on this machine."""
-    spent = spent_so_far(ws, plan_id, open_.started_at)
-    return {} if spent is None else {"tokens": spent.tokens, "cost_usd": spent.cost_usd, "cost_lower_bound": True}

@@ -1,41 +1,47 @@
-"""run_session: steps 3 to 7 of SPEC section 4 for one session, from a `Session`.
+"""The session as explicit phases, each a function from small frozen values to the next (SPEC section 4):
 
-Order matters for crash consistency: the start is recorded before the agent
-runs; the work branch is pushed before the ledger records the verdict; the
-next action is applied only after the ledger says what it is.
+    load -> begin -> run_agent -> import_work -> judge -> decide -> persist -> apply
+
+`run_session` is the whole session, read top to bottom; the crash-consistency fault points
+(runner.drivers.session.faults) sit at the boundaries between the phases. Order matters for crash
+consistency: the start is recorded before the agent runs; the work branch is pushed with the verdict, in one
+atomic write; the next action is applied only after the ledger says what it is. The one mutable thing is the
+plan's ledger handle (`Session`: its compare-and-swap version moves with each write). A session cut short
+takes the one path of runner.drivers.session.cut_short.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-
-from runner.adapters.sandbox import agent_clone as agentarea
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 
 from runner.adapters.git import work as gitwork
-
-from runner.adapters.judge import guard
-
-from runner.adapters.sandbox import identity as sandbox
-
-from runner.adapters.judge import setup
-from runner.backends.endpoint import is_unreachable
-from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
-from runner.adapters.sandbox.agentenv import build_agent_env, credential_vars, key_like
-from runner.backends import SessionRequest, get_backend
+from runner.adapters.judge import guard, setup
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
-from runner.core.errors import PlanRunnerError, Refused, StateConflict
 from runner.adapters.judge.gates import GateCache
 from runner.adapters.judge.guard import redact_text
+from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
+from runner.adapters.sandbox import agent_clone as agentarea
+from runner.adapters.sandbox import identity as sandbox
+from runner.adapters.sandbox.agentenv import build_agent_env, credential_vars, key_like
+from runner.backends import SessionRequest, get_backend
+from runner.backends.endpoint import is_unreachable
+from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Verdict, Wait, describe
+from runner.core.errors import PlanRunnerError, Refused, StateConflict
+from runner.core.evidence import Evidence, SessionSignals
 from runner.core.ledger import Dispatched, GateSummary, SessionRecord, SessionStarted
 from runner.core.outcome import classify
+from runner.core.plan import Plan
 from runner.core.planfile import with_tracker
-from runner.core.policy import decide, fold
-from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
-from runner.drivers.session import (  # noqa: F401 - FAULT_POINTS and fault_point are re-exported for tests
-    EVIDENCE_FILE, FAULT_POINTS, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file,
-    fault_point, isolation_of,
+from runner.core.policy import AnyAction, decide as decide_by_rules, decide_start, fold
+from runner.drivers.session.context import (
+    EVIDENCE_FILE, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file, isolation_of,
 )
+from runner.drivers.session.cut_short import reconcile_orphan, session_ref
+from runner.drivers.session.faults import fault_point
 
 
 AGENT_STATE = "agent-state"
@@ -85,10 +91,6 @@ def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
 _early_pushed: dict[tuple[str, str, int], str] = {}  # session refs pushed before the gates, to delete atomically
 
 
-def session_ref(plan_id: str, n: int) -> str:
-    return f"refs/plan-runner/sessions/{plan_id}/{n}"
-
-
 def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
     """With `checks:` gates the work branch goes to the remote before the gates: the repository's own CI judges
     that commit."""
@@ -126,16 +128,6 @@ def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, st
     return updates
 
 
-def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None) -> SessionResult:
-    """Run at most one session of the plan and apply what follows from it (`session`: already read)."""
-    s = session or Session(ws, drivers)
-    action = s.next_run()
-    if isinstance(action, SessionResult):
-        return action
-    with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
-        return _run(s, action, identity)
-
-
 def _secure_judge_repo(repo) -> None:
     """The judge's repository is private: the agent's identity cannot read its config (on GitHub it holds
     the checkout's token) nor write anything in it."""
@@ -169,15 +161,126 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
     return make
 
 
-def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionResult:
+# --- the values passed from one phase to the next ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Begun:
+    """begin -> run_agent: the session's number and base, recorded as started."""
+
+    action: RunSession
+    n: int
+    started_at: datetime
+    base_sha: str
+    work_remote_sha: str | None  # the remote's work branch as last seen (the final push's lease)
+    plan_text: str  # the plan as on the session base (the tracker the agent starts from)
+    tracked: Plan
+    handoff_path: str
+    transcripts: Path
+
+
+@dataclass(frozen=True)
+class AgentRan:
+    """run_agent -> import_work: what the agent's backend reported; its processes are all gone."""
+
+    signals: SessionSignals
+    area: agentarea.AgentArea
+    agent_env: dict[str, str]
+    control: guard.Snapshot
+
+
+@dataclass(frozen=True)
+class Imported:
+    """import_work -> judge: the agent's work is on the judge's work branch (or why not, in `moved`)."""
+
+    ran: AgentRan
+    moved: tuple[str, ...]  # tampering found and undone, and what could not be imported
+
+
+@dataclass(frozen=True)
+class Judged:
+    """judge -> decide: the evidence and the verdict computed from it."""
+
+    scene: SessionScene
+    evidence: Evidence
+    verdict: Verdict
+    head: str  # the work branch after rejected claims were reverted
+
+
+@dataclass(frozen=True)
+class Decided:
+    """decide -> persist: the record, holding the next action."""
+
+    plan: Plan  # the plan with its tracker as on the judged head
+    record: SessionRecord
+    next_action: AnyAction
+
+
+# --- the whole session ----------------------------------------------------------------------------------
+
+
+def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None) -> SessionResult:
+    """Run at most one session of the plan and apply what follows from it (`session`: already read)."""
+    s, action = load(ws, drivers, session)
+    if isinstance(action, SessionResult):
+        return action
+    with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
+        ws.on_event("isolation", identity.describe())
+        begun = begin(s, action)
+        if isinstance(begun, SessionResult):
+            return begun
+        fault_point(ws.env, "after-start")
+        imported = import_work(s, begun, run_agent(s, begun, identity), identity)
+        fault_point(ws.env, "after-agent")
+        judged = judge(s, begun, imported, identity)
+        fault_point(ws.env, "after-gates")
+        decided = decide(s, begun, judged)
+        fault_point(ws.env, "before-persist")
+        recorded_intent = persist(s, begun, judged, decided)
+        fault_point(ws.env, "after-persist")
+        return finish(s, begun, judged, decided, recorded_intent)
+
+
+# --- the phases -----------------------------------------------------------------------------------------
+
+
+def load(ws: Workspace, drivers: Drivers, session: Session | None = None) -> tuple[Session, RunSession | SessionResult]:
+    """The plan and its ledger (a session cut short before is settled first), and the session to run now,
+    or the result that says why none runs."""
+    s = session or Session(ws, drivers)
+    if not reconcile_orphan(s):
+        return s, SessionResult("busy", s.plan, s.state, None,
+                                f"session {s.state.open_session.n} is still running in {s.state.open_session.job}")
+    action = decide_start(s.state, s.plan)
+    for _ in range(5):
+        if isinstance(action, RunSession):
+            return s, action
+        if isinstance(action, Park):
+            return s, s.apply_park(action, again=True)  # a person started this run
+        if isinstance(action, Finish):
+            return s, s.apply_finish(action)
+        if isinstance(action, Wait):
+            if action.until > ws.clock():
+                return s, SessionResult("waiting", s.plan, s.state, action,
+                                        f"waiting until {action.until.isoformat(timespec='seconds')}: {action.reason}")
+            action = action.then
+        elif isinstance(action, ConsultAdvisor):
+            action = s.consult(action)
+    raise PlanRunnerError(what="the policy did not settle on an action", why=describe(action),
+                          fix="report this as a bug with the plan's ledger attached")
+
+
+def begin(s: Session, action: RunSession) -> Begun | SessionResult:
+    """The work branch at its base, and the start recorded (a lost race: the other job's result)."""
     ws, plan = s.ws, s.trusted
-    ws.on_event("isolation", identity.describe())
+    dirty = gitwork.dirty_paths(ws.repo)
+    if dirty:  # the user's own changes: said at once, never retried as a race would be
+        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+        raise PlanRunnerError(
+            what=f"the work tree {ws.repo} has uncommitted changes: {shown}",
+            why="plan-runner checks out the work branch in this work tree; your changes would mix in",
+            fix="commit or stash them (`git stash -u`), then run again")
     try:
-        if gitwork.is_dirty(ws.repo):
-            raise PlanRunnerError(
-                what=f"the work tree {ws.repo} has uncommitted changes",
-                why="plan-runner checks out the work branch and commits the agent's leftovers; your changes would mix in",
-                fix="commit or stash them (`git stash -u`), then run again")
         base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote,
                                               fetched=getattr(s, "branches_fetched", False))
     except PlanRunnerError:
@@ -191,7 +294,6 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         raise
     work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
     plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
-    tracked = with_tracker(plan, plan_text)
     n = s.state.next_n
     started_at = ws.clock()
     started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
@@ -204,24 +306,29 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         s.write([started], push=push_start)
     except StateConflict:
         return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
-    fault_point(ws, "after-start")
-    ws.on_event("session", f"{n} {action.kind.value} {action.checkpoint or ''}".strip())
+    return Begun(action=action, n=n, started_at=started_at, base_sha=base_sha, work_remote_sha=work_remote_sha,
+                 plan_text=plan_text, tracked=with_tracker(plan, plan_text), handoff_path=handoff_path_of(plan),
+                 transcripts=ws.scratch_dir / plan.id / "transcripts")
 
-    handoff_path = handoff_path_of(plan)
-    transcripts = ws.scratch_dir / plan.id / "transcripts"
-    shutil.rmtree(transcripts, ignore_errors=True)
-    s.d.store.read_dir(plan.id, TRANSCRIPTS_DIR, transcripts)
+
+def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
+    """The agent in a fresh clone of its own, as its identity; nothing it started outlives it."""
+    ws, plan, action = s.ws, s.trusted, b.action
+    ws.on_event("session", f"{b.n} {action.kind.value} {action.checkpoint or ''}".strip())
+    shutil.rmtree(b.transcripts, ignore_errors=True)
+    s.d.store.read_dir(plan.id, TRANSCRIPTS_DIR, b.transcripts)
     if identity.isolated:
         _secure_judge_repo(ws.repo)
     area = agentarea.area_for(ws.repo, plan.id)
-    agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, ws.scratch_dir / plan.id)
+    agentarea.prepare(area, identity, ws.repo, plan.work_branch, b.transcripts / AGENT_STATE, ws.scratch_dir / plan.id)
     agent_env = build_agent_env(ws.env, allow=plan.config.agent.env,
                                 api_key_vars=credential_vars(plan.config.agent.backend))
     agent_env["HOME"] = str(area.home)
     request = SessionRequest(
-        workdir=area.work, prompt=_prompt(s, action, plan_text, handoff_path), agent=plan.config.agent,
-        env=agent_env, transcript_dir=transcripts, resume_session_id=action.resume_session_id,
-        plan_path=area.work / plan.path, handoff_path=area.work / handoff_path, pid_file=agent_pid_file(ws, plan.id),
+        workdir=area.work, prompt=_prompt(s, action, b.plan_text, b.handoff_path), agent=plan.config.agent,
+        env=agent_env, transcript_dir=b.transcripts, resume_session_id=action.resume_session_id,
+        plan_path=area.work / plan.path, handoff_path=area.work / b.handoff_path,
+        pid_file=agent_pid_file(ws, plan.id),
         on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)),  # its words may hold a key
         identity=identity, agent_state_dir=area.state, input_dir=area.inputs)
     control = guard.snapshot(ws.repo)
@@ -229,12 +336,19 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
         signals = get_backend(plan.config.agent.backend).run(request)
     finally:
         identity.kill_all()  # nothing the agent started outlives it (invariant 2)
+    return AgentRan(signals=signals, area=area, agent_env=agent_env, control=control)
+
+
+def import_work(s: Session, b: Begun, ran: AgentRan, identity: sandbox.Identity) -> Imported:
+    """The agent's commits (and its leftovers as a WIP commit) onto the judge's work branch, forward only;
+    first of all, what it may have done to git itself undone."""
+    ws, plan = s.ws, s.trusted
     # First thing after the agent: undo what it may have done to git itself, before any git command of ours.
-    moved = guard.restore(control)
-    imported = agentarea.export_work(area, identity, ws.repo, plan.work_branch, base_sha, plan.id,
+    moved = guard.restore(ran.control)
+    imported = agentarea.export_work(ran.area, identity, ws.repo, plan.work_branch, b.base_sha, plan.id,
                                      ws.scratch_dir / plan.id)
-    skipped = agentarea.save_state(area, identity, transcripts / AGENT_STATE)
-    moved += _take_in(ws.repo, plan.work_branch, base_sha, imported)
+    skipped = agentarea.save_state(ran.area, identity, b.transcripts / AGENT_STATE)
+    moved += _take_in(ws.repo, plan.work_branch, b.base_sha, imported)
     for note in imported.notes:
         ws.on_event("warning", note)
     if skipped:
@@ -242,61 +356,79 @@ def _run(s: Session, action: RunSession, identity: sandbox.Identity) -> SessionR
     # This plan's own ref only: other plans' jobs write theirs meanwhile. No fetch to check the remote: the final
     # push's lease finds any move of it, and `_final_write` checks it then (one fetch on that path only).
     moved += s.d.store.restore_own(plan.id, s.version, remote=False)
-    fault_point(ws, "after-agent")
-    ws.on_event("agent", f"{signals.exit_kind.value}, {signals.total_tokens} tokens")
+    ws.on_event("agent", f"{ran.signals.exit_kind.value}, {ran.signals.total_tokens} tokens")
+    return Imported(ran=ran, moved=tuple(moved))
 
-    gate_env = _gate_env(ws, plan, area)
+
+def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Judged:
+    """Evidence from git, the tracker and the gates re-run on a fresh checkout; the verdict computed from it."""
+    ws, plan, action, ran = s.ws, s.trusted, b.action, imp.ran
+    gate_env = _gate_env(ws, plan, ran.area)
     setup_failures: list = []
-    scene = SessionScene(repo=ws.repo, plan=tracked, plan_text=plan_text, base_sha=base_sha,
-                         handoff_path=handoff_path, started_at=started_at, session_number=n,
+    scene = SessionScene(repo=ws.repo, plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
+                         handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
-    evidence = collect_evidence(scene, signals, env=agent_env, observed_at=ws.clock(),
+    evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
                                 cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
                                 on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
-                                checks_runner=s.d.checks_runner, extra_tampering=tuple(moved),
-                                before_gates=_push_early(ws, plan, n, work_remote_sha),
-                                secrets=key_like(s.secrets), unpushed_from=work_remote_sha,
+                                checks_runner=s.d.checks_runner, extra_tampering=imp.moved,
+                                before_gates=_push_early(ws, plan, b.n, b.work_remote_sha),
+                                secrets=key_like(s.secrets), unpushed_from=b.work_remote_sha,
                                 carry_from=_carry_from(s, action), identity=identity,
-                                checkout=_setup_and_checkout(s, identity, area, gate_env, setup_failures),
-                                gate_env=gate_env, unreached=is_unreachable(signals))
+                                checkout=_setup_and_checkout(s, identity, ran.area, gate_env, setup_failures),
+                                gate_env=gate_env, unreached=is_unreachable(ran.signals))
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
-    signals = evidence.signals
-    fault_point(ws, "after-gates")
     verdict = classify(evidence)
     head = revert_rejected_flips(scene, evidence, verdict.rejected_flips)
-    s.plan = with_tracker(plan, gitwork.read_file_at(ws.repo, head, plan.path) or plan_text)
+    return Judged(scene=scene, evidence=evidence, verdict=verdict, head=head)
+
+
+def decide(s: Session, b: Begun, j: Judged) -> Decided:
+    """The session's record and what follows from it (the policy decides, never acts)."""
+    ws, plan, action, verdict, evidence = s.ws, s.trusted, b.action, j.verdict, j.evidence
+    signals = evidence.signals
+    tracked = with_tracker(plan, gitwork.read_file_at(ws.repo, j.head, plan.path) or b.plan_text)
     stage = plan.stage_of(action.checkpoint) if action.checkpoint else None
     record = SessionRecord(
-        n=n, kind=action.kind, checkpoint=action.checkpoint, stage=stage.number if stage else None,
-        started_at=started_at, finished_at=evidence.observed_at, outcome=verdict.outcome, blame=verdict.blame,
+        n=b.n, kind=action.kind, checkpoint=action.checkpoint, stage=stage.number if stage else None,
+        started_at=b.started_at, finished_at=evidence.observed_at, outcome=verdict.outcome, blame=verdict.blame,
         rule=verdict.rule, reasons=verdict.reasons, fingerprint=verdict.fingerprint, zero_output=verdict.zero_output,
-        advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id, backend=signals.backend,
-        tokens=signals.total_tokens, cost_usd=signals.cost_usd, cost_lower_bound=signals.cost_lower_bound,
-        base_sha=base_sha, head_sha=head,
-        work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence), hints=signals.hints,
-        resume_session_id=action.resume_session_id, instructions=action.instructions)
-    decision = decide(verdict, fold([record], s.state), s.plan)
+        advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id,
+        backend=signals.backend, tokens=signals.total_tokens, cost_usd=signals.cost_usd,
+        cost_lower_bound=signals.cost_lower_bound, base_sha=b.base_sha,
+        head_sha=j.head, work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence),
+        hints=signals.hints, resume_session_id=action.resume_session_id, instructions=action.instructions)
+    decision = decide_by_rules(verdict, fold([record], s.state), tracked)
     next_action = decision.action
-    record = record.model_copy(update={"next_action": next_action, "decided_by": decision.rule})
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
+    return Decided(plan=tracked, record=record.model_copy(update={"next_action": next_action,
+                                                                  "decided_by": decision.rule}),
+                   next_action=next_action)
 
-    fault_point(ws, "before-push")
-    fault_point(ws, "after-push")
-    fault_point(ws, "before-ledger")
-    # One write, one atomic push: the verdict (with the intent to dispatch the next run, when that is what
-    # follows), the work branch and the removal of the session ref land together or not at all.
-    intent = _dispatch_intent(s, next_action)
-    _final_write(s, n, base_sha, [record, *intent], files={EVIDENCE_FILE: evidence.model_dump_json().encode()},
-                 dirs={TRANSCRIPTS_DIR: transcripts},
-                 also_push=_work_updates(ws, plan, n) if ws.remote and not evidence.leaked_secrets else ())
-    fault_point(ws, "after-ledger")
-    result = apply_action(s, next_action, evidence, verdict, dispatch_recorded=bool(intent))
+
+def persist(s: Session, b: Begun, j: Judged, d: Decided) -> bool:
+    """One write, one atomic push: the verdict (with the intent to dispatch the next run, when that is what
+    follows), the work branch and the removal of the session ref land together or not at all. Returns whether
+    the dispatch intent was written with it."""
+    ws, plan = s.ws, s.trusted
+    s.plan = d.plan
+    intent = _dispatch_intent(s, d.next_action)
+    _final_write(s, b.n, b.base_sha, [d.record, *intent], files={EVIDENCE_FILE: j.evidence.model_dump_json().encode()},
+                 dirs={TRANSCRIPTS_DIR: b.transcripts},
+                 also_push=_work_updates(ws, plan, b.n) if ws.remote and not j.evidence.leaked_secrets else ())
+    return bool(intent)
+
+
+def finish(s: Session, b: Begun, j: Judged, d: Decided, intent_recorded: bool) -> SessionResult:
+    """Apply the recorded next action, and say what the session was."""
+    verdict, evidence = j.verdict, j.evidence
+    result = apply_action(s, d.next_action, evidence, verdict, dispatch_recorded=intent_recorded)
     return SessionResult(result.status if result.status != "waiting" else "ran", s.plan, s.state, result.action,
-                         result.message, verdict=verdict, evidence=evidence, record=record,
+                         result.message, verdict=verdict, evidence=evidence, record=d.record,
                          report_text=result.report_text, url=result.url,
-                         report_fn=lambda: s.report(f"session {n}: {verdict.outcome.value}", result.action,
+                         report_fn=lambda: s.report(f"session {b.n}: {verdict.outcome.value}", result.action,
                                                     evidence, verdict))
 
 
@@ -345,9 +477,9 @@ def apply_action(s: Session, action, evidence=None, verdict=None, dispatch_recor
     while isinstance(action, ConsultAdvisor):
         action = s.consult(action)
     if isinstance(action, Park):
-        fault_point(ws, "before-park")
+        fault_point(ws.env, "before-park")
         result = s.apply_park(action, evidence, verdict)
-        fault_point(ws, "after-park")
+        fault_point(ws.env, "after-park")
         return result
     if isinstance(action, Finish):
         return s.apply_finish(action, evidence, verdict)
@@ -364,15 +496,15 @@ def dispatch(s: Session, action, recorded: bool = False) -> SessionResult:
     if s.state.last_dispatch >= n and not recorded:
         return SessionResult("ran", s.plan, s.state, action, f"next run already dispatched: {describe(action)}")
     key = f"{s.trusted.id}#{n}"
-    fault_point(s.ws, "before-dispatch")
+    fault_point(s.ws.env, "before-dispatch")
     if not recorded:
         s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
-    fault_point(s.ws, "dispatch-recorded")
+    fault_point(s.ws.env, "dispatch-recorded")
     try:
         s.d.dispatcher.dispatch_next(s.trusted.path, key)
     except Refused as err:
         return park_refused_dispatch(s, err)
-    fault_point(s.ws, "after-dispatch")
+    fault_point(s.ws.env, "after-dispatch")
     return SessionResult("ran", s.plan, s.state, action, describe(action))
 
 
