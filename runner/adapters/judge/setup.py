@@ -94,7 +94,8 @@ def _run_commands(setup: SetupConfig, workdir: Path, env: Mapping[str, str], ide
                   on_event: Callable[[str, str], None]) -> GateResult | None:
     for i, command in enumerate(setup.run, 1):
         on_event("setup", command)
-        gate = GateConfig(name=f"setup {i}", run=command, timeout_minutes=setup.timeout_minutes)
+        # seconds, written with their unit: a bare number would be read as minutes again
+        gate = GateConfig(name=f"setup {i}", run=command, timeout_minutes=f"{setup.timeout_minutes}s")
         result = run_command_gate(gate, workdir=workdir, env=env, identity=identity)
         if not result.passed:
             return result.model_copy(update={"error": (result.error or f"exit {result.exit_code}")
