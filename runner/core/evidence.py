@@ -146,8 +146,9 @@ class Evidence(Record):
     # files where the session's commits add the value of a known secret (the paths, never the value);
     # nothing of such a session is pushed
     leaked_secrets: tuple[str, ...] = ()
-    # work commits of the interrupted sessions just before this one on the same checkpoint (stalled, timed
-    # out, limited, rolled over, crashed): no verdict has judged them yet, so they back this session's flips
+    # work commits of the sessions just before this one on the same checkpoint since the last Advanced (cut
+    # short, judged red by a gate that was broken, Progress not ticked then): no verdict credited them to a
+    # checkpoint, so they back this session's flips (judged with this session's gates, on its head)
     carried_commits: tuple[CommitInfo, ...] = ()
     gates: tuple[GateResult, ...] = ()
     signals: SessionSignals

@@ -96,8 +96,8 @@ def _gates_red(e: Evidence) -> list[str]:
 
 def _carried(e: Evidence) -> list[str]:
     n = len(e.carried_work)
-    return [f"counting {n} work commit(s) of the interrupted session(s) before this one, which no verdict "
-            "had judged"] if n else []
+    return [f"counting {n} work commit(s) of the earlier session(s) on this checkpoint, which no verdict had "
+            "credited (cut short, judged red, or not ticked then)"] if n else []
 
 
 def _genuine_flips(e: Evidence) -> list[Flip]:
