@@ -240,7 +240,7 @@ def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path, *
                            extra_env=gate.env, isolated=isolated)
 
 
-def _commands(plan: Plan) -> list[tuple[str, str, str | None, Mapping[str, str]]]:
+def commands_of(plan: Plan) -> list[tuple[str, str, str | None, Mapping[str, str]]]:
     """(label, command, cwd, env) of every gate, `verify:` and `setup:` command of the plan."""
     out = [(f"gate {g.name!r}", g.run, g.cwd, g.env) for g in plan.config.gates if g.run]
     out += [(f"verify: of {c.id}", c.verify, None, {}) for c in plan.checkpoints if c.verify]
@@ -264,7 +264,7 @@ def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = Fa
                              f"{setup_failed}; every session's gates would run on an environment that is not set up",
                              "make the command work on a fresh clone of the repository (run it there by hand), "
                              "then run again"))
-    for label, command, cwd, extra in _commands(plan):
+    for label, command, cwd, extra in commands_of(plan):
         if setup_failed and label.startswith("setup:"):
             continue
         problem = command_problem(label, command, gate_env, repo, cwd=cwd, checkout=checkout, extra_env=extra,
