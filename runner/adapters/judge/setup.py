@@ -71,7 +71,7 @@ def _restore(archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
     try:
         untar.extract(archive, workdir, roots)
         return True
-    except (OSError, untar.Refused, Exception):  # a broken or refused cache is rebuilt, never trusted
+    except Exception:  # noqa: BLE001 - refused, truncated, unreadable: a broken cache is dropped, never trusted
         archive.unlink(missing_ok=True)
         return False
 
