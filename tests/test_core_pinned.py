@@ -227,7 +227,7 @@ def test_reasons_say_what_decided():
     two = classify(evidence(commits=(work_commit("a"), work_commit("b")))).reasons
     assert two == ("2 work commit(s), gates green, no checkpoint flipped",)
     carried = classify(evidence(commits=(), carried_commits=(work_commit("c"),))).reasons
-    assert carried[1].startswith("counting 1 work commit(s) of the interrupted session(s)")
+    assert carried[1].startswith("counting 1 work commit(s) of the earlier session(s)")
     blocked = classify(evidence(flips=(flip("1.2", DONE, BLOCKED),))).reasons
     assert blocked == ("checkpoint 1.2 was marked BLOCKED",)
     assert classify(evidence(flips=(flip("1.2", BLOCKED, BLOCKED),))).outcome is Outcome.PROGRESS

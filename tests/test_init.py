@@ -54,7 +54,22 @@ def test_init_example_plan_is_valid(tmp_path):
     write_init(tmp_path, action_ref=SHA_REF)
     plan = load_plan(tmp_path / "plans/example.md", tmp_path)
     assert plan.config.base == "trunk" and len(plan.checkpoints) == 3
-    assert plan.config.gates[0].run == "python -m pytest -q"
+    assert plan.config.gates[0].run == ".venv/bin/python -m pytest -q"  # the project's venv, made by setup:
+    assert plan.config.setup.run == ("python3 -m venv .venv", ".venv/bin/pip install -q -e .[test]")
+    assert plan.config.setup.cache == (".venv",) and plan.config.setup.key == ("pyproject.toml",)
+
+
+@pytest.mark.parametrize("marker, setup_run, gate", [
+    ("package.json", ("npm ci",), "npm test"), ("go.mod", None, "go test ./..."), (None, None, "make test")])
+def test_init_example_plan_sets_up_node_and_leaves_others_a_commented_example(tmp_path, marker, setup_run, gate):
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    if marker:
+        (tmp_path / marker).write_text("{}\n")
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert plan.config.gates[0].run == gate
+    assert (plan.config.setup.run if plan.config.setup else None) == setup_run
+    assert "setup:" in (tmp_path / "plans/example.md").read_text()
 
 
 def test_init_refuses_to_overwrite_without_force(tmp_path):

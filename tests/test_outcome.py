@@ -162,7 +162,7 @@ def test_rows9_to_11_count_the_unjudged_work_of_interrupted_sessions_before():
     v = classify(evidence(commits=(tracker_commit(),), flips=(flip(in_session_commits=True),),
                           carried_commits=carried))
     assert (v.outcome, v.rule) == (Outcome.ADVANCED, 9) and not v.rejected_flips
-    assert any("1 work commit(s) of the interrupted session(s)" in r for r in v.reasons)
+    assert any("1 work commit(s) of the earlier session(s)" in r for r in v.reasons)
     v = classify(evidence(commits=(), carried_commits=carried))
     assert (v.outcome, v.rule) == (Outcome.PROGRESS, 10)
     v = classify(evidence(commits=(tracker_commit(),), flips=(flip(in_session_commits=True),),

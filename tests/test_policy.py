@@ -215,16 +215,19 @@ def test_reply_stop_parks_and_skip_moves_on():
     assert decide_after_reply("skip", "", "octocat", state, plan()).checkpoint == "1.2"
 
 
-def test_fold_keeps_where_the_unjudged_sessions_began():
-    """Stalled, timed out, limited, rolled over or crashed sessions leave their work to the next verdict: the
-    folded state keeps the base of the first of them until a session is judged on its work, or a skip."""
+def test_fold_keeps_where_the_uncredited_sessions_began():
+    """Sessions whose work no verdict credited to a checkpoint (cut short, judged red, NeedsHuman, Progress,
+    NoProgress) leave their work to the next verdict (issue 27, item 5): the folded state keeps the base of the
+    first of them until an Advanced credits it, or a skip."""
     unjudged = [record(1, Outcome.STALLED, base_sha="b1"), record(2, Outcome.LIMIT_BACKOFF, base_sha="b2"),
                 record(3, Outcome.TIMED_OUT, base_sha="b3"), record(4, Outcome.ROLLED_OVER, base_sha="b4"),
                 record(5, Outcome.AGENT_ERROR, Blame.AGENT, base_sha="b5")]
     assert fold([]).uncredited_base is None
     assert fold(unjudged[:1]).uncredited_base == "b1" and fold(unjudged).uncredited_base == "b1"
-    for judged in (Outcome.ADVANCED, Outcome.PROGRESS, Outcome.NO_PROGRESS, Outcome.GATES_RED, Outcome.NEEDS_HUMAN):
-        assert fold(unjudged + [record(6, judged, base_sha="b6")]).uncredited_base is None, judged
+    assert fold(unjudged + [record(6, Outcome.ADVANCED, base_sha="b6")]).uncredited_base is None
+    for uncredited in (Outcome.PROGRESS, Outcome.NO_PROGRESS, Outcome.GATES_RED, Outcome.NEEDS_HUMAN):
+        assert fold(unjudged + [record(6, uncredited, base_sha="b6")]).uncredited_base == "b1", uncredited
+        assert fold([record(6, uncredited, base_sha="b6")]).uncredited_base == "b6", uncredited
     later = fold([record(1, Outcome.ADVANCED, base_sha="b1"), record(2, Outcome.STALLED, base_sha="b2")])
     assert later.uncredited_base == "b2"
     go_on = RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="r")

@@ -178,7 +178,7 @@ def test_work_committed_before_a_stall_backs_the_resumed_session_that_ticks(tmp_
     assert first["outcome"] == "Stalled" and first["next_action"]["kind"] == "resume"
     _, second, _ = session(repo)
     assert second["outcome"] == "Advanced", second
-    assert second["rejected_flips"] == [] and any("interrupted session" in r for r in second["reasons"])
+    assert second["rejected_flips"] == [] and any("earlier session(s)" in r for r in second["reasons"])
     assert "- [x] 1.1" in git(repo, "show", "plan-runner/calc:plans/calc.md")
 
 

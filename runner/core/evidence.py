@@ -55,6 +55,9 @@ class GateResult(Record):
     # The gate cannot be decided until a person acts (e.g. CI that a GITHUB_TOKEN push never starts): the
     # session parks NeedsHuman, blaming nobody, instead of counting the gate red.
     needs_human: str | None = None
+    # The command cannot start on the maintainer's base commit either (exit 126/127, or a `setup:` command
+    # that fails there too): a set-up problem of the plan, not the agent's failure. What to fix.
+    setup_problem: str | None = None
 
 
 class CommitInfo(Record):
@@ -146,8 +149,9 @@ class Evidence(Record):
     # files where the session's commits add the value of a known secret (the paths, never the value);
     # nothing of such a session is pushed
     leaked_secrets: tuple[str, ...] = ()
-    # work commits of the interrupted sessions just before this one on the same checkpoint (stalled, timed
-    # out, limited, rolled over, crashed): no verdict has judged them yet, so they back this session's flips
+    # work commits of the sessions just before this one on the same checkpoint since the last Advanced (cut
+    # short, judged red by a gate that was broken, Progress not ticked then): no verdict credited them to a
+    # checkpoint, so they back this session's flips (judged with this session's gates, on its head)
     carried_commits: tuple[CommitInfo, ...] = ()
     gates: tuple[GateResult, ...] = ()
     signals: SessionSignals
@@ -167,6 +171,11 @@ class Evidence(Record):
     def credited_work(self) -> tuple[CommitInfo, ...]:
         """The work a verdict on this session judges: its own, and the interrupted sessions' before it."""
         return self.carried_work + self.work_commits
+
+    @property
+    def setup_problems(self) -> tuple[str, ...]:
+        """Set-up problems: required gates (and `setup:` commands) that cannot start on the base commit either."""
+        return tuple(f"{g.name}: {g.setup_problem}" for g in self.gates if g.required and g.setup_problem)
 
     @property
     def required_gates(self) -> tuple[GateResult, ...]:

@@ -65,6 +65,7 @@ def _needs_human(e: Evidence) -> list[str]:
     reasons += [f"the agent changed protected configuration: {t}" for t in e.tampering]
     reasons += [f"gate {g.name} cannot be decided here: {g.needs_human}" for g in e.gates
                 if g.required and g.needs_human]
+    reasons += [f"set-up problem, not the agent's failure: {p}" for p in e.setup_problems]
     reasons += [f"the agent's commits add the value of a secret to {p}; nothing of this session was pushed: "
                 "take it out of the work branch's history before the plan goes on" for p in e.leaked_secrets]
     return reasons
@@ -95,8 +96,8 @@ def _gates_red(e: Evidence) -> list[str]:
 
 def _carried(e: Evidence) -> list[str]:
     n = len(e.carried_work)
-    return [f"counting {n} work commit(s) of the interrupted session(s) before this one, which no verdict "
-            "had judged"] if n else []
+    return [f"counting {n} work commit(s) of the earlier session(s) on this checkpoint, which no verdict had "
+            "credited (cut short, judged red, or not ticked then)"] if n else []
 
 
 def _genuine_flips(e: Evidence) -> list[Flip]:

@@ -36,10 +36,6 @@ _FIX_KIND = {
     Outcome.AGENT_ERROR: SessionKind.FIX_ERROR,
 }
 _STALLS = (Outcome.STALLED, Outcome.TIMED_OUT)
-# Sessions cut short before any verdict on their work: what they committed is judged with the next session.
-_UNJUDGED = (Outcome.STALLED, Outcome.TIMED_OUT, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER, Outcome.AGENT_ERROR,
-             Outcome.INTERRUPTED)
-
 AnyAction = RunSession | Wait | ConsultAdvisor | Park | Finish
 
 
@@ -64,7 +60,7 @@ class RunState(Record):
     parked_at: datetime | None = None
     finished: bool = False
     pull_request: str | None = None
-    # the base commit of the run of unjudged sessions (see _UNJUDGED) that ends the ledger, if any
+    # the base commit of the run of sessions since the last Advanced (their work no verdict credited), if any
     uncredited_base: str | None = None
 
     @property
@@ -118,7 +114,9 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
         pending=r.next_action,
         park_issue=None,  # a session ran: any earlier park is over
         parked_at=None,
-        uncredited_base=(state.uncredited_base or r.base_sha or None) if r.outcome in _UNJUDGED else None,
+        # Work no verdict credited to a checkpoint (cut short, judged red, NeedsHuman, Progress, NoProgress) is
+        # judged again with the next session's evidence: only Advanced credits it (issue 27, item 5).
+        uncredited_base=None if r.outcome is Outcome.ADVANCED else (state.uncredited_base or r.base_sha or None),
     )
 
 
@@ -143,7 +141,7 @@ def _fresh_budgets(state: RunState, **extra) -> RunState:
     )
 
 
-FOLD_VERSION = 1  # bump when fold() changes what it derives: stored snapshots are then refolded
+FOLD_VERSION = 2  # bump when fold() changes what it derives: stored snapshots are then refolded
 
 
 def snapshot_json(state: RunState) -> str:

@@ -111,11 +111,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _warn_unresolvable_gates(plan, root: Path) -> None:
-    """Gate commands that resolve to nothing here (the shell would exit 127): warnings, the plan stays valid."""
-    from runner.drivers.preflight import gate_command_problem
+    """Gate, `verify:` and `setup:` commands that would not start where they run (the shell would exit 127), as
+    far as can be told without a checkout: warnings, the plan stays valid."""
+    from runner.drivers.preflight import command_problem, commands_of
 
-    for gate in plan.config.gates:
-        problem = gate_command_problem(gate, os.environ, root)
+    for label, command, cwd, extra in commands_of(plan):
+        problem = command_problem(label, command, os.environ, root, cwd=cwd, extra_env=extra)
         if problem is not None:
             print(f"  warning: {problem.what} ({problem.fix})")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.sandbox.agentenv import credential_vars, build_agent_env
+from runner.adapters.sandbox.agentenv import build_agent_env, clean_path, credential_vars
 from runner.core.errors import PlanRunnerError
 from runner.core.plan import GateConfig, Plan
 from runner.adapters.sandbox import identity as sandbox
@@ -144,12 +144,10 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
     return found
 
 
-def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path) -> Problem | None:
-    """A command gate whose first word resolves to nothing (the shell would exit 127)."""
-    if gate.run is None:
-        return None
+def _first_word(command: str) -> str | None:
+    """The program a shell command starts, when plan-runner can tell (None: a builtin, an expansion...)."""
     try:
-        words = shlex.split(gate.run, comments=True)
+        words = shlex.split(command, comments=True)
     except ValueError:
         return None  # the shell parses it its own way; let the gate say so
     words = [w for w in words if not ("=" in w and w.split("=", 1)[0].isidentifier())][:1]  # skip VAR=value
@@ -160,35 +158,130 @@ def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path) -
         word = word.split(sep, 1)[0]
     if not word or word in _SHELL_WORDS or any(c in word for c in "$`*?<>(){}"):
         return None  # a builtin, a keyword or an expansion: only the shell knows
-    cwd = repo / gate.cwd if gate.cwd else repo
-    if _which(word, {**env, **gate.env}, cwd) is not None:
+    return word
+
+
+def _untracked(repo: Path, path: Path) -> bool:
+    """`path` (in the user's working copy) exists but git does not track it: a fresh checkout lacks it."""
+    try:
+        rel = path.resolve().relative_to(repo.resolve())
+    except (ValueError, OSError):
+        return False
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(repo), "ls-files", "--error-unmatch", "--", str(rel)],
+                          capture_output=True)
+    return done.returncode == 1  # 128: not a repository (nothing to tell)
+
+
+_SETUP_HINT = ("add a `setup:` to the plan that makes it on a fresh checkout (a Python project: `setup: {run: "
+               "[\"python3 -m venv .venv\", \".venv/bin/pip install -e .[test]\"], cache: [.venv], key: "
+               "[pyproject.toml]}`, then run the gate as `.venv/bin/pytest`; a Node one: `setup: {run: [npm ci], "
+               "cache: [node_modules], key: [package-lock.json]}`)")
+
+
+def command_problem(label: str, command: str | None, env: Mapping[str, str], repo: Path, *,
+                    cwd: str | None = None, checkout: Path | None = None, extra_env: Mapping[str, str] | None = None,
+                    isolated: bool = False) -> Problem | None:
+    """A command whose first word would not start where it runs: on a fresh checkout (`checkout`, set up
+    already; else `repo`, the user's working copy, which may hold ignored files a checkout lacks), with the
+    gates' PATH (`env`'s without plan-runner's own installation and without folders of `repo`), as the
+    agent's user when `isolated`."""
+    if command is None:
         return None
-    if "/" in word:  # a script the plan's work may create: a warning, not a stop
-        return Problem("warning", f"gate {gate.name!r}: {word} does not exist yet",
-                       "the gate's command names a file that is not in the repository now",
-                       "ignore this if the plan's work creates it; else correct the gate's `run:`")
-    return Problem("error", f"gate {gate.name!r}: command {word!r} is not found",
-                   f"`{word}` is not a shell builtin and not on the PATH, so the gate would exit 127 "
+    word = _first_word(command)
+    if word is None:
+        return None
+    root = checkout if checkout is not None else repo
+    where = root / cwd if cwd else root
+    gate_env = {**env, **(extra_env or {})}
+    gate_env["PATH"] = clean_path(gate_env.get("PATH", ""), also=(repo,))
+    found = _which(word, gate_env, where)
+    if found is not None:
+        if "/" in word and checkout is None and _untracked(repo, Path(found)):
+            return Problem("warning", f"{label}: {word} is not tracked by git",
+                           "gates and `setup:` run on a fresh checkout of the judged commit (tracked files only), "
+                           "so it is there only if the plan's `setup:` makes it",
+                           f"commit it, or {_SETUP_HINT}")
+        part = unreachable(found) if isolated else None
+        if part is not None:
+            return Problem("error", f"{label}: the agent's user cannot run {found}",
+                           f"gates run as the agent's unprivileged user, and {part} is not reachable by other users",
+                           f"`chmod o+x {part}`, install it in a shared location (/usr/local, /opt), or {_SETUP_HINT}")
+        return None
+    user_cwd = repo / cwd if cwd else repo
+    mine = _which(word, {**env, **(extra_env or {})}, user_cwd)
+    if "/" in word:
+        if mine is not None:
+            return Problem("error", f"{label}: {word} is not in a fresh checkout of the base commit",
+                           "it exists in your working copy but git does not track it (ignored or untracked), and "
+                           "gates run on a fresh checkout of the judged commit as the agent's user: it would exit "
+                           "127 and no session could pass", _SETUP_HINT)
+        return Problem("warning", f"{label}: {word} does not exist yet",
+                       "the command names a file that is not in the repository now",
+                       "ignore this if the plan's work creates it; else correct the command, or " + _SETUP_HINT)
+    if mine is not None:
+        return Problem("error", f"{label}: command {word!r} is not on the gates' PATH",
+                       f"it is found at {mine}, in plan-runner's own installation or your working copy, which the "
+                       "gates never see: they run on a fresh checkout as the agent's user, so it would exit 127",
+                       f"install it for the project in the plan's `setup:` and name it by its path there; "
+                       f"{_SETUP_HINT}")
+    return Problem("error", f"{label}: command {word!r} is not found",
+                   f"`{word}` is not a shell builtin and not on the PATH, so it would exit 127 "
                    "and every session would be judged red for it",
-                   f"install {word} (or activate the environment that has it) before running, "
-                   "or correct the gate's `run:` in the plan")
+                   f"install {word} on the machine, or make it in the plan's `setup:`; or correct the command "
+                   f"in the plan ({_SETUP_HINT})")
 
 
-def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
-    """Every problem a session of `plan` would meet, errors first."""
-    found = _check_agent(plan, env, repo, isolated)
-    agent_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=credential_vars(plan.config.agent.backend))
-    for gate in plan.config.gates:
-        problem = gate_command_problem(gate, agent_env, repo)  # gates run with the agent's environment
+def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path, *, checkout: Path | None = None,
+                         isolated: bool = False) -> Problem | None:
+    """A command gate whose first word resolves to nothing where the gate runs (the shell would exit 127)."""
+    return command_problem(f"gate {gate.name!r}", gate.run, env, repo, cwd=gate.cwd, checkout=checkout,
+                           extra_env=gate.env, isolated=isolated)
+
+
+def commands_of(plan: Plan) -> list[tuple[str, str, str | None, Mapping[str, str]]]:
+    """(label, command, cwd, env) of every gate, `verify:` and `setup:` command of the plan."""
+    out = [(f"gate {g.name!r}", g.run, g.cwd, g.env) for g in plan.config.gates if g.run]
+    out += [(f"verify: of {c.id}", c.verify, None, {}) for c in plan.checkpoints if c.verify]
+    if plan.config.setup is not None:
+        out += [(f"setup: command {i}", command, None, {}) for i, command in enumerate(plan.config.setup.run, 1)]
+    return out
+
+
+def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False,
+             checkout: Path | None = None, setup_failed: str | None = None, *, agent: bool = True,
+             commands: bool = True) -> list[Problem]:
+    """Every problem a session of `plan` would meet, errors first. `checkout`: a fresh checkout of the base
+    commit, after `setup:` (`setup_failed`: what failed there), where the commands are resolved.
+    `agent`/`commands`: check the agent's program and credentials / the plan's commands."""
+    found = _check_agent(plan, env, repo, isolated) if agent else []
+    if not commands:
+        return sorted(found, key=lambda p: p.level != "error")
+    gate_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=())  # the gates' environment
+    if setup_failed:
+        found.append(Problem("error", "`setup:` fails on a fresh checkout of the base commit",
+                             f"{setup_failed}; every session's gates would run on an environment that is not set up",
+                             "make the command work on a fresh clone of the repository (run it there by hand), "
+                             "then run again"))
+    for label, command, cwd, extra in commands_of(plan):
+        if setup_failed and label.startswith("setup:"):
+            continue
+        problem = command_problem(label, command, gate_env, repo, cwd=cwd, checkout=checkout, extra_env=extra,
+                                  isolated=isolated and checkout is not None)
         if problem is not None:
             found.append(problem)
     return sorted(found, key=lambda p: p.level != "error")
 
 
-def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None, isolated: bool = False) -> None:
+def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None, isolated: bool = False,
+          checkout: Path | None = None, setup_failed: str | None = None) -> None:
     """Raise one PlanRunnerError for the errors found; hand each warning to `warn`. `isolated`: the session
     will run the agent as its own user, which must be able to reach the agent's program."""
-    found = problems(plan, env, repo, isolated)
+    _raise(plan, problems(plan, env, repo, isolated, checkout, setup_failed), warn)
+
+
+def _raise(plan: Plan, found: list[Problem], warn) -> None:
     for p in found:
         if p.level == "warning":
             warn(p.line())
@@ -230,4 +323,35 @@ def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -
     from runner.drivers.session import isolation_of
 
     isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
-    check(plan, ws.env, ws.repo, warn=warn, isolated=isolated)
+    _raise(plan, problems(plan, ws.env, ws.repo, isolated, commands=False), warn)  # the agent: no checkout needed
+    with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
+        checked = _as_it_will_run(ws, plan, identity)
+        checkout, setup_failed = checked if checked is not None else (None, None)
+        _raise(plan, problems(plan, ws.env, ws.repo, identity.isolated, checkout, setup_failed, agent=False), warn)
+
+
+def _as_it_will_run(ws, plan: Plan, identity) -> tuple[Path, str | None] | None:
+    """A fresh checkout of the base commit, set up as the gates' will be (as the agent's user, with the
+    gates' environment): the path, and what failed in `setup:` (None: all good)."""
+    from runner.adapters.judge import setup as setup_mod
+    from runner.adapters.sandbox import agent_clone
+
+    trusted = setup_mod.trusted_commit(ws.repo, ws.remote, plan.config.base)
+    if trusted is None:
+        return None
+    area = agent_clone.area_for(ws.repo, plan.id)
+    scratch = ws.scratch_dir / plan.id
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def fresh(sha: str) -> Path:
+        return agent_clone.checkout(area, identity, ws.repo, sha, scratch)
+    workdir = fresh(trusted)
+    if plan.config.setup is None or not plan.config.setup.run:
+        return workdir, None
+    env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
+    env["HOME"] = str(area.gate_home)
+    env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))
+    failed = setup_mod.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
+                                 identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
+                                 checkout=fresh, on_event=ws.on_event)
+    return workdir, (failed[0].error or "a set-up command failed") if failed else None

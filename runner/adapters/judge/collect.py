@@ -16,6 +16,7 @@ from pathlib import Path
 from runner.adapters.git import work as gitwork
 from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
 from runner.adapters.judge.gates import GateCache, GateEvent, run_gates
+from runner.adapters.judge.setup import SETUP_FIX
 from runner.core.plan import GateConfig, Plan
 from runner.adapters.sandbox.identity import Identity
 from runner.core.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
@@ -104,6 +105,40 @@ def _verify(flips: tuple[Flip, ...], plan: Plan, workdir: Path, env: Mapping[str
     return tuple(out)
 
 
+def cannot_start(g: GateResult) -> bool:
+    """A command gate that did not get to run its program: not found (127), not executable (126), no shell."""
+    return (g.kind == "command" and not g.passed and not g.timed_out
+            and (g.exit_code in (126, 127) or (g.error or "").startswith("could not start")))
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _set_up_problems(gates: tuple[GateResult, ...], plan: Plan,
+                     on_base: Callable[[Sequence[GateConfig]], tuple[tuple[GateResult, ...], str]] | None,
+                     ) -> tuple[GateResult, ...]:
+    """Required gates that cannot start are run once on a fresh, set-up checkout of the base commit: one that
+    cannot start there either is a set-up problem (blamed on nobody); one that starts there the agent broke."""
+    suspects = {g.name for g in gates if g.required and cannot_start(g)}
+    if not suspects or on_base is None:
+        return gates
+    base_results, base_sha = on_base([c for c in plan.config.gates if c.name in suspects])
+    on_base_too = {r.name: r for r in base_results if cannot_start(r)}
+    out = []
+    for g in gates:
+        if g.name in on_base_too:
+            seen = _last_line(g.output_tail) or g.error or ""
+            why = "exit 126: not executable" if g.exit_code == 126 else (
+                "exit 127: command not found" if g.exit_code == 127 else (g.error or "it could not start"))
+            g = g.model_copy(update={"setup_problem": (
+                f"the gate cannot start on a fresh checkout of the base commit {base_sha[:12]} either ({why}"
+                + (f": {seen}" if seen else "") + "), so it fails whatever the agent does; fix: " + SETUP_FIX)})
+        out.append(g)
+    return tuple(out)
+
+
 def _discard_gate_byproducts(repo: Path) -> None:
     """The tree was clean (leftovers committed) before the gates ran in it: whatever they changed or
     created (caches, coverage files, a formatter's rewrite) is theirs, not the agent's work."""
@@ -119,7 +154,9 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
                      secrets: Sequence[str] = (), unpushed_from: str | None = None,
                      carry_from: str | None = None, identity: Identity | None = None,
                      checkout: Callable[[str], Path] | None = None,
-                     gate_env: Mapping[str, str] | None = None, unreached: bool = False) -> Evidence:
+                     gate_env: Mapping[str, str] | None = None, unreached: bool = False,
+                     on_base: Callable[[Sequence[GateConfig]], tuple[tuple[GateResult, ...], str]] | None = None,
+                     ) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
 
     `secrets` are values that must never leave the machine in a commit: everything the work branch
@@ -129,7 +166,9 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     evidence for the verdict to judge.
 
     `checkout(sha)` makes the fresh checkout of the judged commit that `verify:` and the gates run on
-    (as `identity`, with `gate_env`); without it they run in `scene.repo` (tests of this function).
+    (as `identity`, with `gate_env`), whatever the session did (a leaked secret included); without it they
+    run in `scene.repo` (tests of this function). `on_base(gates)` runs gates on a fresh, set-up checkout of
+    the base commit (results, its sha): a required gate that cannot start there either is a set-up problem.
 
     `unreached`: the agent never reached its model (an unreachable endpoint): when it also left nothing,
     there is nothing to judge, so no checkout, no `setup:`, no `verify:` and no gates."""
@@ -150,7 +189,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     flips = _flips(scene, agent_text, final_text)
     leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
     idle = unreached and head == scene.base_sha
-    workdir = checkout(head) if checkout is not None and not leaked and not idle else repo
+    workdir = checkout(head) if checkout is not None and not idle else repo
     flips = flips if idle else _verify(flips, scene.plan, workdir, gate_env, identity)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     carried: tuple[CommitInfo, ...] = ()
@@ -164,6 +203,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     gates: tuple[GateResult, ...] = () if leaked or idle else run_gates(
         scene.plan.config.gates, workdir=workdir, env=gate_env, tree_hash=gitwork.tree_hash(repo, head),
         cache=cache, on_event=on_gate, checks_runner=checks_runner, identity=identity)
+    gates = _set_up_problems(gates, scene.plan, on_base)
     if workdir == repo:
         _discard_gate_byproducts(repo)
     return Evidence(

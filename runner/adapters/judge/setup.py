@@ -1,28 +1,53 @@
-"""The plan's `setup:` commands, run on the gates' fresh checkout before them (SPEC 4b, invariant 4).
+"""The plan's `setup:` commands, run on a fresh checkout before the gates (SPEC 4b, invariant 4; SPEC 9).
 
-They are the project's code (`pip install -e .` runs its setup.py), so they run as
-the agent's identity, like the gates. What they produce under `cache:` is kept by
-plan-runner, out of the agent's reach, keyed by the commands and the content of
-the `key:` files at the judged commit: the next session with the same key gets a
-copy instead of running them again. Known limit: a cache is built by code of the
-commit that first had that key; name in `key:` every file the commands execute
-(lock files, setup.py, pyproject.toml) so that a change of one builds a new cache.
+They are the project's code (`pip install -e .` runs its setup.py), so they run as the agent's
+identity, like the gates. What they produce under `cache:` is kept by plan-runner, out of the
+agent's reach, and a cache holds only what the maintainer's code produced:
+
+* it is built from a fresh checkout of the *trusted* commit (the base branch the plan's configuration
+  is read from), never from a commit of the agent's, and sessions only restore it, never refresh it;
+* it is keyed by the commands, the cache paths and the content of the `key:` files; a judged commit
+  whose key files differ from the trusted commit's runs its set-up fresh and caches nothing;
+* it is built and restored at one path per use (the gates' checkout, the agent's clone), since what
+  set-up makes (a virtualenv) names its own path;
+* it is read back member by member with checks of our own (runner/adapters/judge/untar.py), on every
+  Python the package allows.
+
+Agent code that runs during a session's set-up (a changed setup.py, a module shadowing the standard
+library) therefore reaches no later session. Known limit: a key file the commands read but `key:` does
+not name is not watched; the cache then holds the base's build of it (still the maintainer's code).
 """
 
 from __future__ import annotations
 
 import hashlib
-import tarfile
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from runner.adapters.git import work as gitwork
-from runner.core.evidence import GateResult
+from runner.adapters.judge import untar
 from runner.adapters.judge.gates import run_command_gate
-from runner.core.plan import GateConfig, SetupConfig
 from runner.adapters.sandbox.identity import Identity
+from runner.core.evidence import GateResult
+from runner.core.plan import GateConfig, SetupConfig
 
-CACHE_KEEP = 3  # cache archives kept per plan (the newest)
+CACHE_KEEP = 3  # cache archives kept per place (the newest)
+
+SETUP_FIX = ("everything a gate needs beyond the repository's tracked files comes from the plan's `setup:` "
+             "(gates run on a fresh checkout of the judged commit, as the agent's user): e.g. `setup: {run: "
+             "[\"python3 -m venv .venv\", \".venv/bin/pip install -e .[test]\"], cache: [.venv], key: "
+             "[pyproject.toml]}` for a Python project, `setup: {run: [npm ci], cache: [node_modules], key: "
+             "[package-lock.json]}` for a Node one; then `plan-runner reply <plan> retry`")
+
+
+def trusted_commit(repo: Path, remote: str | None, base: str) -> str | None:
+    """The maintainer's commit: the base branch the plan's configuration is read from (as the session reads it)."""
+    for ref in ([f"{remote}/{base}"] if remote else []) + [base]:
+        sha = gitwork.ref_sha(repo, ref)
+        if sha:
+            return sha
+    return None
 
 
 def setup_key(setup: SetupConfig, repo: Path, sha: str) -> str:
@@ -37,55 +62,162 @@ def setup_key(setup: SetupConfig, repo: Path, sha: str) -> str:
     return h.hexdigest()[:32]
 
 
-def _restore(archive: Path, workdir: Path) -> bool:
+def _place(cache_dir: Path, workdir: Path) -> Path:
+    """The archives built for one path (what set-up makes is tied to where it ran)."""
+    return cache_dir / hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:16]
+
+
+def _restore(archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
     try:
-        with tarfile.open(archive, "r") as tar:
-            # 'tar', not 'data': a virtualenv links to its interpreter by absolute path. Still no member outside
-            # `workdir`, none written through a link that leads out, no setuid bits.
-            tar.extractall(workdir, filter="tar")
+        untar.extract(archive, workdir, roots)
         return True
-    except (OSError, tarfile.TarError):
-        archive.unlink(missing_ok=True)  # a broken cache is rebuilt, never trusted
+    except Exception:  # noqa: BLE001 - refused, truncated, unreadable: a broken cache is dropped, never trusted
+        archive.unlink(missing_ok=True)
         return False
 
 
 def _save(archive: Path, workdir: Path, paths: tuple[str, ...]) -> None:
     archive.parent.mkdir(parents=True, exist_ok=True)
     tmp = archive.with_suffix(".tmp")
-    with tarfile.open(tmp, "w") as tar:
-        for rel in paths:
-            if (workdir / rel).exists() or (workdir / rel).is_symlink():
-                tar.add(workdir / rel, arcname=rel, recursive=True)  # links are stored as links, never followed
+    try:
+        untar.write(tmp, workdir, paths)
+    except (OSError, untar.Refused):
+        tmp.unlink(missing_ok=True)
+        return
     tmp.replace(archive)
     kept = sorted(archive.parent.glob("*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in kept[CACHE_KEEP:]:
         old.unlink(missing_ok=True)
 
 
-def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
-              identity: Identity, cache_dir: Path,
-              on_event: Callable[[str, str], None] = lambda e, d: None) -> tuple[GateResult, ...]:
-    """Restore the cache or run the commands; the failed commands as red gate results (empty: all good)."""
-    key = setup_key(setup, repo, sha)
-    archive = cache_dir / f"{key}.tar"
-    if setup.cache and archive.is_file():
-        identity.reclaim(workdir)
-        restored = _restore(archive, workdir)
-        identity.give(workdir)
-        if restored:
-            on_event("setup", f"cache {key[:12]} restored")
-            return ()
+def _run_commands(setup: SetupConfig, workdir: Path, env: Mapping[str, str], identity: Identity,
+                  on_event: Callable[[str, str], None]) -> GateResult | None:
     for i, command in enumerate(setup.run, 1):
         on_event("setup", command)
-        gate = GateConfig(name=f"setup {i}", run=command, timeout_minutes=setup.timeout_minutes)
+        # seconds, written with their unit: a bare number would be read as minutes again
+        gate = GateConfig(name=f"setup {i}", run=command, timeout_minutes=f"{setup.timeout_minutes}s")
         result = run_command_gate(gate, workdir=workdir, env=env, identity=identity)
         if not result.passed:
-            return (result.model_copy(update={"error": (result.error or "") + f" (setup command: {command})"}),)
-    if setup.cache:
-        identity.kill_all()
-        identity.reclaim(workdir)
+            return result.model_copy(update={"error": (result.error or f"exit {result.exit_code}")
+                                             + f" (setup command: {command})"})
+    return None
+
+
+def _base_problem(sha: str, result: GateResult) -> GateResult:
+    return result.model_copy(update={"setup_problem": (
+        f"`setup:` fails on a fresh checkout of the base commit {sha[:12]} too ({result.error}), so no session "
+        f"could pass its gates; fix: make the command work on a fresh checkout of the base; " + SETUP_FIX)})
+
+
+def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
+              identity: Identity, cache_dir: Path, trusted_sha: str | None = None,
+              checkout: Callable[[str], Path] | None = None,
+              on_event: Callable[[str, str], None] = lambda e, d: None) -> tuple[GateResult, ...]:
+    """Set `workdir` (a fresh checkout of `sha`) up; the failed command as a red gate result (empty: all good).
+
+    `checkout(rev)` makes a fresh checkout of `rev` at `workdir` again: with it and `trusted_sha`, a missing
+    cache is built from the trusted commit (then `sha` is checked out again and the cache restored), and a
+    command that fails is tried on the trusted commit: failing there too makes it a set-up problem. Without
+    them nothing is cached or restored."""
+    can_probe = checkout is not None and trusted_sha is not None and trusted_sha != sha
+    roots = untar.clean_roots(setup.cache)
+    if roots and checkout is not None and trusted_sha is not None:
+        key = setup_key(setup, repo, sha)
+        if key != setup_key(setup, repo, trusted_sha):
+            on_event("setup", "the key files differ from the base commit's: set-up runs fresh, nothing is cached")
+        else:
+            archive = _place(cache_dir, workdir) / f"{key}.tar"
+            if not archive.is_file():
+                if trusted_sha != sha:
+                    workdir = checkout(trusted_sha)
+                on_event("setup", f"building the cache {key[:12]} from the base commit {trusted_sha[:12]}")
+                failed = _run_commands(setup, workdir, env, identity, on_event)
+                if failed is None:
+                    identity.kill_all()
+                    identity.reclaim(workdir)
+                    try:
+                        _save(archive, workdir, roots)
+                    finally:
+                        identity.give(workdir)
+                if trusted_sha != sha:
+                    workdir = checkout(sha)
+                elif failed is None:
+                    return ()  # built right here: this checkout is set up
+                if failed is not None:
+                    return (_base_problem(trusted_sha, failed),)
+            if archive.is_file():
+                identity.kill_all()
+                identity.reclaim(workdir)
+                try:
+                    restored = _restore(archive, workdir, roots)
+                finally:
+                    identity.give(workdir)
+                if restored:
+                    on_event("setup", f"cache {key[:12]} restored")
+                    return ()
+                on_event("warning", f"the set-up cache {key[:12]} could not be restored: it was dropped")
+                workdir = checkout(sha)
+    failed = _run_commands(setup, workdir, env, identity, on_event)
+    if failed is None:
+        return ()
+    if can_probe:
+        base_dir = checkout(trusted_sha)
+        on_base = _run_commands(setup, base_dir, env, identity, on_event)
+        checkout(sha)  # the gates judge the judged commit, set up or not
+        if on_base is not None:
+            return (_base_problem(trusted_sha, failed),)
+    elif trusted_sha == sha:
+        return (_base_problem(sha, failed),)
+    return (failed,)
+
+
+def _untracked_tops(repo: Path, sha: str, workdir: Path, roots: tuple[str, ...]) -> list[str]:
+    """The topmost paths in `workdir` that `sha` does not track (what set-up made), cache paths excluded."""
+    tracked = set(gitwork.git_text(repo, "ls-tree", "-r", "--name-only", "-z", sha).split("\0")) - {""}
+    dirs = {str(Path(p).parent) for p in tracked}
+    dirs |= {str(parent) for d in list(dirs) for parent in Path(d).parents}
+    found: list[str] = []
+    walk = [""]
+    while walk and len(found) < 1000:
+        rel = walk.pop()
         try:
-            _save(archive, workdir, setup.cache)
-        finally:
-            identity.give(workdir)
-    return ()
+            names = sorted(os.listdir(workdir / rel)) if rel == "" or not os.path.islink(workdir / rel) else []
+        except OSError:
+            continue
+        for name in names:
+            path = f"{rel}/{name}" if rel else name
+            if path == ".git" or path in roots or path in tracked:
+                continue
+            if path in dirs and os.path.isdir(workdir / path) and not os.path.islink(workdir / path):
+                walk.append(path)
+            else:
+                found.append(path)
+    return found
+
+
+def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
+                 identity: Identity, cache_dir: Path, trusted_sha: str | None, checkout: Callable[[str], Path],
+                 reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None) -> str | None:
+    """Run `setup:` in the agent's own clone (at `sha`) before the agent starts, so it can run the gates it is
+    judged by; the same commands and cache rules as the gates' (the cache of this path is built from a checkout
+    of the trusted commit, then the clone is made again). What set-up made is excluded from the clone's git
+    (never committed as the agent's leftovers). A failure, in words (the agent is told, nobody is blamed)."""
+    def again(rev: str) -> Path:
+        return reclone() if rev == sha else checkout(rev)
+    failed = run_setup(setup, sha=sha, repo=repo, workdir=workdir, env=env, identity=identity, cache_dir=cache_dir,
+                       trusted_sha=trusted_sha, checkout=again, on_event=on_event)
+    identity.kill_all()
+    roots = untar.clean_roots(setup.cache)
+    made = [*roots, *_untracked_tops(repo, sha, workdir, roots)]
+    info = workdir / ".git" / "info"
+    git_dir = workdir / ".git"
+    if made and git_dir.is_dir() and not git_dir.is_symlink() and not (info.exists() and info.is_symlink()):
+        identity.reclaim(git_dir)
+        info.mkdir(exist_ok=True)
+        fd = os.open(info / "exclude", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            fh.write("\n# made by the plan's setup: (plan-runner)\n" + "".join(f"/{p}\n" for p in made))
+        identity.give(git_dir)
+    if failed:
+        return failed[0].error or "a set-up command failed"
+    return None

@@ -312,24 +312,29 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
     return skipped
 
 
-def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> Path:
+def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,
+             into: Path | None = None) -> Path:
     """A fresh checkout of `sha` (tracked files only) for gates, owned by the identity that runs them,
-    and a clean home for them."""
+    and a clean home for them. `into`: another folder of the area (the set-up cache of the agent's clone
+    is built from a checkout of the base commit at the clone's path)."""
     identity.kill_all()
     _own_root(area)
-    _fresh_dir(area.gates, identity, 0o755)
-    _fresh_dir(area.gate_home, identity)
+    target = into or area.gates
+    _fresh_dir(target, identity, 0o755 if into is None else 0o700)
+    if into is None:
+        _fresh_dir(area.gate_home, identity)
     index = scratch / "gate.index"
     index.unlink(missing_ok=True)
     env = {"GIT_INDEX_FILE": str(index)}
     try:
         gitwork.run_git(repo, "read-tree", sha, env=env)
-        gitwork.run_git(repo, "checkout-index", "--all", "--force", f"--prefix={area.gates}/", env=env)
+        gitwork.run_git(repo, "checkout-index", "--all", "--force", f"--prefix={target}/", env=env)
     except GitCommandError as exc:
         raise PlanRunnerError(what=f"could not check out {sha[:12]} for the gates",
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
     finally:
         index.unlink(missing_ok=True)
-    identity.give(area.gates)
-    identity.give(area.gate_home)
-    return area.gates
+    identity.give(target)
+    if into is None:
+        identity.give(area.gate_home)
+    return target

@@ -11,7 +11,9 @@ plan names it.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 
 from runner.core.errors import PlanRunnerError
@@ -104,7 +106,37 @@ def build_agent_env(
                 fix="this is a bug in plan-runner or a plugin backend; please report it",
             )
         env[name] = value
+    if "PATH" in env and "PATH" not in (extra or {}):
+        env["PATH"] = clean_path(env["PATH"])  # nothing of plan-runner's on the agent's or the gates' PATH
     return env
+
+
+def own_roots() -> tuple[str, ...]:
+    """Where plan-runner itself lives: its virtualenv (never a system prefix) and its source tree."""
+    # the folder holding the `runner` package (a checkout of plan-runner, or site-packages)
+    roots = [os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))]
+    if sys.prefix != sys.base_prefix:
+        roots.append(os.path.realpath(sys.prefix))
+    return tuple(roots)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def clean_path(value: str, also: Iterable[str | os.PathLike] = ()) -> str:
+    """`value` (a PATH) without the folders of plan-runner's own installation (its virtualenv's `python3`,
+    `pytest`, ... are not the project's), nor folders under `also` (the user's working copy: an activated
+    project venv there imports the user's files, not the judged commit), nor empty (current-folder) entries."""
+    roots = own_roots() + tuple(os.path.realpath(a) for a in also)
+    kept = []
+    for entry in value.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        if any(_inside(os.path.realpath(entry), r) for r in roots) or entry in kept:
+            continue
+        kept.append(entry)
+    return os.pathsep.join(kept) or os.defpath
 
 
 def secret_values(env: Mapping[str, str], *, min_length: int = 6) -> list[str]:

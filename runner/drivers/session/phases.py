@@ -21,12 +21,12 @@ from pathlib import Path
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import guard, setup
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
-from runner.adapters.judge.gates import GateCache
+from runner.adapters.judge.gates import GateCache, run_gates
 from runner.adapters.judge.guard import redact_text
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.adapters.sandbox import agent_clone as agentarea
 from runner.adapters.sandbox import identity as sandbox
-from runner.adapters.sandbox.agentenv import build_agent_env, credential_vars, key_like
+from runner.adapters.sandbox.agentenv import build_agent_env, clean_path, credential_vars, key_like
 from runner.backends import SessionRequest, get_backend
 from runner.backends.endpoint import is_unreachable
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Verdict, Wait, describe
@@ -141,6 +141,7 @@ def _gate_env(ws: Workspace, plan, area: agentarea.AgentArea) -> dict[str, str]:
     """Gates get the basics and the plan's own names, no credentials of the backend, and a clean HOME."""
     env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
     env["HOME"] = str(area.gate_home)
+    env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))  # never the user's working copy's venv
     return env
 
 
@@ -151,14 +152,54 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
     ws, plan = s.ws, s.trusted
     scratch = ws.scratch_dir / plan.id
 
+    trusted = setup.trusted_commit(ws.repo, ws.remote, plan.config.base)
+
+    def fresh(sha: str):
+        return agentarea.checkout(area, identity, ws.repo, sha, scratch)
+
     def make(sha: str):
-        workdir = agentarea.checkout(area, identity, ws.repo, sha, scratch)
+        workdir = fresh(sha)
         if plan.config.setup is not None:
             failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=ws.repo, workdir=workdir, env=env,
                                             identity=identity, cache_dir=scratch / "setup-cache",
-                                            on_event=ws.on_event))
+                                            trusted_sha=trusted, checkout=fresh, on_event=ws.on_event))
         return workdir
+
+    def on_base(gates):
+        """The gates given, on a fresh checkout of the trusted base commit after its set-up (issue 27)."""
+        if trusted is None:
+            return (), ""
+        workdir = fresh(trusted)
+        if plan.config.setup is not None:
+            setup.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
+                            identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
+                            checkout=fresh, on_event=ws.on_event)
+        return run_gates(gates, workdir=workdir, env=env, identity=identity), trusted
+    make.on_base = on_base  # type: ignore[attr-defined]
     return make
+
+
+def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentArea, base_sha: str,
+                  transcripts) -> None:
+    """The plan's `setup:` in the agent's clone too (same commands, same cache rules), before the agent."""
+    ws, plan = s.ws, s.trusted
+    if plan.config.setup is None or not plan.config.setup.run:
+        return
+    scratch = ws.scratch_dir / plan.id
+    env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())  # no credentials for set-up
+    env["HOME"] = str(area.home)
+    env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))
+
+    def reclone():
+        agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, scratch)
+        return area.work
+    failed = setup.set_up_clone(
+        plan.config.setup, sha=base_sha, repo=ws.repo, workdir=area.work, env=env, identity=identity,
+        cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(ws.repo, ws.remote, plan.config.base),
+        checkout=lambda rev: agentarea.checkout(area, identity, ws.repo, rev, scratch, into=area.work),
+        reclone=reclone, on_event=ws.on_event)
+    if failed:
+        ws.on_event("warning", f"setup: failed in the agent's clone: {failed}")
 
 
 # --- the values passed from one phase to the next ---------------------------------------------------------
@@ -321,9 +362,11 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
         _secure_judge_repo(ws.repo)
     area = agentarea.area_for(ws.repo, plan.id)
     agentarea.prepare(area, identity, ws.repo, plan.work_branch, b.transcripts / AGENT_STATE, ws.scratch_dir / plan.id)
+    _set_up_clone(s, identity, area, b.base_sha, b.transcripts)
     agent_env = build_agent_env(ws.env, allow=plan.config.agent.env,
                                 api_key_vars=credential_vars(plan.config.agent.backend))
     agent_env["HOME"] = str(area.home)
+    agent_env["PATH"] = clean_path(agent_env.get("PATH", ""), also=(ws.repo,))
     request = SessionRequest(
         workdir=area.work, prompt=_prompt(s, action, b.plan_text, b.handoff_path), agent=plan.config.agent,
         env=agent_env, transcript_dir=b.transcripts, resume_session_id=action.resume_session_id,
@@ -365,6 +408,7 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     ws, plan, action, ran = s.ws, s.trusted, b.action, imp.ran
     gate_env = _gate_env(ws, plan, ran.area)
     setup_failures: list = []
+    make_checkout = _setup_and_checkout(s, identity, ran.area, gate_env, setup_failures)
     scene = SessionScene(repo=ws.repo, plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
@@ -375,8 +419,8 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
                                 before_gates=_push_early(ws, plan, b.n, b.work_remote_sha),
                                 secrets=key_like(s.secrets), unpushed_from=b.work_remote_sha,
                                 carry_from=_carry_from(s, action), identity=identity,
-                                checkout=_setup_and_checkout(s, identity, ran.area, gate_env, setup_failures),
-                                gate_env=gate_env, unreached=is_unreachable(ran.signals))
+                                checkout=make_checkout, gate_env=gate_env, on_base=make_checkout.on_base,
+                                unreached=is_unreachable(ran.signals))
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
