@@ -230,7 +230,7 @@ def test_ctrl_c_during_a_real_claude_session_records_what_it_spent(srv: Messages
 @pytest.mark.e2e
 def test_a_session_that_never_reached_the_model_runs_no_setup_or_gates(tmp_path: Path) -> None:
     """Claude Code pointed at a closed port, through `plan-runner session`: ended within seconds, no `setup:`
-    and no gate run for it, a short backoff, and the record says what failed and how to fix it."""
+    (beyond the preflight's and the agent's clone's, before the agent) and no gate run for it, a short backoff, and the record says what failed and how to fix it."""
     from tests.test_backend_claude_code import _claude
     from tests.test_first_hour import cli, make_repo
     from tests.reliability_world import git, ledger
@@ -241,7 +241,7 @@ def test_a_session_that_never_reached_the_model_runs_no_setup_or_gates(tmp_path:
                      gate=f"touch {tmp_path / 'gate-ran'}")
     plan_file = repo / "plans" / "calc.md"
     plan_file.write_text(plan_file.read_text().replace(
-        "isolation: none\n", f"isolation: none\nsetup:\n  run:\n    - touch {marker}\n"))
+        "isolation: none\n", f"isolation: none\nsetup:\n  run:\n    - pwd >> {marker}\n"))
     git(repo, "commit", "-q", "-am", "setup")
     started = time.monotonic()
     done = cli(repo, "session", "plans/calc.md", "--json",
@@ -249,7 +249,11 @@ def test_a_session_that_never_reached_the_model_runs_no_setup_or_gates(tmp_path:
     assert time.monotonic() - started < 60, done.stderr
     out = json.loads(done.stdout)
     assert out["outcome"] == "LimitBackoff", out
-    assert out["gates"] == [] and not marker.exists() and not (tmp_path / "gate-ran").exists()
+    # `setup:` ran before the agent only: the preflight's check of the base (in the gates' folder) and the agent's
+    # own clone (issue 27); none after it, for judging, and no gate ran.
+    ran_in = [Path(line).name for line in marker.read_text().splitlines()]
+    assert ran_in == ["gates", "work"], ran_in
+    assert out["gates"] == [] and not (tmp_path / "gate-ran").exists()
     (record,) = [x for x in ledger(repo) if x["type"] == "session"]
     assert any("cannot be reached" in r and "connection refused" in r and url in r for r in record["reasons"])
     assert record["next_action"]["action"] == "wait"
