@@ -47,10 +47,11 @@ def _rel(path: Path, below: Path) -> PurePath:
 
 def open_base(below: Path) -> int:
     """A descriptor of the trusted base: a directory owned by root or plan-runner's user that no one else can
-    write (so no one can replace what is in it)."""
+    write (so no one can replace what is in it), or a sticky one such as /tmp (others can replace only their
+    own entries there, and those are walked like everything below the base: without following links)."""
     fd = os.open(below, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     st = os.fstat(fd)
-    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+    if st.st_uid not in (0, os.geteuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
         os.close(fd)
         raise PlanRunnerError(what=f"{below} is not a directory only plan-runner can write",
                               why="entries in it could be replaced while plan-runner works there",

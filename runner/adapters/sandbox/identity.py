@@ -121,14 +121,17 @@ elif op == "kill":
     try:
         with open(os.path.join(path, "cgroup.kill"), "w") as fh:
             fh.write("1")
+        frozen = False
     except FileNotFoundError:
         with open(os.path.join(path, "cgroup.freeze"), "w") as fh:
             fh.write("1")
-        for pid in open(os.path.join(path, "cgroup.procs")).read().split():
-            try:
-                os.kill(int(pid), 9)
-            except OSError:
-                pass
+        frozen = True
+    for pid in open(os.path.join(path, "cgroup.procs")).read().split():
+        try:
+            os.kill(int(pid), 9)
+        except OSError:
+            pass
+    if frozen:
         with open(os.path.join(path, "cgroup.freeze"), "w") as fh:
             fh.write("0")
 elif op == "rmcg":
@@ -345,25 +348,35 @@ def _admin(sudo: bool, op: str, path: Path) -> None:
         os.makedirs(path.parent, mode=0o755, exist_ok=True)
         os.mkdir(path, 0o755)
     elif op == "kill":
+        # cgroup.kill sends SIGKILL to each thread-group leader as a *thread*-directed signal, which a leader
+        # that already exited (the bare `exit` survivor) drops: its other threads run on. A process-directed
+        # SIGKILL to each member's id (kill(2)) reaches them. Where cgroup.kill is missing (before Linux 5.14),
+        # the group is frozen first, so nothing forks meanwhile.
         try:
             (path / "cgroup.kill").write_text("1")
-        except FileNotFoundError:  # a kernel before 5.14: freeze, kill each, thaw
+            frozen = False
+        except FileNotFoundError:
             (path / "cgroup.freeze").write_text("1")
-            for pid in (path / "cgroup.procs").read_text().split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
+            frozen = True
+        for pid in (path / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        if frozen:
             (path / "cgroup.freeze").write_text("0")
     elif op == "rmcg":
         os.rmdir(path)
 
 
 def _cgroup_procs(cgroup: Path) -> list[str]:
+    """The thread groups in `cgroup` that still run something (a zombie all of whose threads are gone stays
+    listed until its parent reaps it: it runs nothing)."""
     try:
-        return (cgroup / "cgroup.procs").read_text().split()
+        pids = (cgroup / "cgroup.procs").read_text().split()
     except FileNotFoundError:
         return []
+    return [p for p in pids if _threads_alive(f"/proc/{p}")]
 
 
 def _kill_cgroup(cgroup: Path, sudo: bool, wait_s: float = 10.0) -> None:

@@ -54,7 +54,7 @@ def replaceable(path: str | Path) -> Path | None:
                 continue  # the link's own folder is checked; its target is checked as the real path
             if st.st_uid not in (0, me):
                 return p
-            others = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != 0)
+            others = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid not in (0, os.getegid()))
             if others and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
                 return p
             if others and p == candidate:
@@ -164,6 +164,18 @@ def harden(*, need_sudo: bool = False) -> Tools:
             refresh(tools.git)
         _hardened = tools
     return _hardened
+
+
+def harden_path() -> None:
+    """At import of the sandbox room, before plan-runner runs any program: this process's PATH becomes the
+    trusted one (and GitPython's git absolute), so not even the first `git` comes from a folder others can
+    write. Never refuses (`harden`, before the first agent, does)."""
+    try:
+        tools = resolve(check_code=False)
+    except PlanRunnerError:
+        return
+    os.environ["PATH"] = tools.path
+    os.environ["GIT_PYTHON_GIT_EXECUTABLE"] = tools.git
 
 
 def hardened() -> Tools | None:
