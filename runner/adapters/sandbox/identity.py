@@ -243,14 +243,18 @@ class Identity:
                 found.append(int(entry.name))
         return found
 
-    def kill_all(self) -> int:
+    def kill_all(self, *, everywhere: bool = False) -> int:
         """Kill everything this identity runs until nothing is left: its cgroup (killed at once, forks
-        included), then every thread group of its uid (a few passes end any fork loop: a process being killed
-        cannot fork again); how many were found by the uid scan. Raises if something survives."""
+        included; every process it started is in there and cannot leave), then, without a cgroup or with
+        `everywhere` (the lease's start and end), every thread group of its uid (a few passes end any fork
+        loop: a process being killed cannot fork again); how many the uid scan found. Raises if something
+        survives."""
         if not self.isolated:
             return 0
         if self.cgroup is not None:
             _kill_cgroup(self.cgroup, self.sudo)
+            if not everywhere:
+                return 0
         killed = 0
         for _ in range(_KILL_PASSES):
             pids = self.pids()
@@ -484,7 +488,7 @@ class Lease:
     def release(self) -> None:
         identity = self.identity
         try:
-            identity.kill_all()
+            identity.kill_all(everywhere=True)
             session = identity.session
             if session is not None:
                 for home in sorted(session.homes):
