@@ -464,3 +464,31 @@ def test_plan_runner_refuses_to_run_from_a_folder_others_can_rename(tmp_path):
     done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd="/",
                           timeout=60)
     assert "can be replaced by other users" in done.stdout and str(opt) in done.stdout, done.stdout + done.stderr
+
+
+def test_removals_and_reads_never_go_through_a_link(tmp_path):
+    """A link to the judge's folder inside the agent's tree: removing the tree removes the link, not what it
+    points to; a read through a linked folder gets nothing, and `plan-runner logs` shows nothing of a
+    transcript that is a link (positive control: the same file, copied in, is shown)."""
+    from runner.drivers.transcripts import render_dir
+
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "config").write_text("AUTHORIZATION: basic ghs_secret\n")
+    area = tmp_path / "area"
+    (area / "work" / "sub").mkdir(parents=True)
+    (area / "work" / "sub" / "out").symlink_to(judge, target_is_directory=True)
+    (area / "work" / "linked").symlink_to(judge, target_is_directory=True)
+    assert fsafe.read_bytes(area / "work" / "linked" / "config", below=area, limit=1000) is None
+    assert fsafe.read_bytes(judge / "config", below=tmp_path, limit=1000) is not None  # control
+    fsafe.remove(area / "work", below=area)
+    assert not (area / "work").exists() and (judge / "config").exists()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    line = '{"type": "assistant", "message": {"content": [{"type": "text", "text": "JUDGE-ONLY-TEXT"}]}}\n'
+    (judge / "stream.jsonl").write_text(line)
+    (logs / "claude-stream.jsonl").symlink_to(judge / "stream.jsonl")
+    assert "JUDGE-ONLY-TEXT" not in "\n".join(render_dir(logs))
+    (logs / "claude-stream.jsonl").unlink()
+    (logs / "claude-stream.jsonl").write_text(line)
+    assert "JUDGE-ONLY-TEXT" in "\n".join(render_dir(logs))
