@@ -735,7 +735,11 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
             bare = Identity(uid=uid, gid=gid, name=name, sudo=sudo)
             bare.kill_all()  # a crashed earlier session of this slot may have left something
             _sweep(bare)
-            folder = judge_dir("sessions") / f"{name}.{secrets.token_hex(6)}"
+            sessions = judge_dir("sessions")
+            for stale in sessions.glob(f"{name}.*"):  # a lease of this slot whose plan-runner was killed outright
+                bare.remove(stale / "tmp")
+                fsafe.remove(stale, below=sessions)
+            folder = sessions / f"{name}.{secrets.token_hex(6)}"
             os.mkdir(folder, 0o711)
             os.mkdir(folder / "tmp", 0o700)
             bare.give(folder / "tmp")
