@@ -154,3 +154,52 @@ def test_unreachable_names_the_private_folder_that_hides_a_program(tmp_path):
     assert sandbox.unreachable(program) is None
     program.chmod(0o700)
     assert sandbox.unreachable(program) == program
+
+
+SUDO_PROBE = textwrap.dedent("""\
+    import os, sys, threading, time
+    sys.path.insert(0, {root!r})
+    from pathlib import Path
+    from runner.adapters.sandbox import identity as sandbox, proc
+    key = "sk-ant-api03-" + os.urandom(12).hex()
+    hits, seen, groups = [], [], []
+    def scan(ctl):
+        def loop():
+            end = time.monotonic() + 2
+            while time.monotonic() < end:
+                for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+                    try:
+                        if key.encode() in Path(f"/proc/{{pid}}/cmdline").read_bytes():
+                            hits.append(pid)
+                    except OSError:
+                        pass
+                time.sleep(0.01)
+        threading.Thread(target=loop, daemon=True).start()
+    with sandbox.leased("user") as identity:
+        out = bytearray()
+        proc.run(["sh", "-c", "echo $ANTHROPIC_API_KEY; cat /proc/self/cgroup; sleep 1.5"], cwd="/",
+                 env={{"PATH": "/usr/bin:/bin", "ANTHROPIC_API_KEY": key}}, time_limit_s=20, identity=identity,
+                 on_output=out.extend, on_start=scan)
+        cgroup = identity.cgroup
+    print("sudo", identity.sudo, "cgroup", cgroup)
+    print("key-reached", key in out.decode())
+    print("in-cgroup", cgroup is not None and cgroup.name in out.decode())
+    print("hits", len(hits))
+    """)
+
+
+def test_a_judge_with_sudo_passes_no_secret_on_sudos_command_line_and_uses_the_cgroup():
+    """Through `sudo -n` (GitHub's `runner`): the key reaches the agent, no command line holds it (it used to be
+    on sudo's `env -i ... KEY=value`), and the agent's process is in the lease's cgroup."""
+    entry = _user("pr-test-sudo", sudo=True)
+    where = Path(entry.pw_dir) / "probe"
+    where.mkdir(exist_ok=True)
+    os.chown(where, entry.pw_uid, entry.pw_gid)
+    done = _as_user(entry, [sys.executable, "-c", SUDO_PROBE.format(root=str(ROOT))], str(where))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["sudo"].startswith("True"), done.stdout
+    assert lines["key-reached"] == "True", done.stdout + done.stderr[-2000:]
+    assert lines["hits"] == "0", done.stdout
+    if sandbox.cgroup2_root() is not None:
+        assert lines["in-cgroup"] == "True", done.stdout

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from runner.adapters.sandbox import fsafe
 from runner.core.errors import PlanRunnerError
 
 RESULT_LINES = 8  # lines of one tool result shown
@@ -47,15 +48,26 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+_READ_LIMIT = 256 * 2**20  # a transcript bigger than this is not shown
+
+
+def _read(path: Path) -> str:
+    """The text of a transcript file, read without following a link at any component below the folder being
+    rendered (the agent's saved state lands there: runner.adapters.sandbox.fsafe); "" when it is not a
+    regular file."""
+    below = path.parent.parent if path.parent.name == "agent-state" else path.parent
+    data = fsafe.read_bytes(path, below=below, limit=_READ_LIMIT)
+    return "" if data is None else data.decode("utf-8", errors="replace")
+
+
 def _json_lines(path: Path) -> Iterator[dict]:
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    for line in _read(path).splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
 
 
 def _tool_input(name: str, data: object) -> str:
@@ -136,7 +148,7 @@ def _codex(path: Path, thread_id: str | None) -> list[str]:
 
 def _anthropic(path: Path) -> list[str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = json.loads(_read(path))
     except ValueError:
         return []
     if not isinstance(data, dict):
@@ -188,24 +200,24 @@ def render_dir(directory: Path, session_id: str | None = None) -> list[str]:
     """Every transcript in `directory` (as the state unpacks it) as readable lines; with `session_id`,
     only that agent session's part where the backend's log names sessions."""
     directory = Path(directory)
+    files = set(fsafe.list_regular(directory, below=directory))
     lines: list[str] = []
-    stream = directory / "claude-stream.jsonl"
-    if stream.is_file():
-        lines += _claude(stream, session_id)
-    events = directory / "codex-events.jsonl"
-    if events.is_file():
-        lines += _codex(events, session_id)
+    if "claude-stream.jsonl" in files:
+        lines += _claude(directory / "claude-stream.jsonl", session_id)
+    if "codex-events.jsonl" in files:
+        lines += _codex(directory / "codex-events.jsonl", session_id)
     # the built-in agent saves its conversation in its own state folder when it runs isolated (runner.drivers.session.phases)
-    for path in sorted([*directory.glob("*.json"), *directory.glob("agent-state/*.json")]):
-        if path.name.startswith("script-") or path.name.startswith("."):
+    state = [directory / "agent-state" / n for n in fsafe.list_regular(directory / "agent-state", below=directory)]
+    for path in sorted([*(directory / n for n in files), *state]):
+        if path.suffix != ".json" or path.name.startswith("script-") or path.name.startswith("."):
             continue
         if session_id is None or path.stem == session_id:
             lines += _anthropic(path)
-    for path in sorted(directory.glob("script-*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+    scripts = [directory / n for n in files if n.startswith("script-") and n.endswith(".jsonl")]
+    for path in sorted(scripts, key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
         lines += _script(path, session_id)
-    log = directory / "command-output.log"
-    if log.is_file():
-        text = log.read_text(encoding="utf-8", errors="replace")
+    if "command-output.log" in files:
+        text = _read(directory / "command-output.log")
         lines += ["— command agent output (all sessions)"] + [_clean(x) for x in text.splitlines()]
     return lines
 

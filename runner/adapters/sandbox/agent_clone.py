@@ -31,6 +31,7 @@ from runner.adapters.git.work import GitCommandError  # the git room owns GitPyt
 
 from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
+from runner.adapters.sandbox import fsafe
 from runner.adapters.sandbox.proc import StartFailed, capture
 from runner.adapters.sandbox.identity import Identity, area_key, judge_dir
 
@@ -259,57 +260,23 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
 
 
 def _copy_regular(src: Path, dst: Path, identity: Identity, limit: int) -> str | None:
-    """Copy a file the agent's identity wrote, refusing links, devices and oversize files."""
-    try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        return f"the agent's bundle could not be opened: {exc.strerror}"
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or (identity.isolated and not identity.sudo and st.st_uid != identity.uid):
-            return "the agent's bundle is not a regular file it wrote"
-        if st.st_size > limit:
-            return f"the agent's work is {st.st_size} bytes, over the limit of {limit}"
-        dst.unlink(missing_ok=True)
-        with open(dst, "xb") as out:
-            shutil.copyfileobj(fh, out, 1 << 20)
-    return None
+    """Copy a file the agent's identity wrote, refusing links (at any component below the area's root),
+    devices and oversize files (runner.adapters.sandbox.fsafe)."""
+    owner = identity.uid if identity.isolated and not identity.sudo else None
+    below = src.parent.parent  # the area's root: plan-runner's own folder
+    problem = fsafe.copy_file(src, dst, below=below, limit=limit, owner=owner)
+    return None if problem is None else f"the agent's bundle: {problem}"
 
 
 def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STATE_COPY_LIMIT) -> list[str]:
     """Copy the agent's CLI state (its saved sessions) into plan-runner's transcripts: regular files only,
-    never through a link, bounded in total. What was left out, and why."""
+    never through a link at any depth (an fd-relative walk from the area's root, fsafe), bounded in total.
+    What was left out, and why."""
     identity.kill_all()
     identity.reclaim(area.state)
-    skipped: list[str] = []
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
-    total = 0
-    root = area.state
-    if not os.path.isdir(root) or os.path.islink(root):
-        return skipped
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        rel = Path(folder).relative_to(root)
-        for name in sorted(files):
-            src = Path(folder) / name
-            try:
-                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                skipped.append(f"{rel / name} (a link or unreadable)")
-                continue
-            with os.fdopen(fd, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    skipped.append(f"{rel / name} (not a regular file)")
-                    continue
-                if total + st.st_size > limit:
-                    skipped.append(f"{rel / name} (over the {limit}-byte bound)")
-                    continue
-                total += st.st_size
-                (dest / rel).mkdir(parents=True, exist_ok=True)
-                with open(dest / rel / name, "xb") as out:
-                    shutil.copyfileobj(fh, out, 1 << 20)
-    return skipped
+    return fsafe.copy_tree(area.state, dest, below=area.root, limit=limit)
 
 
 def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,

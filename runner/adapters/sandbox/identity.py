@@ -5,12 +5,27 @@ plan-runner is root (or may use `sudo -n`, as on GitHub-hosted runners), untrust
 code runs as a dedicated unprivileged system user taken from a small pool
 (`plan-runner-agent`, `plan-runner-agent-1`, ...; per judge user): that user cannot read the judge's
 memory or environment (`/proc/<pid>/environ` is the owner's), signal or trace it,
-or write its files. After the agent, and after each gate, every process of that
-uid is killed, daemons that called `setsid` included: nothing outlives a session.
+or write its files.
 
-A pool slot is held with `flock` for the whole session, so overlapping sessions on
-one machine (several plans at once) never share a uid, and a uid-wide kill of one
-session never touches another's processes.
+Nothing outlives a session, by construction (invariant 2): where the machine has a writable cgroup v2
+hierarchy, every untrusted process starts inside the session's own cgroup (a tiny launcher, run as root,
+joins it before it drops to the agent's uid and execs), and no process of that uid can leave it (moving
+a process needs write access to root's `cgroup.procs` files). After the agent, after each gate, and when
+the lease ends, the cgroup is killed (`cgroup.kill`, or frozen then killed where the kernel predates it)
+and checked empty. As well, and as the fallback where there is no cgroup, every process of the uid is
+killed, thread groups whose leader already exited (a zombie leader whose other threads run on) included.
+
+The launcher also carries the environment: it reads it from a private file (mode 0600, removed at once)
+rather than from its command line, so no secret is ever visible in `ps` (/proc/<pid>/cmdline).
+
+A pool slot is held with `flock` on a lock file at a machine-wide place (/run/plan-runner for root,
+/run/lock/plan-runner-<uid> otherwise; never under TMPDIR or PLAN_RUNNER_SANDBOX_ROOT), for the whole
+session: two plan-runners on one machine, whatever their roots, never lease the same uid.
+
+Each lease has a private temporary folder (TMPDIR, and Claude Code's CLAUDE_CODE_TMPDIR, point there for
+every untrusted process), removed with every HOME it was started with, and with whatever the uid left
+directly in /tmp, /var/tmp and /dev/shm, when the lease ends: the next session on the same uid, another
+plan's included, finds none of it.
 
 Without either (an ordinary user, no sudo), no isolation is possible: local mode
 runs only with `isolation: none` (plan) or `--isolation none`, and says so on every
@@ -23,6 +38,8 @@ import errno
 import fcntl
 import hashlib
 import os
+import secrets
+import sys
 import pwd
 import shutil
 import signal
@@ -36,12 +53,109 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from runner.adapters.sandbox import fsafe, tools
 from runner.core.errors import PlanRunnerError
 
 Isolation = Literal["auto", "user", "none"]
 USER_PREFIX = "plan-runner-agent"
 POOL_SIZE = 64
 _KILL_PASSES = 200
+
+
+# Run as root (directly, or through `sudo -n`) by the interpreter plan-runner itself runs on, isolated from
+# its environment and site (-I -S): read the environment from the private file and remove it, join the
+# session's cgroup, drop to the agent's uid and groups, enter the folder as it, exec the program. Its
+# argv carries no secret. Exit 125: the cgroup could not be joined (nothing runs outside it); 126/127: as a
+# shell says.
+LAUNCHER = r"""
+import os, signal, sys
+envfile, procs, uid, gid, cwd, _sep, *argv = sys.argv[1:]
+fd = os.open(envfile, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+data = b""
+while True:
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        break
+    data += chunk
+os.close(fd)
+os.unlink(envfile)
+env = {}
+for item in data.split(b"\0"):
+    key, eq, value = item.partition(b"=")
+    if eq:
+        env[key] = value
+if procs:
+    try:
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+    except OSError as exc:
+        sys.stderr.write(f"plan-runner: cannot join the session's cgroup {procs}: {exc.strerror}\n")
+        os._exit(125)
+os.setgroups([])
+os.setresgid(int(gid), int(gid), int(gid))
+os.setresuid(int(uid), int(uid), int(uid))
+os.umask(0o022)
+for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+    signal.signal(sig, signal.SIG_DFL)
+try:
+    os.chdir(cwd)
+except OSError as exc:
+    sys.stderr.write(f"plan-runner: cannot enter {cwd} as the agent's user: {exc.strerror}\n")
+    os._exit(126)
+try:
+    os.execvpe(argv[0], argv, env)
+except OSError as exc:
+    sys.stderr.write(f"plan-runner: cannot start {argv[0]!r}: {exc.strerror}\n")
+    os._exit(127 if exc.errno == 2 else 126)
+"""
+
+# Root's chores through `sudo -n` (a judge that is not root): one small program, its source passed on the
+# command line (nothing plan-runner's user or the agent's could have replaced is read).
+ADMIN = r"""
+import os, sys, time
+op, path = sys.argv[1], sys.argv[2]
+if op == "mkcg":
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    os.mkdir(path, 0o755)
+elif op == "kill":
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as fh:
+            fh.write("1")
+        frozen = False
+    except FileNotFoundError:
+        with open(os.path.join(path, "cgroup.freeze"), "w") as fh:
+            fh.write("1")
+        frozen = True
+    for pid in open(os.path.join(path, "cgroup.procs")).read().split():
+        try:
+            os.kill(int(pid), 9)
+        except OSError:
+            pass
+    if frozen:
+        with open(os.path.join(path, "cgroup.freeze"), "w") as fh:
+            fh.write("0")
+elif op == "rmcg":
+    os.rmdir(path)
+"""
+
+
+class _Session:
+    """What one lease made for its identity: its cgroup, its private temporary folder, the homes its processes
+    were started with (all removed when the lease ends)."""
+
+    def __init__(self, cgroup: Path | None, tmp: Path | None) -> None:
+        self.cgroup = cgroup
+        self.tmp = tmp
+        self.homes: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one untrusted process: `argv` and Popen's extra arguments; `env_file` to remove after."""
+
+    argv: list[str]
+    popen: dict
+    env_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -52,42 +166,63 @@ class Identity:
     gid: int | None = None
     name: str = ""
     sudo: bool = False  # the judge is not root: untrusted code starts through `sudo -n`
+    session: _Session | None = field(default=None, compare=False, repr=False)
 
     @property
     def isolated(self) -> bool:
         return self.uid is not None
 
+    @property
+    def cgroup(self) -> Path | None:
+        return self.session.cgroup if self.session else None
+
     def describe(self) -> str:
         if not self.isolated:
             return "no isolation (isolation: none): the agent runs as plan-runner's own user"
-        return f"isolated as user {self.name} (uid {self.uid})" + (" via sudo" if self.sudo else "")
+        how = "" if self.cgroup is not None or self.session is None else \
+            " (no writable cgroup v2 here: its processes are found through /proc)"
+        return f"isolated as user {self.name} (uid {self.uid})" + (" via sudo" if self.sudo else "") + how
 
     # --- starting processes ----------------------------------------------------------------
 
-    def command(self, argv: Sequence[str], env: dict[str, str], cwd: Path | str) -> tuple[list[str], dict]:
-        """The argv and extra Popen arguments (`cwd` included) that start `argv` in `cwd` as this identity
-        with exactly `env`."""
+    def launch(self, argv: Sequence[str], env: dict[str, str], cwd: Path | str) -> Launch:
+        """How to start `argv` in `cwd` as this identity with exactly `env` (plus its private TMPDIR): through the
+        launcher, which reads `env` from a private file (never from a command line) and joins the cgroup."""
         if not self.isolated:
-            return list(argv), {"cwd": cwd}
-        if not self.sudo:
-            return list(argv), {"cwd": cwd, "user": self.uid, "group": self.gid, "extra_groups": [], "umask": 0o022}
-        # sudo resets PATH (secure_path) and may drop variables: `env -i` sets exactly `env` after it; the
-        # folder is entered as the identity (plan-runner's own user may not enter the agent's folders).
-        assignments = [f"{k}={v}" for k, v in env.items() if "=" not in k]
-        return ["sudo", "-n", "-u", self.name, "--", "/usr/bin/env", "-i", f"--chdir={cwd}", *assignments,
-                *argv], {"cwd": "/"}
+            return Launch(list(argv), {"cwd": cwd, "env": dict(env)})
+        env = dict(env)
+        if self.session is not None:
+            if self.session.tmp is not None:
+                for name in ("TMPDIR", "TMP", "TEMP", "CLAUDE_CODE_TMPDIR"):
+                    env[name] = str(self.session.tmp)
+            if env.get("HOME"):
+                self.session.homes.add(env["HOME"])
+        fd, name = tempfile.mkstemp(prefix="env-", dir=judge_dir("launch"))
+        try:
+            os.write(fd, b"\0".join(f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in env.items()
+                                     if "=" not in k and "\0" not in k + v))
+        finally:
+            os.close(fd)
+        procs = str(self.cgroup / "cgroup.procs") if self.cgroup is not None else ""
+        python = _tools(self.sudo).python
+        argv = [python, "-I", "-S", "-c", LAUNCHER, name, procs, str(self.uid), str(self.gid), str(cwd), "--",
+                *argv]
+        if self.sudo:
+            argv = [_sudo(), "-n", "--", *argv]
+        return Launch(argv, {"cwd": "/", "env": {}}, Path(name))
 
     # --- stopping everything it started -------------------------------------------------------
 
     def pids(self) -> list[int]:
-        """Every live process of this uid (Linux /proc): real, effective or saved uid, so a setuid program
-        the agent started (its real uid stays the agent's) is found too. A zombie is not live: it runs nothing,
-        a signal cannot remove it, and it stays listed until its parent reaps it (often plan-runner itself,
-        which reaps after this kill)."""
+        """Every live thread group of this uid (Linux /proc): real, effective or saved uid, so a setuid program
+        the agent started (its real uid stays the agent's) is found too. A zombie whose threads are all gone is
+        not live (it runs nothing, a signal cannot remove it, its parent reaps it); a zombie *leader* whose
+        other threads run on (its main thread left with the bare `exit` syscall) is: a SIGKILL to its id ends
+        them all."""
         if not self.isolated:
             return []
         found = []
-        me = str(self.uid)
+        me = str(self.uid).encode()
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -102,24 +237,32 @@ class Identity:
                             break  # State comes before Uid
             except OSError:
                 continue
-            if state not in (b"Z", b"X") and me.encode() in uids:
+            if me not in uids:
+                continue
+            if state not in (b"Z", b"X") or _threads_alive(entry.path):
                 found.append(int(entry.name))
         return found
 
-    def kill_all(self) -> int:
-        """SIGKILL every process of this uid until none is left; how many were killed.
-
-        A process being killed cannot fork again, so each pass only meets children born
-        before the previous one; a few passes end any fork loop."""
+    def kill_all(self, *, everywhere: bool = False) -> int:
+        """Kill everything this identity runs until nothing is left: its cgroup (killed at once, forks
+        included; every process it started is in there and cannot leave), then, without a cgroup or with
+        `everywhere` (the lease's start and end), every thread group of its uid (a few passes end any fork
+        loop: a process being killed cannot fork again); how many the uid scan found. Raises if something
+        survives."""
         if not self.isolated:
             return 0
+        if self.cgroup is not None:
+            _kill_cgroup(self.cgroup, self.sudo)
+            if not everywhere:
+                return 0
         killed = 0
         for _ in range(_KILL_PASSES):
             pids = self.pids()
             if not pids:
                 return killed
             if self.sudo:
-                subprocess.run(["sudo", "-n", "kill", "-KILL", *map(str, pids)], capture_output=True, check=False)
+                kill = tools.harden(need_sudo=True).which("kill") or "/bin/kill"
+                subprocess.run([_sudo(), "-n", kill, "-KILL", *map(str, pids)], capture_output=True, check=False)
             else:
                 for pid in pids:
                     try:
@@ -136,37 +279,201 @@ class Identity:
     # --- files the identity must own ---------------------------------------------------------
 
     def give(self, path: Path) -> None:
-        """Make `path` (a tree plan-runner just created; nothing of this uid runs) owned by this identity."""
+        """Make `path` (a tree plan-runner just created in a folder of its own) owned by this identity, through
+        descriptors: no link the tree holds is followed (runner.adapters.sandbox.fsafe)."""
         if not self.isolated:
             return
         if self.sudo:
-            subprocess.run(["sudo", "-n", "chown", "-R", "-h", f"{self.uid}:{self.gid}", str(path)],
-                           capture_output=True, check=True)
+            _sudo_chown(path, f"{self.uid}:{self.gid}")
             return
-        os.lchown(path, self.uid, self.gid)
-        for root, dirs, files in os.walk(path):
-            for name in dirs + files:
-                os.lchown(os.path.join(root, name), self.uid, self.gid)
+        fsafe.chown_tree(Path(path), self.uid, self.gid, below=Path(path).parent)
 
     def reclaim(self, path: Path) -> None:
-        """Before plan-runner reads or replaces a tree this identity wrote (nothing of the uid runs any more):
-        as root nothing to do; through sudo, the tree becomes plan-runner's user's again."""
+        """Before plan-runner reads or replaces a tree this identity wrote: as root nothing to do (it reads
+        through descriptors, fsafe); through sudo, the tree becomes plan-runner's user's again."""
         if self.isolated and self.sudo and os.path.lexists(path):
-            subprocess.run(["sudo", "-n", "chown", "-R", "-h", f"{os.geteuid()}:{os.getegid()}", str(path)],
-                           capture_output=True, check=True)
+            _sudo_chown(path, f"{os.geteuid()}:{os.getegid()}")
 
     def remove(self, path: Path) -> None:
-        """Delete a tree this identity may have written (symlinks are removed, never followed)."""
+        """Delete a tree this identity may have written (links are removed, never followed)."""
         if not os.path.lexists(path):
             return
         if self.sudo:
-            subprocess.run(["sudo", "-n", "rm", "-rf", "--one-file-system", str(path)], capture_output=True,
+            rm = tools.harden(need_sudo=True).which("rm") or "/bin/rm"
+            # GNU rm walks with fts relative to directory descriptors (FTS_PHYSICAL|FTS_CWDFD): no link followed
+            subprocess.run([_sudo(), "-n", rm, "-rf", "--one-file-system", "--", str(path)], capture_output=True,
                            check=False)
             return
-        if os.path.islink(path) or not os.path.isdir(path):
-            os.unlink(path)
-            return
-        shutil.rmtree(path)  # fd-based on Linux: safe against symlinks swapped in (nothing of the uid runs)
+        fsafe.remove(Path(path), below=Path(path).parent)
+
+
+def _threads_alive(proc_dir: str) -> bool:
+    """Whether a zombie thread-group leader still has running threads (/proc/<pid>/task/<tid>/stat)."""
+    try:
+        tids = os.listdir(os.path.join(proc_dir, "task"))
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(os.path.join(proc_dir, "task", tid, "stat"), "rb") as fh:
+                state = fh.read().rpartition(b")")[2].split()[:1]
+        except OSError:
+            continue
+        if state and state[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _tools(sudo: bool) -> tools.Tools:
+    return tools.hardened() or tools.harden(need_sudo=sudo)
+
+
+def _sudo() -> str:
+    found = tools.harden(need_sudo=True).sudo
+    assert found is not None
+    return found
+
+
+def _sudo_chown(path: Path, owner: str) -> None:
+    chown = tools.harden(need_sudo=True).which("chown") or "/bin/chown"
+    # -R -h -P: GNU chown walks with fts on directory descriptors and changes links themselves, never follows
+    subprocess.run([_sudo(), "-n", chown, "-R", "-h", "-P", owner, "--", str(path)], capture_output=True, check=True)
+
+
+def _admin(sudo: bool, op: str, path: Path) -> None:
+    """One of root's chores on a cgroup (ADMIN): in this process as root, through `sudo -n` otherwise."""
+    if sudo:
+        done = subprocess.run([_sudo(), "-n", _tools(True).python, "-I", "-S", "-c", ADMIN, op, str(path)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise OSError(f"{op} {path}: {done.stderr.strip()[-300:]}")
+        return
+    if op == "mkcg":
+        os.makedirs(path.parent, mode=0o755, exist_ok=True)
+        os.mkdir(path, 0o755)
+    elif op == "kill":
+        # cgroup.kill sends SIGKILL to each thread-group leader as a *thread*-directed signal, which a leader
+        # that already exited (the bare `exit` survivor) drops: its other threads run on. A process-directed
+        # SIGKILL to each member's id (kill(2)) reaches them. Where cgroup.kill is missing (before Linux 5.14),
+        # the group is frozen first, so nothing forks meanwhile.
+        try:
+            (path / "cgroup.kill").write_text("1")
+            frozen = False
+        except FileNotFoundError:
+            (path / "cgroup.freeze").write_text("1")
+            frozen = True
+        for pid in (path / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        if frozen:
+            (path / "cgroup.freeze").write_text("0")
+    elif op == "rmcg":
+        os.rmdir(path)
+
+
+def _cgroup_procs(cgroup: Path) -> list[str]:
+    """The thread groups in `cgroup` that still run something (a zombie all of whose threads are gone stays
+    listed until its parent reaps it: it runs nothing)."""
+    try:
+        pids = (cgroup / "cgroup.procs").read_text().split()
+    except FileNotFoundError:
+        return []
+    return [p for p in pids if _threads_alive(f"/proc/{p}")]
+
+
+def _kill_cgroup(cgroup: Path, sudo: bool, wait_s: float = 10.0) -> None:
+    """Kill everything in `cgroup` and wait until it is empty; raise if it is not."""
+    if not _cgroup_procs(cgroup):
+        return
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            _admin(sudo, "kill", cgroup)
+        except OSError:
+            pass
+        pause = time.monotonic() + 0.5
+        while time.monotonic() < pause:
+            if not _cgroup_procs(cgroup):
+                return
+            time.sleep(0.005)
+        if time.monotonic() > deadline:
+            raise PlanRunnerError(
+                what=f"the session's cgroup {cgroup} is not empty after it was killed",
+                why=f"processes {' '.join(_cgroup_procs(cgroup)[:10])} are still in it",
+                fix=f"check them with `ps -o pid,stat,cmd -p ...`; kill them (as root: `echo 1 > {cgroup}/cgroup.kill`)")
+
+
+def cgroup2_root() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a
+    hybrid one), read-write; None without one."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    found = []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if rest and rest[0] == "cgroup2" and len(fields) > 5 and fields[3] == "/" and "rw" in fields[5].split(","):
+            found.append(Path(fields[4]))
+    found.sort(key=lambda p: (p != Path("/sys/fs/cgroup"), str(p)))
+    return found[0] if found else None
+
+
+CGROUP_DIR = "plan-runner"
+
+
+def _session_cgroup(name: str, sudo: bool) -> Path | None:
+    """A fresh cgroup for one lease of `name` (its stale ones, from a plan-runner killed outright, are killed and
+    removed first: the slot's lock is held, so nothing else uses them); None where none can be made."""
+    if os.environ.get("PLAN_RUNNER_NO_CGROUP") == "1":
+        return None
+    root = cgroup2_root()
+    if root is None:
+        return None
+    base = root / CGROUP_DIR
+    try:
+        for old in base.iterdir() if base.is_dir() else ():
+            if old.name.startswith(name + "."):
+                _kill_cgroup(old, sudo)
+                try:
+                    _admin(sudo, "rmcg", old)
+                except OSError:
+                    pass
+        path = base / f"{name}.{os.getpid()}.{secrets.token_hex(4)}"
+        _admin(sudo, "mkcg", path)
+    except (OSError, PlanRunnerError):
+        return None
+    if not (path / "cgroup.procs").exists():
+        return None
+    return path
+
+
+_SWEPT = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _sweep(identity: Identity) -> None:
+    """Remove what the uid left directly in the world-writable temporary folders (Claude Code's
+    /tmp/claude-<uid> included): nothing of one lease is there for the next."""
+    if not identity.isolated:
+        return
+    for folder in _SWEPT:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            if owner == identity.uid:
+                try:
+                    identity.remove(Path(entry.path))
+                except (OSError, PlanRunnerError):
+                    pass
 
 
 @dataclass
@@ -175,19 +482,60 @@ class Lease:
 
     identity: Identity
     _lock_fd: int | None = field(default=None, repr=False)
+    _legacy_fd: int | None = field(default=None, repr=False)
+    _dir: Path | None = field(default=None, repr=False)
 
     def release(self) -> None:
-        self.identity.kill_all()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        identity = self.identity
+        try:
+            identity.kill_all(everywhere=True)
+            session = identity.session
+            if session is not None:
+                for home in sorted(session.homes):
+                    if os.path.lexists(home):
+                        _wipe(identity, Path(home))
+                if self._dir is not None:
+                    identity.remove(self._dir / "tmp")
+                    fsafe.remove(self._dir, below=self._dir.parent)
+                _sweep(identity)
+                if session.cgroup is not None:
+                    _kill_cgroup(session.cgroup, identity.sudo)
+                    try:
+                        _admin(identity.sudo, "rmcg", session.cgroup)
+                    except OSError:
+                        pass
+        finally:
+            for fd in (self._lock_fd, self._legacy_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._lock_fd = self._legacy_fd = None
+
+
+def _wipe(identity: Identity, home: Path) -> None:
+    """Remove a HOME the lease's processes were started with, when it is the uid's own folder in a folder of
+    plan-runner's (the agent's areas): never anyone else's."""
+    try:
+        st = os.lstat(home)
+        parent = os.lstat(home.parent)
+    except OSError:
+        return
+    if (stat.S_ISDIR(st.st_mode) and st.st_uid == identity.uid and parent.st_uid in (0, os.geteuid())
+            and not parent.st_mode & 0o022):
+        try:
+            identity.remove(home)
+        except (OSError, PlanRunnerError):
+            pass
 
 
 def _can_sudo() -> bool:
-    if shutil.which("sudo") is None:
+    try:
+        sudo = tools.resolve(check_code=False).sudo
+    except PlanRunnerError:
+        return False
+    if sudo is None:
         return False
     try:
-        return subprocess.run(["sudo", "-n", "true"], capture_output=True, timeout=10).returncode == 0
+        return subprocess.run([sudo, "-n", "true"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -236,6 +584,64 @@ def judge_dir(name: str) -> Path:
     return path
 
 
+def _private_dir(path: Path, mode: int) -> Path | None:
+    """`path` made (if missing) and checked: a real directory of plan-runner's user that nobody else can write;
+    None when it cannot be made or is someone else's."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    return path
+
+
+def lock_dir() -> Path:
+    """Where the pool's slot locks live: one place per machine (and per judge user, whose pool it is),
+    whatever TMPDIR or PLAN_RUNNER_SANDBOX_ROOT say, so two plan-runners never lease the same uid: root's
+    /run/plan-runner, another judge's /run/lock/plan-runner-<uid> (/run/lock is sticky: only that user can
+    make or replace it), else /var/lock, else /tmp."""
+    uid = os.geteuid()
+    candidates = [Path("/run/plan-runner")] if uid == 0 else []
+    candidates += [Path(d) / f"plan-runner-{uid}" for d in ("/run/lock", "/var/lock", "/tmp")]
+    for folder in candidates:
+        parent = folder.parent
+        try:
+            pst = os.stat(parent)
+        except OSError:
+            continue
+        if pst.st_uid != 0 or (pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX):
+            continue  # a folder others could replace entries of
+        if _private_dir(folder, 0o755 if uid == 0 else 0o700) is not None:
+            pool = _private_dir(folder / "pool", 0o700)
+            if pool is not None:
+                return pool
+    raise PlanRunnerError(
+        what="no machine-wide place for the agent pool's locks",
+        why="/run/plan-runner, /run/lock/plan-runner-<uid>, /var/lock/... and /tmp/plan-runner-<uid> are missing, "
+            "not writable, or belong to another user",
+        fix=f"remove a plan-runner-{uid} folder that another user made in /run/lock or /tmp, or create /run/lock "
+            "(mode 1777, owned by root)")
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
 def _ensure_user(name: str, sudo: bool) -> tuple[int, int]:
     try:
         entry = pwd.getpwnam(name)
@@ -246,7 +652,7 @@ def _ensure_user(name: str, sudo: bool) -> tuple[int, int]:
             "--shell", "/bin/sh", name]
     if sudo:
         argv = ["sudo", "-n", *argv]
-    lock = judge_dir("pool") / "useradd.lock"
+    lock = lock_dir() / "useradd.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -298,30 +704,52 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
             fix="run as root or with passwordless sudo; or, locally and at your own risk, add "
                 "`isolation: none` to the plan's front matter (or pass --isolation none)")
     sudo = how == "sudo"
-    pool = judge_dir("pool")
+    tools.harden(need_sudo=sudo)  # before the first agent starts: absolute tools, a PATH nobody else can write
+    pool = lock_dir()
+    legacy = judge_dir("pool")  # where plan-runners before the machine-wide lock held theirs: held too
     for slot in range(POOL_SIZE):
-        fd = os.open(pool / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+        fd = _try_lock(pool / f"slot-{slot}.lock")
+        if fd is None:
+            continue
+        legacy_fd = _try_lock(legacy / f"slot-{slot}.lock") if legacy != pool else None
+        if legacy_fd is None and legacy != pool:
             os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                continue
-            raise
+            continue
         name = agent_user_name(slot)
         try:
             uid, gid = _ensure_user(name, sudo)
         except BaseException:
-            os.close(fd)
+            for f in (fd, legacy_fd):
+                if f is not None:
+                    os.close(f)
             raise
         if uid == 0 or uid == os.geteuid():
-            os.close(fd)
+            for f in (fd, legacy_fd):
+                if f is not None:
+                    os.close(f)
             raise PlanRunnerError(what=f"the user {name!r} is root or plan-runner's own user",
                                   why="isolating the agent as itself would isolate nothing",
                                   fix=f"delete the user {name!r}; plan-runner creates it as a system user")
-        identity = Identity(uid=uid, gid=gid, name=name, sudo=sudo)
-        identity.kill_all()  # a crashed earlier session of this slot may have left something
-        return Lease(identity, fd)
+        lease = Lease(Identity(uid=uid, gid=gid, name=name, sudo=sudo), fd, legacy_fd)
+        try:
+            bare = Identity(uid=uid, gid=gid, name=name, sudo=sudo)
+            bare.kill_all()  # a crashed earlier session of this slot may have left something
+            _sweep(bare)
+            sessions = judge_dir("sessions")
+            for stale in sessions.glob(f"{name}.*"):  # a lease of this slot whose plan-runner was killed outright
+                bare.remove(stale / "tmp")
+                fsafe.remove(stale, below=sessions)
+            folder = sessions / f"{name}.{secrets.token_hex(6)}"
+            os.mkdir(folder, 0o711)
+            os.mkdir(folder / "tmp", 0o700)
+            bare.give(folder / "tmp")
+            lease._dir = folder
+            lease.identity = Identity(uid=uid, gid=gid, name=name, sudo=sudo,
+                                      session=_Session(_session_cgroup(name, sudo), folder / "tmp"))
+        except BaseException:
+            lease.release()
+            raise
+        return lease
     raise PlanRunnerError(what=f"all {POOL_SIZE} agent identities are busy",
                           why="that many sessions run at once on this machine",
                           fix="wait for some to finish, or run fewer plans at once")

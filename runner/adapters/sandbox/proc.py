@@ -33,6 +33,7 @@ import json
 import os
 import queue
 import selectors
+import shutil
 import signal
 import subprocess
 import threading
@@ -230,13 +231,14 @@ def run(
     A callback that raises (Ctrl-C included) kills the group and the exception propagates. Raises `StartFailed` when the process cannot be started at all.
     """
     identity = identity or Identity()
-    full_argv, extra = identity.command(list(argv), dict(env), cwd)
+    if identity.isolated:
+        _check_startable(argv, env)
+    launch = identity.launch(list(argv), dict(env), cwd)
     want_stdin = stdin_text is not None or keep_stdin_open
     try:
         proc = subprocess.Popen(
-            full_argv,
-            env=dict(env),
-            **extra,
+            launch.argv,
+            **launch.popen,
             stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
@@ -244,6 +246,7 @@ def run(
             bufsize=0,
         )
     except OSError as exc:
+        _forget_env(launch.env_file)
         raise StartFailed(exc) from exc
     pgid = proc.pid  # start_new_session: the child leads its own group
     started = time.monotonic()
@@ -349,6 +352,7 @@ def run(
             pass
         if pid_file is not None:
             _forget_group(pid_file)
+        _forget_env(launch.env_file)  # the launcher removes it at once; this is for a launcher that never ran
     return Finished(
         returncode=proc.returncode,
         reason=ending or "exited",
@@ -356,6 +360,22 @@ def run(
         output_bytes=output_bytes,
         duration_s=time.monotonic() - started,
     )
+
+
+def _check_startable(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """A program named without a folder that is on none of `env`'s PATH folders cannot start: say so now (the
+    launcher, already as the agent's user, could only exit 127)."""
+    name = argv[0] if argv else ""
+    if name and "/" not in name and shutil.which(name, path=env.get("PATH", os.defpath)) is None:
+        raise StartFailed(FileNotFoundError(2, "No such file or directory", name))
+
+
+def _forget_env(path: Path | None) -> None:
+    if path is not None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 # --- bounded sinks ---------------------------------------------------------------------------------

@@ -1,0 +1,264 @@
+"""Files in folders the agent could write, touched by the judge without following a single link.
+
+plan-runner (often root) copies, reads, hands over (chown) and removes trees the agent's identity wrote:
+its saved CLI state, its bundle, its areas. A path string is resolved by the kernel component by
+component at the moment of each call, so a process of the agent that swaps a directory on the path for a
+symlink (to the judge's `.git`, to /root) between two calls redirects the judge's copy or chown there;
+`O_NOFOLLOW` guards only the last component. Every function here walks instead: it opens a trusted
+base directory (owned by root or plan-runner's user, writable by nobody else: nobody can replace an
+entry in it), then each component below it with `O_NOFOLLOW | O_DIRECTORY` relative to the previous
+directory's descriptor, and acts on the last one through its descriptor (`fchown`, `fstat`, a read from
+the open file, `unlinkat`). A link anywhere below the base is never followed: it is skipped (copies) or
+removed as a link (removals). That is the invariant; it needs no process of the agent to be dead.
+
+Standard library only, Linux/POSIX `dir_fd` calls.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePath
+
+from runner.core.errors import PlanRunnerError
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CHUNK = 1 << 20
+
+
+class Unsafe(OSError):
+    """A component below the base is a link or not a directory: plan-runner does not go there."""
+
+
+def _rel(path: Path, below: Path) -> PurePath:
+    try:
+        rel = PurePath(os.path.normpath(path)).relative_to(os.path.normpath(below))
+    except ValueError:
+        raise PlanRunnerError(what=f"{path} is not inside {below}", why="plan-runner walks only below a trusted base",
+                              fix="this is a bug in plan-runner; please report it") from None
+    if ".." in rel.parts:
+        raise PlanRunnerError(what=f"{path} leaves {below}", why="a '..' component", fix="report this bug")
+    return rel
+
+
+def open_base(below: Path) -> int:
+    """A descriptor of the trusted base: a directory owned by root or plan-runner's user that no one else can
+    write (so no one can replace what is in it), or a sticky one such as /tmp (others can replace only their
+    own entries there, and those are walked like everything below the base: without following links)."""
+    fd = os.open(below, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if st.st_uid not in (0, os.geteuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+        os.close(fd)
+        raise PlanRunnerError(what=f"{below} is not a directory only plan-runner can write",
+                              why="entries in it could be replaced while plan-runner works there",
+                              fix=f"remove {below} and run again")
+    return fd
+
+
+def _open_dirs(base_fd: int, parts: tuple[str, ...]) -> int:
+    """Descend `parts` from `base_fd`, never through a link; a new descriptor (the caller closes it)."""
+    fd = os.dup(base_fd)
+    try:
+        for part in parts:
+            try:
+                nxt = os.open(part, _DIR, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (40, 20):  # ELOOP: a link; ENOTDIR: not a directory
+                    raise Unsafe(exc.errno, f"{part}: a link or not a directory") from None
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def opened_dir(path: Path, *, below: Path) -> Iterator[int]:
+    """A descriptor of the directory `path`, reached from `below` without following any link."""
+    base = open_base(below)
+    try:
+        fd = _open_dirs(base, _rel(path, below).parts)
+    finally:
+        os.close(base)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _parent(path: Path, below: Path) -> Iterator[tuple[int, str]]:
+    parts = _rel(path, below).parts
+    if not parts:
+        raise PlanRunnerError(what=f"refusing to act on {below} itself", why="only what is below it",
+                              fix="report this bug")
+    base = open_base(below)
+    try:
+        fd = _open_dirs(base, parts[:-1])
+    finally:
+        os.close(base)
+    try:
+        yield fd, parts[-1]
+    finally:
+        os.close(fd)
+
+
+def read_bytes(path: Path, *, below: Path, limit: int) -> bytes | None:
+    """The content of the regular file `path` (no link at any component below `below`), at most `limit`
+    bytes; None when it is missing, a link, not a regular file, or bigger."""
+    try:
+        with _parent(path, below) as (dfd, name):
+            fd = os.open(name, _FILE, dir_fd=dfd)
+    except (OSError, PlanRunnerError):
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return fh.read(limit + 1)[:limit]
+
+
+def list_regular(directory: Path, *, below: Path) -> list[str]:
+    """Names of the regular files directly in `directory` (reached without links), sorted; [] if none."""
+    try:
+        with opened_dir(directory, below=below) as fd:
+            return sorted(e.name for e in os.scandir(fd) if e.is_file(follow_symlinks=False))
+    except (OSError, PlanRunnerError):
+        return []
+
+
+def _copy_fd(src: int, dst: Path) -> None:
+    dst.unlink(missing_ok=True)
+    with open(dst, "xb") as out, os.fdopen(os.dup(src), "rb") as fh:
+        shutil.copyfileobj(fh, out, _CHUNK)
+
+
+def copy_file(src: Path, dst: Path, *, below: Path, limit: int, owner: int | None = None) -> str | None:
+    """Copy the regular file `src` (no link at any component below `below`; owned by `owner` when given) to
+    `dst` (a judge-private place); what was wrong instead, or None."""
+    try:
+        with _parent(src, below) as (dfd, name):
+            fd = os.open(name, _FILE, dir_fd=dfd)
+    except OSError as exc:
+        return f"{src.name} could not be opened without following a link: {exc.strerror}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
+            return f"{src.name} is not a regular file the agent wrote"
+        if st.st_size > limit:
+            return f"{src.name} is {st.st_size} bytes, over the limit of {limit}"
+        _copy_fd(fd, dst)
+    finally:
+        os.close(fd)
+    return None
+
+
+def copy_tree(src: Path, dst: Path, *, below: Path, limit: int) -> list[str]:
+    """Copy the regular files and directories of `src` into `dst` (created; judge-private), never through a
+    link at any depth, bounded in total; what was left out, and why."""
+    skipped: list[str] = []
+    total = 0
+    dst.mkdir(parents=True, exist_ok=True)
+    try:
+        ctx = opened_dir(src, below=below)
+        root = ctx.__enter__()
+    except OSError:
+        return skipped  # missing, or itself a link: nothing is copied
+
+    def walk(dfd: int, rel: PurePath, out: Path) -> None:
+        nonlocal total
+        entries = sorted(os.scandir(dfd), key=lambda e: e.name)
+        for entry in entries:
+            name, shown = entry.name, rel / entry.name
+            if entry.is_symlink():
+                skipped.append(f"{shown} (a link)")
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                try:
+                    sub = os.open(name, _DIR, dir_fd=dfd)
+                except OSError:
+                    skipped.append(f"{shown} (a link or unreadable)")
+                    continue
+                try:
+                    (out / name).mkdir(exist_ok=True)
+                    walk(sub, shown, out / name)
+                finally:
+                    os.close(sub)
+                continue
+            try:
+                fd = os.open(name, _FILE, dir_fd=dfd)
+            except OSError:
+                skipped.append(f"{shown} (a link or unreadable)")
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    skipped.append(f"{shown} (not a regular file)")
+                    continue
+                if total + st.st_size > limit:
+                    skipped.append(f"{shown} (over the {limit}-byte bound)")
+                    continue
+                total += st.st_size
+                _copy_fd(fd, out / name)
+            finally:
+                os.close(fd)
+    try:
+        walk(root, PurePath(), dst)
+    finally:
+        ctx.__exit__(None, None, None)
+    return skipped
+
+
+def chown_tree(path: Path, uid: int, gid: int, *, below: Path) -> None:
+    """`chown -R` of `path` through descriptors: links are changed themselves (never what they point to),
+    directories entered only without following a link."""
+    def walk(dfd: int) -> None:
+        for entry in list(os.scandir(dfd)):
+            if entry.is_dir(follow_symlinks=False):
+                try:
+                    sub = os.open(entry.name, _DIR, dir_fd=dfd)
+                except OSError:
+                    os.chown(entry.name, uid, gid, dir_fd=dfd, follow_symlinks=False)
+                    continue
+                try:
+                    os.fchown(sub, uid, gid)
+                    walk(sub)
+                finally:
+                    os.close(sub)
+            else:
+                os.chown(entry.name, uid, gid, dir_fd=dfd, follow_symlinks=False)
+
+    with _parent(path, below) as (pfd, name):
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            os.chown(name, uid, gid, dir_fd=pfd, follow_symlinks=False)
+            return
+        fd = os.open(name, _DIR, dir_fd=pfd)
+        try:
+            os.fchown(fd, uid, gid)
+            walk(fd)
+        finally:
+            os.close(fd)
+
+
+def remove(path: Path, *, below: Path) -> None:
+    """Delete `path` (a tree, a file or a link: the link itself) below `below`; nothing through a link.
+    `shutil.rmtree` with a `dir_fd` is descriptor-based (it re-checks each directory it enters)."""
+    try:
+        with _parent(path, below) as (pfd, name):
+            try:
+                st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(name, dir_fd=pfd)
+            else:
+                os.unlink(name, dir_fd=pfd)
+    except FileNotFoundError:
+        return
