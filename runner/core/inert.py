@@ -14,7 +14,8 @@ text. One neutraliser per sink:
 * `md_text`: text inside Markdown outside a fence (issue, PR, summary, park file): one line,
   every ASCII punctuation character backslash-escaped (CommonMark 2.4: an escaped character is
   always a literal), so no heading, list, link, image, HTML, emphasis, table cell, autolink or
-  workflow command starts in it; `@` and `#<digit>` broken so GitHub links no person and no issue.
+  workflow command starts in it; `@`, `#<digit>`, `://` and `www.` broken (a zero-width space) so
+  GitHub links no person, no issue and no address.
 * `md_code`: a one-line code span that the text cannot close.
 * `fence`: a block of text, in a code fence longer than any backtick run inside.
 
@@ -48,6 +49,8 @@ _LEGACY_COMMAND = re.compile(r"#(?=\[)")
 _MENTION = re.compile(r"(?<![\w.@/`])@(?=[A-Za-z0-9])")
 _MD_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")
 _MD_REFERENCE = re.compile(r"([@#])(?=[A-Za-z0-9])")
+# What GitHub links without any markup (extended autolinks): `scheme://`, `www.`; broken by a zero-width space.
+_AUTOLINK = re.compile(r"(?i)(?<=:)(?=//)|(?<=\bwww)(?=\.)")
 ZWSP = "\u200b"
 
 
@@ -75,7 +78,7 @@ def one_line(text: str) -> str:
 
 def md_text(text: object) -> str:
     """Untrusted text as literal Markdown inline text, on one line (see the module's docstring)."""
-    s = _MD_PUNCT.sub(r"\\\1", one_line(str(text)))
+    s = _MD_PUNCT.sub(r"\\\1", _AUTOLINK.sub(ZWSP, one_line(str(text))))
     return _MD_REFERENCE.sub(lambda m: m.group(1) + ZWSP, s)
 
 
