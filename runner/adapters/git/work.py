@@ -643,6 +643,8 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
                     in_header, adding = False, False
                 elif not in_header:
                     adding = piece.startswith(b"+")
+            if in_header and current and current not in found and any(n in current.encode() for n in wanted):
+                found.append(current)  # the secret is the file's name
             if adding and current not in found:
                 text = carry + piece
                 if any(n in text for n in wanted):
@@ -656,6 +658,27 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
         raise PlanRunnerError(what=f"could not compare {old[:12]} with {new[:12]} to look for secrets",
                               why=f"git diff exited with code {code}",
                               fix=f"check the repository with `git -C {repo} fsck`, then run again")
+    return found
+
+
+def commits_carrying(repo: Path | str, old: str, new: str, needles: Iterable[str]) -> list[str]:
+    """The commits between `old` and `new` whose object itself (message, author and committer names and
+    emails, any extra header) holds one of `needles`, and "a file name" when a changed path holds one:
+    they are pushed as they are, not only the files' lines.
+    Read from `git log --format=raw` (the commit as stored); the needles never reach a command line."""
+    wanted = sorted({n.encode() for n in needles if n}, key=len, reverse=True)
+    if not wanted:
+        return []
+    raw = Git(str(repo)).execute(["git", "log", "--no-color", "--format=raw", "-z", f"{old}..{new}", "--"],
+                                 env={**BOT_ENV}, stdout_as_string=False)
+    found = []
+    for chunk in raw.split(b"\0"):
+        if chunk.startswith(b"commit ") and any(n in chunk for n in wanted):
+            found.append(f"commit {chunk[7:47].decode('ascii', 'replace')[:12]} (its message or author/committer)")
+    names = Git(str(repo)).execute(["git", "diff", "--no-renames", "--name-only", "-z", old, new, "--"],
+                                   env={**BOT_ENV}, stdout_as_string=False)
+    if any(n in name for name in names.split(b"\0") for n in wanted):
+        found.append("a file name")
     return found
 
 
@@ -810,6 +833,6 @@ def remotes(repo: Path | str) -> list[str]:
 
 __all__ = [
     "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
-    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
+    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "commits_carrying", "protected_paths_changed", "push_branch",
     "push_ref", "read_file_at", "ref_sha", "remotes", "run_git", "tree_hash",
 ]

@@ -145,7 +145,10 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
     gate_env = env if gate_env is None else gate_env
     flips = _flips(scene, agent_text, final_text)
-    leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
+    since = unpushed_from or scene.base_sha
+    # Everything that is pushed: added lines, file names, and the commits themselves (messages, identities).
+    leaked = tuple(gitwork.paths_adding(repo, since, head, secrets)
+                   + gitwork.commits_carrying(repo, since, head, secrets)) if secrets else ()
     workdir = checkout(head) if checkout is not None and not leaked else repo
     flips = _verify(flips, scene.plan, workdir, gate_env, identity)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
