@@ -133,3 +133,12 @@ def test_the_terminal_shows_the_agents_text_as_written_without_control_bytes():
 def test_trusted_markdown_stays_markdown_and_other_text_is_escaped():
     assert render_summary(_plan("x"), Markdown("## kept"), "h").count("\n## kept") == 1
     assert "\\#\\# escaped" in render_summary(_plan("x"), "## escaped", "h")
+
+
+def test_a_redacted_report_stays_markdown():
+    """Redaction of known secrets keeps the report plan-runner's (a str method returns a plain str)."""
+    plan = _plan("x")
+    report = render_report(plan, RunState(), title="t", evidence=evidence(handoff="key sk-0123456789"),
+                           secrets=["sk-0123456789"])
+    assert isinstance(report, Markdown) and "sk-0123456789" not in report
+    assert "\n### How to answer" in render_park_issue(plan, report, None) and "\n## t" in render_park_issue(plan, report, None)

@@ -69,9 +69,10 @@ _ENV.filters["plan_id"] = _plan_id
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
+    trusted = isinstance(text, Markdown)
     for s in sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True):
         text = text.replace(s, "***")
-    return Markdown(text) if isinstance(text, Markdown) else text
+    return Markdown(text) if trusted else text
 
 
 def _hints(evidence: Evidence) -> list[tuple[str, str]]:
