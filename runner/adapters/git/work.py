@@ -796,6 +796,12 @@ def _diff_status_of(repo: Path, base_sha: str, head: str) -> list[tuple[str, str
     return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
 
 
+def display_path(path: str) -> str:
+    """A path git gave as bytes that are not UTF-8 (read with surrogateescape, so it can be restored) in a
+    form every record can hold: each such byte as `\\xNN`. Plain paths are unchanged."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _at_or_above(path: str, patterns: Iterable[str]) -> bool:
     """`path` (a file, a symlink or a submodule: what a diff lists) matches a pattern or sits at or above what
     it protects: `.github` or `.github/workflows` committed as a symlink changes `.github/workflows/` (protection
@@ -858,6 +864,6 @@ def remotes(repo: Path | str) -> list[str]:
 
 __all__ = [
     "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
-    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "commits_carrying", "protected_paths_changed", "push_branch",
+    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "commits_carrying", "display_path", "protected_paths_changed", "push_branch",
     "push_ref", "read_file_at", "ref_sha", "remotes", "run_git", "tree_hash",
 ]

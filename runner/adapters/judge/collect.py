@@ -67,12 +67,12 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
             changes[path] = restore_protected(scene.plan_text, head_text)
     # Files, not patterns: a pattern such as ".github/workflows/" names a folder, which cannot be restored.
     for changed in gitwork.files_changed(repo, scene.base_sha, head, PROTECTED_PATHS):
-        found.append(f"{changed} (workflow/action files are not the agent's to change)")
+        found.append(f"{gitwork.display_path(changed)} (workflow/action files are not the agent's to change)")
         changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
     for changed in gitwork.files_changed(repo, scene.base_sha, head, list(scene.plan.config.protected)):
         if changed in changes:
             continue
-        found.append(f"{changed} (listed under `protected:` in the plan)")
+        found.append(f"{gitwork.display_path(changed)} (listed under `protected:` in the plan)")
         changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
     if not changes:
         return found, head
@@ -155,7 +155,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     carried: tuple[CommitInfo, ...] = ()
     if carry_from and carry_from != scene.base_sha and gitwork.is_ancestor(repo, carry_from, scene.base_sha):
         carried = gitwork.collect_commits(repo, carry_from, scene.base_sha, {path, scene.handoff_path})
-    deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
+    deleted_tests = tuple(gitwork.display_path(p) for p in gitwork.deleted_files(repo, scene.base_sha, head)
+                          if _TEST_FILE.search(p))
     if before_gates is not None and not leaked:
         before_gates(head)  # remote `checks:` gates judge the pushed commit
     # A leaked secret decides the outcome (row 1) and the commit is not pushed, so remote `checks:`
