@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.adapters.render.termreport import to_terminal  # bodies escape the text they quote
+
 from runner.drivers.action import run_action
 from tests.e2e_act import world as w
 from tests.reliability_world import GH_SCRIPT, GitHubJobs
@@ -52,9 +54,9 @@ def test_a_dispatch_refused_for_lack_of_actions_write_parks_once_and_no_tick_ret
         assert [e["outcome"] for e in jobs.ledger() if e["type"] == "session"] == ["Advanced"]
         assert outputs["outcome"] == "Advanced" and outputs["issue-url"], outputs
         (issue,) = park_issues(srv)
-        assert "could not be started" in issue["body"] and "actions: write" in issue["body"]
-        assert "actions=write" in issue["body"]  # what GitHub's X-Accepted-GitHub-Permissions said
-        assert "/plan-runner resume" in issue["body"]
+        assert "could not be started" in to_terminal(issue["body"]) and "actions: write" in to_terminal(issue["body"])
+        assert "actions=write" in to_terminal(issue["body"])  # what GitHub's X-Accepted-GitHub-Permissions said
+        assert "/plan-runner resume" in to_terminal(issue["body"])
         assert dispatch_posts(srv) == 1 and srv.dispatches == []
         # Ticks, now and long after the dispatch would count as lost, leave it parked and ask GitHub nothing.
         for shift in (timedelta(), timedelta(hours=2), timedelta(days=1)):
@@ -79,8 +81,8 @@ def test_a_workflow_without_a_dispatch_trigger_parks_with_the_trigger_to_add(tmp
         srv.add_workflow("plan-runner.yml", inputs=None)  # `on:` lacks workflow_dispatch
         jobs.session()
         (issue,) = park_issues(srv)
-        assert "(422)" in issue["body"] and "Workflow does not have 'workflow_dispatch' trigger" in issue["body"]
-        assert "workflow_dispatch:" in issue["body"] and "plan:" in issue["body"]
+        assert "(422)" in to_terminal(issue["body"]) and "Workflow does not have 'workflow_dispatch' trigger" in to_terminal(issue["body"])
+        assert "workflow_dispatch:" in to_terminal(issue["body"]) and "plan:" in to_terminal(issue["body"])
         assert jobs.tick(timedelta(hours=3))[0].startswith("parked, waiting for a human")
         assert dispatch_posts(srv) == 1 and srv.dispatches == []
 
@@ -121,7 +123,7 @@ def test_a_resume_while_the_permission_is_still_missing_parks_again_once(tmp_pat
         assert outputs["outcome"] == "parked" and outputs["issue-url"], outputs
         assert first["state"] == "closed" and {r["content"] for r in srv.reactions[cid]} == {"+1"}
         second = [i for i in park_issues(srv) if i["state"] == "open"]
-        assert len(second) == 1 and "actions: write" in second[0]["body"]
+        assert len(second) == 1 and "actions: write" in to_terminal(second[0]["body"])
         assert dispatch_posts(srv) == 2 and srv.dispatches == []
         assert jobs.tick(timedelta(hours=2))[0].startswith("parked, waiting for a human")
         assert dispatch_posts(srv) == 2

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from runner.adapters.render.termreport import to_terminal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -212,7 +214,7 @@ def test_shell_and_expression_syntax_in_plan_text_is_never_evaluated(tmp_path):
     transcripts = repo / ".git" / "plan-runner" / "calc" / "transcripts"
     prompts = [json.loads(line) for f in transcripts.glob("script-*.jsonl") for line in f.read_text().splitlines()]
     assert any(p.get("type") == "prompt" for p in prompts)
-    report = Path(out["url"]).read_text()
+    report = to_terminal(Path(out["url"]).read_text())  # as a person reads it (the file escapes Markdown)
     assert "$(touch" in report and "${{ secrets.GITHUB_TOKEN }}" in report
 
 

@@ -528,22 +528,31 @@ def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> st
     commit carries the `Plan-Runner: revert` trailer. Returns the new head, or the
     unchanged head when the files already had that content.
     """
+    unlinked: list[str] = []
     for path, text in changes.items():
         target = _safe_path(repo, path)
         if text is None or target.is_symlink():
+            if target.is_symlink():  # a symlinked folder may come back as a folder: the index forgets the link
+                unlinked.append(path)
             target.unlink(missing_ok=True)
         if text is not None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(text.encode("utf-8"))
     paths = sorted(changes)
     try:
-        run_git(repo, "add", "--all", "--", *paths)
+        if unlinked:
+            run_git(repo, "rm", "--cached", "-q", "--ignore-unmatch", "--", *unlinked)
+        present = [p for p in paths if p not in unlinked or (repo / p).exists()]
+        if present:
+            run_git(repo, "add", "--all", "--", *present)
         staged = run_git(repo, "diff", "--cached", "--name-only", "-z", "--", *paths)
         if not staged.strip(b"\0"):
             return _resolve(repo, "HEAD")
         full = f"{message.rstrip()}\n\n{REVERT_TRAILER}: revert\n"
-        run_git(repo, *_NO_SIGN, "commit", "--quiet", "--no-verify", "-F", "-", "--only", "--", *paths,
-                data=full.encode())
+        # `--only` rebuilds the paths on HEAD's tree, where a removed symlink still stands for the folder
+        # (git refuses the files under it): then the index, which holds just these changes, is committed.
+        only = ("--only", "--", *paths) if not unlinked else ()
+        run_git(repo, *_NO_SIGN, "commit", "--quiet", "--no-verify", "-F", "-", *only, data=full.encode())
     except GitCommandError as exc:
         raise _fail("plan-runner could not commit its correction to the work branch", exc,
                     f"inspect `git -C {repo} status`; the files were written but not committed") from None
@@ -656,6 +665,8 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
                     in_header, adding = False, False
                 elif not in_header:
                     adding = piece.startswith(b"+")
+            if in_header and current and current not in found and any(n in current.encode() for n in wanted):
+                found.append(current)  # the secret is the file's name
             if adding and current not in found:
                 text = carry + piece
                 if any(n in text for n in wanted):
@@ -669,6 +680,27 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
         raise PlanRunnerError(what=f"could not compare {old[:12]} with {new[:12]} to look for secrets",
                               why=f"git diff exited with code {code}",
                               fix=f"check the repository with `git -C {repo} fsck`, then run again")
+    return found
+
+
+def commits_carrying(repo: Path | str, old: str, new: str, needles: Iterable[str]) -> list[str]:
+    """The commits between `old` and `new` whose object itself (message, author and committer names and
+    emails, any extra header) holds one of `needles`, and "a file name" when a changed path holds one:
+    they are pushed as they are, not only the files' lines.
+    Read from `git log --format=raw` (the commit as stored); the needles never reach a command line."""
+    wanted = sorted({n.encode() for n in needles if n}, key=len, reverse=True)
+    if not wanted:
+        return []
+    raw = Git(str(repo)).execute(["git", "log", "--no-color", "--format=raw", "-z", f"{old}..{new}", "--"],
+                                 env={**BOT_ENV}, stdout_as_string=False)
+    found = []
+    for chunk in raw.split(b"\0"):
+        if chunk.startswith(b"commit ") and any(n in chunk for n in wanted):
+            found.append(f"commit {chunk[7:47].decode('ascii', 'replace')[:12]} (its message or author/committer)")
+    names = Git(str(repo)).execute(["git", "diff", "--no-renames", "--name-only", "-z", old, new, "--"],
+                                   env={**BOT_ENV}, stdout_as_string=False)
+    if any(n in name for name in names.split(b"\0") for n in wanted):
+        found.append("a file name")
     return found
 
 
@@ -748,7 +780,7 @@ def protected_paths_changed(repo: Path, base_sha: str, head: str, paths: list[st
         raise _fail(f"could not diff {base_sha[:12]}..{head}", exc,
                     "make sure both commits exist locally (fetch the work branch)") from None
     changed = [p for p in raw.decode("utf-8", "replace").split("\0") if p]
-    return [p for p in paths if any(_matches(c, [p]) for c in changed)]
+    return [p for p in paths if any(_at_or_above(c, [p]) for c in changed)]
 
 
 _diffs: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
@@ -777,11 +809,33 @@ def _diff_status_of(repo: Path, base_sha: str, head: str) -> list[tuple[str, str
     return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
 
 
+def display_path(path: str) -> str:
+    """A path git gave as bytes that are not UTF-8 (read with surrogateescape, so it can be restored) in a
+    form every record can hold: each such byte as `\\xNN`. Plain paths are unchanged."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _at_or_above(path: str, patterns: Iterable[str]) -> bool:
+    """`path` (a file, a symlink or a submodule: what a diff lists) matches a pattern or sits at or above what
+    it protects: `.github` or `.github/workflows` committed as a symlink changes `.github/workflows/` (protection
+    by resolved path, not by the string)."""
+    if _matches(path, patterns):
+        return True
+    for p in patterns:
+        literal = re.split(r"[*?\[]", p)[0]  # a glob protects what lies under its literal folder
+        if (literal if literal.endswith("/") or literal != p else literal + "/").startswith(path + "/"):
+            return True
+    return False
+
+
 def files_changed(repo: Path, base_sha: str, head: str, patterns: list[str]) -> list[str]:
-    """The files (not the patterns) matching `patterns` ("dir/" is a prefix) that differ between base and head."""
+    """The files (not the patterns) matching `patterns` ("dir/" is a prefix) that differ between base and head,
+    and any entry at or above a protected path (`_at_or_above`); shallower first, so a revert removes a symlinked
+    folder before it writes the files that were under it."""
     if not patterns:
         return []
-    return [path for _status, path in _diff_status(repo, base_sha, head) if _matches(path, patterns)]
+    found = [path for _status, path in _diff_status(repo, base_sha, head) if _at_or_above(path, patterns)]
+    return sorted(dict.fromkeys(found), key=lambda p: (p.count("/"), p))
 
 
 def deleted_files(repo: Path, base_sha: str, head: str) -> list[str]:
@@ -823,6 +877,6 @@ def remotes(repo: Path | str) -> list[str]:
 
 __all__ = [
     "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
-    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
+    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "commits_carrying", "display_path", "protected_paths_changed", "push_branch",
     "push_ref", "read_file_at", "ref_sha", "remotes", "run_git", "tree_hash",
 ]

@@ -68,12 +68,12 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
             changes[path] = restore_protected(scene.plan_text, head_text)
     # Files, not patterns: a pattern such as ".github/workflows/" names a folder, which cannot be restored.
     for changed in gitwork.files_changed(repo, scene.base_sha, head, PROTECTED_PATHS):
-        found.append(f"{changed} (workflow/action files are not the agent's to change)")
+        found.append(f"{gitwork.display_path(changed)} (workflow/action files are not the agent's to change)")
         changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
     for changed in gitwork.files_changed(repo, scene.base_sha, head, list(scene.plan.config.protected)):
         if changed in changes:
             continue
-        found.append(f"{changed} (listed under `protected:` in the plan)")
+        found.append(f"{gitwork.display_path(changed)} (listed under `protected:` in the plan)")
         changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
     if not changes:
         return found, head
@@ -187,7 +187,10 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
     gate_env = env if gate_env is None else gate_env
     flips = _flips(scene, agent_text, final_text)
-    leaked = tuple(gitwork.paths_adding(repo, unpushed_from or scene.base_sha, head, secrets)) if secrets else ()
+    since = unpushed_from or scene.base_sha
+    # Everything that is pushed: added lines, file names, and the commits themselves (messages, identities).
+    leaked = tuple(gitwork.paths_adding(repo, since, head, secrets)
+                   + gitwork.commits_carrying(repo, since, head, secrets)) if secrets else ()
     idle = unreached and head == scene.base_sha
     workdir = checkout(head) if checkout is not None and not idle else repo
     flips = flips if idle else _verify(flips, scene.plan, workdir, gate_env, identity)
@@ -195,7 +198,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     carried: tuple[CommitInfo, ...] = ()
     if carry_from and carry_from != scene.base_sha and gitwork.is_ancestor(repo, carry_from, scene.base_sha):
         carried = gitwork.collect_commits(repo, carry_from, scene.base_sha, {path, scene.handoff_path})
-    deleted_tests = tuple(p for p in gitwork.deleted_files(repo, scene.base_sha, head) if _TEST_FILE.search(p))
+    deleted_tests = tuple(gitwork.display_path(p) for p in gitwork.deleted_files(repo, scene.base_sha, head)
+                          if _TEST_FILE.search(p))
     if before_gates is not None and not leaked:
         before_gates(head)  # remote `checks:` gates judge the pushed commit
     # A leaked secret decides the outcome (row 1) and the commit is not pushed, so remote `checks:`

@@ -1,8 +1,11 @@
 """Reports for humans: park issues, park files, pull requests, job summaries, terminals.
 
 Rendered from jinja2 templates (StrictUndefined) over the same records the
-core uses. Untrusted text (gate output, the agent's handoff) is fenced, and
-known secret values are redacted before anything is published.
+core uses. Every `{{ value }}` of a template is untrusted text unless it is `Markdown`
+(what plan-runner rendered itself): the environment's `finalize` escapes it as literal
+Markdown text on one line (`inert.md_text`), so a forgotten field cannot publish a heading,
+link, image or HTML; `|code` makes a code span it cannot close, `fence()` a block. Known
+secret values are redacted before anything is published.
 """
 
 from __future__ import annotations
@@ -12,12 +15,46 @@ from collections.abc import Iterable
 
 import jinja2
 
-from runner.core.inert import defang, fence  # noqa: F401 - re-exported
+from runner.core import inert
+from runner.core.inert import defang  # noqa: F401 - re-exported
 
 from runner.core.actions import Verdict, describe
 from runner.core.evidence import Evidence
 from runner.core.plan import Plan
 from runner.core.policy import AnyAction, RunState
+
+
+
+class Markdown(str):
+    """Markdown plan-runner rendered itself (a report, a fence around untrusted text): published as is.
+    Anything else a template prints is untrusted text and is escaped. `+` of two stays Markdown."""
+
+    def __add__(self, other: str) -> str:
+        joined = str.__add__(self, other)
+        return Markdown(joined) if isinstance(other, Markdown) else joined
+
+
+def _finalize(value: object) -> str:
+    if isinstance(value, Markdown):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return inert.md_text("" if value is None else value)
+
+
+_PLAN_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+
+
+def _plan_id(value: str) -> Markdown:
+    """A plan id where no escape applies (an HTML comment, a mermaid block): checked, not escaped."""
+    if not _PLAN_ID.fullmatch(value):
+        raise ValueError(f"not a plan id: {value!r}")
+    return Markdown(value)
+
+
+def fence(text: str, info: str = "text") -> Markdown:
+    return Markdown(inert.fence(text, info))
+
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("runner", "templates"),
@@ -25,11 +62,17 @@ _ENV = jinja2.Environment(
     autoescape=False,
     keep_trailing_newline=True,
     trim_blocks=False,
+    finalize=_finalize,
 )
+_ENV.filters["code"] = lambda v, in_table=False: Markdown(inert.md_code(v, in_table=in_table))
+_ENV.filters["plan_id"] = _plan_id
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
+    trusted = isinstance(text, Markdown)
     for s in sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True):
         text = text.replace(s, "***")
-    return text
+    return Markdown(text) if trusted else text
 
 
 def _hints(evidence: Evidence) -> list[tuple[str, str]]:
@@ -48,7 +91,7 @@ def _hints(evidence: Evidence) -> list[tuple[str, str]]:
     if h.claims:
         out.append(("claims", "; ".join(h.claims)))
     if h.final_text:
-        out.append(("last words", defang(h.final_text[:300]).replace("\n", " ")))
+        out.append(("last words", h.final_text[:300]))
     return out
 
 
@@ -68,20 +111,22 @@ def _failures(evidence: Evidence) -> list[str]:
 
 def render_report(plan: Plan, state: RunState, *, title: str, verdict: Verdict | None = None,
                   evidence: Evidence | None = None, reason: str = "", details: Iterable[str] = (),
-                  next_action: AnyAction | None = None, secrets: Iterable[str] = ()) -> str:
-    text = _ENV.get_template("report.md.j2").render(
-        title=title, plan=plan, state=state, verdict=verdict, evidence=evidence, reason=defang(reason),
-        details=[defang(d) for d in details], fence=fence,
+                  next_action: AnyAction | None = None, secrets: Iterable[str] = ()) -> Markdown:
+    text = Markdown(_ENV.get_template("report.md.j2").render(
+        title=title, plan=plan, state=state, verdict=verdict, evidence=evidence, reason=reason,
+        details=list(details), fence=fence,
         wip=bool(evidence and any(c.wip for c in evidence.commits)),
         hints=_hints(evidence) if evidence else [], failures=_failures(evidence) if evidence else [],
         next_action=describe(next_action) if next_action is not None else "",
-    )
+    ))
     return redact(text, secrets)
 
 
-def render_park_issue(plan: Plan, report: str, checkpoint: str | None, *, local: bool = False) -> str:
-    """The park report with how to answer it: `/plan-runner` comments on GitHub, `plan-runner reply` locally."""
-    return _ENV.get_template("park_issue.md.j2").render(plan=plan, report=report, checkpoint=checkpoint, local=local)
+def render_park_issue(plan: Plan, report: str, checkpoint: str | None, *, local: bool = False) -> Markdown:
+    """The park report with how to answer it: `/plan-runner` comments on GitHub, `plan-runner reply` locally.
+    `report` is published as is only when it is `Markdown` (render_report's); other text is escaped."""
+    return Markdown(_ENV.get_template("park_issue.md.j2").render(plan=plan, report=report, checkpoint=checkpoint,
+                                                                 local=local))
 
 
 def park_marker(plan_id: str) -> str:
@@ -97,6 +142,7 @@ def checkpoint_counts(plan: Plan, skipped: Iterable[str] = ()) -> list[tuple[str
     return list(counts.items())
 
 
-def render_summary(plan: Plan, report: str, headline: str, skipped: Iterable[str] = ()) -> str:
-    return _ENV.get_template("summary.md.j2").render(
-        plan=plan, report=report, headline=headline, counts=checkpoint_counts(plan, skipped))
+def render_summary(plan: Plan, report: str, headline: str, skipped: Iterable[str] = ()) -> Markdown:
+    """The job summary; `report` as in render_park_issue."""
+    return Markdown(_ENV.get_template("summary.md.j2").render(
+        plan=plan, report=report, headline=headline, counts=checkpoint_counts(plan, skipped)))

@@ -9,7 +9,7 @@ or a pipe prints plain lines and starts faster.
 
 from __future__ import annotations
 
-from runner.core.inert import strip_control
+from runner.core.inert import defang, strip_control
 
 import sys
 from collections.abc import Iterable, Sequence
@@ -50,13 +50,15 @@ class Output:
     def say(self, text: str, style: str | None = None) -> None:
         """One message; `style` (e.g. "bold red") only colours it on a terminal. Control sequences in it
         (an agent's words, a gate's output) are removed: they would drive the user's terminal. A live
-        status line is cleared first and drawn again below the message, so the two never share a line."""
-        text = strip_control(text)
+        status line is cleared first and drawn again below the message, so the two never share a line.
+        Off a terminal the line may be a CI job's log (a `plan-runner session` in a step): no workflow command
+        either."""
         if self.is_terminal():
+            text = strip_control(text)
             with _above_status():
                 self.console().print(text, style=style, markup=False, emoji=False)
         else:
-            print(text, file=self.stream, flush=True)
+            print(defang(text), file=self.stream, flush=True)
 
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[str]],
               no_wrap: Iterable[str] = ()) -> None:

@@ -15,10 +15,19 @@ _SUMMARY = re.compile(r"<details>\s*<summary>(.*?)</summary>", re.IGNORECASE | r
 _TAG = re.compile(r"</?(details|summary|br|p|sub|sup)\s*/?>", re.IGNORECASE)
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _FENCE = re.compile(r"^(`{3,})\w*\s*$")
+# A backslash-escaped ASCII punctuation character (how reports carry untrusted text, inert.md_text): kept
+# aside while markup is stripped, then printed as the character it stands for.
+_ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
+_KEPT = 0xF0000  # a private-use plane: stands for an escaped character while the line is cleaned
+
+
+def _restore(text: str) -> str:
+    return re.sub("[\U000f0000-\U000f007f]", lambda m: chr(ord(m.group()) - _KEPT), text)
 
 
 def _table(rows: list[str]) -> list[str]:
-    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
+    rows = [_ESCAPED.sub(lambda m: chr(_KEPT + ord(m.group(1))), r) for r in rows]
+    cells = [[_restore(c.strip().replace("`", "")) for c in r.strip().strip("|").split("|")] for r in rows]
     cells = [c for c in cells if not all(re.fullmatch(r":?-{3,}:?", x) for x in c)]  # the |---| line
     if not cells:
         return []
@@ -28,14 +37,13 @@ def _table(rows: list[str]) -> list[str]:
 
 def to_terminal(markdown: str) -> str:
     """Plain text of a report: HTML comments and tags gone, `<summary>` kept as a label, tables aligned,
-    code fences indented (their content verbatim), headings and bold without markers, no doubled blank lines."""
-    text = _COMMENT.sub("", markdown)
-    text = _SUMMARY.sub(lambda m: m.group(1).strip() + ":", text)
-    text = _TAG.sub("", text)
+    code fences indented (their content verbatim), headings and bold without markers, escaped characters as
+    themselves, no doubled blank lines. Markup is read line by line, outside fences only: text inside a fence
+    (untrusted) cannot hide the lines after it."""
     out: list[str] = []
     table: list[str] = []
     fence: str | None = None
-    for line in text.splitlines():
+    for line in markdown.splitlines():
         if fence is not None:
             if line.strip() == fence:
                 fence = None
@@ -52,10 +60,12 @@ def to_terminal(markdown: str) -> str:
         if table:
             out += _table(table)
             table = []
+        line = _ESCAPED.sub(lambda m: chr(_KEPT + ord(m.group(1))), line)
+        line = _TAG.sub("", _SUMMARY.sub(lambda m: m.group(1).strip() + ":", _COMMENT.sub("", line)))
         line = re.sub(r"^#{1,6}\s+", "", line)
         line = re.sub(r"^>\s?", "  ", line)
         line = _BOLD.sub(r"\1", line).replace("`", "")
-        out.append(line.rstrip())
+        out.append(_restore(line).rstrip())
     if table:
         out += _table(table)
     cleaned: list[str] = []

@@ -30,7 +30,7 @@ from runner.core.policy import (
     AnyAction, RunState, advice_entry, fold, folded, snapshot_json,
 )
 from runner.core.ports import AppendOptions, Dispatcher, Parker, StateStore
-from runner.adapters.render.report import render_park_issue, render_report
+from runner.adapters.render.report import Markdown, fence, render_park_issue, render_report
 from runner.drivers.session.faults import fault_point
 
 Status = Literal["ran", "waiting", "parked", "finished", "superseded", "busy"]
@@ -217,7 +217,7 @@ class Session:
             # Recorded once, so no tick asks again; the report is in this job's summary.
             self.write([Parked(at=self.ws.clock(), reason=f"{action.reason}; the park issue could not be opened: "
                                f"{err.what}", report_path=err.report_url or UNPUBLISHED)])
-            notice = f"**The park issue could not be opened.**\n\n```text\n{err.render()}\n```\n\n"
+            notice = Markdown(f"**The park issue could not be opened.**\n\n{fence(err.render())}\n\n")
             return SessionResult("parked", self.plan, self.state, action, f"parked: {action.reason}; {err.render()}",
                                  report_text=notice + body, url=err.report_url)
         fault_point(self.ws.env, "park-opened")
