@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from servers.messages import MessagesServer, hang, rate_limited, reply, tool_use
+from tests.conftest import agent_writable
 from tests.reliability_world import git
 
 pytestmark = pytest.mark.e2e
@@ -80,14 +81,15 @@ def session(repo: Path, srv: MessagesServer) -> dict:
 
 BACKENDS = ["claude-code", "anthropic"]
 COMMIT_AND_TICK = ("echo hello > hello.txt && git add hello.txt && git commit -q -m 'Add hello' && "
-                   "sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/hello.md && git commit -q -am 'Tick 1.1' && env > /tmp/{marker}")
+                   "sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/hello.md && git commit -q -am 'Tick 1.1' && env >> {marker}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_real_agent_that_commits_and_ticks_is_advanced_and_never_sees_the_github_token(backend, tmp_path):
     """A real agent commits and flips 1.1: Advanced; its shell environment holds no GitHub token."""
     repo = make_repo(tmp_path, backend)
-    marker = f"plan-runner-env-{backend}-{os.getpid()}"
+    # a file of the test's that the agent's user may append to (the agent's own /tmp is wiped when its lease ends)
+    marker = agent_writable(tmp_path / f"plan-runner-env-{backend}")
     with MessagesServer() as srv:
         srv.enqueue(reply("Working.", shell(backend, COMMIT_AND_TICK.format(marker=marker))),
                     reply("Done: hello.txt is committed and 1.1 is ticked."))
@@ -95,8 +97,8 @@ def test_real_agent_that_commits_and_ticks_is_advanced_and_never_sees_the_github
     assert out["outcome"] == "Advanced", out
     assert out["next_action"]["checkpoint"] == "1.2"
     assert "Add hello" in git(repo, "log", "--format=%s", "plan-runner/hello")
-    dumped = Path("/tmp", marker).read_text()
-    Path("/tmp", marker).unlink()
+    dumped = marker.read_text()
+    assert "PATH=" in dumped  # the dump really ran
     assert SECRET_GITHUB_TOKEN not in dumped and "GITHUB_TOKEN" not in dumped
 
 
@@ -125,7 +127,7 @@ def test_silent_agent_is_stalled_then_resumed_with_the_same_session(backend, tmp
         assert first["outcome"] == "Stalled", first
         sid = first["next_action"]["resume_session_id"]
         assert first["next_action"]["kind"] == "resume" and sid
-        srv.enqueue(reply("Resumed.", shell(backend, COMMIT_AND_TICK.format(marker="unused-" + backend))), reply("ok"))
+        srv.enqueue(reply("Resumed.", shell(backend, COMMIT_AND_TICK.format(marker=agent_writable(tmp_path / "unused")))), reply("ok"))
         second = session(repo, srv)
         earlier = [r for r in srv.message_requests if "Starting." in json.dumps(r.json)]
     assert second["outcome"] == "Advanced", second
