@@ -217,7 +217,7 @@ def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env
         fd = os.open(info / "exclude", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.write("\n# made by the plan's setup: (plan-runner)\n" + "".join(f"/{p}\n" for p in made))
-        identity.give(git_dir)
+        identity.give(git_dir, below=workdir.parent)  # the clone is the agent's: walk from the area
     if failed:
         return failed[0].error or "a set-up command failed"
     return None

@@ -278,15 +278,16 @@ class Identity:
 
     # --- files the identity must own ---------------------------------------------------------
 
-    def give(self, path: Path) -> None:
+    def give(self, path: Path, below: Path | None = None) -> None:
         """Make `path` (a tree plan-runner just created in a folder of its own) owned by this identity, through
-        descriptors: no link the tree holds is followed (runner.adapters.sandbox.fsafe)."""
+        descriptors: no link the tree holds is followed (runner.adapters.sandbox.fsafe). `below`: the trusted
+        folder to walk from when `path`'s own folder is this identity's (e.g. the agent's clone)."""
         if not self.isolated:
             return
         if self.sudo:
             _sudo_chown(path, f"{self.uid}:{self.gid}")
             return
-        fsafe.chown_tree(Path(path), self.uid, self.gid, below=Path(path).parent)
+        fsafe.chown_tree(Path(path), self.uid, self.gid, below=Path(below or Path(path).parent))
 
     def reclaim(self, path: Path) -> None:
         """Before plan-runner reads or replaces a tree this identity wrote: as root nothing to do (it reads
