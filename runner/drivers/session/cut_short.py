@@ -122,15 +122,13 @@ def record_interruption(ws: Workspace, drivers: Drivers, why: str) -> SessionRec
     stage = s.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
     again = RunSession(kind=open_.kind, checkpoint=open_.checkpoint, resume_session_id=open_.resume_session_id,
                        reason="interrupted: run the same session again", instructions=s.state.instructions)
-    spent = spent_so_far(ws, s.trusted.id, open_.started_at)
     record = SessionRecord(
         n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint, stage=stage.number if stage else None,
         started_at=open_.started_at, finished_at=ws.clock(), outcome=Outcome.INTERRUPTED, blame=Blame.NONE,
         rule=INTERRUPTED_RULE, reasons=(f"{why}; no attempt or resume budget was used"
                                         + (f"; {saved.words}" if saved.words else ""),),
         base_sha=open_.base_sha, head_sha=saved.head or "", resume_session_id=open_.resume_session_id,
-        tokens=spent.tokens if spent else 0, cost_usd=spent.cost_usd if spent else None,
-        cost_lower_bound=spent is not None,
+        **_spent(ws, s.trusted.id, open_),
         instructions=s.state.instructions, next_action=again)
     _write_with_work(s, [record], saved)
     ws.on_event("outcome", f"Interrupted: {why}")
@@ -192,7 +190,8 @@ def reconcile_orphan(s: Session, started: SessionStarted | None = None) -> bool:
 
 
 def _spent(ws, plan_id: str, open_) -> dict:
-    """A killed job's session: the meter reading its backend left, when it ran on this machine."""
+    """A session cut short (interrupted, or a killed job's): the meter reading its backend left, when it ran on this
+    machine, as the record's fields (a lower bound); nothing when it left none."""
     spent = spent_so_far(ws, plan_id, open_.started_at)
     return {} if spent is None else {"tokens": spent.tokens, "cost_usd": spent.cost_usd, "cost_lower_bound": True}
 
