@@ -317,8 +317,12 @@ def _old_copy(src: Path, dest: Path) -> None:
             except OSError:
                 continue
             with os.fdopen(fd, "rb") as fh:
+                try:  # the racer may have put a folder under the name: the old copy skipped what it could not read
+                    data = fh.read()
+                except OSError:
+                    continue
                 (dest / rel).mkdir(parents=True, exist_ok=True)
-                (dest / rel / name).write_bytes(fh.read())
+                (dest / rel / name).write_bytes(data)
 
 
 def _arena_for_race(tmp_path: Path) -> tuple[Path, Path, bytes]:
