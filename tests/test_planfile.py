@@ -437,3 +437,15 @@ def test_fuzz_plan_shaped_text(lines: list[str]) -> None:
     assert isinstance(protected_changes(base, text, "p.md"), list)
     restored = restore_protected(base, text)
     assert protected_changes(base, restored, "p.md") == []
+
+
+def test_a_repeated_checkpoint_line_is_dropped_and_its_notes_kept_under_the_previous_line() -> None:
+    """Found by the fuzz test: the agent repeats checkpoint 1.2 below 1.1. The repeat is not an item (its id came
+    before), so it once stayed as free text under 1.1, where it read as 1.2's first line and renamed it."""
+    head = PLAN.replace("- [x] 1.2 Login endpoint issues a cookie\n",
+                        "- [x] 1.2 Login endpoint issues a cookie\n- [ ] 1.2 t <!-- verify: -->\nnote kept\n")
+    head = head.replace("- [ ] 1.1 Sessions table with a migration <!-- verify: pytest -q tests/test_sessions.py -->\n",
+                        "- [x] 1.2 t\n- [ ] 1.1 Sessions table with a migration <!-- verify: pytest -q tests/test_sessions.py -->\n", 1)
+    restored = restore_protected(PLAN, head)
+    assert protected_changes(PLAN, restored, "p.md") == []
+    assert "note kept\n" in restored and "1.2 t" not in restored

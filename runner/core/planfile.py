@@ -269,7 +269,9 @@ def restore_protected(base_text: str, head_text: str) -> str:
                 notes[item.key] = carry_to = list(text)
         return preamble, notes, [i.key for i in items]
 
-    head_pre, head_notes, _ = segments(head_lines, head_start, head.items)
+    # a repeated checkpoint line is a line the agent added: it bounds notes like an item and is dropped, never
+    # kept as free text (under a base checkpoint it would read as that id's first line)
+    head_pre, head_notes, _ = segments(head_lines, head_start, sorted(head.items + head.repeats, key=lambda i: i.index))
     _, base_notes, _ = segments(base_lines, base_start, base.items)
     head_items = {}
     for item in head.items:
@@ -309,7 +311,18 @@ def restore_protected(base_text: str, head_text: str) -> str:
             out += [line] + place(base_notes.get(item.key, []), last)
     out += moved
     out = [line if line.endswith(("\n", "\r")) or n == len(out) - 1 else line + "\n" for n, line in enumerate(out)]
-    return "".join(out)
+    restored = "".join(out)
+    if protected_changes(base_text, restored, "plan") == []:
+        return restored
+    # The agent's free text still reads as structure somewhere: the base with the head's states, its notes left
+    # out (they stay in the agent's commit). The promise is the base's structure, whatever the head holds.
+    states = {key: item for key, item in head_items.items() if item.kind == "checkpoint"}
+    plain = list(base_lines)
+    for item in base.items:
+        if item.kind == "checkpoint" and item.key in states:
+            plain[item.index] = rewrite_state(base_lines[item.index], states[item.key].state,
+                                              states[item.key].blocked_reason)
+    return "".join(plain)
 
 
 # --- schema ----------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class Body:
     title_line: int = 0
     items: list[Item] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    repeats: list[Item] = field(default_factory=list)  # checkpoint lines whose id came earlier: not items, not text
 
     def stages(self) -> tuple[Stage, ...]:
         stages: list[Stage] = []
@@ -163,6 +164,7 @@ def scan_body(lines: list[str], start: int, path: str) -> Body:
         if item.checkpoint_id in seen_checkpoint:
             problem(number, f"checkpoint id {item.checkpoint_id} appears twice (first on line {seen_checkpoint[item.checkpoint_id]})",
                     "give each checkpoint its own id; ids are how progress is tracked across sessions")
+            body.repeats.append(item)
             continue
         seen_checkpoint[item.checkpoint_id] = number
         body.items.append(item)
