@@ -349,3 +349,35 @@ def test_session_mode_preflight_fails_the_job_before_recording_anything(tmp_path
         assert "preflight" in out and "cannot be found" in out
         refs = w.git(jobs.bare, "for-each-ref", "--format=%(refname)").split()
         assert refs == ["refs/heads/main"] and srv.dispatches == [] and not srv.issues  # no state, no work branch
+
+
+def test_a_command_whose_reply_job_was_cancelled_is_answered_by_the_next_reply_job(jobs):
+    """GitHub keeps one pending job per concurrency group: while a reply job runs, a second comment's job waits
+    and a third comment cancels it. The third comment's job answers the second first (oldest first), so the
+    maintainer's command is not lost; a re-run of a job whose comment was answered does nothing."""
+    issue = _park(jobs)
+    first = "/plan-runner resume please"
+    c1 = jobs.srv.add_comment(issue["number"], first, user="stranger")
+    rc, _, outputs, _, _ = jobs.run("issue_comment", w.comment_event(issue, first, "stranger", c1))
+    assert rc == 0 and outputs["outcome"] == "refused"
+    # the maintainer's command: its job is cancelled by GitHub (never run here)
+    second = "/plan-runner resume\nEnglish, please."
+    c2 = jobs.srv.add_comment(issue["number"], second, user="maintainer")
+    # a stranger forges plan-runner's answer marker for it: it counts only from plan-runner's own identity
+    forged = f"/plan-runner stop\n<!-- plan-runner:answers {c2} -->"
+    c3 = jobs.srv.add_comment(issue["number"], forged, user="stranger")
+    rc, _, outputs, summary, _ = jobs.run("issue_comment", w.comment_event(issue, forged, "stranger", c3))
+    assert rc == 0 and outputs["outcome"] == "accepted", summary
+    assert "2 commands answered" in summary and "1 earlier command(s)" in summary
+    replies = [e for e in jobs.ledger() if e["type"] == "reply"]
+    assert [(r["command"], r["user"], r["text"]) for r in replies] == [("resume", "maintainer", "English, please.")]
+    assert issue["state"] == "closed" and len(jobs.srv.dispatches) == 1
+    answers = [c for c in jobs.srv.comments_on(issue["number"]) if c["user"] == "github-actions[bot]"]
+    named = [n for a in answers for n in (c1, c2, c3) if f"<!-- plan-runner:answers {n} -->" in a["body"]]
+    assert named == [c1, c2, c3]  # each command answered once, oldest first
+    assert "Only people with write access" in answers[-1]["body"]  # the stranger's forged stop: refused
+    calls = len(jobs.srv.comments)
+    # the cancelled job re-run by hand later: its comment was answered, nothing happens twice
+    rc, _, outputs, _, _ = jobs.run("issue_comment", w.comment_event(issue, second, "maintainer", c2))
+    assert rc == 0 and outputs["outcome"] == "ignored" and len(jobs.srv.comments) == calls
+    assert len([e for e in jobs.ledger() if e["type"] == "reply"]) == 1

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from runner.drivers.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
 from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError
-from runner.adapters.github.events import GitHubContext
-from runner.adapters.github.client import written_by_plan_runner
+from runner.adapters.github.events import GitHubContext, IssueComment
+from runner.adapters.github.client import answered_comments, written_by_plan_runner
 from runner.core.ledger import Reply
 from runner.core.planfile import plan_id_from_path
 from runner.core.policy import decide_after_reply
@@ -52,6 +52,13 @@ def find_plan_path(repo, plan_id: str) -> str:
 
 
 def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:
+    """Answer the event's command, and first every earlier command on the issue no job answered.
+
+    GitHub keeps one pending job per concurrency group: a third `/plan-runner` comment while a reply job runs
+    cancels the second's pending job. So each reply job reads the issue's comments and answers, oldest first,
+    every command that has no answer of plan-runner's yet (an answer names its comment in a hidden marker, and
+    counts only when plan-runner's own identity wrote it). No command is lost however GitHub orders the jobs.
+    """
     ev = ctx.issue_comment()
     if ev.action != "created":
         return _ignored(f"comment {ev.action}, not created: only new comments steer a plan")
@@ -61,20 +68,49 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
         return _ignored("the comment is plan-runner's own")
     if ev.is_pull_request:
         return _ignored("a comment on a pull request, not on a park issue")
-    command = parse_reply(ev.body)
-    if command is None:
+    if parse_reply(ev.body) is None:
         return _ignored("no `/plan-runner` command in the comment")
-    plan_id = driver.plan_id_of_issue(ev.issue_number)  # read from GitHub, not the payload
+    issue = driver.park_issue(ev.issue_number)
+    plan_id = driver.plan_id_of_issue(issue)  # read from GitHub, not the payload
     if plan_id is None:
         return _ignored(f"#{ev.issue_number} is not a plan-runner park issue")
+    comments = driver.issue_comments(ev.issue_number)
+    answered = answered_comments(comments, issue.author)
+    if ev.comment_id in answered:
+        return _ignored(f"comment {ev.comment_id} was answered already (by a later comment's job, or this job's "
+                        "first run)")
+    earlier = [c for c in comments if c.comment_id < ev.comment_id and c.comment_id not in answered
+               and not c.user_is_bot and not written_by_plan_runner(c.body) and parse_reply(c.body) is not None]
+    results = [_answer(ctx, env, driver, c, plan_id) for c in [*earlier, ev]]
+    if len(results) == 1:
+        return results[0]
+    decisive = [r for r in results if r.outcome in ("accepted", "stopped", "parked")]
+    head = decisive[-1] if decisive else results[-1]
+    parts = "\n".join(r.summary.replace("# plan-runner reply", "## plan-runner reply", 1) for r in results)
+    summary = (f"# plan-runner reply: {len(results)} commands answered\n\n{len(earlier)} earlier command(s) on "
+               f"#{ev.issue_number} had no answer (their jobs were cancelled while another reply job ran); "
+               f"answered oldest first.\n\n{parts}")
+    return ModeResult(outcome=head.outcome, next_action=head.next_action, issue_url=head.issue_url, summary=summary,
+                      annotations=[a for r in results for a in r.annotations],
+                      exit_code=max(r.exit_code for r in results))
+
+
+def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, ev: IssueComment, plan_id: str) -> ModeResult:
+    """One command comment on the park issue of `plan_id`, answered (every path leaves a marked answer)."""
+    command = parse_reply(ev.body)
+    assert command is not None
     user = ev.user_login
+
+    def say(text: str) -> None:
+        driver.comment(ev.issue_number, text, answers=ev.comment_id)
+
     if not driver.can_steer(user):
-        driver.comment(ev.issue_number, REFUSAL.format(user=user))
+        say(REFUSAL.format(user=user))
         return ModeResult(outcome="refused", summary=f"# plan-runner reply: refused\n\n@{user} has no write "
                           f"access to the repository; plan `{plan_id}` is unchanged.\n",
                           annotations=[("warning", f"@{user} may not steer {plan_id}; nothing changed", "plan-runner reply")])
     if isinstance(command, ReplyProblem):
-        driver.comment(ev.issue_number, f"@{user}: {defang(command.what)}.\n\n{HELP}")
+        say(f"@{user}: {defang(command.what)}.\n\n{HELP}")
         return ModeResult(outcome="invalid", summary=f"# plan-runner reply: not understood\n\n{command.what}\n")
 
     repo = workspace_root(env)
@@ -85,13 +121,13 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
     drivers = Drivers(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver)
     s = Session(ws, drivers)
     if not s.state.parked:
-        driver.comment(ev.issue_number, f"@{user}: plan `{plan_id}` is not parked any more "
-                       "(another reply or run moved it on), so this reply changes nothing.")
+        say(f"@{user}: plan `{plan_id}` is not parked any more (another reply or run moved it on), so this reply "
+            "changes nothing.")
         return ModeResult(outcome="not-parked", summary=f"# plan-runner reply: `{plan_id}` is not parked\n")
     if issue_number_of(s.state.park_issue) != ev.issue_number:
         current = s.state.park_issue or "none"
-        driver.comment(ev.issue_number, f"@{user}: this is not the current park issue of plan `{plan_id}` "
-                       f"(that is {current}), so this reply changes nothing. Answer there.")
+        say(f"@{user}: this is not the current park issue of plan `{plan_id}` (that is {current}), so this reply "
+            "changes nothing. Answer there.")
         return _ignored(f"#{ev.issue_number} is an earlier park issue of `{plan_id}`; the current one is {current}")
 
     verb = command.verb.value
@@ -101,14 +137,14 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
                    next_action=action)])
     driver.react(ev.comment_id, "+1")
     if command.verb is Verb.STOP:
-        driver.comment(ev.issue_number, f"@{user}: plan `{plan_id}` is stopped. Nothing more runs; start it again "
-                       "with the workflow's `Run workflow` button.")
+        say(f"@{user}: plan `{plan_id}` is stopped. Nothing more runs; start it again with the workflow's "
+            "`Run workflow` button.")
         driver.close_issue(ev.issue_number)
         return ModeResult(outcome="stopped", next_action=describe(action),
                           summary=f"# plan-runner reply: `{plan_id}` stopped by @{user}\n")
     said = " Your instructions go into the next session's prompt." if command.instructions else ""
-    driver.comment(ev.issue_number, f"@{user}: `{verb}` accepted for plan `{plan_id}`.{said}\n\n"
-                   f"Next: {describe(action)}. This issue is closed; plan-runner opens a new one if it parks again.")
+    say(f"@{user}: `{verb}` accepted for plan `{plan_id}`.{said}\n\n"
+        f"Next: {describe(action)}. This issue is closed; plan-runner opens a new one if it parks again.")
     driver.close_issue(ev.issue_number)
     result = dispatch(s, action)
     if result.status == "parked":  # GitHub refused the dispatch: parked again, with the fix, in a new issue

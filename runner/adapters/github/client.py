@@ -18,7 +18,7 @@ from github.GithubException import RateLimitExceededException
 from github.Requester import Requester
 
 from runner.core.errors import PlanRunnerError, Refused
-from runner.adapters.github.events import GitHubContext
+from runner.adapters.github.events import GitHubContext, IssueComment
 from runner.core.evidence import GateResult
 from runner.adapters.github.api import (
     DISPATCH_PERMISSION_FIX, DISPATCH_RESUME, RetryPolicy, accepted_permissions, api_message, github_call, make_client,
@@ -39,6 +39,7 @@ MAX_ISSUE_PAGES = 20  # 2,000 open plan-runner issues; past that something else 
 REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
 _PLAN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _MARKER = re.compile(r"<!-- plan-runner:park plan=(?P<id>[A-Za-z0-9][A-Za-z0-9._-]{0,99}) -->")
+_ANSWERS = re.compile(r"<!-- plan-runner:answers (\d{1,20}) -->")
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,15 @@ class ParkIssue:
     state: str
     labels: tuple[str, ...]
     pull_request: bool
+    author: str = ""  # who opened it: plan-runner's own identity for a park issue (the job token's)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ParkIssue:
         return cls(number=int(data["number"]), url=str(data.get("html_url", "")), title=str(data.get("title") or ""),
                    body=str(data.get("body") or ""), state=str(data.get("state", "open")),
                    labels=tuple(str(lab.get("name", "")) for lab in data.get("labels") or [] if isinstance(lab, dict)),
-                   pull_request=data.get("pull_request") is not None)
+                   pull_request=data.get("pull_request") is not None,
+                   author=str((data.get("user") or {}).get("login") or ""))
 
 
 def park_marker(plan_id: str) -> str:
@@ -111,6 +114,13 @@ def dispatch_refusal(exc: GithubException, action: str, workflow: str, ref: str)
 
 def written_by_plan_runner(body: str | None) -> bool:
     return COMMENT_MARKER in (body or "")
+
+
+def answered_comments(comments: list[IssueComment], author: str) -> frozenset[int]:
+    """The ids of the comments plan-runner has answered: named by the hidden `answers` marker of a comment whose
+    author is `author` (the park issue's, i.e. plan-runner's own identity), so nobody else can mark a
+    maintainer's command as answered by writing the marker."""
+    return frozenset(int(n) for c in comments if author and c.user_login == author for n in _ANSWERS.findall(c.body))
 
 
 class GitHubDriver:
@@ -275,8 +285,33 @@ class GitHubDriver:
             return None
         return parse_park_marker(issue.body)
 
-    def comment(self, issue_number: int, body: str) -> str:
+    def park_issue(self, number: int) -> ParkIssue:
+        with github_call(f"reading issue #{number}"):
+            _, data = self._request("GET", f"/issues/{number}")
+        return ParkIssue.from_json(data)
+
+    def issue_comments(self, number: int) -> list[IssueComment]:
+        """The comments of an issue, oldest first (`GET .../issues/{n}/comments`, 100 a page)."""
+        out: list[IssueComment] = []
+        with github_call(f"reading the comments of #{number}"):
+            for page in range(1, MAX_ISSUE_PAGES + 1):
+                _, data = self._request("GET", f"/issues/{number}/comments",
+                                        parameters={"per_page": 100, "page": page})
+                items = data if isinstance(data, list) else []
+                for item in items:
+                    user = item.get("user") or {}
+                    out.append(IssueComment(action="created", comment_id=int(item["id"]), body=str(item.get("body") or ""),
+                                            user_login=str(user.get("login") or ""),
+                                            user_is_bot=user.get("type") == "Bot", issue_number=number))
+                if len(items) < 100:
+                    break
+        return out
+
+    def comment(self, issue_number: int, body: str, *, answers: int | None = None) -> str:
+        """`answers`: the id of the comment this one answers, marked so a later reply job knows it was answered."""
         body = cap_body(body, limit=60_000, link=self.ctx.run_url) + f"\n{COMMENT_MARKER}"
+        if answers is not None:
+            body += f"\n<!-- plan-runner:answers {int(answers)} -->"
         with github_call(f"commenting on #{issue_number}"):
             _, data = self._request("POST", f"/issues/{issue_number}/comments", input={"body": body})
             return str(data.get("html_url", ""))
