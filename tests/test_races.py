@@ -56,7 +56,7 @@ def test_two_sessions_started_at_once_advance_the_plan_once(tmp_path, layout):
         git(tmp_path, "clone", "-q", str(tmp_path / "origin.git"), str(other))
     procs = [_start(repo), _start(other)]
     results = [_finish(p) for p in procs]
-    statuses = sorted(r[1].get("status") for r in results)
+    statuses = sorted(str(r[1].get("status")) for r in results)
     assert all(r[0] == 0 for r in results), results
     winners = [r for r in results if r[1].get("status") == "ran"]
     losers = [r for r in results if r[1].get("status") in ("superseded", "busy")]
