@@ -324,13 +324,25 @@ def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -
 
     isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
     _raise(plan, problems(plan, ws.env, ws.repo, isolated, commands=False), warn)  # the agent: no checkout needed
+    from runner.adapters.sandbox import agent_clone
+
+    # An area of this preflight's own, never the plan's: two jobs starting the plan's first session at once both
+    # run a preflight, and the one that loses the start must not touch the winner's gates or clone.
+    area = agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
     with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
-        checked = _as_it_will_run(ws, plan, identity)
-        checkout, setup_failed = checked if checked is not None else (None, None)
-        _raise(plan, problems(plan, ws.env, ws.repo, identity.isolated, checkout, setup_failed, agent=False), warn)
+        try:
+            checked = _as_it_will_run(ws, plan, identity, area)
+            checkout, setup_failed = checked if checked is not None else (None, None)
+            _raise(plan, problems(plan, ws.env, ws.repo, identity.isolated, checkout, setup_failed, agent=False),
+                   warn)
+        finally:
+            identity.kill_all()
+            for part in area.parts():
+                identity.remove(part)
+            shutil.rmtree(area.root, ignore_errors=True)
 
 
-def _as_it_will_run(ws, plan: Plan, identity) -> tuple[Path, str | None] | None:
+def _as_it_will_run(ws, plan: Plan, identity, area) -> tuple[Path, str | None] | None:
     """A fresh checkout of the base commit, set up as the gates' will be (as the agent's user, with the
     gates' environment): the path, and what failed in `setup:` (None: all good)."""
     from runner.adapters.judge import setup as setup_mod
@@ -339,12 +351,11 @@ def _as_it_will_run(ws, plan: Plan, identity) -> tuple[Path, str | None] | None:
     trusted = setup_mod.trusted_commit(ws.repo, ws.remote, plan.config.base)
     if trusted is None:
         return None
-    area = agent_clone.area_for(ws.repo, plan.id)
     scratch = ws.scratch_dir / plan.id
     scratch.mkdir(parents=True, exist_ok=True)
 
-    def fresh(sha: str) -> Path:
-        return agent_clone.checkout(area, identity, ws.repo, sha, scratch)
+    def fresh(sha: str) -> Path:  # its index in the preflight's own area too (the plan's scratch is shared)
+        return agent_clone.checkout(area, identity, ws.repo, sha, area.root)
     workdir = fresh(trusted)
     if plan.config.setup is None or not plan.config.setup.run:
         return workdir, None
