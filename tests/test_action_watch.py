@@ -20,6 +20,12 @@ SCRIPT = w.SCRIPT.replace("reset_in: 2,", "reset_in: 1,").replace(
     "HUMAN: should the README be in English or French?", HOSTILE)
 
 
+def finish_posts(srv: GitHubServer) -> int:
+    """Requests to open the finish's pull request (not a draft: the watch view's are drafts)."""
+    return sum(1 for c in srv.calls if c.method == "POST" and c.path.endswith("/pulls")
+               and not (isinstance(c.body, dict) and c.body.get("draft")))
+
+
 def _pulls(srv: GitHubServer) -> list[dict]:
     return [i for i in srv.issues.values() if i.get("pull")]
 
