@@ -199,6 +199,10 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert pr["pull"]["head"] == "plan-runner/greeter" and pr["pull"]["base"] == "main"
         assert pr["pull"]["head_sha"] == w.ref(world.bare, "plan-runner/greeter")
         assert pr["title"] == "plan-runner: Greeter" and "Checkpoints" in (pr["body"] or "")
+        # the watch view: the same pull request, its description the plan's sessions, out of draft
+        assert "<!-- plan-runner:watch plan=greeter -->" in pr["body"] and pr["pull"]["draft"] is False
+        assert "**Status:** finished: ready for review" in pr["body"] and "### Sessions" in pr["body"]
+        assert "| ✅ | `2.1`" in pr["body"] and "/actions/runs/" in pr["body"]
 
     # The bare remote holds the agent's work and the whole ledger.
     log = w.git(world.bare, "log", "--format=%s", "main..plan-runner/greeter").splitlines()
