@@ -97,3 +97,14 @@ def test_ready_for_review_of_an_unknown_node_is_an_error(srv, driver) -> None:
     with pytest.raises(GithubException) as err:
         driver._ready_for_review(pull)
     assert "Could not resolve to a node" in str(err.value) and srv.issues[1]["pull"]["draft"] is True
+
+
+def test_a_pull_request_a_person_closed_stays_closed_until_the_finish(srv, driver) -> None:
+    """Only a watch view closed at a park is reopened by the next session; one a person closed is kept up to
+    date but stays closed; the finish reopens it (the work is done and needs a review)."""
+    url = driver.update_watch("add-auth", HEAD, BASE, "Add auth", "running", "draft")
+    srv.issues[1]["state"] = "closed"  # a person closed it in the web UI
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", "running on", "draft") == url
+    assert srv.issues[1]["state"] == "closed" and "running on" in srv.issues[1]["body"]
+    assert driver.open_finish("add-auth", HEAD, BASE, "Add auth", "finished") == url
+    assert srv.issues[1]["state"] == "open" and srv.issues[1]["pull"]["draft"] is False

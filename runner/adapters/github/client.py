@@ -39,6 +39,9 @@ MAX_ISSUE_PAGES = 20  # 2,000 open plan-runner issues; past that something else 
 REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
 _PLAN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _MARKER = re.compile(r"<!-- plan-runner:park plan=(?P<id>[A-Za-z0-9][A-Za-z0-9._-]{0,99}) -->")
+# The line a watch pull request closed at a park carries: the next session reopens only such a one (one a
+# person closed stays closed, though still kept up to date, until the finish).
+CLOSED_AT_PARK = "<!-- plan-runner:closed-at-park -->"
 WATCH_STATES = ("draft", "ready", "closed")  # what the watch pull request is left as (GitHubDriver.update_watch)
 
 
@@ -258,6 +261,8 @@ class GitHubDriver:
             raise ValueError(f"not a watch state: {state!r}")
         marker = watch_marker(plan_id)
         body = cap_body(body if marker in body else f"{marker}\n{body}", link=self.ctx.run_url)
+        if state == "closed":
+            body += f"\n{CLOSED_AT_PARK}"
         with github_call(f"updating the pull request that shows {plan_id}"):
             pull = self._watch_pull(marker, head, base)
             if pull is None:
@@ -267,6 +272,8 @@ class GitHubDriver:
                                                       draft=state == "draft")
                 return created.html_url
             want = "closed" if state == "closed" else "open"
+            if pull.state == "closed" and want == "open" and CLOSED_AT_PARK not in (pull.body or ""):
+                want = "closed"  # a person closed it while the plan ran: kept closed (the finish reopens it)
             if pull.state != want:
                 pull.edit(title=title, body=body, state=want)
             elif pull.body != body or pull.title != title:  # unchanged: no write (a job dispatched twice)
