@@ -79,6 +79,12 @@ def test_the_plans_pull_request_is_the_one_place_to_watch_it(tmp_path) -> None:
         assert "finished: ready for review" in pull["body"] and "| ✅ | `2.1`" in pull["body"]
         assert len(re.findall(r"^\| \d+ \| delivery", pull["body"], re.M)) == 5
 
+        body = pull["body"]
+        calls = len(srv.calls)
+        rc, _, outputs, _, _ = jobs.session()  # dispatched again by mistake: nothing recorded, nothing asked
+        assert outputs["outcome"] == "finished" and pull["body"] == body
+        assert not [c for c in srv.calls[calls:] if "/pulls" in c.path or c.path == "/graphql"]
+
         # in place, never spammed: one pull request created, no comment on it, at most two writes per job
         assert srv.count("POST", r"/repos/octo-org/demo/pulls") == 1
         assert srv.comments_on(pull["number"]) == []

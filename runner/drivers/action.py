@@ -116,11 +116,13 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
+    version = s.version
     result = run_session(ws, drivers, session=s)  # the state as read above: no second fetch
     rows = rows_of(s, ctx)
     mr = session_mode_result(result, rows)
     notes: list[str] = []
-    watch_url = update_watch(driver, ctx, s, result, rows, warn=notes.append)
+    # a job that recorded nothing (a finished or parked plan dispatched again) leaves the watch view as it is
+    watch_url = update_watch(driver, ctx, s, result, rows, warn=notes.append) if s.version != version else None
     if watch_url:
         rep.log(f"plan-runner watch: {watch_url}")
         mr.summary += f"\nWatch the plan in its pull request: {watch_url}\n"
