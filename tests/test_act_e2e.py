@@ -29,6 +29,7 @@ from runner.adapters.source import Source
 from tests.e2e_act import world as w
 from tests.e2e_act.hosted import HostedImage
 from tests.servers.github import GitHubServer
+from tests.test_action_watch import finish_posts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(400)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,7 +184,7 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         refused = [i for i in srv.issues.values() if not i.get("pull") and i["state"] == "open"]
         assert len(refused) == 1 and "Allow GitHub Actions to create and approve pull requests" in refused[0]["body"]
         world.act("schedule", w.schedule_event())
-        assert world.new_dispatches() == [] and srv.count("POST", r".*/pulls") == 1
+        assert world.new_dispatches() == [] and finish_posts(srv) == 1
 
         # The maintainer ticks the box and answers; the next run opens the pull request.
         srv.actions_can_create_prs = True
@@ -198,6 +199,10 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert pr["pull"]["head"] == "plan-runner/greeter" and pr["pull"]["base"] == "main"
         assert pr["pull"]["head_sha"] == w.ref(world.bare, "plan-runner/greeter")
         assert pr["title"] == "plan-runner: Greeter" and "Checkpoints" in (pr["body"] or "")
+        # the watch view: the same pull request, its description the plan's sessions, out of draft
+        assert "<!-- plan-runner:watch plan=greeter -->" in pr["body"] and pr["pull"]["draft"] is False
+        assert "**Status:** finished: ready for review" in pr["body"] and "### Sessions" in pr["body"]
+        assert "| ✅ | `2.1`" in pr["body"] and "/actions/runs/" in pr["body"]
 
     # The bare remote holds the agent's work and the whole ledger.
     log = w.git(world.bare, "log", "--format=%s", "main..plan-runner/greeter").splitlines()

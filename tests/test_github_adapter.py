@@ -165,7 +165,7 @@ def test_finish_opens_then_reuses_a_pull_request(srv: GitHubServer, driver: GitH
     first = driver.open_finish("add-auth", "plan-runner/add-auth", "main", "Add auth", "report 1")
     second = driver.open_finish("add-auth", "plan-runner/add-auth", "main", "Add auth", "report 2")
     assert first == second == f"{srv.html_url}/pull/1"
-    assert srv.issues[1]["body"] == "report 2"
+    assert srv.issues[1]["body"] == "<!-- plan-runner:watch plan=add-auth -->\nreport 2"  # the watch marker
     assert srv.issues[1]["pull"]["head"] == "plan-runner/add-auth"
 
 

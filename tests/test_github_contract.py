@@ -39,6 +39,8 @@ def problems_of(srv: GitHubServer) -> list[str]:
     for call in srv.calls:
         if call.status == 0:  # a connection reset by fault injection: no answer to check
             continue
+        if call.path == "/graphql":  # GraphQL, not in the REST description: its one mutation is tested apart
+            continue
         out += check_exchange(call.method, call.path, call.query, call.body, call.status, call.response)
     return out
 
@@ -94,7 +96,12 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         with pytest.raises(Refused):
             d.open_finish("a", "plan-runner/a", "main", "plan-runner: a", "report")
         srv.actions_can_create_prs = True
+        # the watch view: a draft (POST with draft), closed at a park (PATCH state), reopened and taken out of
+        # draft by the finish (PATCH state, then GraphQL: no REST operation does that)
+        watch = d.update_watch("a", "plan-runner/a", "main", "plan-runner: a", "view", "draft")
+        assert d.update_watch("a", "plan-runner/a", "main", "plan-runner: a", "parked", "closed") == watch
         pr = d.open_finish("a", "plan-runner/a", "main", "plan-runner: a", "report")
+        assert pr == watch and srv.ready_for_review == [int(pr.rsplit("/", 1)[-1])]
         assert d.open_finish("a", "plan-runner/a", "main", "plan-runner: a", "report 2") == pr
         gate = GateConfig(name="ci", checks=["tests", "ci/lint"])
         assert d.checks_gate(gate, "abc", timeout_s=1, poll_s=0.01).passed
@@ -122,7 +129,7 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         # plan-runner asks for the run's details (200); GitHub's answer without them is 204
         assert http.post("/actions/workflows/plan-runner.yml/dispatches", json={"ref": "main"}).status_code == 204
     assert problems_of(srv) == []
-    used = {(c.method, operation(c.method, c.path).path) for c in srv.calls if c.status}
+    used = {(c.method, operation(c.method, c.path).path) for c in srv.calls if c.status and c.path != "/graphql"}
     assert [f"{r.method} {r.spec}" for r in ROUTES if (r.method, r.spec) not in used] == []
     assert {c.status for c in srv.calls} >= {200, 201, 204, 403, 404, 410, 422, 502}
     assert GENERAL_STATUSES >= {403, 502}

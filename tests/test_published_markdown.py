@@ -19,9 +19,12 @@ import pytest
 from markdown_it import MarkdownIt
 
 from runner.adapters.github.body import cap_body
-from runner.adapters.render.report import Markdown, render_park_issue, render_report, render_summary
+from runner.adapters.render.report import (
+    Markdown, render_park_issue, render_report, render_summary, render_watch, session_rows,
+)
 from runner.adapters.render.termreport import to_terminal
-from runner.core.actions import Blame, Outcome, Verdict
+from runner.core.actions import Blame, Outcome, SessionKind, Verdict
+from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.evidence import CommitInfo, Hints
 from runner.core.plan import Checkpoint, Plan, PlanConfig, Stage
 from runner.core.policy import Park, RunState
@@ -61,14 +64,36 @@ def _reports(text: str) -> dict[str, str]:
                            verdict=verdict, evidence=ev, reason=action.reason, details=action.details,
                            next_action=action)
     issue = render_park_issue(plan, report, text)
+    rows = _rows(text)
     return {
         "report": report,
         "park issue": issue,
         "local park file": render_park_issue(plan, report, text, local=True),
         "summary": render_summary(plan, report, f"auth session 2: {text}"),
         "summary of a message": render_summary(plan, text, text),
+        "summary with the sessions timeline": render_summary(plan, report, "auth session 2", rows=rows),
+        "watch pull request": render_watch(plan, RunState(sessions=2, tokens=1234), rows, status=Markdown("running"),
+                                           next_action=text, links=[("park issue", OURS + "issues/3"), (text, text)],
+                                           report=report),
         "capped issue": cap_body(issue + "\n" + "#### Commits\n\n" + ("- filler\n" * 9000), limit=20_000),
     }
+
+
+OURS = "https://github.example/octo-org/demo/"  # the links plan-runner builds: runs, the park issue
+
+
+def _rows(text: str) -> list[dict]:
+    """Two sessions of a ledger with the agent's text wherever a record carries text (a hostile job name too:
+    `link` refuses what is not a plain URL, whatever run_url makes of it)."""
+    entries = []
+    for n, job in ((1, f"{text} 7"), (2, "8")):  # a job that is no URL path: never a link
+        entries.append(SessionStarted(n=n, kind=SessionKind.DELIVERY, checkpoint=text, started_at=T0,
+                                      base_sha="a" * 40, job=job))
+        entries.append(SessionRecord(n=n, kind=SessionKind.DELIVERY, checkpoint=text, started_at=T0,
+                                     finished_at=T0 + timedelta(seconds=75 * n), outcome=Outcome.ADVANCED,
+                                     blame=Blame.NONE, rule=9, advanced=(text,), reasons=(text,), tokens=1000 * n,
+                                     cost_usd=0.25, cost_lower_bound=n == 2))
+    return session_rows(entries, run_url=lambda job: f"{OURS}actions/runs/{job}")
 
 
 _MD = MarkdownIt("commonmark").enable("table")
@@ -105,14 +130,18 @@ def test_hostile_markdown_in_every_field_changes_no_structure_of_a_published_bod
 @pytest.mark.parametrize("kind", list(_reports(HARMLESS)))
 def test_no_link_image_html_heading_or_address_from_the_agent_is_live(kind):
     body = _reports(HOSTILE)[kind]
-    html = _MD.render(body)
-    assert "<a " not in html and "<img" not in html and "<details" not in html.replace(
-        "<details><summary>tests: last lines</summary>", "")
+    ours = {f"{OURS}actions/runs/8", f"{OURS}issues/3"}  # the links plan-runner built (run 1's job is hostile)
+    html = re.sub(r'<a href="(%s)">' % "|".join(map(re.escape, ours)), "", _MD.render(body))
+    assert "<a " not in html and "<img" not in html and "<details" not in re.sub(
+        r"<details><summary>(tests: last lines|The last report)</summary>", "", html)
     for tok in _MD.parse(body):
-        if tok.type == "html_block":  # plan-runner's own: the park marker and the gate tail's <details>
-            assert re.fullmatch(r"<!-- plan-runner:park plan=auth -->|<details><summary>tests: last lines</summary>"
+        if tok.type == "html_block":  # plan-runner's own: the markers and the <details> it opens
+            assert re.fullmatch(r"<!-- plan-runner:(park|watch) plan=auth -->"
+                                r"|<details><summary>(tests: last lines|The last report)</summary>"
                                 r"|</details>", tok.content.strip()), tok.content
-        assert not (tok.children and [c for c in tok.children if c.type in ("html_inline", "link_open", "image")])
+        links = [c for c in tok.children or () if c.type == "link_open"]
+        assert {c.attrs["href"] for c in links} <= ours
+        assert not (tok.children and [c for c in tok.children if c.type in ("html_inline", "image")])
     for text in _texts(body):
         assert not re.search(r"[a-z]://|www\.|\w@\w|@[a-z]|#\d", text, re.IGNORECASE), text
     assert not re.search(r"[\x1b\x80-\x9f\u202a-\u202e]", body)

@@ -30,7 +30,7 @@ from runner.core.exits import Exit
 from runner.adapters.github.events import GitHubContext
 from runner.core.ledger import SessionRecord
 from runner.core.policy import decide_start
-from runner.adapters.render.report import render_summary
+from runner.adapters.render.report import fence, render_summary
 from runner.drivers.action_env import REMOTE, ModeResult, github_workspace, plan_input
 from runner.drivers.session import Drivers, Session, SessionResult, Workspace
 from runner.adapters.store.state import GitStateStore
@@ -93,12 +93,14 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     ws.on_event = lambda kind, detail: rep.log(f"plan-runner {kind}: {detail}")
     drivers = Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
                       checks_runner=head_checks_runner(driver, ws.repo, env))
+    from runner.drivers.watch import rows_of, update_watch
+
     if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):
         s = Session(ws, drivers)
         action = decide_start(s.state, s.plan)
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
-                                                 f"{s.plan.id}: dry run", s.state.skipped))
+                                                 f"{s.plan.id}: dry run", s.state.skipped, rows_of(s, ctx)))
     from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages
     from runner.adapters.github.permissions import check_job_permissions
     from runner.drivers.preflight import before_first_session
@@ -114,7 +116,20 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
-    mr = session_mode_result(run_session(ws, drivers, session=s))  # the state as read above: no second fetch
+    version = s.version
+    result = run_session(ws, drivers, session=s)  # the state as read above: no second fetch
+    rows = rows_of(s, ctx)
+    mr = session_mode_result(result, rows)
+    notes: list[str] = []
+    # a job that recorded nothing (a finished or parked plan dispatched again) leaves the watch view as it is
+    watch_url = update_watch(driver, ctx, s, result, rows, warn=notes.append) if s.version != version else None
+    if watch_url:
+        rep.log(f"plan-runner watch: {watch_url}")
+        mr.summary += f"\nWatch the plan in its pull request: {watch_url}\n"
+    for note in notes:
+        rep.log(f"plan-runner watch: {note}")
+        mr.annotations.append(("warning", note.splitlines()[0], "plan-runner watch"))
+        mr.summary += f"\n> **The plan's pull request was not updated.**\n\n{fence(note)}\n"
     for key, run_id, url in getattr(driver, "dispatched_runs", ()):  # the run GitHub started for the dispatch
         rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())
         mr.summary += f"\nDispatched {key}: run [{run_id}]({url}).\n" if url else f"\nDispatched {key}: run {run_id}.\n"
@@ -131,7 +146,7 @@ NO_CI_ON_PULL_REQUEST = (
     "read and write): plan-runner then pushes and opens the pull request with it, and CI runs.")
 
 
-def session_mode_result(result: SessionResult) -> ModeResult:
+def session_mode_result(result: SessionResult, rows: list[dict] | None = None) -> ModeResult:
     record: SessionRecord | None = result.record
     action = result.action
     outcome = record.outcome.value if record else result.status
@@ -154,7 +169,7 @@ def session_mode_result(result: SessionResult) -> ModeResult:
     for claim in record.rejected_flips if record else ():
         mr.annotations.append(("warning", f"rejected claim: {claim}", "plan-runner"))
     body = result.report or result.message
-    mr.summary = render_summary(result.plan, body, headline, result.state.skipped)
+    mr.summary = render_summary(result.plan, body, headline, result.state.skipped, rows)
     return mr
 
 

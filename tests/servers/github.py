@@ -20,6 +20,9 @@ published OpenAPI description by tests/test_github_contract.py):
 * `srv.add_custom_role(name, base)`: a custom repository role, reported as
   GitHub does (`permission` the base role's legacy name, `role_name` the name);
 * a body longer than 65,536 characters is refused with 422.
+
+Beside REST it answers `POST /graphql` for the one mutation plan-runner sends there,
+`markPullRequestReadyForReview` (REST cannot take a pull request out of draft).
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ class GitHubServer:
         self.dispatches: list[Dispatch] = []
         self.enabled: list[str] = []  # workflow files `PUT .../enable` was called for (the keep-alive)
         self.check_runs: dict[str, list[dict[str, Any]]] = {}
+        self.ready_for_review: list[int] = []  # pull requests GraphQL's markPullRequestReadyForReview took out of draft
         self.statuses: dict[str, list[dict[str, Any]]] = {}
         self.calls: list[Call] = []
         # More tokens the server accepts, each acting as its own login (a fine-grained personal token, a GitHub

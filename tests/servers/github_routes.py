@@ -37,6 +37,8 @@ def at(method: str, pattern: str, spec: str, scope: tuple[str, str],
 
 
 def route(srv: GitHubServer, method: str, path: str, query: dict[str, str], body: Any) -> Reply:
+    if path == "/graphql" and method == "POST":
+        return graphql(srv, body)
     prefix = f"/repos/{srv.owner}/{srv.repo}"
     if path != prefix and not path.startswith(prefix + "/"):
         raise not_found()
@@ -337,6 +339,8 @@ def update_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
     for key in ("title", "state"):
         if isinstance(body, dict) and key in body:
             record[key] = need(body, key, "PullRequest")
+    if isinstance(body, dict) and body.get("state") in ("open", "closed"):
+        record["closed_at"] = shapes.now_iso() if body["state"] == "closed" else None
     record["updated_at"] = shapes.now_iso()
     return Reply(200, srv.pull_json(record))
 
@@ -373,3 +377,32 @@ def combined_status(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body
     return Reply(200, {"state": state, "statuses": statuses, "sha": sha, "total_count": len(statuses),
                        "repository": srv.repo_json(), "commit_url": f"{srv.repo_api}/commits/{sha}",
                        "url": f"{srv.repo_api}/commits/{sha}/status"})
+
+
+# ---- GraphQL: the one mutation REST lacks --------------------------------------------------------------
+
+_MUTATION = re.compile(r"^\s*mutation\b[^{]*\{\s*(?P<name>\w+)\s*\(\s*input\s*:\s*\$input\s*\)")
+
+
+def graphql(srv: GitHubServer, body: Any) -> Reply:
+    """POST /graphql with `markPullRequestReadyForReview(input: {pullRequestId})`, as PyGithub's
+    `graphql_named_mutation` sends it: GitHub answers 200 even for an error, with `errors` (a NOT_FOUND for an
+    unknown node id); the REST API cannot take a pull request out of draft (no `draft` in PATCH .../pulls/{n})."""
+    query = body.get("query") if isinstance(body, dict) else None
+    match = _MUTATION.match(query or "")
+    if match is None or match["name"] != "markPullRequestReadyForReview":
+        return Reply(200, {"errors": [{"message": "this test server knows one mutation: "
+                                                  "markPullRequestReadyForReview", "type": "UNSUPPORTED"}]})
+    if srv.token_scopes is not None and srv.actor == srv.login and \
+            _LEVEL[srv.token_scopes.get("pull-requests", "none")] < _LEVEL["write"]:
+        return Reply(200, {"errors": [{"type": "FORBIDDEN", "message": "Resource not accessible by integration"}]})
+    node = ((body.get("variables") or {}).get("input") or {}).get("pullRequestId")
+    for record in srv.issues.values():
+        if record.get("pull") and shapes.node_id("PullRequest", record["id"]) == node:
+            record["pull"]["draft"] = False
+            record["updated_at"] = shapes.now_iso()
+            srv.ready_for_review.append(record["number"])
+            return Reply(200, {"data": {"markPullRequestReadyForReview": {
+                "clientMutationId": None, "pullRequest": {"isDraft": False}}}})
+    return Reply(200, {"errors": [{"type": "NOT_FOUND", "path": ["markPullRequestReadyForReview"],
+                                   "message": f"Could not resolve to a node with the global id of '{node}'"}]})

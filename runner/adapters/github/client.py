@@ -40,6 +40,16 @@ REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rock
 _PLAN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _MARKER = re.compile(r"<!-- plan-runner:park plan=(?P<id>[A-Za-z0-9][A-Za-z0-9._-]{0,99}) -->")
 _ANSWERS = re.compile(r"<!-- plan-runner:answers (\d{1,20}) -->")
+# The line a watch pull request closed at a park carries: the next session reopens only such a one (one a
+# person closed stays closed, though still kept up to date, until the finish).
+CLOSED_AT_PARK = "<!-- plan-runner:closed-at-park -->"
+WATCH_STATES = ("draft", "ready", "closed")  # what the watch pull request is left as (GitHubDriver.update_watch)
+
+
+def watch_marker(plan_id: str) -> str:
+    """The hidden line that makes a pull request the plan's watch view (render's watch.md.j2 writes it)."""
+    park_marker(plan_id)  # the same check of the id
+    return f"<!-- plan-runner:watch plan={plan_id} -->"
 
 
 @dataclass(frozen=True)
@@ -221,10 +231,12 @@ class GitHubDriver:
             raise
 
     def open_finish(self, plan_id: str, head: str, base: str, title: str, body: str) -> str:
-        """The URL of the open pull request from `head` to `base`: reused (body updated) or new."""
-        body = cap_body(body, link=self.ctx.run_url)
+        """The URL of the plan's pull request from `head` to `base`: its watch view (reopened if a park closed
+        it) or another open one, body updated and ready for review; or a new one."""
+        marker = watch_marker(plan_id)
+        body = cap_body(body if marker in body else f"{marker}\n{body}", link=self.ctx.run_url)
         with github_call(f"opening the pull request for {plan_id}"):
-            existing = self._open_pull(head, base)
+            existing = self._watch_pull(watch_marker(plan_id), head, base)
             if existing is None:
                 try:
                     return self._pull_repo.create_pull(base=base, head=head, title=title, body=body).html_url
@@ -236,8 +248,64 @@ class GitHubDriver:
                     raise PlanRunnerError(what=f"GitHub says a pull request from {head} exists but lists none",
                                           why="it may be open against another base branch",
                                           fix=f"close or retarget the existing pull request from {head}")
-            existing.edit(title=title, body=body)
+            if existing.state != "open":
+                existing.edit(title=title, body=body, state="open")
+            else:
+                existing.edit(title=title, body=body)
+            if existing.draft:  # the plan's watch view until now: the finish turns it ready for review
+                self._ready_for_review(existing)
             return existing.html_url
+
+    def _ready_for_review(self, pull: Any) -> None:
+        """GitHub's REST API cannot take a pull request out of draft (`PATCH .../pulls/{n}` has no `draft`);
+        the GraphQL mutation `markPullRequestReadyForReview` on its node id is the only way (PyGithub's
+        `mark_ready_for_review`, POST to the GraphQL endpoint beside the REST one)."""
+        pull.mark_ready_for_review()
+
+    def update_watch(self, plan_id: str, head: str, base: str, title: str, body: str, state: str) -> str | None:
+        """The plan's one watch pull request (`head` to `base`, with the plan's watch marker), edited in place:
+        opened as a draft when none exists yet, reopened after a park, left open (`draft`, or `ready`: the finish,
+        `open_finish`, is what takes it out of draft) or `closed`. One list and at most one write per call; the
+        URL, or None when there is nothing to show (no pull request, and `closed` asked: nothing to close)."""
+        if state not in WATCH_STATES:
+            raise ValueError(f"not a watch state: {state!r}")
+        marker = watch_marker(plan_id)
+        body = cap_body(body if marker in body else f"{marker}\n{body}", link=self.ctx.run_url)
+        if state == "closed":
+            body += f"\n{CLOSED_AT_PARK}"
+        with github_call(f"updating the pull request that shows {plan_id}"):
+            pull = self._watch_pull(marker, head, base)
+            if pull is None:
+                if state == "closed":
+                    return None
+                created = self._pull_repo.create_pull(base=base, head=head, title=title, body=body,
+                                                      draft=state == "draft")
+                return created.html_url
+            want = "closed" if state == "closed" else "open"
+            if pull.state == "closed" and want == "open" and CLOSED_AT_PARK not in (pull.body or ""):
+                want = "closed"  # a person closed it while the plan ran: kept closed (the finish reopens it)
+            if pull.state != want:
+                pull.edit(title=title, body=body, state=want)
+            elif pull.body != body or pull.title != title:  # unchanged: no write (a job dispatched twice)
+                pull.edit(title=title, body=body)
+            return pull.html_url
+
+    def _watch_pull(self, marker: str, head: str, base: str) -> Any:
+        """The newest pull request from `head` to `base` carrying `marker`, open or closed (merged ones are
+        done with); else the open one from `head` (the finish's, opened before the watch view existed)."""
+        open_one = None
+        pulls = self._pull_repo.get_pulls(state="all", head=f"{self.ctx.owner}:{head}", base=base,
+                                          sort="created", direction="desc")
+        for i, pull in enumerate(pulls):
+            if i >= 30:  # the first page; a branch with more plan-runner pull requests is not one of ours
+                break
+            if pull.merged_at is not None:
+                continue
+            if marker in (pull.body or ""):
+                return pull
+            if pull.state == "open" and open_one is None:
+                open_one = pull
+        return open_one
 
     def _open_pull(self, head: str, base: str) -> Any:
         for pull in self._pull_repo.get_pulls(state="open", head=f"{self.ctx.owner}:{head}", base=base):

@@ -11,7 +11,7 @@ secret values are redacted before anything is published.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import jinja2
 
@@ -20,6 +20,7 @@ from runner.core.inert import defang  # noqa: F401 - re-exported
 
 from runner.core.actions import Verdict, describe
 from runner.core.evidence import Evidence
+from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.policy import AnyAction, RunState
 
@@ -142,7 +143,69 @@ def checkpoint_counts(plan: Plan, skipped: Iterable[str] = ()) -> list[tuple[str
     return list(counts.items())
 
 
-def render_summary(plan: Plan, report: str, headline: str, skipped: Iterable[str] = ()) -> Markdown:
-    """The job summary; `report` as in render_park_issue."""
+def render_summary(plan: Plan, report: str, headline: str, skipped: Iterable[str] = (),
+                   rows: list[dict] | None = None) -> Markdown:
+    """The job summary; `report` as in render_park_issue; `rows` (session_rows) the plan's sessions timeline."""
     return Markdown(_ENV.get_template("summary.md.j2").render(
-        plan=plan, report=report, headline=headline, counts=checkpoint_counts(plan, skipped)))
+        plan=plan, report=report, headline=headline, counts=checkpoint_counts(plan, skipped),
+        sessions=render_sessions(rows, plan.path) if rows else ""))
+
+
+# --- the sessions timeline and the watch view --------------------------------------------------------------
+
+
+_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%/+=-]*)?")
+WATCH_ROWS = 50  # sessions the watch view lists (the newest); its body must fit GitHub's 65,536 characters
+
+
+def link(text: str, url: str | None) -> Markdown:
+    """A Markdown link plan-runner builds: `text` escaped, `url` only when it is a plain http(s) URL (else the
+    escaped text alone), so no value can add a title, close the link or start another."""
+    label = inert.md_text(text)
+    return Markdown(f"[{label}]({url})" if url and _URL.fullmatch(url) else label)
+
+
+def duration_text(seconds: float) -> str:
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def session_rows(entries: Iterable[object], run_url: Callable[[str], str | None] | None = None) -> list[dict]:
+    """One row per finished (or reconciled) session of a ledger, oldest first: what the timeline shows.
+    `run_url(job)`: the link to the job that ran it (the `job` of its `started` entry), or None."""
+    jobs: dict[int, str] = {}
+    rows = []
+    for e in entries:
+        if isinstance(e, SessionStarted):
+            jobs[e.n] = e.job
+        elif isinstance(e, SessionRecord):
+            job = jobs.get(e.n, "")
+            # numbers plan-runner formats (Markdown: no escape needed, none left in)
+            cost = None if e.cost_usd is None else Markdown(("≥ " if e.cost_lower_bound else "") + f"${e.cost_usd:.2f}")
+            rows.append(dict(
+                n=e.n, kind=e.kind.value, checkpoint=e.checkpoint, outcome=e.outcome.value, blame=e.blame.value,
+                tokens=e.tokens, tokens_text=Markdown(f"{e.tokens:,}"), cost=cost, reconciled=e.reconciled, advanced=e.advanced,
+                duration=Markdown(duration_text((e.finished_at - e.started_at).total_seconds())),
+                run=link(f"run {job}", run_url(job)) if run_url and job else None))
+    return rows
+
+
+def render_sessions(rows: list[dict], plan_path: str, limit: int | None = None) -> Markdown:
+    """The per-session timeline (outcome, blame, tokens, cost, duration, the run, the `logs` command)."""
+    shown = rows[-limit:] if limit else rows
+    return Markdown(_ENV.get_template("sessions.md.j2").render(rows=shown, hidden=len(rows) - len(shown),
+                                                               plan_path=plan_path))
+
+
+def render_watch(plan: Plan, state: RunState, rows: list[dict], *, status: str, next_action: str = "",
+                 links: Iterable[tuple[str, str]] = (), report: str = "") -> Markdown:
+    """The one place to watch a plan on GitHub (its draft pull request's body), rewritten after every session.
+    `links`: (label, URL) pairs plan-runner got from GitHub (the park issue); `report` as in render_park_issue."""
+    return Markdown(_ENV.get_template("watch.md.j2").render(
+        plan=plan, state=state, status=status, next_action=next_action, report=report,
+        links=[link(label, url) for label, url in links],
+        sessions=render_sessions(rows, plan.path, WATCH_ROWS)))
