@@ -62,7 +62,9 @@ def clean_plan(repo: Path, plan_id: str, scratch: Path) -> list[str]:
     area = remove_area(repo, plan_id)
     if area is not None:
         done.append(f"removed the agent area {area}")
-    tree = scratch / plan_id / "tree"
+    from runner.drivers.session.context import judge_tree_at
+
+    tree = judge_tree_at(scratch, plan_id)
     if os.path.lexists(tree):
         gitwork.remove_tree(repo, tree)
         done.append(f"removed plan-runner's work tree {tree}")
@@ -124,7 +126,9 @@ def reset_plan(repo: Path, plan_id: str, branch: str, scratch: Path,
     state = f"{NAMESPACE}/{plan_id}"
     state_sha = gitwork.ref_sha(repo, state)
     branch_sha = gitwork.ref_sha(repo, f"refs/heads/{branch}")
-    holders = gitwork.worktrees_on(repo, branch, own=scratch / plan_id / "tree")
+    from runner.drivers.session.context import judge_tree_at
+
+    holders = gitwork.worktrees_on(repo, branch, own=judge_tree_at(scratch, plan_id))
     if branch_sha and holders:
         raise PlanRunnerError(
             what=f"the work branch {branch!r} is checked out in {holders[0]}",

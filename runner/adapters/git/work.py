@@ -573,19 +573,6 @@ def is_dirty(repo: Path) -> bool:
     return bool(run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").strip())
 
 
-def dirty_paths(repo: Path) -> list[str]:
-    """The paths with staged, unstaged or untracked (not ignored) changes, as `git status` names them."""
-    out = run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").decode("utf-8", "replace")
-    paths, items = [], iter(out.split("\0"))
-    for item in items:
-        if len(item) < 4:
-            continue
-        paths.append(item[3:])
-        if item[0] in "RC":
-            next(items, None)  # a rename's source path follows
-    return paths
-
-
 def commit_leftovers(repo: Path, message_prefix: str = "plan-runner: WIP") -> str | None:
     """Commit whatever the agent left uncommitted as one WIP commit; None when clean.
 
@@ -981,7 +968,9 @@ def remotes(repo: Path | str) -> list[str]:
 
 
 __all__ = [
-    "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
-    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "commits_carrying", "display_path", "protected_paths_changed", "push_branch",
-    "push_ref", "read_file_at", "ref_sha", "remotes", "run_git", "tree_hash",
+    "attach_tree", "collect_commits", "commit_files", "commit_leftovers", "commits_carrying", "current_branch",
+    "deleted_files", "display_path", "ensure_work_branch", "fetch_branch", "files_changed", "head_sha",
+    "is_dirty", "move_branch", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
+    "push_ref", "read_file_at", "ref_sha", "release_tree", "remotes", "remove_tree", "run_git", "sync_tree",
+    "tree_hash", "worktrees_on"
 ]

@@ -115,7 +115,11 @@ def agent_pid_file(ws: Workspace, plan_id: str) -> Path:
 def judge_tree(ws: Workspace, plan_id: str) -> Path:
     """plan-runner's own work tree of the plan (a linked worktree with its own HEAD and index): where the
     judge takes the agent's work in and commits its corrections, never the user's work tree."""
-    return ws.scratch_dir / plan_id / "tree"
+    return judge_tree_at(ws.scratch_dir, plan_id)
+
+
+def judge_tree_at(scratch: Path, plan_id: str) -> Path:
+    return scratch / plan_id / "tree"
 
 
 def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
