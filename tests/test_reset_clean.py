@@ -136,3 +136,27 @@ def test_clean_without_a_plan_cleans_every_plan_and_finished_demo_folders_only(t
     assert not finished.exists() and running.is_dir() and other.is_dir()
     assert "its demo is running" in proc.stderr
     assert _ref(repo, "refs/plan-runner/state/one") and _ref(repo, "refs/plan-runner/state/two")
+
+
+def test_clean_and_reset_leave_a_running_session_alone(tmp_path):
+    """`plan-runner session` holds no run lock: its open session, by a live process, is what tells clean and reset
+    that its agent works in the area. Both refuse (exit 2) and the area stays; afterwards clean works."""
+    import time
+
+    repo = make_repo(tmp_path, "mul")
+    (tmp_path / "mul.yaml").write_text("sessions:\n  - - sleep: 6\n")
+    proc = subprocess.Popen([PLAN_RUNNER, "session", "plans/mul.md"], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not area_for(repo, "mul").work.is_dir():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        for verb in ("clean", "reset"):
+            got = cli(repo, verb, "plans/mul.md")
+            assert got.returncode == 2 and "is running" in got.stderr, got.stderr
+            assert area_for(repo, "mul").work.is_dir() and _ref(repo, "refs/plan-runner/state/mul")
+    finally:
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert cli(repo, "clean", "plans/mul.md").returncode == 0 and not area_for(repo, "mul").root.exists()

@@ -302,6 +302,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     plan_id = plan_id_from_path(ws.plan_path)
     branch = _work_branch(ws, plan_id)
     with plan_lock(ws):  # never under a running `run` of the plan
+        _refuse_open_session(ws, "reset")
         prefix, done = reset_plan(ws.repo, plan_id, branch, ws.scratch_dir, ws.remote)
     for line in done:
         err.say(line)
@@ -311,6 +312,23 @@ def cmd_reset(args: argparse.Namespace) -> int:
         err.say(f"plan {plan_id} is reset; the old state is kept under {prefix}/ (`git for-each-ref {prefix}/`). "
                 f"`plan-runner run {_plan_display(args.plan)}` starts it from the beginning.", "bold")
     return 0
+
+
+def _refuse_open_session(ws, verb: str) -> None:
+    """A `plan-runner session` of the plan still running (it holds no run lock): its agent works in the area."""
+    from runner.core.errors import PlanRunnerError
+    from runner.drivers.local import local_drivers
+    from runner.drivers.session import Session
+    from runner.drivers.session.cut_short import _pid_alive
+
+    try:
+        open_ = Session(ws, local_drivers(ws)).state.open_session
+    except PlanRunnerError:
+        return  # a plan that cannot be read has no session running
+    if open_ is not None and _pid_alive(open_.job):
+        raise PlanRunnerError(what=f"session {open_.n} of this plan is running ({open_.job})",
+                              why=f"`{verb}` would remove the folders its agent works in",
+                              fix=f"wait for it to finish (or stop it: Ctrl-C), then {verb} again")
 
 
 def _work_branch(ws, plan_id: str) -> str:
@@ -346,6 +364,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         plan_id = plan_id_from_path(ws.plan_path)
         try:
             with plan_lock(ws):  # a running plan's area is in use
+                _refuse_open_session(ws, "clean")
                 done += clean_plan(ws.repo, plan_id, ws.scratch_dir)
         except PlanRunnerError as exc:
             if args.plan is not None:
