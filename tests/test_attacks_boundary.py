@@ -202,15 +202,17 @@ def _as(identity, script: str, home: Path) -> str:
 
 
 def test_a_password_one_plans_agent_kept_is_not_readable_by_the_next_session_on_that_uid(tmp_path):
-    """~/.pgpass, a file in its TMPDIR and one in /tmp, written by one lease's agent: readable by that uid while
-    the lease lasts (the positive control), gone for the next lease of the same uid (another plan's)."""
+    """~/.pgpass, a file in its TMPDIR, one in /tmp and one in Claude Code's own /tmp/claude-<uid> folder, written
+    by one lease's agent: readable by that uid while the lease lasts (the positive control), gone for the next
+    lease of the same uid (another plan's)."""
     area = tmp_path / "area"
     area.mkdir(mode=0o711)
     tmp_path.chmod(0o711)
     write = ('echo "db:5432:*:u:hunter2-pw" > ~/.pgpass; echo hunter2-tmp > "$TMPDIR/kept"; '
              'echo hunter2-shared > /tmp/pr-leftover-$(id -u); '
+             'mkdir -p /tmp/claude-$(id -u)/project && echo hunter2-claude > /tmp/claude-$(id -u)/project/out; '
              'echo "$TMPDIR"')
-    read = 'cat ~/.pgpass /tmp/pr-leftover-$(id -u) "$OLD/kept" 2>/dev/null; true'
+    read = 'cat ~/.pgpass /tmp/pr-leftover-$(id -u) /tmp/claude-$(id -u)/project/out "$OLD/kept" 2>/dev/null; true'
     uid = None
     for _ in range(5):
         home = area / "home"
@@ -218,7 +220,8 @@ def test_a_password_one_plans_agent_kept_is_not_readable_by_the_next_session_on_
         with sandbox.leased("user") as first:
             sandbox.Identity(uid=first.uid, gid=first.gid, name=first.name).give(home)
             old_tmp = _as(first, write, home).strip()
-            assert "hunter2" in _as(first, read.replace("$OLD", old_tmp), home)  # positive control
+            seen = _as(first, read.replace("$OLD", old_tmp), home)
+            assert all(f"hunter2-{w}" in seen for w in ("pw", "tmp", "shared", "claude")), seen  # positive control
             uid = first.uid
         home2 = area / "home2"
         home2.mkdir(mode=0o700, exist_ok=True)

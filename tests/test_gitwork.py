@@ -16,6 +16,7 @@ from runner.adapters.git.work import (
     commit_files,
     commit_leftovers,
     ensure_work_branch,
+    release_tree,
     is_dirty,
     paths_adding,
     protected_paths_changed,
@@ -257,6 +258,10 @@ def clone_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
     return bare, tmp_path / "a", tmp_path / "b"
 
 
+def tree_of(clone: Path) -> Path:
+    return clone / ".git" / "plan-runner" / "p" / "tree"
+
+
 def remote_head(bare: Path, branch: str) -> str | None:
     with git.Repo(bare) as r:
         try:
@@ -266,35 +271,39 @@ def remote_head(bare: Path, branch: str) -> str | None:
 
 
 def test_work_branch_created_locally_then_reused(repo):
-    """Without a remote the branch is created from base, checked out, and reused afterwards."""
+    """Without a remote the branch is created from base as a ref (the user's checkout stays on main), checked
+    out in plan-runner's own work tree only, and reused afterwards."""
     root = path_of(repo)
     base = repo.head.commit.hexsha
-    assert ensure_work_branch(root, "plan-runner/p", "main", None) == base
-    assert repo.active_branch.name == "plan-runner/p"
-    head = commit(repo, {"src/a.py": "1\n"}, "work")
-    repo.git.checkout("main")
-    assert ensure_work_branch(root, "plan-runner/p", "main", None) == head
-    assert repo.active_branch.name == "plan-runner/p"
+    assert ensure_work_branch(root, "plan-runner/p", "main", None, tree=tree_of(root)) == base
+    assert repo.active_branch.name == "main"
+    with git.Repo(tree_of(root)) as tree:
+        assert tree.active_branch.name == "plan-runner/p"
+        head = commit(tree, {"src/a.py": "1\n"}, "work")
+    assert not (root / "src/a.py").exists()
+    release_tree(tree_of(root))
+    assert ensure_work_branch(root, "plan-runner/p", "main", None, tree=tree_of(root)) == head
+    assert repo.active_branch.name == "main" and repo.head.commit.hexsha == base
 
 
 def test_work_branch_from_remote_base_and_pushed_with_lease(tmp_path):
     """A fresh clone bases the branch on the remote's base; a stale lease is a StateConflict."""
     bare, a, b = clone_pair(tmp_path)
     base = remote_head(bare, "main")
-    assert ensure_work_branch(a, "plan-runner/p", "main", "origin") == base
-    with git.Repo(a) as ra:
+    assert ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a)) == base
+    with git.Repo(tree_of(a)) as ra:
         configure(ra, *AGENT)
         one = commit(ra, {"src/a.py": "1\n"}, "a work")
     assert push_branch(a, "plan-runner/p", "origin", None) == one
     assert remote_head(bare, "plan-runner/p") == one
     # Clone b picks up the pushed work branch instead of starting again from main.
-    assert ensure_work_branch(b, "plan-runner/p", "main", "origin") == one
-    with git.Repo(b) as rb:
+    assert ensure_work_branch(b, "plan-runner/p", "main", "origin", tree=tree_of(b)) == one
+    with git.Repo(tree_of(b)) as rb:
         two = commit(rb, {"src/b.py": "2\n"}, "b work")
     push_branch(b, "plan-runner/p", "origin", one)
     assert remote_head(bare, "plan-runner/p") == two
     # Clone a still believes the remote is at `one`: its push loses.
-    with git.Repo(a) as ra:
+    with git.Repo(tree_of(a)) as ra:
         commit(ra, {"src/c.py": "3\n"}, "late work")
     with pytest.raises(StateConflict):
         push_branch(a, "plan-runner/p", "origin", one)
@@ -306,29 +315,29 @@ def test_work_branch_from_remote_base_and_pushed_with_lease(tmp_path):
 def test_work_branch_fast_forwards_to_the_remote(tmp_path):
     """A local work branch behind the remote's copy moves forward to it."""
     bare, a, b = clone_pair(tmp_path)
-    ensure_work_branch(a, "plan-runner/p", "main", "origin")
+    ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a))
     push_branch(a, "plan-runner/p", "origin", None)
-    ensure_work_branch(b, "plan-runner/p", "main", "origin")
-    with git.Repo(b) as rb:
+    ensure_work_branch(b, "plan-runner/p", "main", "origin", tree=tree_of(b))
+    with git.Repo(tree_of(b)) as rb:
         ahead = commit(rb, {"x.py": "x\n"}, "b ahead")
     push_branch(b, "plan-runner/p", "origin", remote_head(bare, "main"))
-    assert ensure_work_branch(a, "plan-runner/p", "main", "origin") == ahead
-    with git.Repo(a) as ra:
-        assert ra.head.commit.hexsha == ahead and (a / "x.py").exists()
+    assert ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a)) == ahead
+    with git.Repo(tree_of(a)) as ra:
+        assert ra.head.commit.hexsha == ahead and (tree_of(a) / "x.py").exists()
 
 
 def test_diverged_work_branch_is_a_clear_error(tmp_path):
     """Local and remote work branches with different commits stop with a fix, losing nothing."""
     bare, a, b = clone_pair(tmp_path)
     for clone, name in ((a, "a.py"), (b, "b.py")):
-        ensure_work_branch(clone, "plan-runner/p", "main", "origin")
-        with git.Repo(clone) as r:
+        ensure_work_branch(clone, "plan-runner/p", "main", "origin", tree=tree_of(clone))
+        with git.Repo(tree_of(clone)) as r:
             commit(r, {name: "x\n"}, name)
     push_branch(b, "plan-runner/p", "origin", None)
     with pytest.raises(PlanRunnerError) as info:
-        ensure_work_branch(a, "plan-runner/p", "main", "origin")
+        ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a))
     assert "differs" in info.value.what and info.value.fix
-    assert (a / "a.py").exists()
+    assert (tree_of(a) / "a.py").exists()
 
 
 def test_unknown_base_is_a_clear_error(repo):
@@ -397,3 +406,25 @@ def test_plan_runners_git_keeps_push_credentials_and_runs_no_hooks(tmp_path, mon
     seen = gitwork.run_git(tmp_path, "config", "--get-regexp", "extraheader|hookspath|fsmonitor").decode()
     assert "AUTHORIZATION: basic dG9rZW4=" in seen
     assert f"core.hookspath {os.devnull}" in seen and "core.fsmonitor false" in seen
+
+
+def test_move_branch_is_forward_only_compare_and_swap_and_never_under_a_work_tree(repo, tmp_path):
+    """The work branch moves as a ref: never backwards or sideways, never from a value it no longer has (a lost
+    swap is a StateConflict), never while a work tree of the user's has it checked out."""
+    from runner.adapters.git.work import move_branch
+
+    root = path_of(repo)
+    base = repo.head.commit.hexsha
+    move_branch(root, "plan-runner/p", base, None)
+    one = commit(repo, {"src/one.py": "1\n"}, "one")  # on main
+    two = commit(repo, {"src/two.py": "2\n"}, "two")
+    with pytest.raises(StateConflict):
+        move_branch(root, "plan-runner/p", two, one)  # it is at `base`, not `one`
+    move_branch(root, "plan-runner/p", one, base)
+    with pytest.raises(PlanRunnerError, match="refusing to move"):
+        move_branch(root, "plan-runner/p", base, one)
+    repo.git.worktree("add", str(tmp_path / "mine"), "plan-runner/p")
+    with pytest.raises(PlanRunnerError, match="is checked out in") as info:
+        move_branch(root, "plan-runner/p", two, one)
+    assert str(tmp_path / "mine") in info.value.what and "switch" in info.value.fix
+    assert repo.git.rev_parse("plan-runner/p") == one

@@ -32,7 +32,8 @@ from runner.core.ledger import SessionRecord
 from runner.core.policy import decide_start
 from runner.adapters.render.report import fence, render_summary
 from runner.drivers.action_env import REMOTE, ModeResult, github_workspace, plan_input
-from runner.drivers.session import Drivers, Session, SessionResult, Workspace
+from runner.core.planfile import plan_id_from_path
+from runner.drivers.session import Drivers, Session, SessionResult, Workspace, judge_tree
 from runner.adapters.store.state import GitStateStore
 
 MODES = ("session", "tick", "reply")
@@ -77,7 +78,8 @@ def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
 
 
 def head_checks_runner(driver, repo: Path, env: Mapping[str, str] | None = None) -> Callable:
-    """A `checks:` gate runner asking GitHub about the commit the gates see (the work tree's HEAD).
+    """A `checks:` gate runner asking GitHub about the commit the gates see (the HEAD of `repo`: plan-runner's
+    own work tree of the plan, runner.drivers.session.judge_tree).
     Without a `push-token` the work branch is pushed with GITHUB_TOKEN, which starts no workflow: the
     gate then stops waiting when nothing reports on the commit (NeedsHuman with the fix, blaming nobody)."""
     job_token = not (env or {}).get(PUSH_TOKEN)
@@ -92,7 +94,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     ws = github_workspace(env, plan_input(env, ctx))
     ws.on_event = lambda kind, detail: rep.log(f"plan-runner {kind}: {detail}")
     drivers = Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
-                      checks_runner=head_checks_runner(driver, ws.repo, env))
+                      checks_runner=head_checks_runner(driver, judge_tree(ws, plan_id_from_path(ws.plan_path)), env))
     from runner.drivers.watch import rows_of, update_watch
 
     if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):

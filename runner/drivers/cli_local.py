@@ -281,3 +281,100 @@ def cmd_logs(args: argparse.Namespace) -> int:
     text = render_logs(ws, local_drivers(ws), args.session, max_lines=args.max_lines)
     out.say(text.rstrip("\n"))
     return 0
+
+
+# --- reset and clean -------------------------------------------------------------------------
+
+
+def _reset_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan", type=Path, help="the plan file, e.g. plans/add-auth.md")
+
+
+@command("reset", help="start a plan over: its state and work branch are kept under a backup ref, then removed",
+         arguments=_reset_arguments)
+def cmd_reset(args: argparse.Namespace) -> int:
+    from runner.core.planfile import plan_id_from_path
+    from runner.drivers.cleanup import reset_plan
+    from runner.drivers.local import local_workspace
+    from runner.drivers.session.lock import plan_lock
+
+    ws = local_workspace(args.plan)
+    plan_id = plan_id_from_path(ws.plan_path)
+    branch = _work_branch(ws, plan_id)
+    with plan_lock(ws):  # never under a running `run` of the plan
+        _refuse_open_session(ws, "reset")
+        prefix, done = reset_plan(ws.repo, plan_id, branch, ws.scratch_dir, ws.remote)
+    for line in done:
+        err.say(line)
+    if prefix is None:
+        err.say(f"plan {plan_id} had no state and no work branch: nothing to reset")
+    else:
+        err.say(f"plan {plan_id} is reset; the old state is kept under {prefix}/ (`git for-each-ref {prefix}/`). "
+                f"`plan-runner run {_plan_display(args.plan)}` starts it from the beginning.", "bold")
+    return 0
+
+
+def _refuse_open_session(ws, verb: str) -> None:
+    """A `plan-runner session` of the plan still running (it holds no run lock): its agent works in the area."""
+    from runner.core.errors import PlanRunnerError
+    from runner.drivers.local import local_drivers
+    from runner.drivers.session import Session
+    from runner.drivers.session.cut_short import _pid_alive
+
+    try:
+        open_ = Session(ws, local_drivers(ws)).state.open_session
+    except PlanRunnerError:
+        return  # a plan that cannot be read has no session running
+    if open_ is not None and _pid_alive(open_.job):
+        raise PlanRunnerError(what=f"session {open_.n} of this plan is running ({open_.job})",
+                              why=f"`{verb}` would remove the folders its agent works in",
+                              fix=f"wait for it to finish (or stop it: Ctrl-C), then {verb} again")
+
+
+def _work_branch(ws, plan_id: str) -> str:
+    """The plan's work branch as its trusted configuration names it (the default when it cannot be read)."""
+    from runner.core.errors import PlanRunnerError
+    from runner.drivers.session.context import load_trusted_plan
+
+    try:
+        return load_trusted_plan(ws)[0].work_branch
+    except PlanRunnerError:
+        return f"plan-runner/{plan_id}"
+
+
+def _clean_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan", type=Path, nargs="?", default=None,
+                        help="one plan (default: every plan of this repository, and finished demo folders)")
+
+
+@command("clean", help="free disk: agent areas, plan-runner's own work trees, demo folders (state and branches stay)",
+         arguments=_clean_arguments)
+def cmd_clean(args: argparse.Namespace) -> int:
+    from runner.core.errors import PlanRunnerError
+    from runner.core.planfile import plan_id_from_path
+    from runner.drivers.cleanup import clean_demo, clean_plan, demo_folders
+    from runner.drivers.local import local_workspace
+    from runner.drivers.session.lock import plan_lock
+    from runner.drivers.status import default_plan_paths
+
+    done: list[str] = []
+    paths = [args.plan] if args.plan is not None else default_plan_paths(Path.cwd())
+    for path in paths:
+        ws = local_workspace(path)
+        plan_id = plan_id_from_path(ws.plan_path)
+        try:
+            with plan_lock(ws):  # a running plan's area is in use
+                _refuse_open_session(ws, "clean")
+                done += clean_plan(ws.repo, plan_id, ws.scratch_dir)
+        except PlanRunnerError as exc:
+            if args.plan is not None:
+                raise
+            err.say(f"skipped {plan_id}: {exc.what}", "yellow")
+    if args.plan is None:
+        for folder in demo_folders():
+            done += clean_demo(folder)
+    for line in done:
+        err.say(line)
+    if not done:
+        err.say("nothing to clean")
+    return 0

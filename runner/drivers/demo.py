@@ -196,8 +196,11 @@ def run_demo(directory: Path | None = None) -> int:
     drivers = local_drivers(ws)
     progress = Progress()
     ws.on_event = progress.event
+    from runner.drivers.session.lock import plan_lock
+
     try:
-        code, result = run_loop(ws, drivers, on_result=print_result, on_wait=progress.wait)
+        with plan_lock(ws):  # `plan-runner clean` leaves a running demo's folder alone
+            code, result = run_loop(ws, drivers, on_result=print_result, on_wait=progress.wait)
     finally:
         progress.stop()
     entries, _ = drivers.store.read(result.plan.id)

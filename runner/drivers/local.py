@@ -78,7 +78,19 @@ def local_workspace(plan: Path, **kw) -> Workspace:
                               why="a plan (or a symlink to one) must live in the repository it drives",
                               fix="move the plan into the repository's plans/ directory")
     remotes = gitwork.remotes(root)
-    return Workspace(repo=root, plan_path=rel, remote="origin" if "origin" in remotes else None, **kw)
+    return Workspace(repo=root, plan_path=rel, remote="origin" if "origin" in remotes else None,
+                     base=_base_named(plan), **kw)
+
+
+def _base_named(plan: Path) -> str | None:
+    """The base branch the plan file the user named asks for (the plan itself is then read from that branch's
+    commit); None when the file does not parse (the error comes from reading it the usual way)."""
+    from runner.core.planfile import parse_plan
+
+    try:
+        return parse_plan(plan.read_text(encoding="utf-8"), plan.name).config.base
+    except (PlanRunnerError, OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def local_drivers(ws: Workspace) -> Drivers:

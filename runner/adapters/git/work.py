@@ -325,16 +325,127 @@ def git_dir(repo: Path | str) -> Path:
     return Path(git_text(repo, "rev-parse", "--absolute-git-dir"))
 
 
-def fast_forward(repo: Path, branch: str, head: str) -> None:
-    """Move the checked-out work branch (and the judge's work tree) forward to `head`."""
+ZERO = "0" * 40
+
+
+def worktrees_on(repo: Path, branch: str, *, own: Path | None = None) -> list[Path]:
+    """The work trees of `repo` (the user's main one and any linked one) with `branch` checked out, but
+    `own` (plan-runner's own work tree of the plan); a work tree whose folder is gone does not count."""
+    out = run_git(repo, "worktree", "list", "--porcelain", "-z").decode("utf-8", "surrogateescape")
+    found, path, prunable = [], None, False
+    for field in out.split("\0") + [""]:
+        if field.startswith("worktree "):
+            path, prunable = Path(field[len("worktree "):]), False
+        elif field.startswith("prunable"):
+            prunable = True
+        elif field == f"branch refs/heads/{branch}" and path is not None:
+            if not prunable and (own is None or path.resolve() != own.resolve()):
+                found.append(path)
+    return found
+
+
+def _refuse_checked_out(repo: Path, branch: str, own: Path | None) -> None:
+    holders = worktrees_on(repo, branch, own=own)
+    if holders:
+        raise PlanRunnerError(
+            what=f"the work branch {branch!r} is checked out in {holders[0]}",
+            why="plan-runner moves its work branch as a ref only; moving it under a checked-out work tree would "
+                "leave your files and index disagreeing with the branch",
+            fix=f"switch that work tree to another branch (`git -C {holders[0]} switch -`, or `git switch main`), "
+                "then run again; to look at the work meanwhile: `git log " + branch + "` or `git worktree add "
+                "/tmp/look " + branch + " --detach`")
+
+
+def move_branch(repo: Path, branch: str, new: str, expected: str | None, *, own: Path | None = None) -> None:
+    """Create `branch` at `new` (`expected` None) or move it forward from `expected` to `new`: a compare-and-
+    swap on the ref alone (never a checkout, never a rewrite), refused while one of the user's work trees has
+    the branch checked out (it would move under their files). A lost swap is a StateConflict."""
+    if new == expected:
+        return
+    if expected is not None and not _is_ancestor(repo, expected, new):
+        raise PlanRunnerError(
+            what=f"refusing to move the work branch {branch!r} from {expected[:12]} to {new[:12]}",
+            why="plan-runner moves a branch only forward (fast-forward): every commit it holds stays reachable",
+            fix=f"inspect `git -C {repo} log {branch}...{new}`; merge by hand if both are wanted, then run again")
+    _refuse_checked_out(repo, branch, own)
     try:
-        if current_branch(repo) == branch:
-            run_git(repo, "merge", "--ff-only", "--quiet", head)
-        else:
-            run_git(repo, "update-ref", f"refs/heads/{branch}", head)
+        run_git(repo, "update-ref", "-m", f"plan-runner: {branch}", f"refs/heads/{branch}", new, expected or ZERO)
     except GitCommandError as exc:
-        raise _fail(f"could not move the work branch {branch!r} to the agent's commits", exc,
-                    f"inspect `git -C {repo} status`; the agent's commits are at {head}") from None
+        raise StateConflict(what=f"the work branch {branch!r} moved while plan-runner was moving it",
+                            why=stderr_of(exc) or "compare-and-swap lost",
+                            fix="nothing to do: re-read and yield to whoever moved it") from None
+
+
+def fast_forward(repo: Path, branch: str, head: str, *, own: Path | None = None) -> None:
+    """Move the work branch forward to `head` (a ref move, compare-and-swap on its current value); plan-runner's
+    own work tree of the plan (`own`), when it has the branch checked out, follows."""
+    current = _resolve(repo, f"refs/heads/{branch}")
+    move_branch(repo, branch, head, current, own=own)
+    if own is not None and (own / ".git").is_file() and current_branch(own) == branch:
+        sync_tree(own)
+
+
+# --- plan-runner's own work tree --------------------------------------------------------------
+
+
+def attach_tree(repo: Path, tree: Path, branch: str) -> Path:
+    """plan-runner's own linked work tree of one plan (under .git/plan-runner/<plan>/, with its own HEAD and
+    index), with `branch` checked out and clean: the judge commits there, never in the user's work tree.
+    git itself then refuses to check the branch out elsewhere while a session runs."""
+    if not (tree / ".git").is_file() or ref_sha(tree, "HEAD") is None:
+        import shutil
+
+        shutil.rmtree(tree, ignore_errors=True)
+        run_git(repo, "worktree", "prune")
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        _refuse_checked_out(repo, branch, tree)
+        try:
+            run_git(repo, "worktree", "add", "--quiet", str(tree), branch)
+        except GitCommandError as exc:
+            raise _fail(f"could not make plan-runner's own work tree for {branch!r} at {tree}", exc,
+                        f"run `git -C {repo} worktree prune`, then run again") from None
+        return tree
+    try:
+        if current_branch(tree) != branch:
+            _refuse_checked_out(repo, branch, tree)
+            run_git(tree, "checkout", "--quiet", "--force", branch)
+        sync_tree(tree)
+    except GitCommandError as exc:
+        raise _fail(f"could not check out {branch!r} in plan-runner's own work tree {tree}", exc,
+                    f"remove it (`git -C {repo} worktree remove --force {tree}`), then run again") from None
+    return tree
+
+
+def sync_tree(tree: Path) -> None:
+    """plan-runner's own work tree exactly at its HEAD: nothing staged, changed or untracked (it is ours)."""
+    run_git(tree, "reset", "--quiet", "--hard", "HEAD")
+    run_git(tree, "clean", "-ffdxq")
+
+
+def release_tree(tree: Path) -> None:
+    """Detach plan-runner's own work tree from the work branch (between sessions the user may check the branch
+    out); best effort: a tree left attached is detached by the next session or `plan-runner clean`."""
+    if (tree / ".git").is_file():
+        try:
+            run_git(tree, "checkout", "--quiet", "--detach")
+        except GitCommandError:
+            pass
+
+
+def remove_tree(repo: Path, tree: Path) -> None:
+    """plan-runner's own work tree gone, folder and registration."""
+    if (tree / ".git").is_file():
+        try:
+            run_git(repo, "worktree", "remove", "--force", "--force", str(tree))
+        except GitCommandError:
+            pass
+    import shutil
+
+    shutil.rmtree(tree, ignore_errors=True)
+    try:
+        run_git(repo, "worktree", "prune")
+    except GitCommandError:
+        pass
 
 
 def branch_refspecs(remote: str, *branches: str) -> list[str]:
@@ -344,8 +455,10 @@ def branch_refspecs(remote: str, *branches: str) -> list[str]:
     return [f"+refs/heads/{b}*:refs/remotes/{remote}/{b}*" for b in dict.fromkeys(branches)]
 
 
-def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *, fetched: bool = False) -> str:
-    """Check out the work branch, creating it from `base` on first use; returns its head sha.
+def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *, fetched: bool = False,
+                       tree: Path | None = None) -> str:
+    """The work branch, created from `base` on first use, as a ref (never a checkout in `repo`'s work tree);
+    returns its head sha. `tree`: plan-runner's own work tree of the plan, attached to the branch then.
 
     With a remote, the remote's copy of the branch wins when it is ahead (another job
     pushed); a local branch with commits the remote lacks is kept. Diverged copies are
@@ -377,18 +490,10 @@ def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *
             fix=f"merge or rebase one onto the other by hand (`git -C {repo} log {branch}...{remote}/{branch}`), "
                 "push, then run plan-runner again",
         )
-    on_branch = current_branch(repo) == branch
-    try:
-        if on_branch and ref_sha(repo, "HEAD") == target:
-            return target
-        if on_branch:
-            run_git(repo, "merge", "--ff-only", "--quiet", target)
-        else:
-            run_git(repo, "checkout", "--quiet", "-B", branch, target)
-    except GitCommandError as exc:
-        raise _fail(f"could not check out the work branch {branch!r}", exc,
-                    "commit or remove the local changes that block the checkout, then run again") from None
-    return _resolve(repo, "HEAD")
+    move_branch(repo, branch, target, local, own=tree)
+    if tree is not None:
+        attach_tree(repo, tree, branch)
+    return target
 
 
 def push_branch(repo: Path, branch: str, remote: str, expected_remote_sha: str | None) -> str:
@@ -466,19 +571,6 @@ def delete_remote_ref(repo: Path | str, remote: str, ref: str) -> bool:
 def is_dirty(repo: Path) -> bool:
     """True when there are staged, unstaged or untracked (not ignored) changes."""
     return bool(run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").strip())
-
-
-def dirty_paths(repo: Path) -> list[str]:
-    """The paths with staged, unstaged or untracked (not ignored) changes, as `git status` names them."""
-    out = run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").decode("utf-8", "replace")
-    paths, items = [], iter(out.split("\0"))
-    for item in items:
-        if len(item) < 4:
-            continue
-        paths.append(item[3:])
-        if item[0] in "RC":
-            next(items, None)  # a rename's source path follows
-    return paths
 
 
 def commit_leftovers(repo: Path, message_prefix: str = "plan-runner: WIP") -> str | None:
@@ -876,7 +968,9 @@ def remotes(repo: Path | str) -> list[str]:
 
 
 __all__ = [
-    "collect_commits", "commit_files", "commit_leftovers", "current_branch", "deleted_files", "ensure_work_branch",
-    "fetch_branch", "files_changed", "head_sha", "is_dirty", "objects_dir", "paths_adding", "commits_carrying", "display_path", "protected_paths_changed", "push_branch",
-    "push_ref", "read_file_at", "ref_sha", "remotes", "run_git", "tree_hash",
+    "attach_tree", "collect_commits", "commit_files", "commit_leftovers", "commits_carrying", "current_branch",
+    "deleted_files", "display_path", "ensure_work_branch", "fetch_branch", "files_changed", "head_sha",
+    "is_dirty", "move_branch", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
+    "push_ref", "read_file_at", "ref_sha", "release_tree", "remotes", "remove_tree", "run_git", "sync_tree",
+    "tree_hash", "worktrees_on"
 ]

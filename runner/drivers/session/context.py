@@ -76,6 +76,9 @@ class Workspace:
     scratch: Path | None = None  # transcripts and the gate cache; default .git/plan-runner
     isolation: str | None = None  # overrides the plan's `isolation` (--isolation)
     actions: bool = False  # a GitHub Actions job: no `isolation: none`
+    # Local mode: the plan's base branch, named by the plan file the user pointed at. The plan and its
+    # configuration are then read from that branch's commit only, never from the user's HEAD or work tree.
+    base: str | None = None
 
     @property
     def scratch_dir(self) -> Path:
@@ -109,8 +112,20 @@ def agent_pid_file(ws: Workspace, plan_id: str) -> Path:
     return ws.scratch_dir / plan_id / "agent.pid"
 
 
+def judge_tree(ws: Workspace, plan_id: str) -> Path:
+    """plan-runner's own work tree of the plan (a linked worktree with its own HEAD and index): where the
+    judge takes the agent's work in and commits its corrections, never the user's work tree."""
+    return judge_tree_at(ws.scratch_dir, plan_id)
+
+
+def judge_tree_at(scratch: Path, plan_id: str) -> Path:
+    return scratch / plan_id / "tree"
+
+
 def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
     """The plan with configuration from the base branch (never from the agent's work branch)."""
+    if ws.base is not None:
+        return _plan_on_base(ws, ws.base)
     text = gitwork.read_file_at(ws.repo, "HEAD", ws.plan_path)
     if text is None:
         raise PlanRunnerError(
@@ -124,6 +139,20 @@ def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
         if base_text is not None:
             return (plan if base_text == text else parse_plan(base_text, ws.plan_path)), base_text
     return plan, text
+
+
+def _plan_on_base(ws: Workspace, base: str) -> tuple[Plan, str]:
+    for ref in ([f"refs/remotes/{ws.remote}/{base}"] if ws.remote else []) + [f"refs/heads/{base}"]:
+        sha = gitwork.ref_sha(ws.repo, ref)
+        text = gitwork.read_file_at(ws.repo, sha, ws.plan_path) if sha else None
+        if text is not None:
+            return parse_plan(text, ws.plan_path), text
+    raise PlanRunnerError(
+        what=f"{ws.plan_path} is not committed on the base branch {base!r} in {ws.repo}",
+        why="plan-runner reads a plan and its configuration from its base branch's commit (never from your work "
+            "tree or current branch), and starts the work branch there: without the plan, the work has no plan",
+        fix=f"commit the plan on {base} (`git switch {base} && git add {ws.plan_path} && git commit -m 'Add plan'`), "
+            "or set `base:` in the plan to the branch that holds it")
 
 
 def _tracked_plan(ws: Workspace, plan: Plan) -> tuple[Plan, str | None]:

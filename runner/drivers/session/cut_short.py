@@ -28,7 +28,9 @@ from runner.core.errors import PlanRunnerError
 from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.outcome import INTERRUPTED_RULE
 from runner.core.policy import decide, fold
-from runner.drivers.session.context import Drivers, Session, Workspace, agent_pid_file, isolation_of, spent_so_far
+from runner.drivers.session.context import (
+    Drivers, Session, Workspace, agent_pid_file, isolation_of, judge_tree, spent_so_far,
+)
 
 
 def session_ref(plan_id: str, n: int) -> str:
@@ -74,7 +76,7 @@ def salvage(s: Session, base_sha: str | None) -> tuple[str | None, str]:
         return None, f"its agent's work could not be saved: {imported.problem}"
     head = imported.head
     if head and head != base_sha and gitwork.is_ancestor(ws.repo, base_sha, head):
-        gitwork.fast_forward(ws.repo, branch, head)
+        gitwork.fast_forward(ws.repo, branch, head, own=judge_tree(ws, plan.id))
         return head, f"its agent's work up to {head[:12]} was saved on {branch}"
     return None, ""
 

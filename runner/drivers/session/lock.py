@@ -37,3 +37,18 @@ def plan_lock(ws: Workspace) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+@contextmanager
+def start_lock(ws: Workspace, plan_id: str) -> Iterator[None]:
+    """A moment's lock around a session's start (the work branch and plan-runner's own work tree made ready,
+    the start recorded): two sessions of one plan started at once in one clone take turns, and the second sees
+    the first's start. Blocking; the kernel releases it if the process dies."""
+    folder = ws.scratch_dir / plan_id
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "start.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

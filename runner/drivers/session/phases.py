@@ -13,7 +13,6 @@ takes the one path of runner.drivers.session.cut_short.
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,15 +38,17 @@ from runner.core.planfile import with_tracker
 from runner.core.policy import AnyAction, decide as decide_by_rules, decide_start, fold
 from runner.drivers.session.context import (
     EVIDENCE_FILE, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file, isolation_of,
+    judge_tree,
 )
 from runner.drivers.session.cut_short import reconcile_orphan, session_ref
 from runner.drivers.session.faults import fault_point
+from runner.drivers.session.lock import start_lock
 
 
 AGENT_STATE = "agent-state"
 
 
-def _take_in(repo, branch: str, base_sha: str, imported: agentarea.Imported) -> list[str]:
+def _take_in(repo, branch: str, base_sha: str, imported: agentarea.Imported, tree=None) -> list[str]:
     """Move the judge's work branch to the agent's imported head when it builds on the session base;
     what the verdict must know otherwise (a rewrite is never taken: the remote only moves forward)."""
     if imported.problem:
@@ -58,7 +59,7 @@ def _take_in(repo, branch: str, base_sha: str, imported: agentarea.Imported) -> 
     if not gitwork.is_ancestor(repo, base_sha, head):
         return [f"the work branch was rewritten: the session base {base_sha[:12]} is no longer in its "
                 f"history (the agent's head {head[:12]} is kept locally, never pushed)"]
-    gitwork.fast_forward(repo, branch, head)
+    gitwork.fast_forward(repo, branch, head, own=tree)
     return []
 
 
@@ -265,21 +266,26 @@ def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None)
     s, action = load(ws, drivers, session)
     if isinstance(action, SessionResult):
         return action
-    with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
-        ws.on_event("isolation", identity.describe())
-        begun = begin(s, action)
-        if isinstance(begun, SessionResult):
-            return begun
-        fault_point(ws.env, "after-start")
-        imported = import_work(s, begun, run_agent(s, begun, identity), identity)
-        fault_point(ws.env, "after-agent")
-        judged = judge(s, begun, imported, identity)
-        fault_point(ws.env, "after-gates")
-        decided = decide(s, begun, judged)
-        fault_point(ws.env, "before-persist")
-        recorded_intent = persist(s, begun, judged, decided)
-        fault_point(ws.env, "after-persist")
-        return finish(s, begun, judged, decided, recorded_intent)
+    begun = None
+    try:
+        with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
+            ws.on_event("isolation", identity.describe())
+            begun = begin(s, action)
+            if isinstance(begun, SessionResult):
+                return begun
+            fault_point(ws.env, "after-start")
+            imported = import_work(s, begun, run_agent(s, begun, identity), identity)
+            fault_point(ws.env, "after-agent")
+            judged = judge(s, begun, imported, identity)
+            fault_point(ws.env, "after-gates")
+            decided = decide(s, begun, judged)
+            fault_point(ws.env, "before-persist")
+            recorded_intent = persist(s, begun, judged, decided)
+            fault_point(ws.env, "after-persist")
+            return finish(s, begun, judged, decided, recorded_intent)
+    finally:
+        if not (isinstance(begun, SessionResult) and begun.status == "superseded"):  # (the winner's tree is its own)
+            gitwork.release_tree(judge_tree(ws, s.trusted.id))  # between sessions the branch is the user's to check out
 
 
 # --- the phases -----------------------------------------------------------------------------------------
@@ -314,39 +320,34 @@ def load(ws: Workspace, drivers: Drivers, session: Session | None = None) -> tup
 def begin(s: Session, action: RunSession) -> Begun | SessionResult:
     """The work branch at its base, and the start recorded (a lost race: the other job's result)."""
     ws, plan = s.ws, s.trusted
-    dirty = gitwork.dirty_paths(ws.repo)
-    if dirty:  # the user's own changes: said at once, never retried as a race would be
-        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
-        raise PlanRunnerError(
-            what=f"the work tree {ws.repo} has uncommitted changes: {shown}",
-            why="plan-runner checks out the work branch in this work tree; your changes would mix in",
-            fix="commit or stash them (`git stash -u`), then run again")
-    try:
-        base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote,
-                                              fetched=getattr(s, "branches_fetched", False))
-    except PlanRunnerError:
-        # Two sessions of one plan started at once in one clone: the other one is already moving this work
-        # tree (its start is recorded a moment later). That is a lost race, not the user's mistake: yield to
-        # it, as a lost compare-and-swap would.
-        for _ in range(10):
-            if s.d.store.read(plan.id)[1] != s.version:
-                return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
-            time.sleep(0.5)
-        raise
-    work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
-    plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
-    n = s.state.next_n
-    started_at = ws.clock()
-    started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
-                             base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id)
-    # The start goes to the remote only when nothing there says this session is due: a session a plan-runner
-    # job dispatched has its intent (`Dispatched`) on the remote already, and the tick finds it by that intent
-    # if this job dies without a word (action_tick). A session started by hand pushes it, so it is found too.
-    push_start = not ws.remote or s.state.last_dispatch < n
-    try:
-        s.write([started], push=push_start)
-    except StateConflict:
-        return SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
+    superseded = SessionResult("superseded", s.plan, s.state, action, "another job started this session first")
+    # Two sessions of one plan started at once in one clone take turns here: the second finds the first's start
+    # recorded and yields, never touching the work tree the first one works in.
+    with start_lock(ws, plan.id):
+        if s.d.store.read(plan.id)[1] != s.version:
+            return superseded
+        try:
+            # plan-runner's own work tree of the plan: the user's HEAD, index, work tree and branch are never
+            # touched, so their uncommitted changes are no reason to refuse.
+            base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote,
+                                                  fetched=getattr(s, "branches_fetched", False),
+                                                  tree=judge_tree(ws, plan.id))
+        except StateConflict:
+            return superseded  # something else moved the work branch meanwhile: a lost compare-and-swap
+        work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
+        plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
+        n = s.state.next_n
+        started_at = ws.clock()
+        started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
+                                 base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id)
+        # The start goes to the remote only when nothing there says this session is due: a session a plan-runner
+        # job dispatched has its intent (`Dispatched`) on the remote already, and the tick finds it by that intent
+        # if this job dies without a word (action_tick). A session started by hand pushes it, so it is found too.
+        push_start = not ws.remote or s.state.last_dispatch < n
+        try:
+            s.write([started], push=push_start)
+        except StateConflict:
+            return superseded
     return Begun(action=action, n=n, started_at=started_at, base_sha=base_sha, work_remote_sha=work_remote_sha,
                  plan_text=plan_text, tracked=with_tracker(plan, plan_text), handoff_path=handoff_path_of(plan),
                  transcripts=ws.scratch_dir / plan.id / "transcripts")
@@ -391,7 +392,7 @@ def import_work(s: Session, b: Begun, ran: AgentRan, identity: sandbox.Identity)
     imported = agentarea.export_work(ran.area, identity, ws.repo, plan.work_branch, b.base_sha, plan.id,
                                      ws.scratch_dir / plan.id)
     skipped = agentarea.save_state(ran.area, identity, b.transcripts / AGENT_STATE)
-    moved += _take_in(ws.repo, plan.work_branch, b.base_sha, imported)
+    moved += _take_in(ws.repo, plan.work_branch, b.base_sha, imported, judge_tree(ws, plan.id))
     for note in imported.notes:
         ws.on_event("warning", note)
     if skipped:
@@ -409,7 +410,7 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     gate_env = _gate_env(ws, plan, ran.area)
     setup_failures: list = []
     make_checkout = _setup_and_checkout(s, identity, ran.area, gate_env, setup_failures)
-    scene = SessionScene(repo=ws.repo, plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
+    scene = SessionScene(repo=judge_tree(ws, plan.id), plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
     evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
