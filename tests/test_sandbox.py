@@ -156,6 +156,66 @@ def test_unreachable_names_the_private_folder_that_hides_a_program(tmp_path):
     assert sandbox.unreachable(program) == program
 
 
+
+def test_unreachable_walks_the_path_as_executed_not_its_symlink_target(tmp_path):
+    """A venv's bin/python under a private folder is unreachable though its target is reachable; a symlink through
+    a private folder (absolute or relative, with ..) is unreachable too; searchable folders make both reachable."""
+    tmp_path.chmod(0o755)
+    home = tmp_path / "home"
+    (home / "venv" / "bin").mkdir(parents=True)
+    python = home / "venv" / "bin" / "python"
+    python.symlink_to("/usr/bin/python3")
+    home.chmod(0o750)
+    assert sandbox.unreachable("/usr/bin/python3") is None
+    assert sandbox.unreachable(python) == home  # the resolved path alone said None here
+    (tmp_path / "public").mkdir()
+    (home / "lib").mkdir()
+    (home / "lib" / "tool").write_text("#!/bin/sh\n")
+    (home / "lib" / "tool").chmod(0o755)
+    (tmp_path / "public" / "abs").symlink_to(home / "lib" / "tool")
+    (tmp_path / "public" / "rel").symlink_to("../home/lib/tool")
+    (tmp_path / "public" / "dots").symlink_to("../home/../home/lib/tool")
+    for name in ("abs", "rel", "dots"):
+        assert sandbox.unreachable(tmp_path / "public" / name) == home, name
+    home.chmod(0o751)
+    assert sandbox.unreachable(python) is None
+    for name in ("abs", "rel", "dots"):
+        assert sandbox.unreachable(tmp_path / "public" / name) is None, name
+    (tmp_path / "public" / "loop").symlink_to("loop")
+    assert sandbox.unreachable(tmp_path / "public" / "loop") is not None
+
+
+def _reach_user() -> tuple[pwd.struct_passwd, Path]:
+    """An ordinary user with passwordless sudo, a 0750 home, and a venv in it made the README's way (a symlink to
+    a Python every user can run)."""
+    entry = _user("pr-test-reach", sudo=True)
+    venv = Path(entry.pw_dir) / "venv"
+    if not (venv / "bin" / "pip").exists():
+        subprocess.run(["rm", "-rf", str(venv)], check=True)
+        made = _as_user(entry, [os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv", str(venv)],
+                        entry.pw_dir)
+        assert made.returncode == 0, made.stderr
+    return entry, venv
+
+
+def test_a_venv_python_in_a_private_home_is_unreachable_for_the_agents_user():
+    """Judged by effect: the agent's own user really cannot run the venv's python in a 0750 home, though it runs
+    its target; `unreachable` says the same. Positive control: o+x on the home and both run."""
+    entry, venv = _reach_user()
+    python = venv / "bin" / "python"
+    target = os.path.realpath(python)
+    assert sandbox.unreachable(target) is None and sandbox.unreachable(python) == Path(entry.pw_dir)
+    probe = (f"{python} -c 'print(1)' >/dev/null 2>&1 && echo VENV || echo NOVENV; "
+             f"{target} -c 'print(1)' >/dev/null 2>&1 && echo TARGET || echo NOTARGET")
+    with sandbox.leased("auto") as identity:
+        assert _run(identity, probe, Path("/")) == ["NOVENV", "TARGET"]
+        Path(entry.pw_dir).chmod(0o751)
+        try:
+            assert sandbox.unreachable(python) is None
+            assert _run(identity, probe, Path("/")) == ["VENV", "TARGET"]
+        finally:
+            Path(entry.pw_dir).chmod(0o750)
+
 SUDO_PROBE = textwrap.dedent("""\
     import os, sys, threading, time
     sys.path.insert(0, {root!r})
@@ -203,3 +263,34 @@ def test_a_judge_with_sudo_passes_no_secret_on_sudos_command_line_and_uses_the_c
     assert lines["hits"] == "0", done.stdout
     if sandbox.cgroup2_root() is not None:
         assert lines["in-cgroup"] == "True", done.stdout
+
+
+def test_the_readme_first_command_finishes_for_a_sudo_user_with_a_private_home():
+    """Issue 20: an ordinary user with passwordless sudo and a 0750 home copies plan-runner into it and runs the
+    README's first command there, as written (venv, `pip install -e .` from the machine's package index, `demo`).
+    The agent's user cannot run that venv's python, so the demo falls back with its note and finishes its plan
+    (it once parked: AgentError twice, `.venv/bin/python3.11: Permission denied`, exit 3)."""
+    entry = _user("pr-test-reach", sudo=True)
+    home = Path(entry.pw_dir)
+    src, tmp = home / "plan-runner", home / "tmp"
+    subprocess.run(["rm", "-rf", str(src), str(tmp)], check=True)
+    for made in (_as_user(entry, ["mkdir", "-p", str(src), str(tmp)], str(home)),
+                 _as_user(entry, ["cp", "-r", str(ROOT / "runner"), str(ROOT / "pyproject.toml"),
+                                  str(ROOT / "README.md"), str(src)], str(home)),
+                 _as_user(entry, ["find", str(src), "-name", "__pycache__", "-prune", "-exec", "rm", "-rf", "{}", "+"],
+                          str(home))):
+        assert made.returncode == 0, made.stderr
+    readme = (ROOT / "README.md").read_text()
+    first = readme.split("```sh\n", 1)[1].splitlines()[0]
+    assert first.endswith("plan-runner demo"), first
+    env = {"PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+           "TMPDIR": str(tmp)}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})  # the machine's package index
+    proc = subprocess.run(["sh", "-c", first], cwd=src, env=env, user=entry.pw_uid, group=entry.pw_gid,
+                          extra_groups=[], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    assert sandbox.unreachable(src / ".venv" / "bin" / "python") == home
+    assert "the demo runs without isolation" in text and f"{home} is private" in text, text[:2000]
+    assert "finished: every checkpoint is done" in text and "Traceback" not in text
+    assert "Permission denied" not in text

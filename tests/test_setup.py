@@ -76,7 +76,7 @@ def _info(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfi
     ([(_info(".venv/h", tarfile.LNKTYPE, "/etc/passwd"), None)], "link, device"),
     ([(_info(".venv/dev", tarfile.CHRTYPE), None)], "link, device"),
     ([(_info(".venv/fifo", tarfile.FIFOTYPE), None)], "link, device"),
-    ([(_info(".venv/out", tarfile.SYMTYPE, "{outside}"), None), (_info(".venv/out/evil"), b"x")], "leads out"),
+    ([(_info(".venv/out", tarfile.SYMTYPE, "{outside}"), None), (_info(".venv/out/evil"), b"x")], "is a link or not a folder"),
 ])
 def test_the_member_checks_refuse_what_could_write_outside(tmp_path, members, what):
     """Each refused member writes nothing outside the checkout (the effect), and says why."""
@@ -108,7 +108,7 @@ def test_a_link_committed_at_a_cache_path_is_replaced_never_written_through(tmp_
     assert not (dst / ".venv").is_symlink() and (dst / ".venv" / "f").read_text() == "cached"
     assert list(outside.iterdir()) == []
     (dst / "build").symlink_to(outside)  # a cache path whose parent leads out is refused whole
-    with pytest.raises(untar.Refused, match="leads out"):
+    with pytest.raises(untar.Refused, match="is a link or not a folder"):
         untar.extract(tmp_path / "c.tar", dst, ["build/venv"])
 
 

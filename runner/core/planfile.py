@@ -16,6 +16,7 @@ import yaml
 from runner.core.errors import PlanError, PlanRunnerError, Problem
 from runner.core.evidence import CheckpointState, Flip
 from runner.core.plan import Plan, PlanConfig, Stage
+from runner.core.planfile_commonmark import disagreements
 from runner.core.planfile_body import Body, Item, rewrite_state, scan_body, split_notes
 from runner.core.planfile_front import FORMAT_DOC, FrontMatter, load_yaml, split_front_matter, validate_config
 
@@ -62,6 +63,9 @@ def parse_plan(text: str, path: str, plan_id: str | None = None) -> Plan:
             problems += config_problems
     body = scan_body(lines, body_start, path) if body_start < len(lines) or fm is not None else Body()
     problems += body.problems
+    if body_start < len(lines):  # one reading: what plan-runner tracks is what a reader of the rendered plan sees
+        problems += [Problem(path, d.line, f"the tracker reads two ways: {d.what}", d.fix)
+                     for d in disagreements(lines, body_start, body)]
     if plan_id is None:
         plan_id = plan_id_from_path(path)
         if _id_problem(plan_id):
@@ -158,7 +162,7 @@ def protected_changes(base_text: str, head_text: str, path: str) -> list[str]:
     """What `head_text` changed that an agent may not change, one readable line each."""
     changes: list[str] = []
     _, base_fm, _, base = _lenient_body(base_text, path)
-    _, head_fm, _, head = _lenient_body(head_text, path)
+    head_lines, head_fm, head_start, head = _lenient_body(head_text, path)
     if (base_fm.prefix if base_fm else None) != (head_fm.prefix if head_fm else None):
         before, after = _front_data(base_fm), _front_data(head_fm)
         if head_fm is None:
@@ -173,6 +177,8 @@ def protected_changes(base_text: str, head_text: str, path: str) -> list[str]:
         else:
             changes.append(f"{path}:1: front matter text changed (comments or formatting)")
     changes += _structure_changes(base, head, path)
+    changes += [f"{path}:{d.line}: the tracker reads two ways: {d.what}"
+                for d in disagreements(head_lines, head_start, head)]
     return changes
 
 

@@ -339,6 +339,16 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
         result = ModeResult(outcome="error", summary=error_summary(err),
                             annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
     except Exception as exc:  # noqa: BLE001 - the job must still leave a summary and fail visibly
+        from runner.drivers import space
+
+        if space.exhausted(exc):  # a full disk is the runner's state, not a bug: say what is full
+            import tempfile
+
+            err = space.out_of_space([Path.cwd(), Path(tempfile.gettempdir())], when="in the job",
+                                     outcome="The session this job ran, if any, is recorded by the next job "
+                                             "(it salvages the agent's work).")
+            return ModeResult(outcome="error", summary=error_summary(err),
+                              annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
         trace = traceback.format_exc()
         result = ModeResult(outcome="error", exit_code=Exit.UNEXPECTED,
                             summary=f"# plan-runner: unexpected error\n\n`{type(exc).__name__}: {exc}`\n\n"

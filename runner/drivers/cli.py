@@ -165,6 +165,16 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         print("plan-runner: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes a message
+        from runner.drivers import space
+
+        if space.exhausted(exc) and not os.environ.get(DEBUG_ENV):
+            import tempfile
+
+            err = space.out_of_space([Path.cwd(), Path(tempfile.gettempdir())], when="",
+                                     outcome="plan-runner stopped before it started a session or after it "
+                                             "ended; nothing of a session was lost.")
+            print(err.render(), file=sys.stderr)
+            return err.exit_code
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
         else:

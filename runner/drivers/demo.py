@@ -171,10 +171,13 @@ def _demo_isolation(err) -> str | None:
 
     from runner.adapters.sandbox import identity as sandbox
 
+    package = Path(__file__).resolve().parents[1]
+    private = [p for p in (sandbox.unreachable(sys.executable), sandbox.unreachable(package)) if p is not None]
     if sandbox.available() is None:
         why = "plan-runner is neither root nor allowed `sudo -n` here"
-    elif sandbox.unreachable(sys.executable) is not None:
-        why = f"other users cannot run this Python ({sandbox.unreachable(sys.executable)} is private)"
+    elif private:
+        why = (f"the agent's user cannot run this Python or plan-runner's code ({private[0]} is private: checked "
+               "along the path as it runs, the venv's own bin/python included)")
     else:
         return None
     err.say(f"note: the demo runs without isolation: {why}. Its agent is plan-runner's own script; your own plans "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 import sys
 import shutil
 from collections.abc import Mapping
@@ -93,6 +94,49 @@ _INSTALL = {
 }
 
 
+def exposed_by_search(folder: Path, limit: int = 6) -> list[str]:
+    """What `chmod o+x folder` would hand every user of the machine: the entries in it that others may already
+    list or read once they can pass the folder (by name: o+x alone does not list the folder itself)."""
+    names: list[str] = []
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return names
+    for name in entries:
+        try:
+            st = os.lstat(folder / name)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o005 == 0o005:
+            names.append(f"{name}/")
+        elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o004:
+            names.append(name)
+        if len(names) >= limit:
+            names.append("...")
+            break
+    return names
+
+
+def reach_fix(path: str | Path, part: Path, *, tail: bool = True) -> str:
+    """The fix for a program the agent's user cannot reach: a shared location first; `chmod o+x` second, with
+    what it exposes said plainly; `isolation: none` last."""
+    shared = ("install it where every user may run it and no one else may write: a venv outside your home "
+              "(`sudo python3 -m venv /opt/plan-runner && sudo /opt/plan-runner/bin/pip install .`, not `-e`: "
+              "an editable install keeps the code in your home), or /usr/local")
+    if part.is_dir():
+        seen = exposed_by_search(part)
+        what = (f"every user of this machine, the agent's included, can then open anything in {part} whose name "
+                "they know or guess and that is readable by others: list its open folders and read its open "
+                "files (a home's ~/project, ~/.config, ~/.bashrc, ~/.ssh/*.pub)")
+        if seen:
+            what += f"; in {part} now: {', '.join(seen)}"
+        chmod = f"`chmod o+x {part}` ({what}; `chmod o-x {part}` undoes it)"
+    else:
+        chmod = f"`chmod o+rx {part}` (every user may then read and run that file)"
+    fix = f"{shared}; or {chmod}"
+    return fix + ("; or, locally and at your own risk, `isolation: none`" if tail else "")
+
+
 def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
     agent = plan.config.agent
     found: list[Problem] = []
@@ -118,17 +162,16 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
         needed = [resolved] if resolved else []
         if agent.backend in ("script", "anthropic"):
             needed.append(sys.executable)  # the scripted agent and the built-in agent's loop run on this Python
+            needed.append(str(Path(__file__).resolve().parents[1]))  # ...from plan-runner's own package
         for path in needed:
             part = unreachable(path)
             if part is not None:
                 found.append(Problem(
                     "error", f"the agent's user cannot run {path}",
                     f"the agent runs as an unprivileged user of its own, and {part} is not "
-                    f"{'searchable' if part != Path(os.path.realpath(path)) else 'readable and executable'} "
-                    "by other users",
-                    f"`chmod o+x {part}` (others may then open what they know the name of, nothing more), or "
-                    "install it in a shared location (/usr/local, /opt); or, locally and at your own risk, "
-                    "`isolation: none`"))
+                    f"{'searchable' if part.is_dir() and part != Path(path) else 'readable and executable'} "
+                    "by other users (checked along the path as it is run, symlinks included)",
+                    reach_fix(path, part)))
     names = _CREDENTIAL_NAMES.get(agent.backend)
     if names:
         agent_env = build_agent_env(env, allow=agent.env, api_key_vars=credential_vars(agent.backend))
@@ -207,7 +250,7 @@ def command_problem(label: str, command: str | None, env: Mapping[str, str], rep
         if part is not None:
             return Problem("error", f"{label}: the agent's user cannot run {found}",
                            f"gates run as the agent's unprivileged user, and {part} is not reachable by other users",
-                           f"`chmod o+x {part}`, install it in a shared location (/usr/local, /opt), or {_SETUP_HINT}")
+                           f"{_SETUP_HINT}; or {reach_fix(found, part, tail=False)}")
         return None
     user_cwd = repo / cwd if cwd else repo
     mine = _which(word, {**env, **(extra_env or {})}, user_cwd)

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import untar
 from runner.adapters.judge.gates import run_command_gate
+from runner.adapters.sandbox import fsafe
 from runner.adapters.sandbox.identity import Identity
+from runner.core.errors import PlanRunnerError
 from runner.core.evidence import GateResult
 from runner.core.plan import GateConfig, SetupConfig
 
@@ -68,8 +71,13 @@ def _place(cache_dir: Path, workdir: Path) -> Path:
 
 
 def _restore(archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
+    """Extract the cache into `workdir` (a tree the agent's identity owns) through descriptors only: `workdir`
+    is opened from its parent (plan-runner's own folder) without following a link, and everything below it
+    is reached from that descriptor (untar, fsafe): no link the agent's identity placed, before or during
+    the extraction, is followed."""
     try:
-        untar.extract(archive, workdir, roots)
+        with fsafe.opened_dir(workdir, below=workdir.parent) as fd:
+            untar.extract(archive, workdir, roots, dest_fd=fd)
         return True
     except Exception:  # noqa: BLE001 - refused, truncated, unreadable: a broken cache is dropped, never trusted
         archive.unlink(missing_ok=True)
@@ -77,11 +85,13 @@ def _restore(archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
 
 
 def _save(archive: Path, workdir: Path, paths: tuple[str, ...]) -> None:
+    """Archive what set-up made in `workdir` (the agent's identity wrote it), read through descriptors only."""
     archive.parent.mkdir(parents=True, exist_ok=True)
     tmp = archive.with_suffix(".tmp")
     try:
-        untar.write(tmp, workdir, paths)
-    except (OSError, untar.Refused):
+        with fsafe.opened_dir(workdir, below=workdir.parent) as fd:
+            untar.write(tmp, workdir, paths, source_fd=fd)
+    except (OSError, untar.Refused, PlanRunnerError):
         tmp.unlink(missing_ok=True)
         return
     tmp.replace(archive)
@@ -180,19 +190,46 @@ def _untracked_tops(repo: Path, sha: str, workdir: Path, roots: tuple[str, ...])
     walk = [""]
     while walk and len(found) < 1000:
         rel = walk.pop()
-        try:
-            names = sorted(os.listdir(workdir / rel)) if rel == "" or not os.path.islink(workdir / rel) else []
-        except OSError:
+        try:  # through descriptors from the area: a folder swapped for a link is never listed (fsafe)
+            with fsafe.opened_dir(workdir / rel if rel else workdir, below=workdir.parent) as fd:
+                entries = []
+                for name in sorted(os.listdir(fd)):
+                    try:
+                        entries.append((name, stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)))
+                    except OSError:
+                        continue
+        except (OSError, PlanRunnerError):
             continue
-        for name in names:
+        for name, is_dir in entries:
             path = f"{rel}/{name}" if rel else name
             if path == ".git" or path in roots or path in tracked:
                 continue
-            if path in dirs and os.path.isdir(workdir / path) and not os.path.islink(workdir / path):
+            if path in dirs and is_dir:
                 walk.append(path)
             else:
                 found.append(path)
     return found
+
+
+def _exclude(workdir: Path, made: list[str]) -> None:
+    """Append `made` to the clone's .git/info/exclude, reached through descriptors from the area (fsafe): a
+    `.git` or `info` the agent's identity made a link is refused, never written through."""
+    try:
+        with fsafe.opened_dir(workdir / ".git", below=workdir.parent) as git_fd:
+            try:
+                os.mkdir("info", 0o755, dir_fd=git_fd)
+            except FileExistsError:
+                pass
+            info = os.open("info", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=git_fd)
+            try:
+                fd = os.open("exclude", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                             dir_fd=info)
+            finally:
+                os.close(info)
+    except (OSError, PlanRunnerError):
+        return
+    with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        fh.write("\n# made by the plan's setup: (plan-runner)\n" + "".join(f"/{p}\n" for p in made))
 
 
 def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
@@ -209,14 +246,10 @@ def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env
     identity.kill_all()
     roots = untar.clean_roots(setup.cache)
     made = [*roots, *_untracked_tops(repo, sha, workdir, roots)]
-    info = workdir / ".git" / "info"
     git_dir = workdir / ".git"
-    if made and git_dir.is_dir() and not git_dir.is_symlink() and not (info.exists() and info.is_symlink()):
+    if made and git_dir.is_dir() and not git_dir.is_symlink():
         identity.reclaim(git_dir)
-        info.mkdir(exist_ok=True)
-        fd = os.open(info / "exclude", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "a", encoding="utf-8") as fh:
-            fh.write("\n# made by the plan's setup: (plan-runner)\n" + "".join(f"/{p}\n" for p in made))
+        _exclude(workdir, made)
         identity.give(git_dir, below=workdir.parent)  # the clone is the agent's: walk from the area
     if failed:
         return failed[0].error or "a set-up command failed"

@@ -549,20 +549,53 @@ def available() -> str | None:
 
 
 def unreachable(path: str | Path) -> Path | None:
-    """The first part of `path` (its real location) another user cannot reach: a folder above it without
-    o+x, or the file itself without o+r/o+x; None when the agent's user can run it."""
-    real = Path(os.path.realpath(path))
-    for folder in reversed(real.parents):
+    """The first place on the way to `path`, as it is executed, that another user cannot pass: a folder the
+    kernel walks through without o+x, or the file (or folder) itself without o+r/o+x; None when the agent's
+    user can run (or read) it.
+
+    The walk is the kernel's: every folder along the path as written and along every symlink it follows, so a
+    venv's `bin/python` under a private home is unreachable even when its target (/usr/bin/python3.11) is not.
+    Checking only the symlink-resolved path said yes to it, and every isolated session then died with
+    "Permission denied"."""
+    text = os.fspath(path)
+    pending = (text if text.startswith("/") else os.getcwd() + "/" + text).split("/")  # ".." as the kernel does
+    current = Path("/")
+    hops = 0
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
         try:
-            if not os.stat(folder).st_mode & stat.S_IXOTH:
-                return folder
+            if not os.stat(current).st_mode & stat.S_IXOTH:
+                return current  # nothing in it can be looked up by other users
         except OSError:
-            return folder
+            return current
+        if name == "..":
+            current = current.parent
+            continue
+        step = current / name
+        try:
+            st = os.lstat(step)
+        except OSError:
+            return step
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if hops > 40:
+                return step
+            try:
+                target = os.readlink(step)
+            except OSError:
+                return step
+            if target.startswith("/"):
+                current = Path("/")
+            pending[:0] = target.split("/")
+            continue
+        current = step
     try:
-        mode = os.stat(real).st_mode
+        mode = os.stat(current).st_mode
     except OSError:
-        return real
-    return None if mode & stat.S_IXOTH and mode & stat.S_IROTH else real
+        return current
+    return None if mode & stat.S_IXOTH and mode & stat.S_IROTH else current
 
 
 def judge_dir(name: str) -> Path:

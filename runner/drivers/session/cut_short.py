@@ -114,13 +114,18 @@ def keep_on_remote(s: Session, open_: SessionStarted, remote: str) -> str | None
 # --- the two records -------------------------------------------------------------------------------------
 
 
-def record_interruption(ws: Workspace, drivers: Drivers, why: str) -> SessionRecord | None:
-    """This job's own open session, stopped by it: Interrupted; None when it has none (nothing was running)."""
+def record_interruption(ws: Workspace, drivers: Drivers, why: str, *, only_if_saved: bool = False
+                        ) -> SessionRecord | None:
+    """This job's own open session, stopped by it: Interrupted; None when it has none (nothing was running).
+    `only_if_saved`: when the agent's work could not be saved (a full disk), write no record either: the session
+    stays open, and the next run, once space is back, salvages the agent's clone and records it."""
     s = Session(ws, drivers)
     open_ = s.state.open_session
     if open_ is None or open_.job != ws.job:
         return None
     saved = reap_and_salvage(s, open_)
+    if only_if_saved and saved.words.startswith("its agent's work could not be saved"):
+        return None
     stage = s.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
     again = RunSession(kind=open_.kind, checkpoint=open_.checkpoint, resume_session_id=open_.resume_session_id,
                        reason="interrupted: run the same session again", instructions=s.state.instructions)
@@ -218,9 +223,21 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def space_places(ws: Workspace) -> list:
+    """The folders of plan-runner's own on every file system it writes: its scratch folder and its sandbox root."""
+    return [ws.scratch_dir, sandbox.judge_dir("reserve")]
+
+
 @contextmanager
 def recorded_interruptions(ws: Workspace, drivers: Drivers):
-    """Run sessions inside: a Ctrl-C, SIGTERM or an unexpected failure mid-session is recorded, then re-raised."""
+    """Run sessions inside: a Ctrl-C, SIGTERM or an unexpected failure mid-session is recorded, then re-raised.
+    A full file system (runner/drivers/space.py) is recorded in the space its reserve frees, and re-raised as
+    the clear OutOfSpace error; the reserve is made before anything starts."""
+    from runner.drivers import space
+
+    places = space_places(ws)
+    reserve = space.Reserve(places)
+    reserve.ensure()
     with sigterm_as_interrupt():
         try:
             yield
@@ -228,15 +245,29 @@ def recorded_interruptions(ws: Workspace, drivers: Drivers):
             _record_quietly(ws, drivers, "plan-runner was interrupted (Ctrl-C or SIGTERM) during the session")
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised for the CLI's one error handler
-            _record_quietly(ws, drivers, f"plan-runner stopped during the session: {type(exc).__name__}: {exc}")
-            raise
+            if not space.exhausted(exc):
+                _record_quietly(ws, drivers, f"plan-runner stopped during the session: {type(exc).__name__}: {exc}")
+                raise
+            seen = space.usage(places)
+            reserve.release()
+            record = _record_quietly(ws, drivers, f"a file system plan-runner writes was full during the session "
+                                                  f"({space.full_words(seen)})", only_if_saved=True)
+            outcome = (f"Session {record.n} was recorded as Interrupted (no attempt or budget used), in space "
+                       "plan-runner had held back; "
+                       + (f"{record.reasons[0].rsplit('; ', 1)[-1]}." if record.head_sha else
+                          "the agent had no work to save.")
+                       if record is not None else
+                       "The session could not be recorded even so; it stays open, and the next run, once space is "
+                       "back, saves its agent's work from the agent's clone and records it. Nothing is lost.")
+            raise space.out_of_space(places, when="during the session", outcome=outcome, seen=seen) from exc
 
 
-def _record_quietly(ws: Workspace, drivers: Drivers, why: str) -> None:
+def _record_quietly(ws: Workspace, drivers: Drivers, why: str, *, only_if_saved: bool = False
+                    ) -> SessionRecord | None:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the record
     try:
-        record_interruption(ws, drivers, why)
+        return record_interruption(ws, drivers, why, only_if_saved=only_if_saved)
     except Exception:  # noqa: BLE001 - the next run reconciles the open session instead
-        pass
+        return None
     finally:
         signal.signal(signal.SIGINT, previous)
