@@ -41,7 +41,7 @@ MAY_IMPORT = {
 }
 # Everything outside the project the core may import: the standard library's pure parts and pydantic.
 # Plan parsing is pure text-to-record, so PyYAML (a parser) and pathlib's pure paths are allowed too.
-CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "difflib", "enum", "functools", "hashlib", "json",
+CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "difflib", "enum", "fnmatch", "functools", "hashlib", "json",
                   "math", "pathlib", "pydantic", "re", "types", "typing", "urllib", "yaml"}
 # Calls that read the clock, the environment or files: never in the core (time is a field of the evidence).
 IMPURE_CALLS = {"now", "utcnow", "today", "open", "getenv", "monotonic", "time", "sleep", "read_text", "write_text"}

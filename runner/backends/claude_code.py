@@ -19,17 +19,18 @@ and a later job (even in another checkout path) can `--resume <session-id>`.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
-from runner.backends.base import SessionRequest, register_backend
+from runner.backends.signals import session_signals
+from runner.backends.base import SessionRequest, executable_of
 from runner.backends.endpoint import probe, shown, unreachable_reason
 from runner.backends.meter import write_meter
 from runner.backends.streamjson import (
     LONG_RETRY_S, MAX_LIMIT_RETRIES, STOP_AUTH, STOP_RATE_LIMIT, STOP_TOKEN_BUDGET,
     UNREACHABLE_RETRIES, StreamJsonParser, build_signals, classify_api_error,
 )
+from runner.core.backend_spec import BACKENDS
 from runner.core.evidence import ExitKind, SessionSignals
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
@@ -45,7 +46,7 @@ QUIET_ENV = {
 }
 CONFIG_SUBDIR = "claude-config"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-STREAM_LOG = "claude-stream.jsonl"
+STREAM_LOG = BACKENDS[NAME].transcripts[0]  # claude-stream.jsonl, what `logs` reads
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 _PERMISSION_FLAGS = ("--permission-mode", "--dangerously-skip-permissions", "--allow-dangerously-skip-permissions")
 
@@ -80,8 +81,8 @@ def build_claude_env(request: SessionRequest) -> dict[str, str]:
 
 
 def find_claude(request: SessionRequest) -> str:
-    """`agent.executable`, else PLAN_RUNNER_CLAUDE, else `claude` on the PATH."""
-    return request.agent.executable or os.environ.get("PLAN_RUNNER_CLAUDE") or "claude"
+    """`agent.executable`, else PLAN_RUNNER_CLAUDE, else `claude` on the PATH (the spec's executable)."""
+    return executable_of(NAME, request.agent)
 
 
 def collect_transcript(transcript_dir: Path, session_id: str) -> Path | None:
@@ -104,9 +105,8 @@ class ClaudeCodeBackend:
         agent = request.agent
         resume = request.resume_session_id
         if resume is not None and not _SESSION_ID.match(resume):
-            return SessionSignals(
-                backend=NAME, exit_kind=ExitKind.CRASHED, error=f"cannot resume: {resume!r} is not a Claude Code session id"
-            )
+            return session_signals(NAME, ExitKind.CRASHED,
+                                   error=f"cannot resume: {resume!r} is not a Claude Code session id")
         env = build_claude_env(request)
         argv = build_claude_argv(find_claude(request), model=agent.model, resume_session_id=resume, extra_args=agent.args)
         parser = StreamJsonParser()
@@ -185,6 +185,3 @@ class ClaudeCodeBackend:
         )
         write_meter(request.transcript_dir, signals.total_tokens, signals.cost_usd, signals.cost_estimated)
         return signals
-
-
-register_backend(NAME, ClaudeCodeBackend)

@@ -11,15 +11,16 @@ no token nudge can reach it mid-turn; the stall watchdog and time limit bound it
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime
 from pathlib import Path
 
-from runner.backends.base import SessionRequest, register_backend
+from runner.backends.signals import session_signals
+from runner.backends.base import SessionRequest, executable_of
 from runner.backends.claims import parse_claims
 from runner.backends.codexjson import CodexFold, classify_codex_error, estimate_cost
 from runner.backends.meter import write_meter
+from runner.core.backend_spec import BACKENDS
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 from runner.adapters.sandbox.supervise import Controller, supervise
@@ -73,13 +74,12 @@ def build_codex_argv(
 
 
 def find_codex(request: SessionRequest) -> str:
-    """`agent.executable`, else PLAN_RUNNER_CODEX, else `codex` on the agent's PATH."""
-    if request.agent.executable:
-        return request.agent.executable
-    return os.environ.get("PLAN_RUNNER_CODEX") or "codex"
+    """`agent.executable`, else PLAN_RUNNER_CODEX, else `codex` on the agent's PATH (the spec's executable)."""
+    return executable_of("codex", request.agent)
 
 
 
+EVENT_LOG = BACKENDS["codex"].transcripts[0]  # codex-events.jsonl, what `logs` reads
 EVENT_LOG_LIMIT = 5 * 2**20  # bytes of the event log kept per session
 
 class CodexBackend:
@@ -94,8 +94,7 @@ class CodexBackend:
         agent = request.agent
         resume = request.resume_session_id
         if resume is not None and not _THREAD_ID.match(resume):
-            return SessionSignals(backend=self.name, exit_kind=ExitKind.CRASHED,
-                                  error=f"cannot resume: {resume!r} is not a Codex thread id")
+            return session_signals(self.name, ExitKind.CRASHED, error=f"cannot resume: {resume!r} is not a Codex thread id")
         env = dict(request.env)
         if "CODEX_HOME" not in env:
             home = request.state_subdir("codex-home")
@@ -106,7 +105,7 @@ class CodexBackend:
             stream_max_retries=self.stream_max_retries,
         )
         fold = CodexFold()
-        transcript = Path(request.transcript_dir) / "codex-events.jsonl"
+        transcript = Path(request.transcript_dir) / EVENT_LOG
         transcript.parent.mkdir(parents=True, exist_ok=True)
 
         logged = 0
@@ -154,16 +153,13 @@ class CodexBackend:
 
         claims, claimed_done = parse_claims(fold.messages[-1:])
         cost = estimate_cost(agent.model, fold.input_tokens, fold.cached_input_tokens, fold.output_tokens)
-        return SessionSignals(
-            backend=self.name,
-            exit_kind=kind,
-            exit_code=exit_.returncode,
-            agent_session_id=fold.thread_id or resume,
+        return session_signals(
+            self.name, kind,
+            process=exit_,
+            session_id=fold.thread_id or resume,
             input_tokens=fold.input_tokens,
             output_tokens=fold.output_tokens,
-            total_tokens=fold.input_tokens + fold.output_tokens,
             cost_usd=cost,
-            cost_estimated=cost is not None,
             # usage comes only with a turn's end: a turn cut short (killed, stalled) spent more than this
             cost_lower_bound=fold.turns_started > fold.turns_completed + int(fold.turn_failed),
             reset_at=reset_at,
@@ -172,7 +168,6 @@ class CodexBackend:
             tool_calls=fold.tool_calls,
             tool_failures=fold.tool_failures,
             last_tool=fold.last_tool,
-            duration_s=exit_.duration_s,
             hints=Hints(
                 claimed_done=claimed_done,
                 stop_reason="turn.failed" if fold.turn_failed else ("turn.completed" if fold.turns_completed else None),
@@ -183,6 +178,3 @@ class CodexBackend:
                 empty_plan=fold.plan_items == 0 or fold.tool_calls == 0,
             ),
         )
-
-
-register_backend("codex", CodexBackend)

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from runner.core.evidence import CheckpointState
+from runner.core.backend_spec import BACKEND_NAMES
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|m|min|mins|h|hr|hrs)?\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60, "h": 3600, "hr": 3600, "hrs": 3600}
@@ -61,7 +62,7 @@ class Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
-Backend = Literal["claude-code", "anthropic", "codex", "command", "script"]
+Backend = Literal[BACKEND_NAMES]  # the rows of runner.core.backend_spec.BACKENDS
 
 
 class AgentConfig(Config):

@@ -16,6 +16,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 
+from runner.core.backend_spec import ANTHROPIC_VARS, OPENAI_VARS, spec_of  # noqa: F401 (re-exported)
 from runner.core.errors import PlanRunnerError
 
 BASE_VARS: tuple[str, ...] = (
@@ -23,24 +24,14 @@ BASE_VARS: tuple[str, ...] = (
     # the agent commits; its identity is not a secret
     "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
 )
-ANTHROPIC_VARS: tuple[str, ...] = ("ANTHROPIC_*", "CLAUDE_CODE_*")
-OPENAI_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*")
-# Each backend's own credentials, and nothing else (SPEC 4b, invariant 7: least credentials).
-# A plugin backend declares its own in a `credentials` class attribute.
-BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
-    "claude-code": ANTHROPIC_VARS,
-    "anthropic": ANTHROPIC_VARS,
-    "codex": OPENAI_VARS,
-    "command": (),
-    "script": ANTHROPIC_VARS,  # the scripted stand-in plays a Claude Code agent (demo, tests)
-}
 
 
-def credential_vars(backend: str) -> tuple[str, ...]:
-    """The variable patterns a backend's agent receives as its credentials (command: none; a plan
-    passes what its command needs by name in `agent.env`; a plugin backend: the `credentials` of its
-    class, recorded when it registers)."""
-    return BACKEND_CREDENTIALS.get(backend, ())
+def credential_vars(backend: str, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The variable patterns a backend's agent receives as its credentials, from the backend's spec
+    (runner.core.backend_spec): its own, plus those of the way of paying `env` selects (Bedrock: AWS_*;
+    Vertex: the Google ones); command: none (a plan passes what its command needs by name in `agent.env`)."""
+    spec = spec_of(backend)
+    return spec.credential_patterns(env or {}) if spec is not None else ()
 
 
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.

@@ -364,7 +364,7 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
     agentarea.prepare(area, identity, ws.repo, plan.work_branch, b.transcripts / AGENT_STATE, ws.scratch_dir / plan.id)
     _set_up_clone(s, identity, area, b.base_sha, b.transcripts)
     agent_env = build_agent_env(ws.env, allow=plan.config.agent.env,
-                                api_key_vars=credential_vars(plan.config.agent.backend))
+                                api_key_vars=credential_vars(plan.config.agent.backend, ws.env))
     agent_env["HOME"] = str(area.home)
     agent_env["PATH"] = clean_path(agent_env.get("PATH", ""), also=(ws.repo,))
     request = SessionRequest(
