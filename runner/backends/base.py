@@ -39,6 +39,9 @@ class SessionRequest:
     agent_state_dir: Path | None = None
     # where plan-runner puts files the agent reads but must not change (a prompt file, a script); None: state_dir
     input_dir: Path | None = None
+    # the agent's credential files plan-runner wrote (runner.adapters.sandbox.agent_creds), by name: e.g. a Codex
+    # login's "auth.json"; readable by the agent's user alone
+    credential_files: Mapping[str, Path] = field(default_factory=dict)
 
     @property
     def state_dir(self) -> Path:

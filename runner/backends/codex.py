@@ -20,7 +20,9 @@ from runner.backends.base import SessionRequest, executable_of
 from runner.backends.claims import parse_claims
 from runner.backends.codexjson import CodexFold, classify_codex_error, estimate_cost
 from runner.backends.meter import write_meter
+from runner.adapters.sandbox import fsafe
 from runner.core.backend_spec import BACKENDS
+from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 from runner.adapters.sandbox.supervise import Controller, supervise
@@ -73,6 +75,22 @@ def build_codex_argv(
     return [executable, "exec", *options, "-"]
 
 
+LOGIN_FILE = "auth.json"  # a ChatGPT login (`codex login`), under CODEX_HOME
+
+
+def link_login(request: SessionRequest, home: Path, login: Path) -> None:
+    """CODEX_HOME/auth.json -> the agent's private copy of the login (runner.adapters.sandbox.agent_creds): made
+    as the agent's user in its own folder; the saved state copies regular files only, never a link."""
+    from runner.adapters.sandbox import proc
+
+    target = home / LOGIN_FILE
+    done = proc.run(["ln", "-sfn", str(login), str(target)], cwd="/", env={"PATH": "/usr/bin:/bin"}, time_limit_s=60,
+                    identity=request.identity)
+    if done.returncode != 0:
+        raise PlanRunnerError(what="could not give Codex its login", why=f"`ln -s` into {home} failed",
+                              fix="check that the agent's state folder is writable by the agent's user")
+
+
 def find_codex(request: SessionRequest) -> str:
     """`agent.executable`, else PLAN_RUNNER_CODEX, else `codex` on the agent's PATH (the spec's executable)."""
     return executable_of("codex", request.agent)
@@ -96,9 +114,12 @@ class CodexBackend:
         if resume is not None and not _THREAD_ID.match(resume):
             return session_signals(self.name, ExitKind.CRASHED, error=f"cannot resume: {resume!r} is not a Codex thread id")
         env = dict(request.env)
+        login = request.credential_files.get(LOGIN_FILE)
         if "CODEX_HOME" not in env:
             home = request.state_subdir("codex-home")
             env["CODEX_HOME"] = str(home)
+            if login is not None:
+                link_login(request, home, login)
         argv = build_codex_argv(
             find_codex(request), model=agent.model, workdir=request.workdir, env=env, resume_thread_id=resume,
             extra_args=agent.args, request_max_retries=self.request_max_retries,
@@ -130,11 +151,18 @@ class CodexBackend:
                                 estimate_cost(agent.model, fold.input_tokens, fold.cached_input_tokens,
                                               fold.output_tokens), True)
 
-            exit_ = supervise(
-                argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes,
-                on_line=on_line, stdin_text=request.prompt, kill_grace_s=self.kill_grace_s,
-                pid_file=request.pid_file, identity=request.identity,
-            )
+            try:
+                exit_ = supervise(
+                    argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes,
+                    time_limit_s=agent.time_limit_minutes, on_line=on_line, stdin_text=request.prompt,
+                    kill_grace_s=self.kill_grace_s, pid_file=request.pid_file, identity=request.identity,
+                )
+            finally:
+                if login is not None and env["CODEX_HOME"] == str(request.state_dir.resolve() / "codex-home"):
+                    request.identity.kill_all()
+                    request.identity.reclaim(request.state_dir)
+                    # the login (or the copy Codex refreshed in its place) never reaches the saved state
+                    fsafe.remove(Path(env["CODEX_HOME"]) / LOGIN_FILE, below=request.state_dir.resolve())
 
         kind, error, reset_at = ExitKind.FINISHED, None, None
         if exit_.reason == "stalled":

@@ -46,6 +46,7 @@ class AuthWay:
     `passes`: extra variable patterns the agent receives only when this way is selected (AWS_*, ...).
     """
 
+    provider: str  # the plan's `agent.provider` that chooses it
     label: str
     needs: tuple[tuple[str, ...], ...]
     fix: str
@@ -73,24 +74,38 @@ class BackendSpec:
     credentials: tuple[str, ...] = ()  # variable patterns always passed to the agent (its own, and nothing else)
     auth: tuple[AuthWay, ...] = ()  # empty: no credentials needed or checked (command, script)
     login_file: tuple[str, str] | None = None  # (the variable naming the folder, the file): a CLI's own login
+    login_content_env: str | None = None  # a variable holding that file's content (the action's input)
     executable: Executable | None = None
     install: NpmPackage | None = None
     install_hint: str = ""
     transcripts: tuple[str, ...] = ()  # file name patterns of its transcripts in the state's transcript folder
 
-    def selected_auth(self, env: Mapping[str, str]) -> AuthWay | None:
-        """The way `env` chooses: the first switched-on way, else the default one."""
+    def selected_auth(self, env: Mapping[str, str], provider: str | None = None) -> AuthWay | None:
+        """The way the plan's `agent.provider` names; without one, the way `env` switches on (a local user's
+        CLAUDE_CODE_USE_BEDROCK=1), else the default one."""
+        if provider is not None:
+            return next((w for w in self.auth if w.provider == provider), None)
         switched = [w for w in self.auth if w.switch is not None and w.selected(env)]
         if switched:
             return switched[0]
         defaults = [w for w in self.auth if w.switch is None]
         return defaults[0] if defaults else None
 
-    def credential_patterns(self, env: Mapping[str, str]) -> tuple[str, ...]:
-        """What the agent receives as its credentials: the backend's own patterns, plus those of the way `env`
-        selects (a Bedrock agent gets AWS_*; an API-key agent never sees an AWS key)."""
-        way = self.selected_auth(env)
+    def credential_patterns(self, env: Mapping[str, str], provider: str | None = None) -> tuple[str, ...]:
+        """What the agent receives as its credentials: the backend's own patterns, plus those of the way
+        selected (a Bedrock agent gets AWS_*; an API-key agent never sees an AWS key)."""
+        way = self.selected_auth(env, provider)
         return self.credentials + (way.passes if way is not None and way.switch is not None else ())
+
+    def switches(self, provider: str | None) -> dict[str, str]:
+        """The variables that tell the agent's CLI which way it pays (CLAUDE_CODE_USE_BEDROCK=1), for the plan's
+        `agent.provider`; set in the agent's environment by plan-runner."""
+        way = self.selected_auth({}, provider) if provider is not None else None
+        return {way.switch: "1"} if way is not None and way.switch else {}
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        return tuple(w.provider for w in self.auth)
 
     def owns_transcript(self, filename: str) -> bool:
         return any(fnmatch.fnmatchcase(filename, p) for p in self.transcripts)
@@ -106,18 +121,18 @@ VERTEX_VARS: tuple[str, ...] = ("CLOUD_ML_REGION", "VERTEX_REGION_*", "GOOGLE_AP
                                 "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT")
 
 _CLAUDE_AUTH = (
-    AuthWay("Anthropic API key or Claude subscription token",
+    AuthWay("anthropic", "Anthropic API key or Claude subscription token",
             (("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),),
             "set the action's `anthropic-api-key` or `claude-code-oauth-token` input (locally: export "
             "ANTHROPIC_API_KEY=... or CLAUDE_CODE_OAUTH_TOKEN=..., made by `claude setup-token`)"),
-    AuthWay("Amazon Bedrock", (("AWS_REGION", "AWS_DEFAULT_REGION"),
+    AuthWay("bedrock", "Amazon Bedrock", (("AWS_REGION", "AWS_DEFAULT_REGION"),
                                ("AWS_ACCESS_KEY_ID", "AWS_BEARER_TOKEN_BEDROCK", "AWS_PROFILE")),
-            "give the job AWS credentials before plan-runner's step (the workflow `init --provider bedrock` writes "
+            "give the job AWS credentials before plan-runner's step (the workflow `init --auth bedrock` writes "
             "assumes a role through OIDC with aws-actions/configure-aws-credentials) and set AWS_REGION",
             switch="CLAUDE_CODE_USE_BEDROCK", passes=AWS_VARS),
-    AuthWay("Google Vertex AI", (("ANTHROPIC_VERTEX_PROJECT_ID",), ("CLOUD_ML_REGION",),
+    AuthWay("vertex", "Google Vertex AI", (("ANTHROPIC_VERTEX_PROJECT_ID",), ("CLOUD_ML_REGION",),
                                  ("GOOGLE_APPLICATION_CREDENTIALS",)),
-            "authenticate the job to Google Cloud before plan-runner's step (the workflow `init --provider vertex` "
+            "authenticate the job to Google Cloud before plan-runner's step (the workflow `init --auth vertex` "
             "writes uses google-github-actions/auth through OIDC) and set ANTHROPIC_VERTEX_PROJECT_ID and "
             "CLOUD_ML_REGION", switch="CLAUDE_CODE_USE_VERTEX", file_env="GOOGLE_APPLICATION_CREDENTIALS",
             passes=VERTEX_VARS),
@@ -136,17 +151,17 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
         "anthropic", "runner.backends.anthropic_agent:AnthropicAgentBackend",
         "plan-runner's built-in agent on the Messages API",
         credentials=ANTHROPIC_VARS,
-        auth=(AuthWay("Anthropic API key", (("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),),
+        auth=(AuthWay("anthropic", "Anthropic API key", (("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),),
                       "set the action's `anthropic-api-key` input (locally: export ANTHROPIC_API_KEY=...)"),),
         transcripts=("*.json",)),
     BackendSpec(
         "codex", "runner.backends.codex:CodexBackend", "the Codex CLI (`codex exec --json`)",
         credentials=OPENAI_VARS,
-        auth=(AuthWay("OpenAI API key or ChatGPT login", (("OPENAI_API_KEY", "CODEX_AUTH_JSON"),),
+        auth=(AuthWay("openai", "OpenAI API key or ChatGPT login", (("OPENAI_API_KEY", "CODEX_AUTH_JSON"),),
                       "set the action's `openai-api-key` input, or `codex-auth-json` with the contents of a ChatGPT "
                       "login's auth.json (`codex login`, then ~/.codex/auth.json; locally: export OPENAI_API_KEY=... "
                       "or CODEX_HOME=<folder holding auth.json>)"),),
-        login_file=("CODEX_HOME", "auth.json"),
+        login_file=("CODEX_HOME", "auth.json"), login_content_env="CODEX_AUTH_JSON",
         executable=Executable("codex", "PLAN_RUNNER_CODEX"),
         install=NpmPackage("@openai/codex", "0.171.0", "codex"),
         install_hint="install Codex (`npm install -g @openai/codex`), or set `agent.executable` to its path in the plan",
@@ -162,6 +177,7 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
 )}
 
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
+PROVIDERS: tuple[str, ...] = tuple(dict.fromkeys(p for spec in BACKENDS.values() for p in spec.providers))
 
 
 def spec_of(name: str) -> BackendSpec | None:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from runner.core.evidence import CheckpointState
-from runner.core.backend_spec import BACKEND_NAMES
+from runner.core.backend_spec import BACKEND_NAMES, BACKENDS, PROVIDERS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|m|min|mins|h|hr|hrs)?\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60, "h": 3600, "hr": 3600, "hrs": 3600}
@@ -63,10 +63,16 @@ class Config(BaseModel):
 
 
 Backend = Literal[BACKEND_NAMES]  # the rows of runner.core.backend_spec.BACKENDS
+Provider = Literal[PROVIDERS]  # every backend's ways of paying
 
 
 class AgentConfig(Config):
     backend: Backend = "claude-code"
+    provider: Provider | None = Field(
+        None, description="How the agent pays, one of its backend's ways (runner/core/backend_spec.py): claude-code: "
+        "anthropic (an API key or a subscription token), bedrock (Amazon Bedrock), vertex (Google Vertex AI); "
+        "anthropic: anthropic; codex: openai (an API key or a ChatGPT login). Default: the backend's first, or what "
+        "the environment switches on (CLAUDE_CODE_USE_BEDROCK=1).")
     model: str | None = Field(None, description="Model name passed to the backend.")
     executable: str | None = Field(None, description="CLI name or path, for CLI backends.")
     args: tuple[str, ...] = Field((), description="Extra arguments for CLI backends.")
@@ -78,6 +84,14 @@ class AgentConfig(Config):
     prompt_via: Literal["stdin", "file"] = Field("stdin", description="command backend: how the prompt is given.")
     limit_patterns: tuple[str, ...] = Field((), description="command backend: regexes that mean a rate limit.")
     reset_pattern: str | None = Field(None, description="command backend: regex whose group 1 is the reset time.")
+
+    @model_validator(mode="after")
+    def _provider_of_the_backend(self) -> AgentConfig:
+        ways = BACKENDS[self.backend].providers
+        if self.provider is not None and self.provider not in ways:
+            raise ValueError(f"`provider: {self.provider}` is not a way the {self.backend} backend pays"
+                             + (f" (it has: {', '.join(ways)})" if ways else " (it takes no provider)"))
+        return self
 
 
 class AdvisorConfig(Config):

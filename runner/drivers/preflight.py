@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.sandbox.agentenv import build_agent_env, clean_path, credential_vars
+from runner.adapters.sandbox.agentenv import backend_agent_env, build_agent_env, clean_path
 from runner.backends.base import executable_of
 from runner.core.backend_spec import spec_of
 from runner.core.errors import PlanRunnerError
@@ -119,19 +119,20 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
                     f"`chmod o+x {part}` (others may then open what they know the name of, nothing more), or "
                     "install it in a shared location (/usr/local, /opt); or, locally and at your own risk, "
                     "`isolation: none`"))
-    found += credential_problems(agent.backend, env, agent.env)
+    found += credential_problems(agent.backend, env, agent.env, agent.provider)
     return found
 
 
-def credential_problems(backend: str, env: Mapping[str, str], allow: tuple[str, ...] = ()) -> list[Problem]:
+def credential_problems(backend: str, env: Mapping[str, str], allow: tuple[str, ...] = (),
+                        provider: str | None = None) -> list[Problem]:
     """The backend's credentials as its agent will see them (after the allow-list): the way of paying `env`
     selects (runner.core.backend_spec: an API key, a subscription token, Bedrock, Vertex, a login file) must be
     complete."""
     spec = spec_of(backend)
     if spec is None or not spec.auth:
         return []
-    agent_env = build_agent_env(env, allow=allow, api_key_vars=credential_vars(backend, env))
-    way = spec.selected_auth(agent_env)
+    agent_env = backend_agent_env(env, backend, allow, provider)
+    way = spec.selected_auth(agent_env, provider)
     if way is None:
         return []
     missing = way.missing(agent_env)
@@ -149,7 +150,8 @@ def credential_problems(backend: str, env: Mapping[str, str], allow: tuple[str, 
     found = []
     if missing:
         found.append(Problem("error", f"{way.label} for the {backend} backend is incomplete",
-                             f"{way.switch} is set, so the agent authenticates with {way.label}, and "
+                             f"{'the plan says `provider: ' + provider + '`' if provider else way.switch + ' is set'}, "
+                             f"so the agent authenticates with {way.label}, and "
                              f"{'; '.join(missing)} is not set in plan-runner's environment: every session "
                              "would fail the same way", f"{way.fix}; then run again"))
     if way.file_env and agent_env.get(way.file_env) and not Path(agent_env[way.file_env]).is_file():

@@ -26,12 +26,23 @@ BASE_VARS: tuple[str, ...] = (
 )
 
 
-def credential_vars(backend: str, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+def credential_vars(backend: str, env: Mapping[str, str] | None = None, provider: str | None = None) -> tuple[str, ...]:
     """The variable patterns a backend's agent receives as its credentials, from the backend's spec
-    (runner.core.backend_spec): its own, plus those of the way of paying `env` selects (Bedrock: AWS_*;
-    Vertex: the Google ones); command: none (a plan passes what its command needs by name in `agent.env`)."""
+    (runner.core.backend_spec): its own, plus those of the way of paying the plan's `agent.provider` (or `env`)
+    selects (Bedrock: AWS_*; Vertex: the Google ones); command: none (a plan passes what its command needs by name
+    in `agent.env`)."""
     spec = spec_of(backend)
-    return spec.credential_patterns(env or {}) if spec is not None else ()
+    return spec.credential_patterns(env or {}, provider) if spec is not None else ()
+
+
+def backend_agent_env(parent: Mapping[str, str], backend: str, allow: Iterable[str] = (),
+                      provider: str | None = None) -> dict[str, str]:
+    """The agent's environment for its backend: the allow-list with the backend's credentials for the way it pays
+    (`provider`), and the switch that tells its CLI that way (CLAUDE_CODE_USE_BEDROCK=1). The session, the
+    preflight and the tests build it here, once."""
+    spec = spec_of(backend)
+    return build_agent_env(parent, allow=allow, api_key_vars=credential_vars(backend, parent, provider),
+                           extra=spec.switches(provider) if spec is not None else {})
 
 
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
@@ -133,7 +144,30 @@ def clean_path(value: str, also: Iterable[str | os.PathLike] = ()) -> str:
 def secret_values(env: Mapping[str, str], *, min_length: int = 6) -> list[str]:
     """Values of secret-looking variables in `env`, longest first, to mask in logs and redact in reports."""
     values = {v for k, v in env.items() if (_SECRET_NAME.search(k) or is_github_credential(k)) and len(v) >= min_length}
+    for value in list(values):  # a secret holding a login file (CODEX_AUTH_JSON): each token in it is one too
+        if value.lstrip().startswith("{"):
+            values.update(v for v in json_strings(value) if len(v) >= 16)
     return sorted(values, key=lambda v: (-len(v), v))
+
+
+def json_strings(text: str) -> list[str]:
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    found: list[str] = []
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found.append(item)
+    return found
 
 
 def key_like(values: Iterable[str], *, min_length: int = 12) -> list[str]:
