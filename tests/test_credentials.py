@@ -222,3 +222,80 @@ def test_a_codex_login_is_the_agents_file_alone_and_every_token_is_a_secret(tmp_
     assert (folder / "auth.json").read_text() == LOGIN and stat.S_IMODE((folder / "auth.json").stat().st_mode) == 0o600
     for token in ("rt_stand-in-refresh-0123456789", "eyJ.stand-in-access-token.0123456789"):
         assert token in placed.secrets and token in secret_values(parent)
+
+
+def _jwt(claims: dict) -> str:
+    import base64
+
+    def part(obj) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.c2ln"
+
+
+def test_the_real_codex_cli_runs_with_the_login_linked_and_the_login_is_never_saved(tmp_path):
+    """A ChatGPT login is linked into the agent's own CODEX_HOME (the real Codex CLI runs with it there; the key
+    drives this run, as the ChatGPT backend's stand-in would need HTTPS); after the session the login is gone from
+    what plan-runner keeps (the transcripts and the agent's saved state), and its tokens are secrets."""
+    from runner.backends.codex import CodexBackend
+    from tests.servers.responses import ResponsesServer, reply as codex_reply
+
+    exe = os.environ.get("PLAN_RUNNER_CODEX") or _codex_exe()
+    parent = {**BASE, "CODEX_AUTH_JSON": LOGIN}
+    folder = tmp_path / "creds"
+    workdir = tmp_path / "repo"
+    init_repo(workdir, {"README.md": "hi\n"}, "init", name="A", email="a@example.com").close()
+    (tmp_path / "home").mkdir()
+    seen: list[bool] = []
+    with ResponsesServer(default=codex_reply("hello")) as srv:
+        parent = {**parent, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": srv.url}
+        env = backend_agent_env(parent, "codex")
+        placed = agent_creds.place(BACKENDS["codex"], None, parent, env, folder, Identity())
+        for name in placed.drop:
+            env.pop(name, None)
+        assert "CODEX_AUTH_JSON" not in env
+        request = SessionRequest(
+            workdir=workdir, prompt="Say hello.",
+            agent=AgentConfig(backend="codex", executable=exe, model="gpt-5-codex", stall_minutes="60s",
+                              time_limit_minutes="120s"),
+            env={**env, "HOME": str(tmp_path / "home")}, transcript_dir=tmp_path / "transcripts",
+            credential_files=placed.files,
+            on_event=lambda e, d: seen.append((tmp_path / "transcripts" / "codex-home" / "auth.json").is_symlink()))
+        signals = CodexBackend().run(request)
+    assert signals.exit_kind is ExitKind.FINISHED, signals.error
+    assert seen and all(seen)  # while the agent ran, its CODEX_HOME held the login
+    kept = [p for p in (tmp_path / "transcripts").rglob("*")]
+    assert kept and not any(p.name == "auth.json" for p in kept)
+    assert not any("rt_stand-in-refresh" in p.read_text(errors="replace") for p in kept if p.is_file())
+
+
+def _codex_exe() -> str:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(["bash", str(root / "scripts" / "install-codex.sh")], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"cannot install the Codex CLI:\n{proc.stderr[-2000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_agents_credential_files_belong_to_its_user_alone(tmp_path):
+    """Isolated: the folder (0700) and its files (0600) are the agent's user's, so it reads them and no other user
+    (another agent's user included) can; the folder goes with the session."""
+    from runner.adapters.sandbox import identity as sandbox
+    from runner.adapters.sandbox import proc
+
+    tmp_path.chmod(0o711)
+    folder = tmp_path / "creds"
+    parent = {**BASE, "CODEX_AUTH_JSON": LOGIN}
+    with sandbox.leased("user") as agent, sandbox.leased("user") as other:
+        placed = agent_creds.place(BACKENDS["codex"], None, parent, backend_agent_env(parent, "codex"), folder, agent)
+        login = placed.files["auth.json"]
+        assert (folder.stat().st_uid, stat.S_IMODE(folder.stat().st_mode)) == (agent.uid, 0o700)
+        assert (login.stat().st_uid, stat.S_IMODE(login.stat().st_mode)) == (agent.uid, 0o600)
+        env = {"PATH": "/usr/bin:/bin"}
+        mine = proc.run(["cat", str(login)], cwd="/", env=env, time_limit_s=30, identity=agent)
+        theirs = proc.run(["cat", str(login)], cwd="/", env=env, time_limit_s=30, identity=other)
+        assert mine.returncode == 0 and theirs.returncode != 0
+        agent_creds.remove(folder, agent)
+        assert not folder.exists()
