@@ -25,6 +25,7 @@ from runner.core.backend_spec import BACKENDS
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
+from runner.core.plan import AgentConfig
 from runner.adapters.sandbox.supervise import Controller, supervise
 
 PROVIDER = "plan_runner"
@@ -49,6 +50,7 @@ def build_codex_argv(
     extra_args: tuple[str, ...] = (),
     request_max_retries: int = 2,
     stream_max_retries: int = 2,
+    agent: AgentConfig | None = None,
 ) -> list[str]:
     """The command line; the prompt goes on stdin (`-`), so its size never meets an argv limit."""
     options = ["--json", "--skip-git-repo-check", "-C", str(workdir)]
@@ -66,6 +68,8 @@ def build_codex_argv(
             "-c", f"{provider}.request_max_retries={int(request_max_retries)}",
             "-c", f"{provider}.stream_max_retries={int(stream_max_retries)}",
         ]
+    if agent is not None:
+        options += mcp_options(agent)
     if not any(a in _SANDBOX_FLAGS or a.startswith("--sandbox=") for a in extra_args):
         options.append("--dangerously-bypass-approvals-and-sandbox")
     options += list(extra_args)
@@ -89,6 +93,32 @@ def link_login(request: SessionRequest, home: Path, login: Path) -> None:
     if done.returncode != 0:
         raise PlanRunnerError(what="could not give Codex its login", why=f"`ln -s` into {home} failed",
                               fix="check that the agent's state folder is writable by the agent's user")
+
+
+def mcp_options(agent: AgentConfig) -> list[str]:
+    """The plan's MCP servers as Codex's own config (`-c mcp_servers.<name>.…`, TOML values): a stdio server's
+    command, args and `env_vars` (the names Codex forwards from the agent's environment: no value on the command
+    line), an HTTP server's url; `mcp__<server>__<tool>` of allowed/disallowed_tools as its enabled/disabled_tools."""
+    options: list[str] = []
+
+    def tools(rules: tuple[str, ...], name: str) -> list[str]:
+        return [r.split("__", 2)[2] for r in rules if r.startswith(f"mcp__{name}__") and len(r.split("__", 2)) == 3]
+
+    for name, server in agent.mcp_servers.items():
+        key = f"mcp_servers.{name}"
+        if server.url is not None:
+            options += ["-c", f"{key}.url={_toml_string(server.url)}"]
+        else:
+            options += ["-c", f"{key}.command={_toml_string(server.command)}",
+                        "-c", f"{key}.args={json.dumps(list(server.args))}"]
+            if server.env:
+                options += ["-c", f"{key}.env_vars={json.dumps(list(server.env))}"]
+        enabled, disabled = tools(agent.allowed_tools, name), tools(agent.disallowed_tools, name)
+        if enabled:
+            options += ["-c", f"{key}.enabled_tools={json.dumps(enabled)}"]
+        if disabled:
+            options += ["-c", f"{key}.disabled_tools={json.dumps(disabled)}"]
+    return options
 
 
 def find_codex(request: SessionRequest) -> str:
@@ -123,7 +153,7 @@ class CodexBackend:
         argv = build_codex_argv(
             find_codex(request), model=agent.model, workdir=request.workdir, env=env, resume_thread_id=resume,
             extra_args=agent.args, request_max_retries=self.request_max_retries,
-            stream_max_retries=self.stream_max_retries,
+            stream_max_retries=self.stream_max_retries, agent=agent,
         )
         fold = CodexFold()
         transcript = Path(request.transcript_dir) / EVENT_LOG

@@ -119,7 +119,7 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
                     f"`chmod o+x {part}` (others may then open what they know the name of, nothing more), or "
                     "install it in a shared location (/usr/local, /opt); or, locally and at your own risk, "
                     "`isolation: none`"))
-    found += credential_problems(agent.backend, env, agent.env, agent.provider)
+    found += credential_problems(agent.backend, env, agent.passed_env, agent.provider)
     return found
 
 

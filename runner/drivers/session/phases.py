@@ -367,7 +367,7 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
     _set_up_clone(s, identity, area, b.base_sha, b.transcripts)
     agent = plan.config.agent
     spec = BACKENDS[agent.backend]
-    agent_env = backend_agent_env(ws.env, agent.backend, agent.env, agent.provider)
+    agent_env = backend_agent_env(ws.env, agent.backend, agent.passed_env, agent.provider)
     agent_env["HOME"] = str(area.home)
     agent_env["PATH"] = clean_path(agent_env.get("PATH", ""), also=(ws.repo,))
     # its credential files, in a folder of its user's alone (never the job's copies: agent_creds says why)
