@@ -170,3 +170,12 @@ def test_the_real_codex_starts_the_plans_mcp_server(tmp_path):
     methods = [json.loads(line).get("method") for line in log.read_text().splitlines()]
     assert "initialize" in methods and "tools/list" in methods
     assert "echo" in tools_offered  # the server's tool reached the model's tool list
+
+
+def test_the_preflight_names_an_mcp_server_whose_command_is_missing(tmp_path):
+    from runner.drivers.preflight import problems
+
+    plan = parse_plan(_plan(f"  executable: {_claude()}\n  mcp_servers:\n    docs: {{command: no-such-mcp-server-1}}\n"
+                            "    ok: {command: sh}\n"), "plans/p.md")
+    found = problems(plan, {"PATH": "/usr/bin:/bin", "ANTHROPIC_API_KEY": "k"}, tmp_path, commands=False)
+    assert [p.what for p in found] == ["MCP server 'docs': command 'no-such-mcp-server-1' cannot be found"]

@@ -94,6 +94,13 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
         found.append(Problem("error", f"the agent's executable {exe!r} ({agent.backend} backend) cannot be found",
                              f"it is neither a path to an executable file nor a program on the PATH ({setting})",
                              _install_hint(agent.backend)))
+    for name, server in agent.mcp_servers.items():
+        if server.command is not None and _which(server.command, env, repo) is None:
+            found.append(Problem("error", f"MCP server {name!r}: command {server.command!r} cannot be found",
+                                 "the agent's CLI starts it for every session; without it the plan's tools are missing "
+                                 "and every session would work without them",
+                                 "install it on the machine (or name it by its path), or correct `agent.mcp_servers` "
+                                 "in the plan"))
     if agent.backend == "script":
         if not agent.script:
             found.append(Problem("error", "the script backend needs `agent.script`", "no session script is named",

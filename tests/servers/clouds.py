@@ -90,19 +90,6 @@ class _Handler(_MessagesHandler):
         else:
             super()._route()
 
-    def _read_recorded(self) -> Any:
-        from .messages import RecordedRequest
-
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        self.server.owner._record(RecordedRequest(method=self.command, path=self.path, json=body, body=raw,
-                                                  headers={k.lower(): v for k, v in self.headers.items()}))
-        return body
-
     def _bedrock_stream(self, message: dict[str, Any]) -> None:
         self.send_response(200)
         self.send_header("content-type", "application/vnd.amazon.eventstream")
