@@ -299,3 +299,26 @@ def test_the_agents_credential_files_belong_to_its_user_alone(tmp_path):
         assert mine.returncode == 0 and theirs.returncode != 0
         agent_creds.remove(folder, agent)
         assert not folder.exists()
+
+
+def test_a_codex_login_through_a_whole_run_reaches_the_agent_and_nothing_that_is_kept(tmp_path):
+    """`plan-runner run` on a Codex plan with CODEX_AUTH_JSON set (what the `codex-auth-json` input gives): the
+    agent's CODEX_HOME holds the login while it works, the variable itself never reaches its shell, and no token of
+    the login is in any git object afterwards (ledger, transcripts, the agent's saved state, the work branch)."""
+    from tests import test_first_hour_agents as fha
+    from tests.reliability_world import all_git_text
+    from tests.servers import responses as r
+
+    repo = fha.make_repo(tmp_path, "codex")
+    dump = tmp_path / "codex-env"
+    work = fha.WORK.format(dump=dump) + f" && cat \"$CODEX_HOME/auth.json\" > {tmp_path / 'login-seen'}"
+    with r.ResponsesServer() as srv:
+        srv.enqueue(r.reply("Working.", r.shell(work)), r.reply("Done: hello.txt is committed."))
+        proc = fha.cli(repo, tmp_path, "run", "plans/hello.md",
+                       base_urls={"OPENAI_BASE_URL": srv.url, "CODEX_AUTH_JSON": LOGIN})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "login-seen").read_text())["tokens"]["refresh_token"] == "rt_stand-in-refresh-0123456789"
+    assert "CODEX_AUTH_JSON" not in fha.dumped_names(dump)
+    kept = all_git_text(repo)
+    for token in ("rt_stand-in-refresh-0123456789", "eyJ.stand-in-access-token.0123456789"):
+        assert token.encode() not in kept
