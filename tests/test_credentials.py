@@ -322,3 +322,38 @@ def test_a_codex_login_through_a_whole_run_reaches_the_agent_and_nothing_that_is
     kept = all_git_text(repo)
     for token in ("rt_stand-in-refresh-0123456789", "eyJ.stand-in-access-token.0123456789"):
         assert token.encode() not in kept
+
+
+def test_a_vertex_plan_through_a_whole_run_never_hands_the_agent_the_request_token(tmp_path):
+    """`plan-runner run` on a `provider: vertex` plan, with the job's WIF credentials file (holding the Actions
+    request token) and ANTHROPIC_VERTEX_BASE_URL at the stand-in: the real CLI works through STS and
+    streamRawPredict, the plan finishes; the agent's shell sees its own credentials file (not the job's), no
+    request token; afterwards the file is gone and neither the OIDC token nor the request token is in any git
+    object."""
+    from tests import test_first_hour_agents as fha
+    from tests.reliability_world import all_git_text
+    from tests.servers import messages as m
+
+    repo = fha.make_repo(tmp_path, "claude-code")
+    plan = repo / "plans" / "hello.md"
+    plan.write_text(plan.read_text().replace("  backend: claude-code\n", "  backend: claude-code\n  provider: vertex\n"))
+    fha.git(repo, "commit", "-q", "-am", "vertex")
+    dump = tmp_path / "claude-env"
+    with CloudServer() as srv:
+        srv.enqueue(m.reply("Working.", m.tool_use("Bash", {"command": fha.WORK.format(dump=dump),
+                                                              "description": "work"})),
+                    m.reply("Done: hello.txt is committed and 1.1 is ticked."))
+        job_file = _wif_file(tmp_path, srv.url)
+        proc = fha.cli(repo, tmp_path, "run", "plans/hello.md", base_urls={
+            "GOOGLE_APPLICATION_CREDENTIALS": str(job_file), "ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN,
+            "ANTHROPIC_VERTEX_PROJECT_ID": "my-project", "CLOUD_ML_REGION": "us-east5",
+            "ANTHROPIC_VERTEX_BASE_URL": f"{srv.url}/v1"})
+        vertex_calls = [r for r in srv.model_requests if r.path.endswith(":streamRawPredict")]
+    assert proc.returncode == 0, proc.stderr
+    assert vertex_calls and all(r.headers["authorization"] == f"Bearer {ACCESS_TOKEN}" for r in vertex_calls)
+    seen = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
+    assert seen["CLAUDE_CODE_USE_VERTEX"] == "1" and "ACTIONS_ID_TOKEN_REQUEST_TOKEN" not in seen
+    agent_file = Path(seen["GOOGLE_APPLICATION_CREDENTIALS"])
+    assert agent_file != job_file and agent_file.name == agent_creds.GOOGLE_FILE and not agent_file.exists()
+    kept = all_git_text(repo)
+    assert OIDC_JWT.encode() not in kept and REQUEST_TOKEN.encode() not in kept

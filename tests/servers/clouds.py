@@ -67,9 +67,10 @@ class _Handler(_MessagesHandler):
                 self._send_error(400, "invalid_request_error", "body must be a JSON object")
                 return
             model = (bedrock or vertex)["model"]
-            turn = owner._next_turn(body)
-            message = _message(owner, dict(body, model=model), turn)
             op = (bedrock or vertex)["op"]
+            # the script is the agent's streamed turns; an unstreamed call (the CLI's own checks) gets the default
+            turn = owner._next_turn(body) if op in ("invoke-with-response-stream", "streamRawPredict") else owner.default
+            message = _message(owner, dict(body, model=model), turn)
             if op in ("invoke", "rawPredict"):
                 self._send_json(200, message)
             elif bedrock:
