@@ -81,8 +81,9 @@ def test_argv_is_stream_json_with_dontask_permissions() -> None:
     assert argv[argv.index("--permission-mode") + 1] == "dontAsk"
     assert argv[argv.index("--allowedTools") + 1] == ",".join(ALLOWED_TOOLS)
     assert argv[-4:] == ["--model", "m1", "--resume", "abc-1"]
-    own = build_claude_argv("claude", model=None, resume_session_id=None, extra_args=("--permission-mode", "acceptEdits"))
-    assert own.count("--permission-mode") == 1 and "--allowedTools" not in own
+    # a plan's own permission flag no longer replaces the list: the plan is refused (tests/test_agent_tools_keys.py)
+    with pytest.raises(ValueError, match="may not set --permission-mode"):
+        AgentConfig(backend="claude-code", args=("--permission-mode", "acceptEdits"))
     assert json.loads(user_message("hi")) == {"type": "user", "message": {"role": "user", "content": "hi"}}
 
 

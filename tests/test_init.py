@@ -175,3 +175,36 @@ def test_init_says_plainly_when_it_cannot_know_the_commit(tmp_path):
     assert read_checkout(tmp_path / "src").dirty
     assert not record_source(tmp_path / "src", tmp_path / "source.json", "1.2.3")
     assert read_checkout(tmp_path / "not-a-repo") is None
+
+
+@pytest.mark.parametrize("auth", sorted(__import__("runner.adapters.init", fromlist=["AUTHS"]).AUTHS))
+def test_init_asks_for_each_way_of_paying_and_for_oidc_only_when_it_needs_it(tmp_path, auth):
+    """`init --auth NAME`: the session step passes that way's inputs (each one the action declares), the job asks
+    for `id-token: write` only for Bedrock and Vertex (whose cloud step comes before plan-runner's), and the example
+    plan names the backend and provider, valid as written."""
+    from runner.adapters.init import AUTHS
+
+    way = AUTHS[auth]
+    write_init(tmp_path, action_ref=SHA_REF, auth=auth)
+    wf = yaml.safe_load((tmp_path / ".github/workflows/plan-runner.yml").read_text())
+    session = wf["jobs"]["session"]
+    assert ("id-token" in session["permissions"]) is way.id_token is (auth in ("bedrock", "vertex"))
+    for name in ("tick", "reply"):
+        assert "id-token" not in wf["jobs"][name]["permissions"]
+    step = session["steps"][-1]
+    assert step["uses"] == SHA_REF
+    declared = yaml.safe_load((ROOT / "action.yml").read_text())["inputs"]
+    assert set(step["with"]) - {"mode", "plan"} == {k for k, _ in way.inputs} <= set(declared)
+    assert len(session["steps"]) == 2 + len(way.steps)
+    if way.steps:
+        assert session["steps"][1]["uses"].split("@")[0] in ("aws-actions/configure-aws-credentials",
+                                                             "google-github-actions/auth")
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert (plan.config.agent.backend, plan.config.agent.provider) == (way.backend, way.provider)
+
+
+def test_init_refuses_an_unknown_way_of_paying(tmp_path):
+    with pytest.raises(PlanRunnerError) as err:
+        write_init(tmp_path, action_ref=SHA_REF, auth="paypal")
+    assert "bedrock" in err.value.render()
+    assert not (tmp_path / ".github").exists()

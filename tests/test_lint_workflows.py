@@ -98,3 +98,14 @@ def test_action_shell_scripts_parse():
         if "run" in step:
             proc = subprocess.run(["bash", "-n"], input=step["run"], capture_output=True, text=True)
             assert proc.returncode == 0, (step.get("name"), proc.stderr)
+
+
+@pytest.mark.parametrize("auth", ["oauth-token", "bedrock", "vertex", "codex-api-key", "codex-login"])
+def test_every_way_of_paying_init_writes_passes_actionlint_and_zizmor(tmp_path, auth):
+    """`init --auth` for each way users pay: the workflow (its OIDC steps pinned by sha) has no finding."""
+    write_init(tmp_path, action_ref=PINNED, auth=auth)
+    workflow = tmp_path / ".github/workflows/plan-runner.yml"
+    proc = actionlint(tmp_path, [workflow])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = zizmor([workflow])
+    assert found == (0, []), json.dumps(found[1], indent=1)[:4000]

@@ -36,6 +36,61 @@ _ENV = jinja2.Environment(
 )
 
 
+AWS_CREDENTIALS_ACTION = "aws-actions/configure-aws-credentials@e6de054238d6b7531b4efff3b6587d9aade6a06c # v6.2.3"
+GOOGLE_AUTH_ACTION = "google-github-actions/auth@7c6bc770dae815cd3e89ee6cdf493a5fab2cc093 # v3.0.0"
+
+
+@dataclass(frozen=True)
+class Auth:
+    """One way of paying for the agent, as the workflow `init --auth NAME` writes asks for it."""
+
+    backend: str
+    provider: str | None  # the example plan's `agent.provider`
+    inputs: tuple[tuple[str, str], ...]  # the action's `with:` lines
+    setup: str  # what the user sets up in the repository (the `next:` line)
+    steps: tuple[str, ...] = ()  # workflow steps before plan-runner's (each a YAML list item, indented 6)
+    env: tuple[tuple[str, str], ...] = ()  # plan-runner's step's `env:`
+    id_token: bool = False  # the session job asks for `id-token: write` (OIDC), only then
+    model: str | None = None
+
+
+AUTHS: dict[str, Auth] = {
+    "api-key": Auth("claude-code", None, (("anthropic-api-key", "${{ secrets.ANTHROPIC_API_KEY }}"),),
+                    "add the ANTHROPIC_API_KEY secret", model="claude-sonnet-4-5"),
+    "oauth-token": Auth("claude-code", None, (("claude-code-oauth-token", "${{ secrets.CLAUDE_CODE_OAUTH_TOKEN }}"),),
+                        "add the CLAUDE_CODE_OAUTH_TOKEN secret (`claude setup-token` makes it, with a Claude "
+                        "subscription)", model="claude-sonnet-4-5"),
+    "bedrock": Auth(
+        "claude-code", "bedrock", (), "set the repository variables AWS_REGION and PLAN_RUNNER_AWS_ROLE_ARN (an IAM "
+        "role whose trust policy accepts this repository's GitHub OIDC token, allowed bedrock:InvokeModel and "
+        "bedrock:InvokeModelWithResponseStream)",
+        steps=(f"""- name: AWS credentials for Bedrock, through OIDC (no stored key)
+  uses: {AWS_CREDENTIALS_ACTION}
+  with:
+    role-to-assume: ${{{{ vars.PLAN_RUNNER_AWS_ROLE_ARN }}}}
+    aws-region: ${{{{ vars.AWS_REGION }}}}
+    role-duration-seconds: 10800  # the session job's timeout; the role's maximum must allow it""",),
+        id_token=True),
+    "vertex": Auth(
+        "claude-code", "vertex", (), "set the repository variables GCP_WORKLOAD_IDENTITY_PROVIDER, "
+        "GCP_SERVICE_ACCOUNT (allowed aiplatform.endpoints.predict), ANTHROPIC_VERTEX_PROJECT_ID and CLOUD_ML_REGION",
+        steps=(f"""- name: Google Cloud credentials for Vertex AI, through OIDC (no stored key)
+  uses: {GOOGLE_AUTH_ACTION}
+  with:
+    workload_identity_provider: ${{{{ vars.GCP_WORKLOAD_IDENTITY_PROVIDER }}}}
+    service_account: ${{{{ vars.GCP_SERVICE_ACCOUNT }}}}
+    create_credentials_file: true""",),
+        env=(("ANTHROPIC_VERTEX_PROJECT_ID", "${{ vars.ANTHROPIC_VERTEX_PROJECT_ID }}"),
+             ("CLOUD_ML_REGION", "${{ vars.CLOUD_ML_REGION }}")),
+        id_token=True),
+    "codex-api-key": Auth("codex", None, (("openai-api-key", "${{ secrets.OPENAI_API_KEY }}"),),
+                          "add the OPENAI_API_KEY secret"),
+    "codex-login": Auth("codex", None, (("codex-auth-json", "${{ secrets.CODEX_AUTH_JSON }}"),),
+                        "add the CODEX_AUTH_JSON secret: the content of ~/.codex/auth.json after `codex login` "
+                        "(a ChatGPT login; OpenAI advises it for private repositories only)"),
+}
+
+
 @dataclass(frozen=True)
 class InitOptions:
     action_ref: str = DEFAULT_ACTION_REF
@@ -45,6 +100,7 @@ class InitOptions:
     cron: str = "17,47 * * * *"
     timeout_minutes: int = 180
     test_command: str = "make test"
+    auth: str = "api-key"  # a key of AUTHS
 
 
 def parse_action_ref(text: str) -> tuple[str, str]:
@@ -93,13 +149,25 @@ def pin_action_ref(text: str, server: str = DEFAULT_SERVER) -> tuple[str, str, b
 def render_workflow(opts: InitOptions = InitOptions()) -> str:
     """The workflow text; `opts.action_ref` as given (see `pin_action_ref` for pinning)."""
     parse_action_ref(opts.action_ref)
+    auth = auth_of(opts.auth)
+    steps = "".join("".join(f"      {line}\n" if line else "\n" for line in step.splitlines()) for step in auth.steps)
     return _ENV.get_template("workflow.yml.j2").render(
         action_ref=opts.action_ref, action_comment=opts.action_comment, example_plan=EXAMPLE_PLAN_PATH,
-        cron=opts.cron, timeout_minutes=opts.timeout_minutes)
+        cron=opts.cron, timeout_minutes=opts.timeout_minutes, auth=auth, auth_steps=steps)
+
+
+def auth_of(name: str) -> Auth:
+    if name not in AUTHS:
+        raise PlanRunnerError(what=f"unknown --auth {name!r}", why="init writes the workflow for one way of paying",
+                              fix="use one of: " + ", ".join(AUTHS))
+    return AUTHS[name]
 
 
 def render_example_plan(opts: InitOptions = InitOptions()) -> str:
-    return _ENV.get_template("example_plan.md.j2").render(base=opts.base, test_command=opts.test_command)
+    auth = auth_of(opts.auth)
+    return _ENV.get_template("example_plan.md.j2").render(base=opts.base, test_command=opts.test_command,
+                                                          backend=auth.backend, provider=auth.provider,
+                                                          model=auth.model)
 
 
 def _default_branch(repo: Path) -> str:
@@ -144,7 +212,7 @@ def installed_action_ref(source: Source | None, warn=lambda text: None) -> tuple
 
 def write_init(directory: Path, *, force: bool = False, action_ref: str | None = None,
                server: str = DEFAULT_SERVER, warn=lambda text: None,
-               source: Source | None | bool = True) -> list[Path]:
+               source: Source | None | bool = True, auth: str = "api-key") -> list[Path]:
     """Write the workflow and the example plan; returns the paths written.
 
     Without `action_ref` the workflow pins the commit this plan-runner was installed from
@@ -165,8 +233,9 @@ def write_init(directory: Path, *, force: bool = False, action_ref: str | None =
             warn(f"could not resolve {action_ref or DEFAULT_ACTION_REF} to a commit sha; the workflow uses the "
                  "tag as written. Pin it (`--action-ref owner/repo@<40-character sha>`): a tag can be moved to "
                  "other code.")
+    auth_of(auth)  # an unknown way is refused before anything is resolved or written
     opts = InitOptions(action_ref=uses, action_comment=comment, base=_default_branch(repo),
-                       test_command=_test_command(repo))
+                       test_command=_test_command(repo), auth=auth)
     files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}
     existing = [p for p in files if p.exists()]
     if existing and not force:

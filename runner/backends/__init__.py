@@ -1,7 +1,7 @@
-"""Agent backends. Every backend, built-in or third-party, registers the same way."""
+"""Agent backends: one module each, declared in the table runner.core.backend_spec.BACKENDS."""
 
 from __future__ import annotations
 
-from runner.backends.base import AgentBackend, SessionRequest, get_backend, register_backend
+from runner.backends.base import AgentBackend, SessionRequest, get_backend
 
-__all__ = ["AgentBackend", "SessionRequest", "get_backend", "register_backend"]
+__all__ = ["AgentBackend", "SessionRequest", "get_backend"]

@@ -30,10 +30,11 @@ import anthropic
 
 from runner.backends.agent_tools import TOOL_SPECS, Workspace
 from runner.backends.anthropic_errors import ApiFailure, classify_api_error
-from runner.backends.base import SessionRequest, register_backend
+from runner.backends.base import SessionRequest
 from runner.backends.claims import parse_claims
 from runner.backends.endpoint import probe, shown, unreachable_reason
 from runner.backends.meter import anthropic_cost, budget_tokens, write_meter
+from runner.backends.signals import session_signals
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
@@ -195,16 +196,13 @@ class AnthropicAgentBackend:
             kind, error, reset_at = end.kind, end.error, end.reset_at
         claims, claimed_done = parse_claims(tally.texts[-1:])
         total_in, cost = _spent(model, tally)
-        return SessionSignals(
-            backend=self.name,
-            exit_kind=kind,
+        return session_signals(
+            self.name, kind,
             exit_code=0 if kind is ExitKind.FINISHED else None,
-            agent_session_id=session_id,
+            session_id=session_id,
             input_tokens=total_in,
             output_tokens=tally.output_tokens,
-            total_tokens=total_in + tally.output_tokens,
             cost_usd=cost,
-            cost_estimated=cost is not None,
             # a call cut short (a stall, the time limit, a dropped stream) may have been billed: not in the tally
             cost_lower_bound=kind in (ExitKind.STALLED, ExitKind.TIME_LIMIT, ExitKind.TRANSIENT),
             reset_at=reset_at,
@@ -265,10 +263,8 @@ class AnthropicAgentBackend:
             except ValueError:
                 pass
         kind = {"stalled": ExitKind.STALLED, "time_limit": ExitKind.TIME_LIMIT}.get(exit_.reason, ExitKind.CRASHED)
-        return SessionSignals(backend=self.name, exit_kind=kind, exit_code=exit_.returncode,
-                              error=(exit_.stderr_tail.strip()[-_FINAL_TEXT_LIMIT:] or f"the agent process {exit_.reason}"),
-                              output_bytes=exit_.output_bytes, duration_s=exit_.duration_s,
-                              agent_session_id=session_id)
+        return session_signals(self.name, kind, process=exit_, session_id=session_id,
+                               error=(exit_.stderr_tail.strip()[-_FINAL_TEXT_LIMIT:] or f"the agent process {exit_.reason}"))
 
     def _start(self, request: SessionRequest, path: Path) -> list[dict[str, Any]]:
         if request.resume_session_id is None:
@@ -428,6 +424,3 @@ def _spent(model: str, tally: _Tally) -> tuple[int, float | None]:
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-register_backend("anthropic", AnthropicAgentBackend)

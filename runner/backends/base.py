@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from runner.adapters.sandbox.agentenv import BACKEND_CREDENTIALS
+from runner.core.backend_spec import BACKENDS, spec_of
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import SessionSignals
 from runner.core.plan import AgentConfig
@@ -39,6 +39,9 @@ class SessionRequest:
     agent_state_dir: Path | None = None
     # where plan-runner puts files the agent reads but must not change (a prompt file, a script); None: state_dir
     input_dir: Path | None = None
+    # the agent's credential files plan-runner wrote (runner.adapters.sandbox.agent_creds), by name: e.g. a Codex
+    # login's "auth.json"; readable by the agent's user alone
+    credential_files: Mapping[str, Path] = field(default_factory=dict)
 
     @property
     def state_dir(self) -> Path:
@@ -81,31 +84,28 @@ class AgentBackend(Protocol):
     def run(self, request: SessionRequest) -> SessionSignals: ...
 
 
-_REGISTRY: dict[str, Callable[[], AgentBackend]] = {}
-_BUILTIN = {
-    "claude-code": "runner.backends.claude_code",
-    "anthropic": "runner.backends.anthropic_agent",
-    "codex": "runner.backends.codex",
-    "command": "runner.backends.command",
-    "script": "runner.backends.script",
-}
-
-
-def register_backend(name: str, factory: Callable[[], AgentBackend]) -> None:
-    _REGISTRY[name] = factory
-    credentials = getattr(factory, "credentials", None)
-    if credentials is not None and name not in BACKEND_CREDENTIALS:  # a built-in's list is never replaced
-        BACKEND_CREDENTIALS[name] = tuple(credentials)
+def executable_of(name: str, agent: AgentConfig, env: Mapping[str, str] | None = None) -> str:
+    """The program a CLI backend starts: `agent.executable`, else the spec's override variable in plan-runner's
+    own environment (`env`, default os.environ), else the spec's default name on the agent's PATH. The preflight
+    reads the same (runner.drivers.preflight.agent_executable)."""
+    spec = spec_of(name)
+    if agent.executable:
+        return agent.executable
+    if spec is None or spec.executable is None:
+        raise PlanRunnerError(what=f"the {name} backend needs `agent.executable`", why="it names no default program",
+                              fix="set `agent.executable` in the plan")
+    return (os.environ if env is None else env).get(spec.executable.override_env) or spec.executable.default
 
 
 def get_backend(name: str) -> AgentBackend:
-    if name not in _REGISTRY and name in _BUILTIN:
-        importlib.import_module(_BUILTIN[name])  # the module calls register_backend on import
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
+    """A new instance of the backend `name`, from its row in runner.core.backend_spec.BACKENDS (a plain table:
+    see there why a backend is not a plugin)."""
+    spec = spec_of(name)
+    if spec is None:
         raise PlanRunnerError(
             what=f"unknown agent backend {name!r}",
-            why="the plan's `agent.backend` names no registered backend",
-            fix="use one of: " + ", ".join(sorted(set(_BUILTIN) | set(_REGISTRY))),
-        ) from None
+            why="the plan's `agent.backend` names no backend plan-runner has",
+            fix="use one of: " + ", ".join(BACKENDS),
+        )
+    module, _, attr = spec.factory.partition(":")
+    return getattr(importlib.import_module(module), attr)()

@@ -19,18 +19,20 @@ and a later job (even in another checkout path) can `--resume <session-id>`.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
-from runner.backends.base import SessionRequest, register_backend
+from runner.backends.signals import session_signals
+from runner.backends.base import SessionRequest, executable_of
 from runner.backends.endpoint import probe, shown, unreachable_reason
 from runner.backends.meter import write_meter
 from runner.backends.streamjson import (
     LONG_RETRY_S, MAX_LIMIT_RETRIES, STOP_AUTH, STOP_RATE_LIMIT, STOP_TOKEN_BUDGET,
     UNREACHABLE_RETRIES, StreamJsonParser, build_signals, classify_api_error,
 )
+from runner.core.backend_spec import BACKENDS
 from runner.core.evidence import ExitKind, SessionSignals
+from runner.core.plan import AgentConfig
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 NAME = "claude-code"
@@ -45,9 +47,8 @@ QUIET_ENV = {
 }
 CONFIG_SUBDIR = "claude-config"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-STREAM_LOG = "claude-stream.jsonl"
+STREAM_LOG = BACKENDS[NAME].transcripts[0]  # claude-stream.jsonl, what `logs` reads
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-_PERMISSION_FLAGS = ("--permission-mode", "--dangerously-skip-permissions", "--allow-dangerously-skip-permissions")
 
 
 def user_message(text: str) -> str:
@@ -55,12 +56,37 @@ def user_message(text: str) -> str:
     return json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
 
 
+def allowed_tools(agent: AgentConfig | None) -> tuple[str, ...]:
+    """plan-runner's own tools, then the plan's `allowed_tools`, then each MCP server's (`mcp__<name>`): merged, so
+    a plan adds to the list and never replaces it (`agent.args` may not set one: runner.core.plan)."""
+    if agent is None:
+        return ALLOWED_TOOLS
+    return tuple(dict.fromkeys([*ALLOWED_TOOLS, *agent.allowed_tools, *(f"mcp__{n}" for n in agent.mcp_servers)]))
+
+
+def mcp_config(agent: AgentConfig) -> dict:
+    """`--mcp-config`'s JSON: a server's variables as `${NAME}`, expanded by the CLI from the agent's environment
+    (the file holds no value)."""
+    servers = {}
+    for name, server in agent.mcp_servers.items():
+        if server.url is not None:
+            servers[name] = {"type": "http", "url": server.url}
+        else:
+            servers[name] = {"type": "stdio", "command": server.command, "args": list(server.args),
+                             "env": {n: "${" + n + "}" for n in server.env}}
+    return {"mcpServers": servers}
+
+
 def build_claude_argv(
-    executable: str, *, model: str | None, resume_session_id: str | None, extra_args: tuple[str, ...] = ()
+    executable: str, *, model: str | None, resume_session_id: str | None, extra_args: tuple[str, ...] = (),
+    agent: AgentConfig | None = None, mcp_config_path: Path | None = None,
 ) -> list[str]:
-    argv = [executable, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
-    if not any(a in _PERMISSION_FLAGS or a.startswith("--permission-mode=") for a in extra_args):
-        argv += ["--permission-mode", "dontAsk", "--allowedTools", ",".join(ALLOWED_TOOLS)]
+    argv = [executable, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
+            "--permission-mode", "dontAsk", "--allowedTools", ",".join(allowed_tools(agent))]
+    if agent is not None and agent.disallowed_tools:
+        argv += ["--disallowedTools", ",".join(agent.disallowed_tools)]
+    if mcp_config_path is not None:
+        argv += ["--mcp-config", str(mcp_config_path)]
     if model:
         argv += ["--model", model]
     if resume_session_id:
@@ -80,8 +106,8 @@ def build_claude_env(request: SessionRequest) -> dict[str, str]:
 
 
 def find_claude(request: SessionRequest) -> str:
-    """`agent.executable`, else PLAN_RUNNER_CLAUDE, else `claude` on the PATH."""
-    return request.agent.executable or os.environ.get("PLAN_RUNNER_CLAUDE") or "claude"
+    """`agent.executable`, else PLAN_RUNNER_CLAUDE, else `claude` on the PATH (the spec's executable)."""
+    return executable_of(NAME, request.agent)
 
 
 def collect_transcript(transcript_dir: Path, session_id: str) -> Path | None:
@@ -104,11 +130,13 @@ class ClaudeCodeBackend:
         agent = request.agent
         resume = request.resume_session_id
         if resume is not None and not _SESSION_ID.match(resume):
-            return SessionSignals(
-                backend=NAME, exit_kind=ExitKind.CRASHED, error=f"cannot resume: {resume!r} is not a Claude Code session id"
-            )
+            return session_signals(NAME, ExitKind.CRASHED,
+                                   error=f"cannot resume: {resume!r} is not a Claude Code session id")
         env = build_claude_env(request)
-        argv = build_claude_argv(find_claude(request), model=agent.model, resume_session_id=resume, extra_args=agent.args)
+        config = request.write_input("mcp-config.json", json.dumps(mcp_config(agent), indent=2)) \
+            if agent.mcp_servers else None
+        argv = build_claude_argv(find_claude(request), model=agent.model, resume_session_id=resume, extra_args=agent.args,
+                                 agent=agent, mcp_config_path=config)
         parser = StreamJsonParser()
         meter = TokenMeter(agent.session_tokens)
         nudges = 0
@@ -185,6 +213,3 @@ class ClaudeCodeBackend:
         )
         write_meter(request.transcript_dir, signals.total_tokens, signals.cost_usd, signals.cost_estimated)
         return signals
-
-
-register_backend(NAME, ClaudeCodeBackend)

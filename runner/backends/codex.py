@@ -11,17 +11,21 @@ no token nudge can reach it mid-turn; the stall watchdog and time limit bound it
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime
 from pathlib import Path
 
-from runner.backends.base import SessionRequest, register_backend
+from runner.backends.signals import session_signals
+from runner.backends.base import SessionRequest, executable_of
 from runner.backends.claims import parse_claims
 from runner.backends.codexjson import CodexFold, classify_codex_error, estimate_cost
 from runner.backends.meter import write_meter
+from runner.adapters.sandbox import fsafe
+from runner.core.backend_spec import BACKENDS
+from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
+from runner.core.plan import AgentConfig
 from runner.adapters.sandbox.supervise import Controller, supervise
 
 PROVIDER = "plan_runner"
@@ -46,6 +50,7 @@ def build_codex_argv(
     extra_args: tuple[str, ...] = (),
     request_max_retries: int = 2,
     stream_max_retries: int = 2,
+    agent: AgentConfig | None = None,
 ) -> list[str]:
     """The command line; the prompt goes on stdin (`-`), so its size never meets an argv limit."""
     options = ["--json", "--skip-git-repo-check", "-C", str(workdir)]
@@ -63,6 +68,8 @@ def build_codex_argv(
             "-c", f"{provider}.request_max_retries={int(request_max_retries)}",
             "-c", f"{provider}.stream_max_retries={int(stream_max_retries)}",
         ]
+    if agent is not None:
+        options += mcp_options(agent)
     if not any(a in _SANDBOX_FLAGS or a.startswith("--sandbox=") for a in extra_args):
         options.append("--dangerously-bypass-approvals-and-sandbox")
     options += list(extra_args)
@@ -72,14 +79,55 @@ def build_codex_argv(
     return [executable, "exec", *options, "-"]
 
 
+LOGIN_FILE = "auth.json"  # a ChatGPT login (`codex login`), under CODEX_HOME
+
+
+def link_login(request: SessionRequest, home: Path, login: Path) -> None:
+    """CODEX_HOME/auth.json -> the agent's private copy of the login (runner.adapters.sandbox.agent_creds): made
+    as the agent's user in its own folder; the saved state copies regular files only, never a link."""
+    from runner.adapters.sandbox import proc
+
+    target = home / LOGIN_FILE
+    done = proc.run(["ln", "-sfn", str(login), str(target)], cwd="/", env={"PATH": "/usr/bin:/bin"}, time_limit_s=60,
+                    identity=request.identity)
+    if done.returncode != 0:
+        raise PlanRunnerError(what="could not give Codex its login", why=f"`ln -s` into {home} failed",
+                              fix="check that the agent's state folder is writable by the agent's user")
+
+
+def mcp_options(agent: AgentConfig) -> list[str]:
+    """The plan's MCP servers as Codex's own config (`-c mcp_servers.<name>.…`, TOML values): a stdio server's
+    command, args and `env_vars` (the names Codex forwards from the agent's environment: no value on the command
+    line), an HTTP server's url; `mcp__<server>__<tool>` of allowed/disallowed_tools as its enabled/disabled_tools."""
+    options: list[str] = []
+
+    def tools(rules: tuple[str, ...], name: str) -> list[str]:
+        return [r.split("__", 2)[2] for r in rules if r.startswith(f"mcp__{name}__") and len(r.split("__", 2)) == 3]
+
+    for name, server in agent.mcp_servers.items():
+        key = f"mcp_servers.{name}"
+        if server.url is not None:
+            options += ["-c", f"{key}.url={_toml_string(server.url)}"]
+        else:
+            options += ["-c", f"{key}.command={_toml_string(server.command)}",
+                        "-c", f"{key}.args={json.dumps(list(server.args))}"]
+            if server.env:
+                options += ["-c", f"{key}.env_vars={json.dumps(list(server.env))}"]
+        enabled, disabled = tools(agent.allowed_tools, name), tools(agent.disallowed_tools, name)
+        if enabled:
+            options += ["-c", f"{key}.enabled_tools={json.dumps(enabled)}"]
+        if disabled:
+            options += ["-c", f"{key}.disabled_tools={json.dumps(disabled)}"]
+    return options
+
+
 def find_codex(request: SessionRequest) -> str:
-    """`agent.executable`, else PLAN_RUNNER_CODEX, else `codex` on the agent's PATH."""
-    if request.agent.executable:
-        return request.agent.executable
-    return os.environ.get("PLAN_RUNNER_CODEX") or "codex"
+    """`agent.executable`, else PLAN_RUNNER_CODEX, else `codex` on the agent's PATH (the spec's executable)."""
+    return executable_of("codex", request.agent)
 
 
 
+EVENT_LOG = BACKENDS["codex"].transcripts[0]  # codex-events.jsonl, what `logs` reads
 EVENT_LOG_LIMIT = 5 * 2**20  # bytes of the event log kept per session
 
 class CodexBackend:
@@ -94,19 +142,21 @@ class CodexBackend:
         agent = request.agent
         resume = request.resume_session_id
         if resume is not None and not _THREAD_ID.match(resume):
-            return SessionSignals(backend=self.name, exit_kind=ExitKind.CRASHED,
-                                  error=f"cannot resume: {resume!r} is not a Codex thread id")
+            return session_signals(self.name, ExitKind.CRASHED, error=f"cannot resume: {resume!r} is not a Codex thread id")
         env = dict(request.env)
+        login = request.credential_files.get(LOGIN_FILE)
         if "CODEX_HOME" not in env:
             home = request.state_subdir("codex-home")
             env["CODEX_HOME"] = str(home)
+            if login is not None:
+                link_login(request, home, login)
         argv = build_codex_argv(
             find_codex(request), model=agent.model, workdir=request.workdir, env=env, resume_thread_id=resume,
             extra_args=agent.args, request_max_retries=self.request_max_retries,
-            stream_max_retries=self.stream_max_retries,
+            stream_max_retries=self.stream_max_retries, agent=agent,
         )
         fold = CodexFold()
-        transcript = Path(request.transcript_dir) / "codex-events.jsonl"
+        transcript = Path(request.transcript_dir) / EVENT_LOG
         transcript.parent.mkdir(parents=True, exist_ok=True)
 
         logged = 0
@@ -131,11 +181,18 @@ class CodexBackend:
                                 estimate_cost(agent.model, fold.input_tokens, fold.cached_input_tokens,
                                               fold.output_tokens), True)
 
-            exit_ = supervise(
-                argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes,
-                on_line=on_line, stdin_text=request.prompt, kill_grace_s=self.kill_grace_s,
-                pid_file=request.pid_file, identity=request.identity,
-            )
+            try:
+                exit_ = supervise(
+                    argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes,
+                    time_limit_s=agent.time_limit_minutes, on_line=on_line, stdin_text=request.prompt,
+                    kill_grace_s=self.kill_grace_s, pid_file=request.pid_file, identity=request.identity,
+                )
+            finally:
+                if login is not None and env["CODEX_HOME"] == str(request.state_dir.resolve() / "codex-home"):
+                    request.identity.kill_all()
+                    request.identity.reclaim(request.state_dir)
+                    # the login (or the copy Codex refreshed in its place) never reaches the saved state
+                    fsafe.remove(Path(env["CODEX_HOME"]) / LOGIN_FILE, below=request.state_dir.resolve())
 
         kind, error, reset_at = ExitKind.FINISHED, None, None
         if exit_.reason == "stalled":
@@ -154,16 +211,13 @@ class CodexBackend:
 
         claims, claimed_done = parse_claims(fold.messages[-1:])
         cost = estimate_cost(agent.model, fold.input_tokens, fold.cached_input_tokens, fold.output_tokens)
-        return SessionSignals(
-            backend=self.name,
-            exit_kind=kind,
-            exit_code=exit_.returncode,
-            agent_session_id=fold.thread_id or resume,
+        return session_signals(
+            self.name, kind,
+            process=exit_,
+            session_id=fold.thread_id or resume,
             input_tokens=fold.input_tokens,
             output_tokens=fold.output_tokens,
-            total_tokens=fold.input_tokens + fold.output_tokens,
             cost_usd=cost,
-            cost_estimated=cost is not None,
             # usage comes only with a turn's end: a turn cut short (killed, stalled) spent more than this
             cost_lower_bound=fold.turns_started > fold.turns_completed + int(fold.turn_failed),
             reset_at=reset_at,
@@ -172,7 +226,6 @@ class CodexBackend:
             tool_calls=fold.tool_calls,
             tool_failures=fold.tool_failures,
             last_tool=fold.last_tool,
-            duration_s=exit_.duration_s,
             hints=Hints(
                 claimed_done=claimed_done,
                 stop_reason="turn.failed" if fold.turn_failed else ("turn.completed" if fold.turns_completed else None),
@@ -183,6 +236,3 @@ class CodexBackend:
                 empty_plan=fold.plan_items == 0 or fold.tool_calls == 0,
             ),
         )
-
-
-register_backend("codex", CodexBackend)

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.backends.base import SessionRequest, register_backend
+from runner.backends.base import SessionRequest
 from runner.backends.endpoint import UNREACHABLE
 from runner.backends.limits import TextSignal, parse_hints, parse_reset_with_pattern, read_signal
+from runner.backends.signals import session_signals
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, SessionSignals
 from runner.core.plan import AgentConfig
@@ -165,16 +166,10 @@ class CommandBackend:
         # CLIs print reset clock times in the machine's local zone
         verdict = classify_command_exit(result, list(tail), agent, datetime.now(UTC).astimezone())
         texts = [line for line in tail if line.strip()]
-        return SessionSignals(
-            backend=self.name,
-            exit_kind=verdict.kind,
-            exit_code=result.returncode,
+        return session_signals(
+            self.name, verdict.kind,
+            process=result,
             reset_at=verdict.reset_at,
             error=verdict.error,
-            output_bytes=result.output_bytes,
-            duration_s=result.duration_s,
             hints=parse_hints(["\n".join(texts[-20:])] if texts else [], result.output_bytes),
         )
-
-
-register_backend("command", CommandBackend)

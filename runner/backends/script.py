@@ -19,8 +19,9 @@ from pathlib import Path
 import yaml
 
 from runner.backends import script_agent
-from runner.backends.base import SessionRequest, register_backend
+from runner.backends.base import SessionRequest
 from runner.backends.limits import parse_hints
+from runner.backends.signals import session_signals
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, ProcessExit, TokenMeter, supervise
@@ -232,22 +233,19 @@ class _Session:
     def signals(self, result: ProcessExit, session_id: str) -> SessionSignals:
         self.transcript.close()
         kind, error = self._exit_kind(result)
-        return SessionSignals(
-            backend="script",
-            exit_kind=kind,
-            exit_code=result.returncode,
-            agent_session_id=session_id,
+        return session_signals(
+            "script", kind,
+            process=result,
+            session_id=session_id,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
-            total_tokens=self.input_tokens + self.output_tokens,
-            reset_at=self.limit_reset if kind is ExitKind.RATE_LIMIT else None,
+            cost_estimated=False,
+            reset_at=self.limit_reset,
             error=error,
-            output_bytes=result.output_bytes,
             nudges=self.meter.nudges,
             tool_calls=self.tool_calls,
             tool_failures=self.tool_failures,
             last_tool=self.last_tool,
-            duration_s=result.duration_s,
             hints=parse_hints(self.texts, result.output_bytes),
         )
 
@@ -279,8 +277,8 @@ class ScriptBackend:
         script_path, sessions = load_script(request)
         index = _take_session(request.transcript_dir, script_path)
         if index >= len(sessions):
-            return SessionSignals(
-                backend=self.name, exit_kind=ExitKind.CRASHED,
+            return session_signals(
+                self.name, ExitKind.CRASHED,
                 error=f"script exhausted: {request.agent.script} has {len(sessions)} session(s), all played",
                 hints=Hints(empty_output=True),
             )
@@ -314,6 +312,3 @@ class ScriptBackend:
     @staticmethod
     def _in_tree(request: SessionRequest, path: Path) -> Path:
         return (path if path.is_absolute() else request.workdir / path).resolve()
-
-
-register_backend("script", ScriptBackend)

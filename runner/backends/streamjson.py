@@ -26,6 +26,7 @@ from runner.backends.claims import parse_claims
 from runner.backends.endpoint import UNREACHABLE
 from runner.backends.limits import read_signal
 from runner.backends.meter import anthropic_cost, budget_tokens
+from runner.backends.signals import session_signals
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 
@@ -425,18 +426,16 @@ def build_signals(
     kind, error = decide_exit(parser, reason=reason, returncode=returncode, stop_detail=stop_detail, stderr_tail=stderr_tail)
     inp, out = parser.usage()
     cost, estimated, lower_bound = parser.cost()
-    return SessionSignals(
-        backend=backend,
-        exit_kind=kind,
+    return session_signals(
+        backend, kind,
         exit_code=returncode,
-        agent_session_id=parser.session_id,
+        session_id=parser.session_id,
         input_tokens=inp,
         output_tokens=out,
-        total_tokens=inp + out,
         cost_usd=cost,
         cost_estimated=estimated,
         cost_lower_bound=lower_bound or (cost is not None and reason != "exited"),
-        reset_at=parser.reset_at if kind is ExitKind.RATE_LIMIT else None,
+        reset_at=parser.reset_at,
         # plan-runner's own words for an unreachable endpoint keep the URL as it is (the fix needs its port)
         error=(error if error and error.startswith(STOP_UNREACHABLE) else
                normalise_error(error, max_chars=ERROR_CHARS) if error else None),

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from runner.core.evidence import CheckpointState
+from runner.core.backend_spec import BACKEND_NAMES, BACKENDS, PROVIDERS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|m|min|mins|h|hr|hrs)?\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60, "h": 3600, "hr": 3600, "hrs": 3600}
@@ -61,11 +62,53 @@ class Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
-Backend = Literal["claude-code", "anthropic", "codex", "command", "script"]
+Backend = Literal[BACKEND_NAMES]  # the rows of runner.core.backend_spec.BACKENDS
+Provider = Literal[PROVIDERS]  # every backend's ways of paying
+
+
+# Tools plan-runner's sessions need (edit the tree, commit with git, tick the plan): never disallowed.
+REQUIRED_TOOLS = ("Bash", "Edit", "Write", "Read")
+# agent.args flags that would replace or fight plan-runner's own permission list, or its MCP configuration:
+# refused (say it with agent.allowed_tools / disallowed_tools / mcp_servers instead).
+CLAUDE_POLICY_FLAGS = ("--permission-mode", "--allowedTools", "--allowed-tools", "--disallowedTools",
+                       "--disallowed-tools", "--dangerously-skip-permissions", "--allow-dangerously-skip-permissions",
+                       "--mcp-config", "--strict-mcp-config", "--permission-prompt-tool", "--tools")
+_TOOL_RULE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*(\(.*\))?$")
+_MCP_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")  # no "__": it separates mcp__server__tool
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class McpServer(Config):
+    """An MCP server the agent may use: a program it starts (stdio) or a URL (streamable HTTP)."""
+
+    command: str | None = Field(None, description="stdio server: the program (on the agent's PATH, or a path).")
+    args: tuple[str, ...] = Field((), description="stdio server: its arguments.")
+    env: tuple[str, ...] = Field((), description="Names of variables from plan-runner's environment the server gets "
+                                                 "(passed to the agent too, like agent.env; never GitHub tokens).")
+    url: str | None = Field(None, description="HTTP server: its URL.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server is either `command:` (stdio) or `url:` (HTTP): give one of them")
+        if self.url is not None and (self.args or not re.match(r"^https?://", self.url)):
+            raise ValueError("an HTTP MCP server is `url: http(s)://...` without `args`")
+        bad = [n for n in self.env if not _ENV_NAME.match(n)]
+        if bad:
+            raise ValueError(f"`env` lists variable names, and {bad[0]!r} is not one")
+        github = [n for n in self.env if n.upper().startswith(("GITHUB_", "GH_", "ACTIONS_"))]
+        if github:
+            raise ValueError(f"`env` may not pass {github[0]}: GitHub credentials never reach the agent or its tools")
+        return self
 
 
 class AgentConfig(Config):
     backend: Backend = "claude-code"
+    provider: Provider | None = Field(
+        None, description="How the agent pays, one of its backend's ways (runner/core/backend_spec.py): claude-code: "
+        "anthropic (an API key or a subscription token), bedrock (Amazon Bedrock), vertex (Google Vertex AI); "
+        "anthropic: anthropic; codex: openai (an API key or a ChatGPT login). Default: the backend's first, or what "
+        "the environment switches on (CLAUDE_CODE_USE_BEDROCK=1).")
     model: str | None = Field(None, description="Model name passed to the backend.")
     executable: str | None = Field(None, description="CLI name or path, for CLI backends.")
     args: tuple[str, ...] = Field((), description="Extra arguments for CLI backends.")
@@ -77,6 +120,65 @@ class AgentConfig(Config):
     prompt_via: Literal["stdin", "file"] = Field("stdin", description="command backend: how the prompt is given.")
     limit_patterns: tuple[str, ...] = Field((), description="command backend: regexes that mean a rate limit.")
     reset_pattern: str | None = Field(None, description="command backend: regex whose group 1 is the reset time.")
+    mcp_servers: dict[str, McpServer] = Field(
+        {}, description="claude-code, codex: MCP servers by name; each server's tools are allowed (mcp__<name>).")
+    allowed_tools: tuple[str, ...] = Field(
+        (), description="claude-code: tools allowed besides plan-runner's own (e.g. WebFetch, Bash(npm test:*), "
+        "mcp__<server>__<tool>); codex: mcp__<server>__<tool> entries become the server's enabled_tools.")
+    disallowed_tools: tuple[str, ...] = Field(
+        (), description="claude-code: tools denied (denial wins); codex: mcp__<server>__<tool> entries become the "
+        "server's disabled_tools. Never Bash, Edit, Write or Read: plan-runner's sessions need them.")
+
+    @property
+    def passed_env(self) -> tuple[str, ...]:
+        """The variable names the agent's environment takes from plan-runner's: `env` and the MCP servers' own."""
+        return tuple(dict.fromkeys([*self.env, *(n for s in self.mcp_servers.values() for n in s.env)]))
+
+    @model_validator(mode="after")
+    def _tools_and_servers(self) -> AgentConfig:
+        uses_tools = bool(self.mcp_servers or self.allowed_tools or self.disallowed_tools)
+        if uses_tools and self.backend not in ("claude-code", "codex"):
+            raise ValueError(f"`mcp_servers`, `allowed_tools` and `disallowed_tools` are for the claude-code and codex "
+                             f"backends; the {self.backend} backend has its own fixed tools")
+        for name in self.mcp_servers:
+            if not _MCP_NAME.match(name):
+                raise ValueError(f"MCP server name {name!r}: letters, digits, '-' and single '_' only")
+        for key in ("allowed_tools", "disallowed_tools"):
+            for rule in getattr(self, key):
+                if not _TOOL_RULE.match(rule):
+                    raise ValueError(f"`{key}`: {rule!r} is not a tool name or rule like Bash(npm test:*)")
+                if rule.startswith("mcp__"):
+                    server = rule[5:].split("__", 1)[0]
+                    if server not in self.mcp_servers:
+                        raise ValueError(f"`{key}`: {rule!r} names no server of `mcp_servers`")
+                elif self.backend == "codex":
+                    raise ValueError(f"`{key}`: {rule!r}: Codex has no per-tool list for its own tools (its "
+                                     "sandbox is the job); for codex name MCP tools, mcp__<server>__<tool>")
+        required = [t for t in self.disallowed_tools if t in REQUIRED_TOOLS]
+        if required:
+            raise ValueError(f"`disallowed_tools` may not deny {required[0]}: plan-runner's sessions need "
+                             f"{', '.join(REQUIRED_TOOLS)} (deny a narrower rule, e.g. {required[0]}(rm:*))")
+        if self.backend == "claude-code":
+            flags = [a for a in self.args if a.split("=", 1)[0] in CLAUDE_POLICY_FLAGS]
+            if flags:
+                raise ValueError(f"`agent.args` may not set {flags[0].split('=', 1)[0]}: it would replace or fight "
+                                 "plan-runner's own permission list; use `agent.allowed_tools`, "
+                                 "`agent.disallowed_tools` and `agent.mcp_servers` (docs/claude-code.md)")
+        if self.backend == "codex":
+            for i, a in enumerate(self.args):
+                value = self.args[i + 1] if a in ("-c", "--config") and i + 1 < len(self.args) else \
+                    a.split("=", 1)[1] if a.startswith("--config=") else ""
+                if value.strip().startswith("mcp_servers"):
+                    raise ValueError("`agent.args` may not configure mcp_servers: use `agent.mcp_servers`")
+        return self
+
+    @model_validator(mode="after")
+    def _provider_of_the_backend(self) -> AgentConfig:
+        ways = BACKENDS[self.backend].providers
+        if self.provider is not None and self.provider not in ways:
+            raise ValueError(f"`provider: {self.provider}` is not a way the {self.backend} backend pays"
+                             + (f" (it has: {', '.join(ways)})" if ways else " (it takes no provider)"))
+        return self
 
 
 class AdvisorConfig(Config):

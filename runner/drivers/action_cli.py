@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.core.backend_spec import BACKENDS
 from runner.core.errors import PlanRunnerError
 from runner.core.plan import Plan
 
@@ -41,11 +42,11 @@ class AgentCli:
         return f"{self.package.rsplit('/', 1)[-1]}-{self.version}"
 
 
-# The same versions scripts/install-claude.sh and scripts/install-codex.sh give the tests.
-CLIS = {
-    "claude-code": AgentCli("claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "PLAN_RUNNER_CLAUDE"),
-    "codex": AgentCli("codex", "@openai/codex", "0.171.0", "codex", "PLAN_RUNNER_CODEX"),
-}
+# From each backend's spec (runner.core.backend_spec): the same versions scripts/install-claude.sh and
+# scripts/install-codex.sh give the tests (tests/test_action_cli.py checks they agree).
+CLIS = {spec.name: AgentCli(spec.name, spec.install.package, spec.install.version, spec.install.binary,
+                            spec.executable.override_env)
+        for spec in BACKENDS.values() if spec.install is not None and spec.executable is not None}
 INSTALL_TIMEOUT_S = 300
 
 

@@ -31,19 +31,25 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite files that exist")
     parser.add_argument("--action-ref", default=None, metavar="OWNER/REPO@REF",
                         help="the action the workflow uses (default: this release of plan-runner)")
+    from runner.adapters.init import AUTHS
+
+    parser.add_argument("--auth", choices=tuple(AUTHS), default="api-key",
+                        help="how the agent pays: an Anthropic API key (default), a Claude subscription token, "
+                             "Amazon Bedrock or Google Vertex AI through the job's OIDC token, Codex with an API key "
+                             "or a ChatGPT login (docs/github-actions.md, Credentials)")
 
 
 @command("init", help="write .github/workflows/plan-runner.yml and plans/example.md into a repository",
          arguments=_init_arguments)
 def cmd_init(args: argparse.Namespace) -> int:
-    from runner.adapters.init import write_init
+    from runner.adapters.init import AUTHS, write_init
 
     import sys
 
-    written = write_init(args.dir, force=args.force, action_ref=args.action_ref,
+    written = write_init(args.dir, force=args.force, action_ref=args.action_ref, auth=args.auth,
                          warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     for path in written:
         print(f"wrote {path}")
-    print("next: add the ANTHROPIC_API_KEY secret, commit both files, then run the workflow "
+    print(f"next: {AUTHS[args.auth].setup}, commit both files, then run the workflow "
           "(Actions -> plan-runner -> Run workflow) with plan plans/example.md")
     return 0

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.sandbox.agentenv import build_agent_env, clean_path, credential_vars
+from runner.adapters.sandbox.agentenv import backend_agent_env, build_agent_env, clean_path
+from runner.backends.base import executable_of
+from runner.core.backend_spec import spec_of
 from runner.core.errors import PlanRunnerError
 from runner.core.plan import GateConfig, Plan
 from runner.adapters.sandbox import identity as sandbox
@@ -35,14 +37,6 @@ echo enable eval exec exit export false fc fg for function getopts hash help his
 logout mapfile popd printf pushd pwd read readarray readonly return select set shift shopt source suspend test
 time times trap true type typeset ulimit umask unalias unset until wait while
 """.split())
-
-# The credentials each backend can authenticate with (any one is enough), and where a login keeps them.
-_CREDENTIAL_NAMES: dict[str, tuple[str, ...]] = {
-    "claude-code": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
-    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
-    "codex": ("OPENAI_API_KEY",),
-}
-
 
 @dataclass(frozen=True)
 class Problem:
@@ -64,34 +58,30 @@ def _which(name: str, env: Mapping[str, str], cwd: Path) -> str | None:
 
 
 def _login_file(backend: str, env: Mapping[str, str]) -> Path | None:
-    """The file a CLI's own login (`claude login`, `codex login`) leaves, if the agent can see it."""
-    # Claude Code is always given a private CLAUDE_CONFIG_DIR (docs/claude-code.md): a `claude` login is not used.
-    if backend == "codex" and env.get("CODEX_HOME"):
-        # without CODEX_HOME the backend points Codex at the plan's own transcript folder: a login elsewhere is unseen
-        candidate = Path(env["CODEX_HOME"]) / "auth.json"
-    else:
-        candidate = None
-    return candidate if candidate is not None and candidate.is_file() else None
+    """The file a CLI's own login (`codex login`) leaves, if the agent can see it (the spec's `login_file`).
+    Claude Code is always given a private CLAUDE_CONFIG_DIR (docs/claude-code.md): a `claude` login is not used;
+    without CODEX_HOME the Codex backend points Codex at its own folder, where a login elsewhere is unseen."""
+    spec = spec_of(backend)
+    if spec is None or spec.login_file is None or not env.get(spec.login_file[0]):
+        return None
+    candidate = Path(env[spec.login_file[0]]) / spec.login_file[1]
+    return candidate if candidate.is_file() else None
 
 
 def agent_executable(plan: Plan, env: Mapping[str, str]) -> tuple[str | None, str]:
     """(the command the backend will start, the setting that names it) or (None, "") for an in-process backend."""
     agent = plan.config.agent
-    if agent.backend == "claude-code":
-        return agent.executable or env.get("PLAN_RUNNER_CLAUDE") or "claude", "agent.executable (or PLAN_RUNNER_CLAUDE)"
-    if agent.backend == "codex":
-        return agent.executable or env.get("PLAN_RUNNER_CODEX") or "codex", "agent.executable (or PLAN_RUNNER_CODEX)"
+    spec = spec_of(agent.backend)
+    if spec is not None and spec.executable is not None:
+        return executable_of(agent.backend, agent, env), f"agent.executable (or {spec.executable.override_env})"
     if agent.backend == "command":
         return agent.executable, "agent.executable"
     return None, ""
 
 
-_INSTALL = {
-    "claude-code": "install Claude Code (`npm install -g @anthropic-ai/claude-code`), or set `agent.executable` "
-                   "to its path in the plan",
-    "codex": "install Codex (`npm install -g @openai/codex`), or set `agent.executable` to its path in the plan",
-    "command": "set `agent.executable` in the plan to a program on the PATH or a path relative to the repository",
-}
+def _install_hint(backend: str) -> str:
+    spec = spec_of(backend)
+    return spec.install_hint if spec is not None else ""
 
 
 def exposed_by_search(folder: Path, limit: int = 6) -> list[str]:
@@ -143,11 +133,18 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
     exe, setting = agent_executable(plan, env)
     if agent.backend == "command" and not exe:
         found.append(Problem("error", "the command backend needs `agent.executable`",
-                             "no agent CLI is named in the plan's front matter", _INSTALL["command"]))
+                             "no agent CLI is named in the plan's front matter", _install_hint("command")))
     elif exe is not None and _which(exe, env, repo) is None:
         found.append(Problem("error", f"the agent's executable {exe!r} ({agent.backend} backend) cannot be found",
                              f"it is neither a path to an executable file nor a program on the PATH ({setting})",
-                             _INSTALL[agent.backend]))
+                             _install_hint(agent.backend)))
+    for name, server in agent.mcp_servers.items():
+        if server.command is not None and _which(server.command, env, repo) is None:
+            found.append(Problem("error", f"MCP server {name!r}: command {server.command!r} cannot be found",
+                                 "the agent's CLI starts it for every session; without it the plan's tools are missing "
+                                 "and every session would work without them",
+                                 "install it on the machine (or name it by its path), or correct `agent.mcp_servers` "
+                                 "in the plan"))
     if agent.backend == "script":
         if not agent.script:
             found.append(Problem("error", "the script backend needs `agent.script`", "no session script is named",
@@ -172,18 +169,45 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
                     f"{'searchable' if part.is_dir() and part != Path(path) else 'readable and executable'} "
                     "by other users (checked along the path as it is run, symlinks included)",
                     reach_fix(path, part)))
-    names = _CREDENTIAL_NAMES.get(agent.backend)
-    if names:
-        agent_env = build_agent_env(env, allow=agent.env, api_key_vars=credential_vars(agent.backend))
-        if not any(agent_env.get(n) for n in names) and _login_file(agent.backend, agent_env) is None:
-            login = {"claude-code": " (a `claude` /login is not used: each session gets a private config dir)",
-                     "codex": " (a `codex login` is not used: the backend gives Codex its own CODEX_HOME "
-                              "unless you set CODEX_HOME)"}.get(agent.backend, "")
-            found.append(Problem(
-                "error", f"no credentials for the {agent.backend} backend",
-                f"none of {', '.join(names)} is set in plan-runner's environment, so the agent could not "
-                "authenticate and every session would fail the same way",
-                f"export {names[0]}=...{login}; then run again"))
+    found += credential_problems(agent.backend, env, agent.passed_env, agent.provider)
+    return found
+
+
+def credential_problems(backend: str, env: Mapping[str, str], allow: tuple[str, ...] = (),
+                        provider: str | None = None) -> list[Problem]:
+    """The backend's credentials as its agent will see them (after the allow-list): the way of paying `env`
+    selects (runner.core.backend_spec: an API key, a subscription token, Bedrock, Vertex, a login file) must be
+    complete."""
+    spec = spec_of(backend)
+    if spec is None or not spec.auth:
+        return []
+    agent_env = backend_agent_env(env, backend, allow, provider)
+    way = spec.selected_auth(agent_env, provider)
+    if way is None:
+        return []
+    missing = way.missing(agent_env)
+    if way.switch is None:
+        if not missing or _login_file(backend, agent_env) is not None:
+            return []
+        login = {"claude-code": " (a `claude` /login is not used: each session gets a private config dir)",
+                 "codex": " (a `codex login` is not used: the backend gives Codex its own CODEX_HOME "
+                          "unless you set CODEX_HOME)"}.get(backend, "")
+        names = way.needs[0]
+        return [Problem("error", f"no credentials for the {backend} backend",
+                        f"none of {', '.join(names)} is set in plan-runner's environment, so the agent could not "
+                        "authenticate and every session would fail the same way",
+                        f"{way.fix}{login}; then run again")]
+    found = []
+    if missing:
+        found.append(Problem("error", f"{way.label} for the {backend} backend is incomplete",
+                             f"{'the plan says `provider: ' + provider + '`' if provider else way.switch + ' is set'}, "
+                             f"so the agent authenticates with {way.label}, and "
+                             f"{'; '.join(missing)} is not set in plan-runner's environment: every session "
+                             "would fail the same way", f"{way.fix}; then run again"))
+    if way.file_env and agent_env.get(way.file_env) and not Path(agent_env[way.file_env]).is_file():
+        found.append(Problem("error", f"{way.file_env} names no file",
+                             f"{agent_env[way.file_env]} does not exist, and {way.label} reads the agent's "
+                             "credentials from it", f"{way.fix}; then run again"))
     return found
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from runner.adapters.sandbox import fsafe
+from runner.core.backend_spec import BACKENDS, spec_of
 from runner.core.errors import PlanRunnerError
 
 RESULT_LINES = 8  # lines of one tool result shown
@@ -196,29 +197,57 @@ def _script(path: Path, session_id: str | None) -> list[str]:
     return lines
 
 
+def _read_claude(directory: Path, names: list[str], session_id: str | None) -> list[str]:
+    return [line for n in names for line in _claude(directory / n, session_id)]
+
+
+def _read_codex(directory: Path, names: list[str], session_id: str | None) -> list[str]:
+    return [line for n in names for line in _codex(directory / n, session_id)]
+
+
+def _read_anthropic(directory: Path, names: list[str], session_id: str | None) -> list[str]:
+    # the built-in agent saves its conversation in its own state folder when it runs isolated
+    # (runner.drivers.session.phases)
+    state = [directory / "agent-state" / n for n in fsafe.list_regular(directory / "agent-state", below=directory)
+             if spec_of("anthropic").owns_transcript(n)]
+    lines: list[str] = []
+    for path in sorted([*(directory / n for n in names), *state]):
+        if path.name.startswith("script-") or path.name.startswith("."):
+            continue
+        if session_id is None or path.stem == session_id:
+            lines += _anthropic(path)
+    return lines
+
+
+def _read_script(directory: Path, names: list[str], session_id: str | None) -> list[str]:
+    lines: list[str] = []
+    for name in sorted(names, key=lambda n: int(re.sub(r"\D", "", n) or 0)):
+        lines += _script(directory / name, session_id)
+    return lines
+
+
+def _read_command(directory: Path, names: list[str], session_id: str | None) -> list[str]:
+    lines: list[str] = []
+    for name in names:
+        text = _read(directory / name)
+        lines += ["— command agent output (all sessions)"] + [_clean(x) for x in text.splitlines()]
+    return lines
+
+
+# The reader of each backend's transcript format (its files: the spec's `transcripts`); a backend without
+# a reader here fails tests/test_backend_spec.py.
+_READERS = {"claude-code": _read_claude, "codex": _read_codex, "anthropic": _read_anthropic,
+            "script": _read_script, "command": _read_command}
+
+
 def render_dir(directory: Path, session_id: str | None = None) -> list[str]:
     """Every transcript in `directory` (as the state unpacks it) as readable lines; with `session_id`,
     only that agent session's part where the backend's log names sessions."""
     directory = Path(directory)
     files = set(fsafe.list_regular(directory, below=directory))
     lines: list[str] = []
-    if "claude-stream.jsonl" in files:
-        lines += _claude(directory / "claude-stream.jsonl", session_id)
-    if "codex-events.jsonl" in files:
-        lines += _codex(directory / "codex-events.jsonl", session_id)
-    # the built-in agent saves its conversation in its own state folder when it runs isolated (runner.drivers.session.phases)
-    state = [directory / "agent-state" / n for n in fsafe.list_regular(directory / "agent-state", below=directory)]
-    for path in sorted([*(directory / n for n in files), *state]):
-        if path.suffix != ".json" or path.name.startswith("script-") or path.name.startswith("."):
-            continue
-        if session_id is None or path.stem == session_id:
-            lines += _anthropic(path)
-    scripts = [directory / n for n in files if n.startswith("script-") and n.endswith(".jsonl")]
-    for path in sorted(scripts, key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
-        lines += _script(path, session_id)
-    if "command-output.log" in files:
-        text = _read(directory / "command-output.log")
-        lines += ["— command agent output (all sessions)"] + [_clean(x) for x in text.splitlines()]
+    for spec in BACKENDS.values():  # in the table's order; each backend's files by its spec's `transcripts`
+        lines += _READERS[spec.name](directory, sorted(n for n in files if spec.owns_transcript(n)), session_id)
     return lines
 
 

@@ -187,15 +187,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routing --
 
-    def _route(self) -> None:
-        owner = self.server.owner
+    def _read_recorded(self) -> Any:
+        """The request's body (parsed JSON, or None), after recording the request."""
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        owner._record(
+        self.server.owner._record(
             RecordedRequest(
                 method=self.command,
                 path=self.path,
@@ -204,6 +204,11 @@ class _Handler(BaseHTTPRequestHandler):
                 body=raw,
             )
         )
+        return body
+
+    def _route(self) -> None:
+        owner = self.server.owner
+        body = self._read_recorded()
         path = self.path.split("?")[0]
         if self.command == "POST" and path == "/v1/messages":
             if not isinstance(body, dict):

@@ -83,6 +83,11 @@ class AgentArea:
         return self.root / "in"
 
     @property
+    def creds(self) -> Path:
+        """The agent's credential files (runner.adapters.sandbox.agent_creds): its user's alone, never saved."""
+        return self.root / "creds"
+
+    @property
     def gates(self) -> Path:
         return self.root / "gates"
 
@@ -91,7 +96,7 @@ class AgentArea:
         return self.root / "gate-home"
 
     def parts(self) -> tuple[Path, ...]:
-        return self.work, self.home, self.state, self.out, self.inputs, self.gates, self.gate_home
+        return self.work, self.home, self.state, self.out, self.inputs, self.creds, self.gates, self.gate_home
 
 
 def area_for(repo: Path, plan_id: str) -> AgentArea:

@@ -16,6 +16,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 
+from runner.core.backend_spec import ANTHROPIC_VARS, OPENAI_VARS, spec_of  # noqa: F401 (re-exported)
 from runner.core.errors import PlanRunnerError
 
 BASE_VARS: tuple[str, ...] = (
@@ -23,24 +24,25 @@ BASE_VARS: tuple[str, ...] = (
     # the agent commits; its identity is not a secret
     "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
 )
-ANTHROPIC_VARS: tuple[str, ...] = ("ANTHROPIC_*", "CLAUDE_CODE_*")
-OPENAI_VARS: tuple[str, ...] = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*")
-# Each backend's own credentials, and nothing else (SPEC 4b, invariant 7: least credentials).
-# A plugin backend declares its own in a `credentials` class attribute.
-BACKEND_CREDENTIALS: dict[str, tuple[str, ...]] = {
-    "claude-code": ANTHROPIC_VARS,
-    "anthropic": ANTHROPIC_VARS,
-    "codex": OPENAI_VARS,
-    "command": (),
-    "script": ANTHROPIC_VARS,  # the scripted stand-in plays a Claude Code agent (demo, tests)
-}
 
 
-def credential_vars(backend: str) -> tuple[str, ...]:
-    """The variable patterns a backend's agent receives as its credentials (command: none; a plan
-    passes what its command needs by name in `agent.env`; a plugin backend: the `credentials` of its
-    class, recorded when it registers)."""
-    return BACKEND_CREDENTIALS.get(backend, ())
+def credential_vars(backend: str, env: Mapping[str, str] | None = None, provider: str | None = None) -> tuple[str, ...]:
+    """The variable patterns a backend's agent receives as its credentials, from the backend's spec
+    (runner.core.backend_spec): its own, plus those of the way of paying the plan's `agent.provider` (or `env`)
+    selects (Bedrock: AWS_*; Vertex: the Google ones); command: none (a plan passes what its command needs by name
+    in `agent.env`)."""
+    spec = spec_of(backend)
+    return spec.credential_patterns(env or {}, provider) if spec is not None else ()
+
+
+def backend_agent_env(parent: Mapping[str, str], backend: str, allow: Iterable[str] = (),
+                      provider: str | None = None) -> dict[str, str]:
+    """The agent's environment for its backend: the allow-list with the backend's credentials for the way it pays
+    (`provider`), and the switch that tells its CLI that way (CLAUDE_CODE_USE_BEDROCK=1). The session, the
+    preflight and the tests build it here, once."""
+    spec = spec_of(backend)
+    return build_agent_env(parent, allow=allow, api_key_vars=credential_vars(backend, parent, provider),
+                           extra=spec.switches(provider) if spec is not None else {})
 
 
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
@@ -142,7 +144,30 @@ def clean_path(value: str, also: Iterable[str | os.PathLike] = ()) -> str:
 def secret_values(env: Mapping[str, str], *, min_length: int = 6) -> list[str]:
     """Values of secret-looking variables in `env`, longest first, to mask in logs and redact in reports."""
     values = {v for k, v in env.items() if (_SECRET_NAME.search(k) or is_github_credential(k)) and len(v) >= min_length}
+    for value in list(values):  # a secret holding a login file (CODEX_AUTH_JSON): each token in it is one too
+        if value.lstrip().startswith("{"):
+            values.update(v for v in json_strings(value) if len(v) >= 16)
     return sorted(values, key=lambda v: (-len(v), v))
+
+
+def json_strings(text: str) -> list[str]:
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    found: list[str] = []
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found.append(item)
+    return found
 
 
 def key_like(values: Iterable[str], *, min_length: int = 12) -> list[str]:

@@ -25,7 +25,9 @@ from runner.adapters.judge.guard import redact_text
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.adapters.sandbox import agent_clone as agentarea
 from runner.adapters.sandbox import identity as sandbox
-from runner.adapters.sandbox.agentenv import build_agent_env, clean_path, credential_vars, key_like
+from runner.adapters.sandbox import agent_creds
+from runner.core.backend_spec import BACKENDS
+from runner.adapters.sandbox.agentenv import backend_agent_env, build_agent_env, clean_path, key_like
 from runner.backends import SessionRequest, get_backend
 from runner.backends.endpoint import is_unreachable
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Verdict, Wait, describe
@@ -364,22 +366,30 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
     area = agentarea.area_for(ws.repo, plan.id)
     agentarea.prepare(area, identity, ws.repo, plan.work_branch, b.transcripts / AGENT_STATE, ws.scratch_dir / plan.id)
     _set_up_clone(s, identity, area, b.base_sha, b.transcripts)
-    agent_env = build_agent_env(ws.env, allow=plan.config.agent.env,
-                                api_key_vars=credential_vars(plan.config.agent.backend))
+    agent = plan.config.agent
+    spec = BACKENDS[agent.backend]
+    agent_env = backend_agent_env(ws.env, agent.backend, agent.passed_env, agent.provider)
     agent_env["HOME"] = str(area.home)
     agent_env["PATH"] = clean_path(agent_env.get("PATH", ""), also=(ws.repo,))
+    # its credential files, in a folder of its user's alone (never the job's copies: agent_creds says why)
+    creds = agent_creds.place(spec, agent.provider, ws.env, agent_env, area.creds, identity)
+    for name in creds.drop:
+        agent_env.pop(name, None)
+    agent_env.update(creds.env)
+    s.secrets = sorted({*s.secrets, *creds.secrets}, key=lambda v: (-len(v), v))
     request = SessionRequest(
         workdir=area.work, prompt=_prompt(s, action, b.plan_text, b.handoff_path), agent=plan.config.agent,
         env=agent_env, transcript_dir=b.transcripts, resume_session_id=action.resume_session_id,
         plan_path=area.work / plan.path, handoff_path=area.work / b.handoff_path,
         pid_file=agent_pid_file(ws, plan.id),
         on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)),  # its words may hold a key
-        identity=identity, agent_state_dir=area.state, input_dir=area.inputs)
+        identity=identity, agent_state_dir=area.state, input_dir=area.inputs, credential_files=creds.files)
     control = guard.snapshot(ws.repo)
     try:
         signals = get_backend(plan.config.agent.backend).run(request)
     finally:
         identity.kill_all()  # nothing the agent started outlives it (invariant 2)
+        agent_creds.remove(area.creds, identity)
     return AgentRan(signals=signals, area=area, agent_env=agent_env, control=control)
 
 

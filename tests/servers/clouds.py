@@ -1,0 +1,110 @@
+"""The Messages stand-in as the clouds serve it: Amazon Bedrock and Google Vertex AI, plus their token endpoints.
+
+The real Claude Code CLI, pointed here by ANTHROPIC_BEDROCK_BASE_URL / ANTHROPIC_VERTEX_BASE_URL, sends what it
+sends those providers, and gets their wire shapes back:
+
+* Bedrock: `POST /model/<model id>/invoke-with-response-stream` (SigV4-signed; the body is a Messages request
+  with `anthropic_version: bedrock-2023-05-31` and no `model`), answered as an `application/vnd.amazon.eventstream`
+  stream of `chunk` events whose payload `{"bytes": base64(<Messages SSE event JSON>)}`; `/invoke` unstreamed.
+* Vertex: `POST /v1/projects/<p>/locations/<r>/publishers/anthropic/models/<m>:streamRawPredict` (a Bearer
+  access token; `anthropic_version: vertex-2023-10-16`), answered with the Messages SSE stream; `:rawPredict`
+  unstreamed. `POST /sts/token` is Google's STS token exchange (an external account's subject token for an
+  access token), `GET /oidc?audience=...` the Actions ID-token endpoint (Bearer the request token).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+import zlib
+from typing import Any
+
+from .messages import MessagesServer, _Handler as _MessagesHandler, _message, _sse_events
+
+ACCESS_TOKEN = "ya29.stand-in-access-token-0123456789"
+REQUEST_TOKEN = "actions-request-token-0123456789abcdef"
+OIDC_JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJyZXBvOm8vciJ9.c3RhbmQtaW4tc2lnbmF0dXJlLTAxMjM0NTY3ODk"
+
+_BEDROCK = re.compile(r"^/model/(?P<model>[^/]+)/(?P<op>invoke|invoke-with-response-stream)$")
+_VERTEX = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/publishers/anthropic/models/"
+                     r"(?P<model>[^/:]+):(?P<op>rawPredict|streamRawPredict)$")
+
+
+def _header(name: str, value: str) -> bytes:
+    raw_name, raw_value = name.encode(), value.encode()
+    return struct.pack("B", len(raw_name)) + raw_name + b"\x07" + struct.pack(">H", len(raw_value)) + raw_value
+
+
+def event_stream_message(payload: bytes, headers: dict[str, str]) -> bytes:
+    """One message of the AWS event-stream encoding (prelude, its CRC, headers, payload, the message's CRC)."""
+    head = b"".join(_header(k, v) for k, v in headers.items())
+    total = 12 + len(head) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(head))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    body = prelude + head + payload
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+class CloudServer(MessagesServer):
+    thread_name = "cloud-server"
+
+    @property
+    def model_requests(self):
+        with self._lock:
+            return [r for r in self.requests if _BEDROCK.match(r.path.split("?")[0]) or _VERTEX.match(r.path.split("?")[0])]
+
+
+class _Handler(_MessagesHandler):
+    def _route(self) -> None:
+        path = self.path.split("?")[0]
+        bedrock, vertex = _BEDROCK.match(path), _VERTEX.match(path)
+        if self.command == "POST" and (bedrock or vertex):
+            owner = self.server.owner
+            body = self._read_recorded()
+            if not isinstance(body, dict):
+                self._send_error(400, "invalid_request_error", "body must be a JSON object")
+                return
+            model = (bedrock or vertex)["model"]
+            op = (bedrock or vertex)["op"]
+            # the script is the agent's streamed turns; an unstreamed call (the CLI's own checks) gets the default
+            turn = owner._next_turn(body) if op in ("invoke-with-response-stream", "streamRawPredict") else owner.default
+            message = _message(owner, dict(body, model=model), turn)
+            if op in ("invoke", "rawPredict"):
+                self._send_json(200, message)
+            elif bedrock:
+                self._bedrock_stream(message)
+            else:
+                self._stream(message, turn)
+        elif self.command == "POST" and path == "/sts/token":
+            self._read_recorded()
+            self._send_json(200, {"access_token": ACCESS_TOKEN, "issued_token_type":
+                                  "urn:ietf:params:oauth:token-type:access_token", "token_type": "Bearer",
+                                  "expires_in": 3600})
+        elif self.command == "GET" and path == "/oidc":
+            self._read_recorded()
+            if self.headers.get("authorization") != f"Bearer {REQUEST_TOKEN}":
+                self._send_json(401, {"message": "bad request token"})
+            else:
+                self._send_json(200, {"count": 1, "value": OIDC_JWT})
+        else:
+            super()._route()
+
+    def _bedrock_stream(self, message: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/vnd.amazon.eventstream")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("x-amzn-requestid", self.server.owner._new_id("req"))
+        self.end_headers()
+        for _event, data in _sse_events(message):
+            payload = json.dumps({"bytes": base64.b64encode(json.dumps(data).encode()).decode(), "p": "abcd"}).encode()
+            frame = event_stream_message(payload, {":event-type": "chunk", ":content-type": "application/json",
+                                                   ":message-type": "event"})
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+CloudServer.handler = _Handler
