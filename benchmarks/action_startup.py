@@ -1,6 +1,6 @@
 """Action start-up: time from a job's start to the agent's start, from a cold cache, before and after.
 
-Runs the real composite action under `act` (the end-to-end harness in tests/test_act_e2e.py), twice per
+Runs the real composite action under `act` (the end-to-end harness in tests/e2e/test_act_e2e.py), twice per
 variant: the first job installs plan-runner's venv into a fresh tool cache with empty pip and uv caches,
 against real PyPI (cold: what every job on a GitHub-hosted runner does, whose tool cache starts empty); the
 next job of the same plan reuses it (warm). "Agent start" is the `started` ledger entry, written right
@@ -39,7 +39,7 @@ def _started_at(world, n: int) -> datetime:
 def export_action(ref: str | None, dest: Path) -> Path:
     """The action's files at `ref` (None: this work tree), as a user's runner gets them."""
     if ref is None:
-        from tests.test_act_e2e import copy_action_source
+        from tests.e2e.test_act_e2e import copy_action_source
 
         return copy_action_source(dest)
     dest.mkdir(parents=True)
@@ -63,7 +63,7 @@ def cold_env(root: Path) -> dict[str, str]:
 def bench_variant(root: Path, ref: str | None) -> dict:
     from tests.e2e_act import world as w
     from tests.servers.github import GitHubServer
-    from tests.test_act_e2e import PLAN, ActWorld
+    from tests.e2e.test_act_e2e import PLAN, ActWorld
 
     with GitHubServer() as srv:
         world = ActWorld(root, srv, env=cold_env(root), action=export_action(ref, root / "action-variant"))

@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ("runner/core/outcome.py", "runner/core/policy.py")
 # The tests run against each module's mutants, fastest killers first (pytest stops at the first failure).
 TESTS = {
-    "runner/core/outcome.py": ("tests/test_outcome.py", "tests/test_core_pinned.py", "tests/test_outcome_golden.py",
-                          "tests/test_core_properties.py"),
-    "runner/core/policy.py": ("tests/test_policy.py", "tests/test_core_pinned.py", "tests/test_core_properties.py"),
+    "runner/core/outcome.py": ("tests/unit/test_outcome.py", "tests/unit/test_core_pinned.py", "tests/unit/test_outcome_golden.py",
+                          "tests/unit/test_core_properties.py"),
+    "runner/core/policy.py": ("tests/unit/test_policy.py", "tests/unit/test_core_pinned.py", "tests/unit/test_core_properties.py"),
 }
 
 # Mutants no test can kill because the program behaves the same; key -> why.

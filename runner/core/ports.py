@@ -3,7 +3,7 @@
 The session loop talks only to these, so the whole loop runs offline. `StateStore` is everything the drivers
 ask of a plan's state: the git store (`runner.adapters.store.state.GitStateStore`) and the in-memory one
 (`runner.adapters.store.memory.MemoryStateStore`) implement all of it and pass the same contract tests
-(tests/test_store_contract.py).
+(tests/integration/test_store_contract.py).
 """
 
 from __future__ import annotations

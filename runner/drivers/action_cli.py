@@ -43,7 +43,7 @@ class AgentCli:
 
 
 # From each backend's spec (runner.core.backend_spec): the same versions scripts/install-claude.sh and
-# scripts/install-codex.sh give the tests (tests/test_action_cli.py checks they agree).
+# scripts/install-codex.sh give the tests (tests/integration/test_action_cli.py checks they agree).
 CLIS = {spec.name: AgentCli(spec.name, spec.install.package, spec.install.version, spec.install.binary,
                             spec.executable.override_env)
         for spec in BACKENDS.values() if spec.install is not None and spec.executable is not None}

@@ -235,7 +235,7 @@ def _read_command(directory: Path, names: list[str], session_id: str | None) -> 
 
 
 # The reader of each backend's transcript format (its files: the spec's `transcripts`); a backend without
-# a reader here fails tests/test_backend_spec.py.
+# a reader here fails tests/unit/test_backend_spec.py.
 _READERS = {"claude-code": _read_claude, "codex": _read_codex, "anthropic": _read_anthropic,
             "script": _read_script, "command": _read_command}
 

@@ -5,7 +5,7 @@ Run one target: `python tests/fuzz/targets.py <target> -runs=20000 SCRATCH_DIR t
 Each target states the contract the hypothesis tests state: any input ends in a result or in the
 documented clear error (PlanRunnerError), never another exception. A violation is an uncaught
 exception: libFuzzer prints the input, writes a crash-* file and exits non-zero.
-`tests/test_fuzz_atheris.py` runs every target for a bounded number of inputs.
+`tests/integration/test_fuzz_atheris.py` runs every target for a bounded number of inputs.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ over real HTTP. Tests read and set its state directly (`srv.issues`,
 `srv.delay_next`, `srv.reset_next`, `srv.truncate_next`).
 
 It also gives GitHub's refusals, with GitHub's messages (checked against the
-published OpenAPI description by tests/test_github_contract.py):
+published OpenAPI description by tests/harness/test_github_contract.py):
 * `srv.actions_can_create_prs = False` (GitHub's default for new repositories):
   a pull request opened with the Actions bot's token is refused with 403;
 * `srv.has_issues = False`: every issue endpoint answers 410 Gone;

@@ -1,4 +1,4 @@
-"""`runner.core.ports.StateStore` in memory: the same contract as the git store (tests/test_store_contract.py),
+"""`runner.core.ports.StateStore` in memory: the same contract as the git store (tests/integration/test_store_contract.py),
 no repository, no remote. For tests and tools that need a plan's state without git.
 
 Each plan's state is a chain of immutable versions (the ledger's lines, the files, the directories, the snapshot

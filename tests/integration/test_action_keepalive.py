@@ -1,0 +1,48 @@
+"""A quiet public repository keeps its workflow: GitHub disables a public repository's scheduled workflow after
+60 days without activity ("Disabling and enabling a workflow"; the workflow's state becomes
+`disabled_inactivity`, and the file's `workflow_dispatch` and `issue_comment` runs stop with it). Once a day
+(the ticks of 00:xx UTC), a tick that has plan state calls `PUT /repos/{owner}/{repo}/actions/workflows/{file}/enable`
+(the tick job has `actions: write`); a refusal is a warning, never the tick's failure."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from runner.drivers import action_tick
+from tests.e2e_act import world as w
+from tests.servers.github import GitHubServer
+from tests.integration.test_action_modes import Jobs
+
+pytestmark = pytest.mark.integration
+
+
+def at(hour: int):
+    return lambda: datetime(2026, 12, 1, hour, 17, tzinfo=timezone.utc)
+
+
+def test_the_first_ticks_of_a_day_keep_the_workflow_enabled_and_the_others_cost_nothing(tmp_path, monkeypatch):
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv)
+        rc, _, outputs, _, _ = jobs.session()  # the plan has state now
+        assert rc == 0 and outputs["outcome"] == "Advanced"
+        monkeypatch.setattr(action_tick, "utcnow", at(13))
+        rc, _, _, summary, _ = jobs.run("schedule", w.schedule_event())
+        assert rc == 0 and srv.enabled == [] and "kept enabled" not in summary
+        monkeypatch.setattr(action_tick, "utcnow", at(0))
+        rc, out, _, summary, _ = jobs.run("schedule", w.schedule_event())
+        assert rc == 0 and srv.enabled == ["plan-runner.yml"], out
+        assert "`plan-runner.yml`: kept enabled" in summary
+
+
+def test_a_refused_keep_alive_is_a_warning_and_the_tick_still_succeeds(tmp_path, monkeypatch):
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv)
+        jobs.session()
+        monkeypatch.setattr(action_tick, "utcnow", at(0))
+        srv.token_scopes = {"contents": "write", "actions": "read"}
+        rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event())
+        assert rc == 0 and srv.enabled == [], out
+        assert "::warning title=plan-runner keep-alive::could not keep the workflow enabled" in out
+        assert "not kept enabled" in summary

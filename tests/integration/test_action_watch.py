@@ -1,0 +1,119 @@
+"""One place to watch a plan on GitHub: its pull request, a draft from the first credited work, rewritten in
+place after every session job, closed with a link when the plan parks, reopened when it resumes, ready for
+review at the finish (GraphQL markPullRequestReadyForReview: REST has no way out of draft). End to end through
+`run_action` against the test GitHub server, PyGithub over real HTTP."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.e2e_act import world as w
+from tests.servers.github import GitHubServer
+from tests.integration.test_action_modes import Jobs
+
+pytestmark = pytest.mark.integration
+HOSTILE = "HUMAN: <img src=x onerror=alert(1)> ping @octo-org/admins, see [docs](https://evil.example/x) | col"
+SCRIPT = w.SCRIPT.replace("reset_in: 2,", "reset_in: 1,").replace(
+    "HUMAN: should the README be in English or French?", HOSTILE)
+
+
+def finish_posts(srv: GitHubServer) -> int:
+    """Requests to open the finish's pull request (not a draft: the watch view's are drafts)."""
+    return sum(1 for c in srv.calls if c.method == "POST" and c.path.endswith("/pulls")
+               and not (isinstance(c.body, dict) and c.body.get("draft")))
+
+
+def _pulls(srv: GitHubServer) -> list[dict]:
+    return [i for i in srv.issues.values() if i.get("pull")]
+
+
+def test_the_plans_pull_request_is_the_one_place_to_watch_it(tmp_path) -> None:
+    with GitHubServer() as srv:
+        srv.actions_can_create_prs = True  # the repository setting docs/github-actions.md asks for
+        jobs = Jobs(tmp_path, srv, script=SCRIPT)
+
+        rc, out, outputs, summary, _ = jobs.session()  # 1.1 credited: the draft opens
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        (pull,) = _pulls(srv)
+        assert pull["pull"]["draft"] is True and pull["state"] == "open"
+        assert pull["pull"]["head"] == "plan-runner/greeter" and pull["pull"]["base"] == "main"
+        body = pull["body"]
+        assert "<!-- plan-runner:watch plan=greeter -->" in body
+        assert "| ✅ | `1.1`" in body and "| ⬜ | `1.2`" in body
+        assert re.search(r"\| 1 \| delivery \| `1\.1` \| \*\*Advanced\*\* \(1\\\.1 done\) \| none \| 1,200 \|", body)
+        assert "[run 1](https://github.example.invalid/octo-org/demo/actions/runs/1)" in body
+        assert "`plan-runner logs plans/greeter.md 1`" in body
+        assert "**Status:** running" in body and "**Next:** run a delivery session on 1\\.2" in body
+        assert f"Watch the plan in its pull request: {srv.html_url}/pull/{pull['number']}" in summary
+
+        rc, _, outputs, _, _ = jobs.session()  # rate limited: the same pull request, rewritten
+        assert outputs["outcome"] == "LimitBackoff"
+        assert _pulls(srv) == [pull] and "**LimitBackoff**" in pull["body"] and pull["pull"]["draft"] is True
+        time.sleep(1.5)
+        rc, _, outputs, _, _ = jobs.session()
+        assert outputs["outcome"] == "Advanced" and "| ✅ | `1.2`" in pull["body"]
+
+        rc, _, outputs, _, _ = jobs.session()  # the agent asks a human: the plan parks, the view closes
+        assert outputs["outcome"] == "NeedsHuman"
+        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        assert pull["state"] == "closed" and outputs["issue-url"] in pull["body"]
+        assert f"[park issue]({outputs['issue-url']})" in pull["body"]
+        # published text: the agent's words are shown, never as markup, a mention or a link
+        prose = re.sub(r"(?ms)^(`{3,})text\n.*?^\1$", "", pull["body"])  # fences show text as is
+        assert "\\<img src" in prose and not re.search(r"(?<!\\)<img", prose)
+        assert "@octo-org/admins" not in pull["body"]  # no mention anywhere, fenced or not
+        assert "[docs](https://evil.example" not in prose
+
+        cid = srv.add_comment(issue["number"], "/plan-runner resume\nEnglish.", user="maintainer")
+        rc, _, outputs, _, _ = jobs.run("issue_comment", w.comment_event(issue, "/plan-runner resume\nEnglish.",
+                                                                         "maintainer", cid))
+        assert outputs["outcome"] == "accepted"
+        rc, out, outputs, summary, _ = jobs.session()  # 2.1: the plan is finished
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        assert outputs["pull-request-url"] == f"{srv.html_url}/pull/{pull['number']}"
+        assert _pulls(srv) == [pull] and pull["state"] == "open" and pull["pull"]["draft"] is False
+        assert srv.ready_for_review == [pull["number"]]
+        assert "finished: ready for review" in pull["body"] and "| ✅ | `2.1`" in pull["body"]
+        assert len(re.findall(r"^\| \d+ \| delivery", pull["body"], re.M)) == 5
+
+        body = pull["body"]
+        calls = len(srv.calls)
+        rc, _, outputs, _, _ = jobs.session()  # dispatched again by mistake: nothing recorded, nothing asked
+        assert outputs["outcome"] == "finished" and pull["body"] == body
+        assert not [c for c in srv.calls[calls:] if "/pulls" in c.path or c.path == "/graphql"]
+
+        # in place, never spammed: one pull request created, no comment on it, at most two writes per job
+        assert srv.count("POST", r"/repos/octo-org/demo/pulls") == 1
+        assert srv.comments_on(pull["number"]) == []
+        writes = srv.count("PATCH", r"/repos/octo-org/demo/pulls/\d+") + srv.count("POST", "/graphql")
+        assert writes <= 2 * 5
+
+
+def test_no_pull_request_before_any_credited_work(tmp_path) -> None:
+    """A first session that credits nothing (the gate is red) opens nothing and lists nothing."""
+    script = "sessions:\n  - - write: {path: a.txt, content: x}\n    - commit: add a\n"
+    plan = w.PLAN.replace("run: python3 -m unittest -q", "run: exit 1")
+    with GitHubServer() as srv:
+        srv.actions_can_create_prs = True
+        jobs = Jobs(tmp_path, srv, script=script, plan=plan)
+        rc, _, outputs, summary, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "GatesRed"
+        assert _pulls(srv) == [] and srv.count("GET", r"/repos/octo-org/demo/pulls") == 0
+        assert "| 1 | delivery |" in summary and "**GatesRed**" in summary  # the job summary's timeline
+
+
+def test_a_refused_pull_request_warns_and_the_outcome_stands(tmp_path) -> None:
+    """GitHub's default (Actions may not open pull requests): the session's verdict is untouched, the summary
+    says what to change, nothing is retried within the job."""
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv)
+        rc, out, outputs, summary, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "Advanced"
+        assert _pulls(srv) == [] and srv.count("POST", r"/repos/octo-org/demo/pulls") == 1
+        assert "The plan's pull request was not updated" in summary
+        assert "Allow GitHub Actions to create and approve pull requests" in summary
+        assert "::warning title=plan-runner watch::" in out
+        assert len(srv.dispatches) == 1  # the next session was dispatched all the same

@@ -1,0 +1,501 @@
+"""The boundary, third round (issue 22; issue 21 build items 1 and 4; issue 20 item 3): a process the kill
+could not see, races on the judge's copies, leftovers across plans, two plan-runners sharing a uid,
+programs planted on PATH, and secrets on a command line. Each attack is judged by its effect, next to a
+positive control that shows the attack is real (it works where the mechanism is absent).
+
+Runs as root (as CI does): the agent's identities are the pooled users."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.adapters.sandbox import fsafe, proc, tools
+from runner.adapters.sandbox import identity as sandbox
+from tests.attack_world import CREDITED, arena  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a pooled agent user (CI is root)")]
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+# A process whose main thread leaves with the bare `exit` syscall: its leader is a zombie, its other thread
+# appends to a heartbeat file for `seconds`.
+SURVIVOR = textwrap.dedent("""\
+    import ctypes, os, sys, threading, time
+    beat, seconds = sys.argv[1], float(sys.argv[2])
+    def run():
+        end = time.time() + seconds
+        while time.time() < end:
+            with open(beat, "a") as fh:
+                fh.write("x")
+            time.sleep(0.02)
+        os._exit(0)
+    threading.Thread(target=run).start()
+    time.sleep(0.2)
+    ctypes.CDLL(None).syscall({"aarch64": 93}.get(os.uname().machine, 60), 0)
+    """)
+
+
+def _beating(beat: Path, wait: float = 0.4) -> bool:
+    before = beat.stat().st_size if beat.exists() else -1
+    time.sleep(wait)
+    return beat.exists() and beat.stat().st_size != before
+
+
+_started: list[subprocess.Popen] = []
+
+
+def _start_survivor(identity, folder: Path, seconds: float = 30) -> Path:
+    """Started the way plan-runner starts the agent (the identity's launcher: its cgroup, if it has one), but
+    without proc.run's kill at the end: what is left is for the test to kill."""
+    beat = folder / "heartbeat"
+    launch = identity.launch([sys.executable, "-c", SURVIVOR, str(beat), str(seconds)], dict(ENV), "/")
+    _started.append(subprocess.Popen(launch.argv, **launch.popen, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    deadline = time.monotonic() + 5
+    while not beat.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the main thread has left by now
+    return beat
+
+
+@pytest.fixture(autouse=True)
+def _reap():
+    yield
+    while _started:
+        p = _started.pop()
+        try:
+            p.kill()
+        except OSError:
+            pass
+        p.wait(timeout=10)
+
+
+def _zombie_leaders(uid: int) -> list[int]:
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if f"\nUid:\t{uid}\t" in status and "State:\tZ" in status and len(os.listdir(f"/proc/{pid}/task")) > 1:
+            found.append(int(pid))
+    return found
+
+
+@pytest.fixture
+def shared(tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    tmp_path.chmod(0o711)
+    return folder
+
+
+# --- the kill by construction ---------------------------------------------------------------------------------
+
+
+def test_the_uid_scan_finds_a_thread_group_whose_leader_exited_alone(shared):
+    """The survivor of issue 22, killed by the uid scan alone (no cgroup): a scan that skips every zombie (the
+    old filter) misses it while it runs on, which is the positive control."""
+    with sandbox.leased("user") as leased:
+        bare = sandbox.Identity(uid=leased.uid, gid=leased.gid, name=leased.name)  # no cgroup: the scan only
+        beat = _start_survivor(bare, shared)
+        try:
+            assert _beating(beat), "the survivor never ran"
+            leaders = _zombie_leaders(bare.uid)
+            assert leaders, "no zombie leader with running threads: the attack is not what it claims"
+            assert all(p in bare.pids() for p in leaders)
+            bare.kill_all()
+            assert not _beating(beat, 0.5), "the survivor still runs after the uid-wide kill"
+        finally:
+            leased.kill_all()
+
+
+def test_the_sessions_cgroup_holds_and_kills_what_the_scan_would_miss(shared):
+    """Every process the identity starts is in the lease's cgroup, the survivor too: killing the cgroup (no
+    uid scan) ends it, and the cgroup is empty after."""
+    with sandbox.leased("user") as identity:
+        if identity.cgroup is None:
+            pytest.skip("no writable cgroup v2 on this machine")
+        beat = _start_survivor(identity, shared)
+        assert _beating(beat)
+        assert sandbox._cgroup_procs(identity.cgroup), "the survivor is not in the session's cgroup"
+        sandbox._kill_cgroup(identity.cgroup, identity.sudo)
+        assert not _beating(beat, 0.5), "the survivor outlived the cgroup kill"
+        assert sandbox._cgroup_procs(identity.cgroup) == []
+        cgroup = identity.cgroup
+    assert not cgroup.exists(), "the lease's cgroup was left behind"
+
+
+def test_a_bare_exit_survivor_cannot_rewrite_the_gates_checkout(arena):
+    """End to end: the agent commits a broken add and leaves the survivor to write the good add into the gates'
+    fresh checkout. It is dead before the checkout exists: the gate is red, nothing is credited, and its
+    heartbeat (the proof it ran) stops with the agent."""
+    a = arena("bare_exit")
+    run = a.session()
+    beat = a.loot / "heartbeat"
+    assert beat.exists(), "the survivor never ran (positive control)"
+    assert not _beating(beat, 1.0), "the survivor outlived the session"
+    assert not (a.loot / "rewrote").exists(), "the survivor rewrote the gates' checkout"
+    assert run.outcome not in CREDITED, run.out
+    a.assert_all_well(run)
+
+
+# --- two plan-runners, one machine ----------------------------------------------------------------------------
+
+HOLD = textwrap.dedent("""\
+    import os, sys, time
+    sys.path.insert(0, {root!r})
+    from runner.adapters.sandbox import identity as sandbox
+    with sandbox.leased("user") as identity:
+        print(identity.uid, flush=True)
+        time.sleep(6)
+    """)
+
+
+def test_two_sandbox_roots_never_lease_the_same_uid(tmp_path):
+    """Two plan-runners with different roots (TMPDIR, PLAN_RUNNER_SANDBOX_ROOT) share the machine's pool: the
+    slot locks are machine-wide, so their uids differ. Positive control: their old lock folders differ."""
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for r in roots:
+        r.mkdir()
+    env = {**os.environ, "PLAN_RUNNER_SANDBOX_ROOT": str(roots[0])}
+    child = subprocess.Popen([sys.executable, "-c", HOLD.format(root=str(ROOT))], env=env, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        other = int(child.stdout.readline())
+        old = os.environ.get("PLAN_RUNNER_SANDBOX_ROOT")
+        os.environ["PLAN_RUNNER_SANDBOX_ROOT"] = str(roots[1])
+        try:
+            assert sandbox.judge_dir("pool") != roots[0] / "plan-runner-0" / "pool"  # the old locks: not shared
+            with sandbox.leased("user") as mine:
+                assert mine.uid != other
+        finally:
+            if old is None:
+                os.environ.pop("PLAN_RUNNER_SANDBOX_ROOT")
+            else:
+                os.environ["PLAN_RUNNER_SANDBOX_ROOT"] = old
+        assert not str(sandbox.lock_dir()).startswith(str(tmp_path))
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+# --- leftovers across plans -------------------------------------------------------------------------------------
+
+
+def _as(identity, script: str, home: Path) -> str:
+    out = bytearray()
+    proc.run(["sh", "-c", script], cwd="/", env={**ENV, "HOME": str(home)}, time_limit_s=20, identity=identity,
+             on_output=out.extend)
+    return out.decode()
+
+
+def test_a_password_one_plans_agent_kept_is_not_readable_by_the_next_session_on_that_uid(tmp_path):
+    """~/.pgpass, a file in its TMPDIR, one in /tmp and one in Claude Code's own /tmp/claude-<uid> folder, written
+    by one lease's agent: readable by that uid while the lease lasts (the positive control), gone for the next
+    lease of the same uid (another plan's)."""
+    area = tmp_path / "area"
+    area.mkdir(mode=0o711)
+    tmp_path.chmod(0o711)
+    write = ('echo "db:5432:*:u:hunter2-pw" > ~/.pgpass; echo hunter2-tmp > "$TMPDIR/kept"; '
+             'echo hunter2-shared > /tmp/pr-leftover-$(id -u); '
+             'mkdir -p /tmp/claude-$(id -u)/project && echo hunter2-claude > /tmp/claude-$(id -u)/project/out; '
+             'echo "$TMPDIR"')
+    read = 'cat ~/.pgpass /tmp/pr-leftover-$(id -u) /tmp/claude-$(id -u)/project/out "$OLD/kept" 2>/dev/null; true'
+    uid = None
+    for _ in range(5):
+        home = area / "home"
+        home.mkdir(mode=0o700)
+        with sandbox.leased("user") as first:
+            sandbox.Identity(uid=first.uid, gid=first.gid, name=first.name).give(home)
+            old_tmp = _as(first, write, home).strip()
+            seen = _as(first, read.replace("$OLD", old_tmp), home)
+            assert all(f"hunter2-{w}" in seen for w in ("pw", "tmp", "shared", "claude")), seen  # positive control
+            uid = first.uid
+        home2 = area / "home2"
+        home2.mkdir(mode=0o700, exist_ok=True)
+        with sandbox.leased("user") as second:
+            if second.uid != uid:  # another helper took the slot meanwhile: try again
+                continue
+            sandbox.Identity(uid=second.uid, gid=second.gid, name=second.name).give(home2)
+            got = _as(second, read.replace("$OLD", old_tmp).replace("~/", f"{home}/"), home2)
+            assert "hunter2" not in got, got
+            assert not Path(old_tmp).exists() and not home.exists()
+            return
+    pytest.skip("the same pool uid could not be leased twice in a row (the machine is busy)")
+
+
+# --- no secret on a command line ---------------------------------------------------------------------------------
+
+
+def test_the_agents_environment_is_never_on_a_command_line():
+    """While an isolated process runs with a key in its environment, no process's /proc/<pid>/cmdline holds the
+    key; its own environment does (the positive control: the key reached it)."""
+    key = "sk-ant-api03-" + os.urandom(12).hex()
+    seen: list[str] = []
+    hits: list[int] = []
+
+    def scan(ctl) -> None:
+        def loop() -> None:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+                    try:
+                        if key.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                            hits.append(int(pid))
+                        if key.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                            seen.append(pid)
+                    except OSError:
+                        continue
+                time.sleep(0.01)
+        threading.Thread(target=loop, daemon=True).start()
+
+    with sandbox.leased("user") as identity:
+        proc.run(["sleep", "1.5"], cwd="/", env={**ENV, "ANTHROPIC_API_KEY": key}, time_limit_s=10,
+                 identity=identity, on_start=scan)
+        time.sleep(0.2)
+    assert seen, "the key never reached the agent's environment"
+    assert not hits, f"the key was on the command line of {hits}"
+
+
+# --- symlink races on the judge's copies --------------------------------------------------------------------------
+
+
+RACER = textwrap.dedent("""\
+    import os, sys
+    state, judge_git = sys.argv[1], sys.argv[2]
+    real, link, spare = (os.path.join(state, n) for n in ("projects", "projects.lnk", "projects.dir"))
+    os.symlink(judge_git, link)
+    while not os.path.exists(os.path.join(state, "stop")):
+        try:
+            os.rename(real, spare)
+            os.rename(link, real)
+            os.rename(real, link)
+            os.rename(spare, real)
+        except OSError:
+            pass
+    """)
+
+
+class _Race:
+    """The agent's move, in a process of its own: `state/projects` flips between a real folder and a link to
+    the judge's .git."""
+
+    def __init__(self, area: Path, judge_git: Path) -> None:
+        self.state = area / "state"
+        self.proc = subprocess.Popen([sys.executable, "-c", RACER, str(self.state), str(judge_git)])
+        while not (self.state / "projects.lnk").exists() and not (self.state / "projects").is_symlink():
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        (self.state / "stop").touch()
+        self.proc.wait(timeout=10)
+        (self.state / "stop").unlink()
+        for name in ("projects", "projects.lnk", "projects.dir"):
+            p = self.state / name
+            if p.is_symlink():
+                p.unlink()
+        if not (self.state / "projects").exists():
+            (self.state / "projects.dir").rename(self.state / "projects")
+
+
+def _old_copy(src: Path, dest: Path) -> None:
+    """The copy plan-runner made before: os.walk by path, O_NOFOLLOW on the last component only."""
+    for folder, _dirs, files in os.walk(src, followlinks=False):
+        rel = Path(folder).relative_to(src)
+        for name in files:
+            try:
+                fd = os.open(Path(folder) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                try:  # the racer may have put a folder under the name: the old copy skipped what it could not read
+                    data = fh.read()
+                except OSError:
+                    continue
+                (dest / rel).mkdir(parents=True, exist_ok=True)
+                (dest / rel / name).write_bytes(data)
+
+
+def _arena_for_race(tmp_path: Path) -> tuple[Path, Path, bytes]:
+    area = tmp_path / "area"
+    (area / "state" / "projects").mkdir(parents=True)
+    area.chmod(0o711)
+    (area / "state" / "projects" / "config").write_text("harmless\n")
+    judge_git = tmp_path / "judge.git"
+    judge_git.mkdir()
+    secret = b"AUTHORIZATION: basic ghs_" + os.urandom(8).hex().encode()
+    (judge_git / "config").write_bytes(secret)
+    return area, judge_git, secret
+
+
+@pytest.mark.parametrize("copier", ["old", "fsafe"])
+def test_a_directory_swapped_for_a_link_during_the_copy_hands_on_nothing_of_the_judges(tmp_path, copier):
+    """The agent flips a folder of its saved state with a link to the judge's .git while plan-runner copies it:
+    the fd-relative walk never copies the judge's config; the old path walk does (the positive control)."""
+    area, judge_git, secret = _arena_for_race(tmp_path)
+    race = _Race(area, judge_git)
+    leaked = 0
+    try:
+        for i in range(3000):
+            dest = tmp_path / "copies" / str(i)
+            if copier == "old":
+                _old_copy(area / "state", dest)
+            else:
+                fsafe.copy_tree(area / "state", dest, below=area, limit=2**20)
+            leaked += any(secret in p.read_bytes() for p in dest.rglob("*") if p.is_file() and not p.is_symlink())
+            if copier == "old" and leaked:
+                break
+    finally:
+        race.stop()
+    if copier == "old":
+        assert leaked, "the race never won against the old copy: the test shows nothing"
+    else:
+        assert leaked == 0, f"the judge's config was copied {leaked} times"
+
+
+def test_a_directory_swapped_for_a_link_during_the_chown_gives_away_nothing_of_the_judges(tmp_path):
+    """The same flip while plan-runner hands a tree to the agent's uid: the judge's file keeps its owner; a
+    path-based lchown walk (positive control) gives it away."""
+    area, judge_git, _ = _arena_for_race(tmp_path)
+    target = judge_git / "config"
+
+    def old_chown(path: Path, uid: int) -> None:
+        for folder, dirs, files in os.walk(path):
+            for name in dirs + files:
+                try:
+                    os.lchown(os.path.join(folder, name), uid, uid)
+                except OSError:
+                    pass
+
+    results = {}
+    for how in ("old", "fsafe"):
+        os.chown(target, 0, 0)
+        race = _Race(area, judge_git)
+        try:
+            for _ in range(3000):
+                if how == "old":
+                    old_chown(area / "state", 12345)
+                else:
+                    try:
+                        fsafe.chown_tree(area / "state", 12345, 12345, below=area)
+                    except OSError:
+                        pass
+                if os.stat(target).st_uid == 12345:
+                    break
+        finally:
+            race.stop()
+        results[how] = os.stat(target).st_uid
+    assert results["old"] == 12345, "the race never won against the old chown: the test shows nothing"
+    assert results["fsafe"] == 0, "the judge's config was handed to the agent's uid"
+
+
+# --- the judge runs nothing the agent's user could have written ---------------------------------------------------
+
+
+def _planted_path(tmp_path: Path, log: Path) -> Path:
+    """A world-writable folder (no sticky bit, like the hosted image's /opt/pipx_bin) holding a `git` and a
+    `sudo` written by another user, each logging that it ran, then doing the real thing."""
+    folder = tmp_path / "opt" / "pipx_bin"
+    folder.mkdir(parents=True)
+    for p in (tmp_path / "opt", folder):
+        p.chmod(0o777)
+    for name in ("git", "sudo"):
+        real = f"/usr/bin/{name}"
+        script = folder / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\nexec {real} "$@"\n')
+        script.chmod(0o777)
+        os.chown(script, 65534, 65534)
+    log.touch()
+    log.chmod(0o666)
+    return folder
+
+
+def test_a_git_or_sudo_planted_first_on_path_never_runs_as_the_judge(arena, tmp_path):
+    """A whole session with a planted `git` and `sudo` first on PATH: plan-runner never runs them (it drops the
+    folder from its own PATH and resolves tools in root-owned folders), and the honest work advances.
+    Positive control: a by-name lookup with that PATH runs the planted git."""
+    log = tmp_path / "planted-ran"
+    folder = _planted_path(tmp_path, log)
+    path = f"{folder}:{os.environ['PATH']}"
+    subprocess.run(["git", "--version"], env={"PATH": path}, capture_output=True, check=True)
+    assert "git --version" in log.read_text()  # the control: it runs when looked up by name
+    log.write_text("")
+    a = arena("honest")
+    a.extra_env = {"PATH": path}
+    run = a.session()
+    assert run.outcome == "Advanced", run.out
+    assert log.read_text() == "", "plan-runner ran a planted program: " + log.read_text()[:500]
+    a.assert_all_well(run)
+
+
+def test_the_trusted_path_leaves_out_every_folder_others_can_write(tmp_path):
+    """The folder on PATH that others can write is dropped, with why; sticky /tmp as an entry too; a root-owned
+    0755 folder is kept."""
+    log = tmp_path / "log"
+    folder = _planted_path(tmp_path, log)
+    safe = tmp_path / "safe"
+    safe.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    found = tools.resolve(f"{folder}:/tmp:{safe}:/usr/bin", check_code=False)
+    kept = found.path.split(":")
+    assert str(folder) not in kept and "/tmp" not in kept and str(safe) in kept
+    assert found.git == "/usr/bin/git" and any(str(folder) in d for d in found.dropped)
+
+
+def test_plan_runner_refuses_to_run_from_a_folder_others_can_rename(tmp_path):
+    """plan-runner's interpreter under a world-writable folder without the sticky bit (the hosted image's
+    $RUNNER_TOOL_CACHE): an isolated session refuses with what, why and how to fix, before any agent runs."""
+    opt = tmp_path / "hostedtoolcache"
+    opt.mkdir()
+    opt.chmod(0o777)
+    tmp_path.chmod(0o755)
+    venv = opt / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    (site / "judge.pth").write_text("\n".join([*(p for p in sys.path if p.endswith("site-packages")), str(ROOT)])
+                                    + "\n")
+    code = ("from runner.adapters.sandbox import identity as s\n"
+            "try:\n    s.acquire('user')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd="/",
+                          timeout=60)
+    assert "can be replaced by other users" in done.stdout and str(opt) in done.stdout, done.stdout + done.stderr
+
+
+def test_removals_and_reads_never_go_through_a_link(tmp_path):
+    """A link to the judge's folder inside the agent's tree: removing the tree removes the link, not what it
+    points to; a read through a linked folder gets nothing, and `plan-runner logs` shows nothing of a
+    transcript that is a link (positive control: the same file, copied in, is shown)."""
+    from runner.drivers.transcripts import render_dir
+
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "config").write_text("AUTHORIZATION: basic ghs_secret\n")
+    area = tmp_path / "area"
+    (area / "work" / "sub").mkdir(parents=True)
+    (area / "work" / "sub" / "out").symlink_to(judge, target_is_directory=True)
+    (area / "work" / "linked").symlink_to(judge, target_is_directory=True)
+    assert fsafe.read_bytes(area / "work" / "linked" / "config", below=area, limit=1000) is None
+    assert fsafe.read_bytes(judge / "config", below=tmp_path, limit=1000) is not None  # control
+    fsafe.remove(area / "work", below=area)
+    assert not (area / "work").exists() and (judge / "config").exists()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    line = '{"type": "assistant", "message": {"content": [{"type": "text", "text": "JUDGE-ONLY-TEXT"}]}}\n'
+    (judge / "stream.jsonl").write_text(line)
+    (logs / "claude-stream.jsonl").symlink_to(judge / "stream.jsonl")
+    assert "JUDGE-ONLY-TEXT" not in "\n".join(render_dir(logs))
+    (logs / "claude-stream.jsonl").unlink()
+    (logs / "claude-stream.jsonl").write_text(line)
+    assert "JUDGE-ONLY-TEXT" in "\n".join(render_dir(logs))

@@ -1,0 +1,210 @@
+"""`plan-runner init`: the workflow and example plan it writes, pinning, and refusing to overwrite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runner.core.errors import PlanRunnerError
+from runner.adapters.init import parse_action_ref, pin_action_ref, resolve_ref, write_init
+from runner.adapters.plan_io import load_plan
+from runner.adapters.source import Source, read_checkout, record_source
+
+ROOT = Path(__file__).resolve().parents[2]
+SHA_REF = "octo-org/plan-runner@0123456789abcdef0123456789abcdef01234567"
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+
+
+def test_init_writes_a_workflow_with_three_triggers_and_least_permissions(tmp_path):
+    """The workflow has the three triggers, no top-level permissions, and per-job write scopes only where needed."""
+    write_init(tmp_path, action_ref=SHA_REF)
+    wf = yaml.safe_load((tmp_path / ".github/workflows/plan-runner.yml").read_text())
+    on = wf[True]  # YAML 1.1 reads the key `on` as True
+    assert set(on) == {"workflow_dispatch", "schedule", "issue_comment"}
+    assert on["workflow_dispatch"]["inputs"]["plan"]["default"] == "plans/example.md"
+    assert on["issue_comment"]["types"] == ["created"]
+    assert wf["permissions"] == {}
+    jobs = wf["jobs"]
+    assert jobs["session"]["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write",
+                                              "actions": "write"}
+    assert jobs["tick"]["permissions"] == {"contents": "write", "actions": "write"}
+    assert jobs["reply"]["permissions"] == {"contents": "write", "issues": "write", "actions": "write"}
+    assert jobs["session"]["concurrency"] == {"group": "plan-runner-${{ inputs.plan }}", "cancel-in-progress": False}
+    for name, job in jobs.items():
+        checkout, action = job["steps"]
+        assert checkout["with"]["persist-credentials"] is False, name
+        assert action["uses"] == SHA_REF and action["with"]["mode"] == name
+    assert jobs["session"]["steps"][1]["with"]["anthropic-api-key"] == "${{ secrets.ANTHROPIC_API_KEY }}"
+    assert "github-token" not in jobs["session"]["steps"][1]["with"]  # the default, never a broader secret
+
+
+def test_init_example_plan_is_valid(tmp_path):
+    """The example plan passes `plan-runner validate`'s checks, with `base` the repository's branch."""
+    subprocess.run(["git", "init", "-q", "-b", "trunk", str(tmp_path)], check=True)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert plan.config.base == "trunk" and len(plan.checkpoints) == 3
+    assert plan.config.gates[0].run == ".venv/bin/python -m pytest -q"  # the project's venv, made by setup:
+    assert plan.config.setup.run == ("python3 -m venv .venv", ".venv/bin/pip install -q -e .[test]")
+    assert plan.config.setup.cache == (".venv",) and plan.config.setup.key == ("pyproject.toml",)
+
+
+@pytest.mark.parametrize("marker, setup_run, gate", [
+    ("package.json", ("npm ci",), "npm test"), ("go.mod", None, "go test ./..."), (None, None, "make test")])
+def test_init_example_plan_sets_up_node_and_leaves_others_a_commented_example(tmp_path, marker, setup_run, gate):
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    if marker:
+        (tmp_path / marker).write_text("{}\n")
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert plan.config.gates[0].run == gate
+    assert (plan.config.setup.run if plan.config.setup else None) == setup_run
+    assert "setup:" in (tmp_path / "plans/example.md").read_text()
+
+
+def test_init_refuses_to_overwrite_without_force(tmp_path):
+    """A second init fails with a clear error and leaves edited files alone; --force overwrites."""
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = tmp_path / "plans/example.md"
+    plan.write_text("my edits")
+    with pytest.raises(PlanRunnerError) as err:
+        write_init(tmp_path, action_ref=SHA_REF)
+    assert "refusing to overwrite" in err.value.what and "--force" in err.value.fix
+    assert plan.read_text() == "my edits"
+    write_init(tmp_path, action_ref=SHA_REF, force=True)
+    assert plan.read_text() != "my edits"
+
+
+@pytest.mark.integration
+def test_init_cli_writes_files_and_exits_2_on_a_second_run(tmp_path):
+    """`plan-runner init DIR` prints what it wrote; a second run exits 2 with the error on stderr."""
+    first = _cli("init", str(tmp_path), "--action-ref", SHA_REF, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert ".github/workflows/plan-runner.yml" in first.stdout
+    second = _cli("init", str(tmp_path), "--action-ref", SHA_REF, cwd=tmp_path)
+    assert second.returncode == 2 and "refusing to overwrite" in second.stderr and "Traceback" not in second.stderr
+
+
+@pytest.mark.integration
+def test_a_tag_is_pinned_to_its_commit_sha(tmp_path):
+    """A tag in --action-ref is resolved with `git ls-remote` and written as `@sha # tag`."""
+    repo = tmp_path / "octo-org" / "plan-runner"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q",
+                    "--allow-empty", "-m", "release"], check=True)
+    subprocess.run(["git", "-C", str(repo), "tag", "-a", "v0", "-m", "v0"], check=True)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert resolve_ref(str(repo), "v0") == sha  # the peeled commit, not the tag object
+    assert pin_action_ref("octo-org/plan-runner@v0", server=str(tmp_path)) == (
+        f"octo-org/plan-runner@{sha}", " # v0", True)
+    assert pin_action_ref("octo-org/plan-runner@nope", server=str(tmp_path))[2] is False
+
+
+def test_unresolvable_tag_warns(tmp_path):
+    """When the tag cannot be resolved, the tag is written as given and the user is told to pin it."""
+    warnings = []
+    write_init(tmp_path, action_ref="octo-org/plan-runner@v9", server=str(tmp_path / "none"), warn=warnings.append)
+    assert "uses: octo-org/plan-runner@v9" in (tmp_path / ".github/workflows/plan-runner.yml").read_text()
+    assert warnings and "Pin it" in warnings[0]
+
+
+def test_bad_action_refs_are_user_errors():
+    """An action reference without a version is refused with a fix."""
+    for bad in ("plan-runner", "a/b@", "@v1"):
+        with pytest.raises(PlanRunnerError):
+            parse_action_ref(bad)
+
+
+def test_this_repository_dogfoods_the_workflow_init_writes(tmp_path):
+    """.github/workflows/plan-runner.yml is exactly `plan-runner init --action-ref ./` output."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git/HEAD").write_text("ref: refs/heads/main\n")
+    write_init(tmp_path, action_ref="./")
+    assert ((ROOT / ".github/workflows/plan-runner.yml").read_text()
+            == (tmp_path / ".github/workflows/plan-runner.yml").read_text())
+
+
+def _release_checkout(path: Path, origin: str) -> str:
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    (path / "README.md").write_text("plan-runner\n")
+    subprocess.run(["git", "-C", str(path), "add", "README.md"], check=True)
+    subprocess.run(["git", "-C", str(path), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "r"],
+                   check=True)
+    subprocess.run(["git", "-C", str(path), "remote", "add", "origin", origin], check=True)
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.mark.integration
+def test_init_pins_the_commit_plan_runner_was_installed_from(tmp_path):
+    """Without --action-ref the workflow uses the installed source's repository at its full commit sha, with the
+    version in a comment; the sha is the one recorded at build time from the checkout."""
+    sha = _release_checkout(tmp_path / "src", "https://github.com/octo-org/plan-runner.git")
+    assert record_source(tmp_path / "src", tmp_path / "source.json", "1.2.3")
+    assert json.loads((tmp_path / "source.json").read_text()) == {
+        "repository": "octo-org/plan-runner", "commit": sha, "version": "1.2.3"}
+    found = read_checkout(tmp_path / "src", "1.2.3")
+    assert found == Source("octo-org/plan-runner", sha, "1.2.3", "read from the checkout")
+    warnings: list[str] = []
+    (tmp_path / "user").mkdir()
+    write_init(tmp_path / "user", warn=warnings.append, source=found)
+    text = (tmp_path / "user/.github/workflows/plan-runner.yml").read_text()
+    assert text.count(f"uses: octo-org/plan-runner@{sha} # v1.2.3") == 3 and warnings == []
+
+
+@pytest.mark.integration
+def test_init_says_plainly_when_it_cannot_know_the_commit(tmp_path):
+    """No recorded commit and no checkout: init warns that it cannot pin and how to; a dirty or non-GitHub
+    checkout is named too, and a dirty tree is never recorded at build time."""
+    warnings: list[str] = []
+    write_init(tmp_path, warn=warnings.append, source=None, server=str(tmp_path / "nowhere"))
+    assert "cannot tell which commit it was installed from" in warnings[0]
+    _release_checkout(tmp_path / "src", "https://example.org/mirror/plan-runner.git")
+    assert read_checkout(tmp_path / "src").repository == ""
+    (tmp_path / "src/README.md").write_text("changed\n")
+    assert read_checkout(tmp_path / "src").dirty
+    assert not record_source(tmp_path / "src", tmp_path / "source.json", "1.2.3")
+    assert read_checkout(tmp_path / "not-a-repo") is None
+
+
+@pytest.mark.parametrize("auth", sorted(__import__("runner.adapters.init", fromlist=["AUTHS"]).AUTHS))
+def test_init_asks_for_each_way_of_paying_and_for_oidc_only_when_it_needs_it(tmp_path, auth):
+    """`init --auth NAME`: the session step passes that way's inputs (each one the action declares), the job asks
+    for `id-token: write` only for Bedrock and Vertex (whose cloud step comes before plan-runner's), and the example
+    plan names the backend and provider, valid as written."""
+    from runner.adapters.init import AUTHS
+
+    way = AUTHS[auth]
+    write_init(tmp_path, action_ref=SHA_REF, auth=auth)
+    wf = yaml.safe_load((tmp_path / ".github/workflows/plan-runner.yml").read_text())
+    session = wf["jobs"]["session"]
+    assert ("id-token" in session["permissions"]) is way.id_token is (auth in ("bedrock", "vertex"))
+    for name in ("tick", "reply"):
+        assert "id-token" not in wf["jobs"][name]["permissions"]
+    step = session["steps"][-1]
+    assert step["uses"] == SHA_REF
+    declared = yaml.safe_load((ROOT / "action.yml").read_text())["inputs"]
+    assert set(step["with"]) - {"mode", "plan"} == {k for k, _ in way.inputs} <= set(declared)
+    assert len(session["steps"]) == 2 + len(way.steps)
+    if way.steps:
+        assert session["steps"][1]["uses"].split("@")[0] in ("aws-actions/configure-aws-credentials",
+                                                             "google-github-actions/auth")
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert (plan.config.agent.backend, plan.config.agent.provider) == (way.backend, way.provider)
+
+
+def test_init_refuses_an_unknown_way_of_paying(tmp_path):
+    with pytest.raises(PlanRunnerError) as err:
+        write_init(tmp_path, action_ref=SHA_REF, auth="paypal")
+    assert "bedrock" in err.value.render()
+    assert not (tmp_path / ".github").exists()

@@ -1,0 +1,162 @@
+"""`plan-runner reset PLAN` (start over, the old state kept under a backup ref) and `plan-runner clean [PLAN]`
+(agent areas, plan-runner's own work trees, finished demo folders; never a ref), through the real CLI."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.adapters.sandbox.agent_clone import area_for
+from tests.reliability_world import git
+from tests.integration.test_own_workspace import PLAN_RUNNER, cli, ledger, make_repo
+
+pytestmark = pytest.mark.integration
+
+IDLE = "sessions:\n  - - write: {path: calc/wip.py, content: 'x = 1'}\n"  # NoProgress: the plan goes on
+
+
+def _idle_session(repo: Path, tmp: Path, name: str = "mul") -> None:
+    (tmp / f"{name}.yaml").write_text(IDLE)
+    proc = cli(repo, "session", f"plans/{name}.md")
+    assert proc.returncode == 0, proc.stderr
+
+
+def _ref(repo: Path, ref: str) -> str:
+    return git(repo, "rev-parse", "--verify", "--quiet", ref, check=False)
+
+
+def test_reset_keeps_the_old_state_under_a_backup_ref_and_the_plan_starts_over(tmp_path):
+    repo = make_repo(tmp_path, "mul")
+    _idle_session(repo, tmp_path)
+    state, branch = _ref(repo, "refs/plan-runner/state/mul"), _ref(repo, "refs/heads/plan-runner/mul")
+    area = area_for(repo, "mul").root
+    assert state and branch and area.is_dir() and (repo / ".git/plan-runner/mul/tree").is_dir()
+    proc = cli(repo, "reset", "plans/mul.md")
+    assert proc.returncode == 0, proc.stderr
+    [backup] = {line.rsplit("/", 1)[0] for line in git(repo, "for-each-ref", "--format=%(refname)",
+                                                        "refs/plan-runner/backup/mul/").splitlines()}
+    assert f"kept under {backup}/" in proc.stderr.replace("\n", " ")
+    assert _ref(repo, f"{backup}/state") == state and _ref(repo, f"{backup}/branch") == branch
+    assert not _ref(repo, "refs/plan-runner/state/mul") and not _ref(repo, "refs/heads/plan-runner/mul")
+    assert not area.exists() and not (repo / ".git/plan-runner/mul/tree").exists()
+    assert "tree" not in git(repo, "worktree", "list")
+    assert git(repo, "symbolic-ref", "HEAD") == "refs/heads/main" and git(repo, "status", "--porcelain") == ""
+    _idle_session(repo, tmp_path)  # starts over: session 1 again
+    assert [e["n"] for e in ledger(repo, "mul") if e["type"] == "started"] == [1]
+    assert cli(repo, "reset", "plans/mul.md").returncode == 0  # a second reset: a second backup, both kept
+    assert len({line.rsplit("/", 1)[0] for line in git(repo, "for-each-ref", "--format=%(refname)",
+                                                        "refs/plan-runner/backup/mul/").splitlines()}) == 2
+
+
+def test_reset_refuses_while_the_work_branch_is_checked_out_or_the_plan_runs(tmp_path):
+    repo = make_repo(tmp_path, "mul")
+    _idle_session(repo, tmp_path)
+    state = _ref(repo, "refs/plan-runner/state/mul")
+    git(repo, "switch", "-q", "plan-runner/mul")
+    proc = cli(repo, "reset", "plans/mul.md")
+    assert proc.returncode == 2 and "is checked out in" in proc.stderr and "switch" in proc.stderr
+    assert _ref(repo, "refs/plan-runner/state/mul") == state and _ref(repo, "refs/heads/plan-runner/mul")
+    git(repo, "switch", "-q", "main")
+    lock = repo / ".git/plan-runner/mul/run.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as a `run` of the plan holds it
+        proc = cli(repo, "reset", "plans/mul.md")
+    finally:
+        os.close(fd)
+    assert proc.returncode == 2 and "already running" in proc.stderr
+    assert _ref(repo, "refs/plan-runner/state/mul") == state
+
+
+def test_reset_with_a_remote_forgets_the_plan_there_too(tmp_path):
+    """With `origin`, the state ref and work branch go on the remote as well (kept under the backup ref there),
+    else the next run would fetch them back."""
+    repo = make_repo(tmp_path, "mul")
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(repo, "remote", "add", "origin", str(bare))
+    git(repo, "push", "-q", "origin", "main")
+    _idle_session(repo, tmp_path)
+    state = git(bare, "rev-parse", "--verify", "--quiet", "refs/plan-runner/state/mul", check=False)
+    assert state, "the session pushed its state"
+    assert cli(repo, "reset", "plans/mul.md").returncode == 0
+    assert not git(bare, "rev-parse", "--verify", "--quiet", "refs/plan-runner/state/mul", check=False)
+    assert not git(bare, "rev-parse", "--verify", "--quiet", "refs/heads/plan-runner/mul", check=False)
+    kept = git(bare, "for-each-ref", "--format=%(objectname) %(refname)", "refs/plan-runner/backup/mul/")
+    assert f"{state} refs/plan-runner/backup/mul/" in kept
+    _idle_session(repo, tmp_path)
+    assert [e["n"] for e in ledger(repo, "mul") if e["type"] == "started"] == [1]
+
+
+def test_clean_removes_the_agent_area_through_its_identity_and_keeps_every_ref(tmp_path):
+    """The agent area (files of the agent's user when isolated) and plan-runner's work tree go; the state and
+    the work branch stay, and the next session runs as before."""
+    repo = make_repo(tmp_path, "mul")
+    _idle_session(repo, tmp_path)
+    area = area_for(repo, "mul").root
+    owners = {p.lstat().st_uid for p in area.rglob("*")}
+    refs = git(repo, "for-each-ref")
+    proc = cli(repo, "clean", "plans/mul.md")
+    assert proc.returncode == 0 and f"removed the agent area {area}" in proc.stderr, proc.stderr
+    assert not area.exists() and not (repo / ".git/plan-runner/mul/tree").exists()
+    assert git(repo, "for-each-ref") == refs
+    if os.geteuid() == 0:
+        assert owners - {0}, "the area held the agent user's files (positive control of the identity removal)"
+    _idle_session(repo, tmp_path)
+    assert [e["n"] for e in ledger(repo, "mul") if e["type"] == "started"] == [1, 2]
+
+
+def test_clean_without_a_plan_cleans_every_plan_and_finished_demo_folders_only(tmp_path):
+    repo = make_repo(tmp_path, "one", "two")
+    for name in ("one", "two"):
+        _idle_session(repo, tmp_path, name)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    finished = temp / "plan-runner-demo-done"
+    (finished / "repo").mkdir(parents=True)
+    running = temp / "plan-runner-demo-running"
+    (running / "repo/.git/plan-runner/demo").mkdir(parents=True)
+    other = temp / "someone-else"
+    other.mkdir()
+    fd = os.open(running / "repo/.git/plan-runner/demo/run.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        env = {**os.environ, "TMPDIR": str(temp),
+               "PLAN_RUNNER_SANDBOX_ROOT": os.environ.get("PLAN_RUNNER_SANDBOX_ROOT") or "/tmp"}
+        proc = subprocess.run([PLAN_RUNNER, "clean"], cwd=repo / "calc", capture_output=True, text=True, env=env,
+                              timeout=120)
+    finally:
+        os.close(fd)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert not area_for(repo, "one").root.exists() and not area_for(repo, "two").root.exists()
+    assert not finished.exists() and running.is_dir() and other.is_dir()
+    assert "its demo is running" in proc.stderr
+    assert _ref(repo, "refs/plan-runner/state/one") and _ref(repo, "refs/plan-runner/state/two")
+
+
+def test_clean_and_reset_leave_a_running_session_alone(tmp_path):
+    """`plan-runner session` holds no run lock: its open session, by a live process, is what tells clean and reset
+    that its agent works in the area. Both refuse (exit 2) and the area stays; afterwards clean works."""
+    import time
+
+    repo = make_repo(tmp_path, "mul")
+    (tmp_path / "mul.yaml").write_text("sessions:\n  - - sleep: 6\n")
+    proc = subprocess.Popen([PLAN_RUNNER, "session", "plans/mul.md"], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not area_for(repo, "mul").work.is_dir():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        for verb in ("clean", "reset"):
+            got = cli(repo, verb, "plans/mul.md")
+            assert got.returncode == 2 and "is running" in got.stderr, got.stderr
+            assert area_for(repo, "mul").work.is_dir() and _ref(repo, "refs/plan-runner/state/mul")
+    finally:
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert cli(repo, "clean", "plans/mul.md").returncode == 0 and not area_for(repo, "mul").root.exists()
