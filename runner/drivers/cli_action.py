@@ -33,7 +33,7 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the action the workflow uses (default: this release of plan-runner)")
 
 
-@command("init", help="write .github/workflows/plan-runner.yml and plans/example.md into a repository",
+@command("init", help="write .github/workflows/plan-runner{,-clock,-reconcile}.yml and plans/example.md into a repository",
          arguments=_init_arguments)
 def cmd_init(args: argparse.Namespace) -> int:
     from runner.adapters.init import write_init
@@ -44,6 +44,10 @@ def cmd_init(args: argparse.Namespace) -> int:
                          warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     for path in written:
         print(f"wrote {path}")
-    print("next: add the ANTHROPIC_API_KEY secret, commit both files, then run the workflow "
+    print("next: add the ANTHROPIC_API_KEY secret, commit the files, then run the workflow "
           "(Actions -> plan-runner -> Run workflow) with plan plans/example.md")
+    from runner.adapters.init import billing_lines
+
+    for line in billing_lines():
+        print(line)
     return 0
