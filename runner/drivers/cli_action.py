@@ -10,7 +10,7 @@ from runner.drivers.cli import command
 
 
 def _action_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=("session", "tick", "reply"), default=None,
+    parser.add_argument("--mode", choices=("session", "tick", "reply", "reconcile"), default=None,
                         help="what the job does (default: $PLAN_RUNNER_MODE, else session); "
                              "every other input comes from the environment (see action.yml)")
     parser.add_argument("--cancelled", action="store_true",
