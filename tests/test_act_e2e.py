@@ -37,6 +37,7 @@ ACTION_SHA = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_outp
                             check=True).stdout.strip()
 ACTION_REF = f"octo-org/plan-runner@{ACTION_SHA}"
 SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
+CACHE = "actions/cache@5a3ec84eff668545956fd18022155c47e93e2684"  # actions/cache/{restore,save} in action.yml
 PLAN = "plans/greeter.md"
 API_KEY = "sk-ant-e2e-secret-value-456"
 # The workflow file GitHub runs for each event, as `plan-runner init` writes them.
@@ -97,6 +98,7 @@ class ActWorld:
                "--action-cache-path", str(self.root / "act-cache"),
                "--local-repository", f"{ACTION_REF}={self.action}",
                "--local-repository", f"{SETUP_PYTHON}={ROOT / 'tests/e2e_act/setup-python-unused'}",
+               "--local-repository", f"{CACHE}={ROOT / 'tests/e2e_act/cache-unavailable'}",
                "--env", "GITHUB_REPOSITORY=octo-org/demo", "--env", f"GITHUB_API_URL={self.srv.url}",
                "--env", f"GITHUB_WORKFLOW_REF=octo-org/demo/.github/workflows/{workflow}@refs/heads/main",
                "--env", f"GITHUB_RUN_ID={1000 + self.runs}",

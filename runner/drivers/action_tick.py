@@ -362,11 +362,13 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
                 row[1] = f"error: {err.what}"
                 annotations.append(("error", f"{plan_id}: {err.what}", "plan-runner tick"))
     waiting: dict[str, str] = {}
-    if runs:  # the runs GitHub started, in the ledger: a reconcile for one of them names its plan
+    if runs:  # the runs GitHub started, in the ledger (one more atomic push): a reconcile for one names its plan
+        store.reuse_fetched(runs)
         store.defer_pushes()
         for plan_id, (n, key, run_id) in runs.items():
             record_dispatched_run(Session(spaces[plan_id], drivers), n, key, run_id)
         store.flush()
+    store.reuse_fetched(spaces)  # no fetch more: the state as this tick left it
     for plan_id, ws in spaces.items():
         try:
             why = needs_clock(Session(ws, drivers))
