@@ -135,8 +135,8 @@ def cmd_prepare(env: dict[str, str]) -> int:
         workspace = Path(env.get("GITHUB_WORKSPACE") or ".")
         plan = load_plan(workspace / env.get("PLAN_RUNNER_PLAN", ""), workspace)
         cli = needed_cli(plan, env)
-    except PlanRunnerError:
-        cli = None  # the session step reports a bad plan; the cache only misses the CLI
+    except Exception:  # noqa: BLE001 - the session step reports a bad plan; the cache only misses the CLI
+        cli = None
     if cli is not None:
         adopt(staging, cli.key, root, place_as_root)
         try:

@@ -226,6 +226,7 @@ class StepRun:
     signals: list[tuple[str, float]] = field(default_factory=list)  # (signal, seconds after the stop)
     exited_after_stop_s: float | None = None
     summary: str = ""
+    seconds: float = 0.0  # how long the step ran
 
 
 @dataclass
@@ -352,7 +353,9 @@ class CompositeRunner:
                 raise AssertionError(f"step {step.get('name')!r} ({step['uses']}) would run: this world has no network "
                                      "for actions")
             else:
+                began = time.monotonic()
                 result = self.run_script(sid, step, ctx, status)
+                result.seconds = time.monotonic() - began
             runs.append(result)
             outcome = "success" if result.exit_code == 0 else "failure"
             if self.stop.is_set() and result.signals:
