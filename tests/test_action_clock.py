@@ -113,3 +113,16 @@ def test_reconcile_refuses_another_event(tmp_path):
         jobs = Jobs(tmp_path, srv)
         rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event(), PLAN_RUNNER_MODE="reconcile")
         assert rc != 0 and "`reconcile` mode needs a workflow_run event" in out
+
+
+def test_a_wait_in_a_repository_without_the_clock_file_warns_how_to_migrate(tmp_path):
+    """The old single workflow has no plan-runner-clock.yml: the enable call answers 404, the session still
+    succeeds, and the warning says what to do."""
+    with GitHubServer() as srv:
+        srv.add_workflow("plan-runner.yml")  # GitHub knows only the old single workflow
+        jobs = Jobs(tmp_path, srv)
+        jobs.session()
+        rc, out, outputs, summary, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "LimitBackoff", out
+        assert "::warning title=plan-runner clock::could not enable the clock plan-runner-clock.yml" in out
+        assert "plan-runner init --force" in out and srv.enabled == []

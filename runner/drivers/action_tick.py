@@ -277,6 +277,10 @@ def set_clock(ctx: GitHubContext, driver, rep, waiting: Mapping[str, str], *, ma
         driver.set_workflow_enabled(clock, bool(waiting))
     except PlanRunnerError as err:
         what = "enable" if waiting else "disable"
+        if "(404)" in err.what:  # no such file on the default branch: the old single workflow, or a rename
+            err = PlanRunnerError(what=f"{err.what}; there is no workflow {clock} on the default branch (with the old "
+                                       "single workflow its own tick wakes the plan: run `plan-runner init --force` "
+                                       "to migrate)", why=err.why, fix=err.fix)
         rep.annotate("warning", f"could not {what} the clock {clock}: {err.what}"
                      + (f" ({'; '.join(f'{p}: {w}' for p, w in waiting.items())}: start the plan again by hand "
                         "when it is due, or fix the token's `actions: write`)" if waiting else ""),
