@@ -1,9 +1,10 @@
 """Action start-up: time from a job's start to the agent's start, from a cold cache, before and after.
 
 Runs the real composite action under `act` (the end-to-end harness in tests/e2e/test_act_e2e.py), twice per
-variant: the first job installs plan-runner's venv into a fresh tool cache with empty pip and uv caches,
-against real PyPI (cold: what every job on a GitHub-hosted runner does, whose tool cache starts empty); the
-next job of the same plan reuses it (warm). "Agent start" is the `started` ledger entry, written right
+variant: the first job installs plan-runner's venv into a fresh install directory (PLAN_RUNNER_INSTALL_ROOT, root-owned,
+as the action installs on a hosted runner: /usr/local/lib/plan-runner) with empty pip and uv caches, against real
+PyPI (cold: what every job on a GitHub-hosted runner does without the Actions cache, its disk fresh); the next job
+of the same plan reuses it (warm: a self-hosted runner, or a hosted one whose Actions cache restored the install). "Agent start" is the `started` ledger entry, written right
 before the agent process is spawned; the job's start is when `act` is launched, so act's own start-up
 (about a second) is counted too. The plan uses the script backend: no agent CLI is downloaded.
 
@@ -13,7 +14,7 @@ ensurepip, the dependencies a session imports). python3 is the machine's system 
 as on a hosted runner), not the developer's, whose site-packages would hide downloads.
 
 The agent CLI's own install (npm, `@anthropic-ai/claude-code` at the pinned version, from the npm registry
-into an empty tool cache and an empty npm cache) is measured separately.
+into an empty install directory and an empty npm cache) is measured separately.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def bench_variant(root: Path, ref: str | None) -> dict:
             figures[f"{label}_job_s"] = round(time.perf_counter() - t0, 2)
             figures[f"{label}_to_agent_s"] = round((_started_at(world, n) - start).total_seconds(), 2)
             world.new_dispatches()  # the job dispatched the next one; we start it ourselves above
-    tools = root / "act-cache" / "tool_cache" / "plan-runner"
+    tools = world.image.install_root  # PLAN_RUNNER_INSTALL_ROOT (an action from before it: act's tool cache)
+    if not any(tools.glob("venv-*/pyvenv.cfg")):
+        tools = root / "act-cache" / "tool_cache" / "plan-runner"
     (cfg,) = tools.glob("venv-*/pyvenv.cfg")
     figures["python"] = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
                              if line.startswith("home"))
@@ -86,12 +89,15 @@ def bench_variant(root: Path, ref: str | None) -> dict:
 
 
 def bench_cli_install(root: Path) -> dict:
-    """The pinned Claude Code CLI, installed by the action's own code into an empty tool cache and npm cache."""
+    """The pinned Claude Code CLI, installed by the action's own code into an empty install directory (root-owned,
+    as PLAN_RUNNER_INSTALL_ROOT must be) and an empty npm cache."""
     from runner.drivers.action_cli import CLIS, install_cli
 
     if shutil.which("npm") is None:
         return {"measured": False, "why": "npm is not installed"}
-    env = {**os.environ, "RUNNER_TOOL_CACHE": str(root / "toolcache"), "npm_config_cache": str(root / "npm-cache")}
+    install = root / "install-root"
+    install.mkdir(parents=True, mode=0o755)
+    env = {**os.environ, "PLAN_RUNNER_INSTALL_ROOT": str(install), "npm_config_cache": str(root / "npm-cache")}
     t0 = time.perf_counter()
     install_cli(CLIS["claude-code"], env)
     return {"measured": True, "package": f"{CLIS['claude-code'].package}@{CLIS['claude-code'].version}",
@@ -103,8 +109,8 @@ def bench_action_startup(workdir: Path, before: str = "main") -> dict:
 
     result: dict = {"measured": True, "before_ref": before, "load_at_start": round(os.getloadavg()[0], 2),
                     "at": datetime.now(timezone.utc).isoformat(timespec="minutes")}
-    # The agent's user runs plan-runner's venv from the tool cache under this folder: a mkdtemp of its own in
-    # the system's temporary folder, opened to others (`workdir` may sit in a 0700 folder).
+    # The agent's user runs plan-runner's venv from the install directory under this folder: a mkdtemp of its own
+    # in the system's temporary folder (root-owned, opened to others: `workdir` may sit in a 0700 folder).
     base = Path(tempfile.mkdtemp(prefix="plan-runner-startup-"))
     try:
         base.chmod(0o755)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import yaml
 
 from runner.core.errors import PlanRunnerError
 from runner.adapters.source import Source, installed_source
@@ -23,6 +24,8 @@ DEFAULT_SERVER = "https://github.com"
 _SHA = re.compile(r"[0-9a-f]{40}")
 _REF = re.compile(r"(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(?:/[^@\s]+)?)@(?P<ref>[^\s@]+)")
 WORKFLOW_PATH = ".github/workflows/plan-runner.yml"
+CLOCK_PATH = ".github/workflows/plan-runner-clock.yml"
+RECONCILE_PATH = ".github/workflows/plan-runner-reconcile.yml"
 EXAMPLE_PLAN_PATH = "plans/example.md"
 
 _ENV = jinja2.Environment(
@@ -163,6 +166,72 @@ def auth_of(name: str) -> Auth:
     return AUTHS[name]
 
 
+def render_clock(opts: InitOptions = InitOptions()) -> str:
+    """The clock: the tick's schedule in a workflow of its own, enabled only while a plan waits on it."""
+    parse_action_ref(opts.action_ref)
+    return _ENV.get_template("clock.yml.j2").render(
+        action_ref=opts.action_ref, action_comment=opts.action_comment, cron=opts.cron,
+        clock_file=CLOCK_PATH.rsplit("/", 1)[1], session_file=WORKFLOW_PATH.rsplit("/", 1)[1])
+
+
+def render_reconcile(opts: InitOptions = InitOptions()) -> str:
+    """The reconcile workflow: a session's run that ended without succeeding (`workflow_run`)."""
+    parse_action_ref(opts.action_ref)
+    return _ENV.get_template("reconcile.yml.j2").render(action_ref=opts.action_ref, action_comment=opts.action_comment)
+
+
+def old_single_workflow(text: str) -> bool:
+    """plan-runner's workflow from before the clock had its own file: the tick job in the session workflow."""
+    try:
+        wf = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    on = wf.get(True, wf.get("on")) if isinstance(wf, dict) else None
+    jobs = wf.get("jobs") if isinstance(wf, dict) else None
+    return isinstance(on, dict) and "schedule" in on and isinstance(jobs, dict) and "workflow_dispatch" in on and any(
+        isinstance(step, dict) and isinstance(step.get("with"), dict) and step["with"].get("mode") == "tick"
+        for job in jobs.values() if isinstance(job, dict) for step in job.get("steps") or ())
+
+
+MIGRATE_FIX = (
+    "run `plan-runner init --force` (it rewrites .github/workflows/plan-runner.yml without the schedule and the tick "
+    "job, adds plan-runner-clock.yml and plan-runner-reconcile.yml, and rewrites plans/example.md: move aside what you "
+    "changed in them and carry it over), then commit the workflow files on the default branch. Plans and their state "
+    "are kept as they are")
+
+
+def billing_lines(opts: InitOptions = InitOptions()) -> list[str]:
+    """What the repository will be billed for the files init writes (docs/github-actions.md, "Billing";
+    benchmarks/billing.py computes the figures from these files)."""
+    per_hour = ticks_per_hour(opts.cron)
+    return [
+        "billing: GitHub bills each job of a private repository by the minute, rounded up (public repositories: free).",
+        "billing: nothing runs on a schedule while no plan waits: an idle repository, a finished plan or a parked "
+        "one is billed 0 minutes a month (one tick after you commit the files, which turns the clock off).",
+        f"billing: a plan waiting out a rate or usage limit is billed one tick a job while it waits ({per_hour} an "
+        f"hour: a 5-hour wait, at most {per_hour * 5 + 1} minutes), then the clock turns itself off.",
+        "billing: each session is one job, billed its own minutes (agent, gates, about 1 minute of set-up); a session "
+        "run that ends is a workflow_run event whose reconcile job is skipped unless the run failed (skipped: 0).",
+    ]
+
+
+def ticks_per_hour(cron: str) -> int:
+    """How many times an hour a `M H * * *` cron with `H` = `*` fires (the clock's form: minutes, then `*`)."""
+    minute, hour, *rest = cron.split()
+    if hour != "*" or any(f != "*" for f in rest):
+        raise ValueError(f"the clock's cron is `minutes * * * *`, not {cron!r}")
+    count = 0
+    for part in minute.split(","):
+        if part.startswith("*/"):
+            count += len(range(0, 60, int(part[2:])))
+        elif "-" in part:
+            lo, hi = part.split("-")
+            count += int(hi) - int(lo) + 1
+        else:
+            count += 1
+    return count
+
+
 def render_example_plan(opts: InitOptions = InitOptions()) -> str:
     auth = auth_of(opts.auth)
     return _ENV.get_template("example_plan.md.j2").render(base=opts.base, test_command=opts.test_command,
@@ -236,8 +305,17 @@ def write_init(directory: Path, *, force: bool = False, action_ref: str | None =
     auth_of(auth)  # an unknown way is refused before anything is resolved or written
     opts = InitOptions(action_ref=uses, action_comment=comment, base=_default_branch(repo),
                        test_command=_test_command(repo), auth=auth)
-    files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}
+    files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / CLOCK_PATH: render_clock(opts),
+             repo / RECONCILE_PATH: render_reconcile(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}
     existing = [p for p in files if p.exists()]
+    old = repo / WORKFLOW_PATH
+    if not force and old.is_file() and old_single_workflow(old.read_text(encoding="utf-8", errors="replace")):
+        raise PlanRunnerError(
+            what=f"{old} is plan-runner's old single workflow: its tick runs every 30 minutes whatever waits",
+            why="that is about 1,440 billable minutes a month on a private repository (72 % of the free plan's 2,000), "
+                "billed while no plan waits; plan-runner now runs the tick in a clock it enables only while a plan "
+                "waits, and reconciles a killed session from GitHub's workflow_run event",
+            fix=MIGRATE_FIX)
     if existing and not force:
         names = ", ".join(str(p) for p in existing)
         raise PlanRunnerError(what=f"refusing to overwrite {names}",

@@ -106,6 +106,9 @@ class Dispatched(Record):
     for_session: int
     key: str  # idempotency key: plan id + session number
     confirmed: bool = False  # False: intent recorded, the API call not yet confirmed
+    # With confirmed=True: GitHub's answer to the dispatch (`return_run_details`), the run it started. A workflow_run
+    # `completed` event for that run that did not succeed names the plan whose session it was (mode reconcile).
+    run_id: int | None = None
 
 
 class Parked(Record):

@@ -82,8 +82,9 @@ class StateStore(Protocol):
 
 
 class Dispatcher(Protocol):
-    def dispatch_next(self, plan_path: str, key: str) -> None:
-        """Start the next session for the plan (locally: nothing, the loop goes on)."""
+    def dispatch_next(self, plan_path: str, key: str) -> int | None:
+        """Start the next session for the plan (locally: nothing, the loop goes on). Returns the id of the run
+        GitHub started, when it said (None locally, or when GitHub answered without run details)."""
 
 
 class Parker(Protocol):

@@ -3,6 +3,8 @@
 * `session`: one session of the plan (`runner.drivers.session.phases.run_session`) with the GitHub driver.
 * `tick` (schedule): wake plans whose wait is over, reconcile orphans; `runner.drivers.action_tick`.
 * `reply` (issue_comment): a maintainer's `/plan-runner ...` on a park issue; `runner.drivers.action_reply`.
+* `reconcile` (workflow_run completed, not a success): the killed or cancelled session's plan, now;
+  `runner.drivers.action_tick`.
 
 Inputs come only from the environment (the composite action maps its inputs to
 `env:`), never from the command line of a `run:` script. Every mode ends the same
@@ -36,7 +38,7 @@ from runner.core.planfile import plan_id_from_path
 from runner.drivers.session import Drivers, Session, SessionResult, Workspace, judge_tree
 from runner.adapters.store.state import GitStateStore
 
-MODES = ("session", "tick", "reply")
+MODES = ("session", "tick", "reply", "reconcile")
 @contextmanager
 def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
     """plan-runner's own git commands (fetch, push) authenticate with the token through
@@ -132,6 +134,9 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         rep.log(f"plan-runner watch: {note}")
         mr.annotations.append(("warning", note.splitlines()[0], "plan-runner watch"))
         mr.summary += f"\n> **The plan's pull request was not updated.**\n\n{fence(note)}\n"
+    from runner.drivers.action_tick import plan_clock
+    clock = plan_clock(ctx, driver, rep, Session(ws, drivers))  # a wait (or an unconfirmed dispatch) needs the clock
+    mr.summary += f"\n{clock}" if clock else ""
     for key, run_id, url in getattr(driver, "dispatched_runs", ()):  # the run GitHub started for the dispatch
         rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())
         mr.summary += f"\nDispatched {key}: run [{run_id}]({url}).\n" if url else f"\nDispatched {key}: run {run_id}.\n"
@@ -180,17 +185,17 @@ def session_mode_result(result: SessionResult, rows: list[dict] | None = None) -
 
 def _modes() -> dict[str, Callable[..., ModeResult]]:
     from runner.drivers.action_reply import mode_reply
-    from runner.drivers.action_tick import mode_tick
+    from runner.drivers.action_tick import mode_reconcile, mode_tick
 
-    return {"session": mode_session, "tick": mode_tick, "reply": mode_reply}
+    return {"session": mode_session, "tick": mode_tick, "reply": mode_reply, "reconcile": mode_reconcile}
 
 
 def parse_mode(raw: str | None) -> str:
     mode = (raw or "session").strip().lower()
     if mode not in MODES:
         raise PlanRunnerError(what=f"unknown mode {raw!r}", why="the action runs one of: " + ", ".join(MODES),
-                              fix="set `mode: session` (workflow_dispatch), `mode: tick` (schedule) or "
-                                  "`mode: reply` (issue_comment)")
+                              fix="set `mode: session` (workflow_dispatch), `mode: tick` (schedule), "
+                                  "`mode: reply` (issue_comment) or `mode: reconcile` (workflow_run)")
     return mode
 
 

@@ -24,6 +24,7 @@ from runner.core.replies import HELP, ReplyProblem, Verb, parse_reply
 from runner.adapters.render.report import defang
 from runner.drivers.session import Drivers, Session, Workspace, load_trusted_plan
 from runner.adapters.store.state import GitStateStore
+from runner.drivers.action_tick import plan_clock
 from runner.drivers.session.phases import dispatch
 
 REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to this repository can steer "
@@ -152,6 +153,7 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, ev: IssueComment
                           summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {result.message}\n",
                           annotations=[("warning", f"{plan_id} parked: {result.message}", "plan-runner parked")])
     driver.react(ev.comment_id, "rocket")
+    clock = plan_clock(ctx, driver, rep, Session(ws, drivers))
     return ModeResult(outcome="accepted", next_action=describe(action),
                       summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {describe(action)}; "
-                              "the next run is dispatched.\n")
+                              "the next run is dispatched.\n" + (f"\n{clock}" if clock else ""))

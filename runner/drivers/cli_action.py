@@ -10,7 +10,7 @@ from runner.drivers.cli import command
 
 
 def _action_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=("session", "tick", "reply"), default=None,
+    parser.add_argument("--mode", choices=("session", "tick", "reply", "reconcile"), default=None,
                         help="what the job does (default: $PLAN_RUNNER_MODE, else session); "
                              "every other input comes from the environment (see action.yml)")
     parser.add_argument("--cancelled", action="store_true",
@@ -39,7 +39,7 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
                              "or a ChatGPT login (docs/github-actions.md, Credentials)")
 
 
-@command("init", help="write .github/workflows/plan-runner.yml and plans/example.md into a repository",
+@command("init", help="write .github/workflows/plan-runner{,-clock,-reconcile}.yml and plans/example.md into a repository",
          arguments=_init_arguments)
 def cmd_init(args: argparse.Namespace) -> int:
     from runner.adapters.init import AUTHS, write_init
@@ -50,6 +50,10 @@ def cmd_init(args: argparse.Namespace) -> int:
                          warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     for path in written:
         print(f"wrote {path}")
-    print(f"next: {AUTHS[args.auth].setup}, commit both files, then run the workflow "
+    print(f"next: {AUTHS[args.auth].setup}, commit the files, then run the workflow "
           "(Actions -> plan-runner -> Run workflow) with plan plans/example.md")
+    from runner.adapters.init import billing_lines
+
+    for line in billing_lines():
+        print(line)
     return 0

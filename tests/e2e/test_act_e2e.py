@@ -38,8 +38,12 @@ ACTION_SHA = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_outp
                             check=True).stdout.strip()
 ACTION_REF = f"octo-org/plan-runner@{ACTION_SHA}"
 SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
+CACHE = "actions/cache@5a3ec84eff668545956fd18022155c47e93e2684"  # actions/cache/{restore,save} in action.yml
 PLAN = "plans/greeter.md"
 API_KEY = "sk-ant-e2e-secret-value-456"
+# The workflow file GitHub runs for each event, as `plan-runner init` writes them.
+WORKFLOWS = {"workflow_dispatch": "plan-runner.yml", "schedule": "plan-runner-clock.yml",
+             "workflow_run": "plan-runner-reconcile.yml"}
 
 
 def copy_action_source(dest: Path) -> Path:
@@ -71,7 +75,8 @@ class ActWorld:
         if init_plan:
             files["plans/example.md"] = (init / "plans/example.md").read_text()
         assert f"uses: {ACTION_REF} # v0.1.0" in (init / ".github/workflows/plan-runner.yml").read_text()
-        files[".github/workflows/plan-runner.yml"] = (init / ".github/workflows/plan-runner.yml").read_text()
+        for name in WORKFLOWS.values():  # the session workflow, the clock, reconcile
+            files[f".github/workflows/{name}"] = (init / ".github/workflows" / name).read_text()
         self.bare = w.make_remote(root, files)
         self.clone = w.checkout(self.bare, root / "clone")  # what act copies into each job's workspace
         self.action = action or copy_action_source(root / "action-src")
@@ -86,13 +91,17 @@ class ActWorld:
         self.runs += 1
         event = self.root / f"event-{self.runs}.json"
         event.write_text(json.dumps(payload))
-        cmd = ["act", event_name, "-W", ".github/workflows/plan-runner.yml", "-e", str(event),
+        workflow = WORKFLOWS.get(event_name, "plan-runner.yml")
+        if event_name == "schedule":  # GitHub starts no run for a disabled workflow's schedule
+            assert self.srv.schedule_fires(workflow), f"{workflow} is disabled: its schedule would not run"
+        cmd = ["act", event_name, "-W", f".github/workflows/{workflow}", "-e", str(event),
                "-P", "ubuntu-latest=-self-hosted", "--action-offline-mode",
                "--action-cache-path", str(self.root / "act-cache"),
                "--local-repository", f"{ACTION_REF}={self.action}",
                "--local-repository", f"{SETUP_PYTHON}={ROOT / 'tests/e2e_act/setup-python-unused'}",
+               "--local-repository", f"{CACHE}={ROOT / 'tests/e2e_act/cache-unavailable'}",
                "--env", "GITHUB_REPOSITORY=octo-org/demo", "--env", f"GITHUB_API_URL={self.srv.url}",
-               "--env", "GITHUB_WORKFLOW_REF=octo-org/demo/.github/workflows/plan-runner.yml@refs/heads/main",
+               "--env", f"GITHUB_WORKFLOW_REF=octo-org/demo/.github/workflows/{workflow}@refs/heads/main",
                "--env", f"GITHUB_RUN_ID={1000 + self.runs}",
                "--env", f"PLAN_RUNNER_INSTALL_ROOT={self.image.install_root}",
                "--env", f"PIPX_BIN_DIR={self.image.pipx_bin}", "--env", f"PATH={self.image.path}",
@@ -148,9 +157,12 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert world.outcomes() == ["Advanced", "LimitBackoff"]
         assert world.new_dispatches() == []  # waiting: nothing dispatched until the limit resets
 
-        # The schedule tick after the reset wakes it: sessions 3 (advances) and 4 (asks a human).
+        # The wait turned the clock on; its tick after the reset wakes the plan: sessions 3 (advances) and 4 (asks
+        # a human). Nothing waits after that: the tick turns the clock off again.
+        assert srv.enabled == ["plan-runner-clock.yml"] and srv.disabled == []
         time.sleep(2.5)
         world.act("schedule", w.schedule_event())
+        assert srv.disabled == ["plan-runner-clock.yml"] and not srv.schedule_fires("plan-runner-clock.yml")
         assert world.follow_dispatches() == 2
         assert world.outcomes() == ["Advanced", "LimitBackoff", "Advanced", "NeedsHuman"]
         issues = [i for i in srv.issues.values() if not i.get("pull")]
@@ -183,8 +195,11 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert [i for i in srv.issues.values() if i.get("pull")] == []
         refused = [i for i in srv.issues.values() if not i.get("pull") and i["state"] == "open"]
         assert len(refused) == 1 and "Allow GitHub Actions to create and approve pull requests" in refused[0]["body"]
+        assert not srv.schedule_fires("plan-runner-clock.yml")  # parked: no clock; a tick GitHub ran late anyway:
+        srv.workflow_states["plan-runner-clock.yml"] = "active"
         world.act("schedule", w.schedule_event())
         assert world.new_dispatches() == [] and finish_posts(srv) == 1
+        assert not srv.schedule_fires("plan-runner-clock.yml")
 
         # The maintainer ticks the box and answers; the next run opens the pull request.
         srv.actions_can_create_prs = True

@@ -24,6 +24,7 @@ Read from the sources, not guessed:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -225,6 +226,7 @@ class StepRun:
     signals: list[tuple[str, float]] = field(default_factory=list)  # (signal, seconds after the stop)
     exited_after_stop_s: float | None = None
     summary: str = ""
+    seconds: float = 0.0  # how long the step ran
 
 
 @dataclass
@@ -262,6 +264,43 @@ def which(command: str, path: str) -> str:
     return found
 
 
+class ActionsCache:
+    """What `actions/cache/restore` and `actions/cache/save` do, as their action.yml and GitHub document them, over
+    a folder instead of the cache service: restore copies the entry saved under exactly `key` to `path` (output
+    `cache-hit`), save stores `path` under `key` unless an entry has that key (a key is never overwritten). No
+    `restore-keys` (the action passes none). Files come back owned by the job's user, as tar extracts them.
+    `root` None: no cache service (as under act, or a server without one): restore misses, save stores nothing,
+    and neither fails the job (the actions warn and go on)."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+        self.saved: list[str] = []
+        self.restored: list[str] = []
+
+    def run(self, sid: str, step: dict, given: dict[str, str]) -> StepRun:
+        key, path = given["key"], Path(given["path"])
+        if self.root is None:
+            return StepRun(sid, step.get("name", sid), ran=True, exit_code=0,
+                           outputs={"cache-hit": "false"} if "restore" in step["uses"] else {})
+        entry = self.root / hashlib.sha256(key.encode()).hexdigest()
+        if step["uses"].startswith("actions/cache/restore@"):
+            hit = entry.is_dir()
+            if hit:
+                if path.exists():
+                    shutil.rmtree(path)
+                shutil.copytree(entry, path, symlinks=True)
+                self.restored.append(key)
+            return StepRun(sid, step.get("name", sid), ran=True, exit_code=0,
+                           outputs={"cache-hit": "true" if hit else "false", "cache-primary-key": key,
+                                    "cache-matched-key": key if hit else ""})
+        if not entry.exists():
+            shutil.copytree(path, entry, symlinks=True)
+            self.saved.append(key)
+        return StepRun(sid, step.get("name", sid), ran=True, exit_code=0, outputs={})
+
+
 class CompositeRunner:
     """Runs the steps of a composite action.yml in order with `if:` evaluated, each `run:` as the runner runs it,
     and stops the step running when `stop` is set, on the runner's schedule (SIGINT, 7.5 s, SIGTERM, 2.5 s, kill)."""
@@ -278,6 +317,7 @@ class CompositeRunner:
         self.stop = threading.Event()
         self.stop_at: float | None = None
         self.log: list[str] = []
+        self.cache = ActionsCache(None)  # the cache service's stand-in; by default, a service that is not there
 
     def contexts(self, steps: dict[str, Any]) -> dict[str, Any]:
         ctx: dict[str, Any] = {"github": self.github, "steps": steps, "runner": {"temp": str(self.image.temp)}}
@@ -305,10 +345,17 @@ class CompositeRunner:
                 runs.append(StepRun(sid, step.get("name", sid), ran=False))
                 steps_ctx[sid] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
                 continue
-            if "uses" in step:
+            if "uses" in step and step["uses"].startswith(("actions/cache/restore@", "actions/cache/save@")):
+                result = self.cache.run(sid, step, {k: interpolate(v, ctx, status)
+                                                    for k, v in (step.get("with") or {}).items()})
+                self.log.append(f"[{sid}] {result.outputs}")
+            elif "uses" in step:
                 raise AssertionError(f"step {step.get('name')!r} ({step['uses']}) would run: this world has no network "
                                      "for actions")
-            result = self.run_script(sid, step, ctx, status)
+            else:
+                began = time.monotonic()
+                result = self.run_script(sid, step, ctx, status)
+                result.seconds = time.monotonic() - began
             runs.append(result)
             outcome = "success" if result.exit_code == 0 else "failure"
             if self.stop.is_set() and result.signals:

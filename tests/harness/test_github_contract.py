@@ -106,6 +106,8 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         gate = GateConfig(name="ci", checks=["tests", "ci/lint"])
         assert d.checks_gate(gate, "abc", timeout_s=1, poll_s=0.01).passed
         d.keep_workflow_enabled()
+        d.set_workflow_enabled("plan-runner.yml", False)
+        d.set_workflow_enabled("plan-runner.yml", True)
         srv.has_issues = False
         with pytest.raises(Refused):
             d.open_park("b", "t", "b")
@@ -121,6 +123,7 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
     with httpx.Client(base_url=srv.repo_api, headers={"Authorization": f"token {TOKEN}"}) as http:
         assert http.get("").status_code == 200
         assert http.get("/labels").status_code == 200
+        assert http.get("/actions/workflows/plan-runner.yml").json()["state"] == "active"
         assert http.post(f"/issues/{number}/labels", json={"labels": ["x"]}).status_code == 200
         assert http.get(f"/issues/{number}/comments").status_code == 200
         assert http.get(f"/issues/comments/{comment}/reactions").status_code == 200

@@ -76,8 +76,9 @@ def test_session_mode_runs_one_session_pushes_records_and_dispatches(jobs):
     assert outputs["next-action"].startswith("run a delivery session on 1.2")
     assert w.ref(jobs.bare, "plan-runner/greeter") is not None
     kinds = [e["type"] for e in jobs.ledger()]
-    assert kinds == ["started", "session", "dispatch"]
+    assert kinds == ["started", "session", "dispatch", "dispatch"]  # the intent, then the run GitHub started
     assert [d.inputs for d in jobs.srv.dispatches] == [{"plan": PLAN}]
+    assert jobs.ledger()[-1]["run_id"] == jobs.srv.dispatches[0].run_id and jobs.ledger()[-1]["confirmed"]
     assert "```mermaid" in summary and '"done" : 1' in summary
     assert out.splitlines()[0].startswith("::add-mask::")
 

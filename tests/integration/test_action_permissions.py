@@ -24,19 +24,24 @@ from tests.servers.github import GitHubServer
 pytestmark = pytest.mark.integration
 PLAN = "plans/greeter.md"
 WORKFLOW = ".github/workflows/plan-runner.yml"
+CLOCK = ".github/workflows/plan-runner-clock.yml"  # the tick's own workflow
+CLOCK_ENV = {"GITHUB_WORKFLOW_REF": f"octo-org/demo/{CLOCK}@refs/heads/main",
+             "PLAN_RUNNER_SESSION_WORKFLOW": "plan-runner.yml"}
 
 
-def init_workflow(tmp: Path) -> str:
+def init_workflow(tmp: Path, path: str = WORKFLOW) -> str:
     out = tmp / "init"
-    out.mkdir()
-    write_init(out, source=Source("octo-org/plan-runner", "a" * 40, "0.1.0", "test"))
-    return (out / WORKFLOW).read_text()
+    out.mkdir(exist_ok=True)
+    if not (out / WORKFLOW).exists():
+        write_init(out, source=Source("octo-org/plan-runner", "a" * 40, "0.1.0", "test"))
+    return (out / path).read_text()
 
 
 class World:
-    def __init__(self, root: Path, srv: GitHubServer, workflow: str, plan: str = w.PLAN) -> None:
+    def __init__(self, root: Path, srv: GitHubServer, workflow: str, plan: str = w.PLAN,
+                 path: str = WORKFLOW) -> None:
         self.root, self.srv, self.n = root, srv, 0
-        self.bare = w.make_remote(root, {PLAN: plan, "plans/greeter.script.yaml": w.SCRIPT, WORKFLOW: workflow,
+        self.bare = w.make_remote(root, {PLAN: plan, "plans/greeter.script.yaml": w.SCRIPT, path: workflow,
                                          ".gitignore": "__pycache__/\n"})
         srv.branches = w.BareBranches(self.bare)
 
@@ -85,11 +90,11 @@ def test_the_workflow_init_writes_passes_and_the_session_runs(tmp_path) -> None:
 
 
 def test_a_tick_job_without_actions_write_fails_and_a_tick_with_it_passes(tmp_path) -> None:
-    good = init_workflow(tmp_path)
-    bad = without(good, "      actions: write        # dispatch the runs that are due\n")
+    good = init_workflow(tmp_path, CLOCK)
+    bad = without(good, "      actions: write        # dispatch the runs that are due; disable this clock when nothing waits\n")
     with GitHubServer() as srv:
-        world = World(tmp_path, srv, bad)
-        rc, _, outputs, summary = world.job("tick", "schedule", w.schedule_event())
+        world = World(tmp_path, srv, bad, path=CLOCK)
+        rc, _, outputs, summary = world.job("tick", "schedule", w.schedule_event(), **CLOCK_ENV)
         assert rc != 0 and outputs["outcome"] == "error" and "`actions: write`" in summary
         assert [line.strip() for line in summary.splitlines()][-7:-3] == [
             "jobs:", "tick:", "permissions:",

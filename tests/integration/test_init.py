@@ -25,26 +25,62 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_init_writes_a_workflow_with_three_triggers_and_least_permissions(tmp_path):
-    """The workflow has the three triggers, no top-level permissions, and per-job write scopes only where needed."""
+    """Three files: the session workflow (dispatch, comment), the clock (schedule) and reconcile (workflow_run);
+    no top-level permissions, per-job write scopes only where needed."""
     write_init(tmp_path, action_ref=SHA_REF)
     wf = yaml.safe_load((tmp_path / ".github/workflows/plan-runner.yml").read_text())
     on = wf[True]  # YAML 1.1 reads the key `on` as True
-    assert set(on) == {"workflow_dispatch", "schedule", "issue_comment"}
+    assert set(on) == {"workflow_dispatch", "issue_comment"}  # nothing on a schedule in the session workflow
     assert on["workflow_dispatch"]["inputs"]["plan"]["default"] == "plans/example.md"
     assert on["issue_comment"]["types"] == ["created"]
     assert wf["permissions"] == {}
     jobs = wf["jobs"]
+    assert set(jobs) == {"session", "reply"}
     assert jobs["session"]["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write",
                                               "actions": "write"}
-    assert jobs["tick"]["permissions"] == {"contents": "write", "actions": "write"}
     assert jobs["reply"]["permissions"] == {"contents": "write", "issues": "write", "actions": "write"}
     assert jobs["session"]["concurrency"] == {"group": "plan-runner-${{ inputs.plan }}", "cancel-in-progress": False}
-    for name, job in jobs.items():
+    clock = yaml.safe_load((tmp_path / ".github/workflows/plan-runner-clock.yml").read_text())
+    assert clock[True] == {"schedule": [{"cron": "17,47 * * * *"}]} and clock["permissions"] == {}
+    assert clock["jobs"]["tick"]["permissions"] == {"contents": "write", "actions": "write"}
+    assert clock["jobs"]["tick"]["env"] == {"PLAN_RUNNER_SESSION_WORKFLOW": "plan-runner.yml"}
+    rec = yaml.safe_load((tmp_path / ".github/workflows/plan-runner-reconcile.yml").read_text())
+    assert rec[True] == {"workflow_run": {"workflows": [wf["name"]], "types": ["completed"]}}
+    assert rec["permissions"] == {} and rec["jobs"]["reconcile"]["permissions"] == {"contents": "write",
+                                                                                   "actions": "write"}
+    cond = rec["jobs"]["reconcile"]["if"]
+    assert "workflow_run.event == 'workflow_dispatch'" in cond and "conclusion != 'success'" in cond
+    every = {**jobs, "tick": clock["jobs"]["tick"], "reconcile": rec["jobs"]["reconcile"]}
+    for name, job in every.items():
         checkout, action = job["steps"]
         assert checkout["with"]["persist-credentials"] is False, name
         assert action["uses"] == SHA_REF and action["with"]["mode"] == name
     assert jobs["session"]["steps"][1]["with"]["anthropic-api-key"] == "${{ secrets.ANTHROPIC_API_KEY }}"
     assert "github-token" not in jobs["session"]["steps"][1]["with"]  # the default, never a broader secret
+
+
+def test_a_repository_with_the_old_single_workflow_is_told_how_to_migrate(tmp_path):
+    """The old plan-runner.yml (its tick on a schedule in the session workflow) is refused with what to do;
+    `--force` writes the three files."""
+    old = tmp_path / ".github/workflows/plan-runner.yml"
+    old.parent.mkdir(parents=True)
+    old.write_text((ROOT / "tests/data/old-single-workflow.yml").read_text())
+    with pytest.raises(PlanRunnerError) as err:
+        write_init(tmp_path, action_ref=SHA_REF)
+    assert "old single workflow" in err.value.what and "1,440 billable minutes" in err.value.why
+    assert "plan-runner init --force" in err.value.fix and "plan-runner-clock.yml" in err.value.fix
+    assert not (tmp_path / ".github/workflows/plan-runner-clock.yml").exists()
+    write_init(tmp_path, action_ref=SHA_REF, force=True)
+    assert "schedule" not in yaml.safe_load(old.read_text())[True]
+    assert (tmp_path / ".github/workflows/plan-runner-clock.yml").exists()
+
+
+def test_init_says_what_the_repository_will_be_billed(tmp_path):
+    """`init`'s last lines: 0 while nothing waits, a wait's ticks, sessions their own minutes."""
+    out = _cli("init", str(tmp_path), "--action-ref", SHA_REF, cwd=tmp_path)
+    last = out.stdout.strip().splitlines()[-4:]
+    assert all(line.startswith("billing: ") for line in last), out.stdout
+    assert "billed 0 minutes a month" in last[1] and "at most 11 minutes" in last[2]
 
 
 def test_init_example_plan_is_valid(tmp_path):
@@ -126,12 +162,13 @@ def test_bad_action_refs_are_user_errors():
 
 
 def test_this_repository_dogfoods_the_workflow_init_writes(tmp_path):
-    """.github/workflows/plan-runner.yml is exactly `plan-runner init --action-ref ./` output."""
+    """.github/workflows/plan-runner{,-clock,-reconcile}.yml are exactly `plan-runner init --action-ref ./` output."""
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git/HEAD").write_text("ref: refs/heads/main\n")
     write_init(tmp_path, action_ref="./")
-    assert ((ROOT / ".github/workflows/plan-runner.yml").read_text()
-            == (tmp_path / ".github/workflows/plan-runner.yml").read_text())
+    for name in ("plan-runner.yml", "plan-runner-clock.yml", "plan-runner-reconcile.yml"):
+        assert ((ROOT / ".github/workflows" / name).read_text()
+                == (tmp_path / ".github/workflows" / name).read_text()), name
 
 
 def _release_checkout(path: Path, origin: str) -> str:
@@ -158,8 +195,9 @@ def test_init_pins_the_commit_plan_runner_was_installed_from(tmp_path):
     warnings: list[str] = []
     (tmp_path / "user").mkdir()
     write_init(tmp_path / "user", warn=warnings.append, source=found)
-    text = (tmp_path / "user/.github/workflows/plan-runner.yml").read_text()
-    assert text.count(f"uses: octo-org/plan-runner@{sha} # v1.2.3") == 3 and warnings == []
+    text = "".join((tmp_path / "user/.github/workflows" / name).read_text()
+                   for name in ("plan-runner.yml", "plan-runner-clock.yml", "plan-runner-reconcile.yml"))
+    assert text.count(f"uses: octo-org/plan-runner@{sha} # v1.2.3") == 4 and warnings == []
 
 
 @pytest.mark.integration

@@ -55,15 +55,18 @@ def test_project_workflows_pass_actionlint():
     assert {p.name for p in workflows()} >= {"ci.yml", "plan-runner.yml"}
 
 
+INIT_FILES = ("plan-runner.yml", "plan-runner-clock.yml", "plan-runner-reconcile.yml")
+
+
 def test_init_output_passes_actionlint(init_repo):
-    """The workflow `plan-runner init` writes has no actionlint finding."""
-    proc = actionlint(init_repo, [init_repo / ".github/workflows/plan-runner.yml"])
+    """The workflows `plan-runner init` writes have no actionlint finding."""
+    proc = actionlint(init_repo, [init_repo / ".github/workflows" / name for name in INIT_FILES])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_zizmor_finds_nothing_offline_and_deterministically(init_repo):
     """zizmor (offline) reports no finding on action.yml, the workflows and init's output, twice the same way."""
-    files = [ROOT / "action.yml", *workflows(), init_repo / ".github/workflows/plan-runner.yml"]
+    files = [ROOT / "action.yml", *workflows(), *(init_repo / ".github/workflows" / name for name in INIT_FILES)]
     first = zizmor(files)
     assert first == (0, []), json.dumps(first[1], indent=1)[:4000]
     assert zizmor(files) == first

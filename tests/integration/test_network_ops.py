@@ -18,22 +18,23 @@ pytestmark = pytest.mark.integration
 
 def test_a_dispatched_session_makes_one_fetch_and_one_push(tmp_path: Path):
     """Session 2 (dispatched by session 1, whose record carries the intent): one fetch (state, work branch, base)
-    and one atomic push (verdict, start, work branch); session 1, started by hand, also pushes its start before
-    its agent runs, so a job killed outright is still found by the tick."""
+    and one atomic push (verdict, start, work branch), then one push of the run GitHub started for session 3 (its
+    id, for a reconcile of that run); session 1, started by hand, also pushes its start before its agent runs, so a
+    job killed outright is still found."""
     with GitHubServer(token=TOKEN) as srv:
         env = {**_env(srv), **child_env(PLAN_RUNNER_ISOLATION="none")}
         first, second = _two_sessions(tmp_path, "net", srv, env)
     assert first["outcome"] == second["outcome"] == "Advanced", (first, second)
     verbs = lambda s: [_verb(c) for c in s["network"]]  # noqa: E731
-    assert verbs(second) == ["fetch", "push"], second["network"]
+    assert verbs(second) == ["fetch", "push", "push"], second["network"]
     assert "--atomic" in second["network"][1]
-    assert verbs(first) == ["fetch", "push", "push"], first["network"]
+    assert verbs(first) == ["fetch", "push", "push", "push"], first["network"]
     assert second["api_calls"] == 1  # the dispatch of session 3
 
 
 def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path):
     """12 plans, 7 of them due: one glob fetch, one atomic push carrying every dispatched plan's intent, then
-    the dispatch calls (each after its intent is on the remote)."""
+    the dispatch calls (each after its intent is on the remote), then one atomic push of the runs GitHub started."""
     from datetime import datetime, timezone
 
     from benchmarks.github_calls import _plan as gh_plan, _seed_tick_state, _with_origin
@@ -62,7 +63,7 @@ def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path)
                 result = mode_tick(ctx, env, driver, Reporter(env, out=log))
         assert result.outcome == "dispatched" and len(srv.dispatches) == due == 7, result.summary
     net = [_verb(c) for c in _net(calls)]
-    assert net == ["fetch", "push"], net
+    assert net == ["fetch", "push", "push"], net
     origin = repo.parent / f"{repo.name}-origin.git"
     for i in range(12):  # every dispatched plan's intent is on the remote
         kinds = ledger_text(origin, f"refs/plan-runner/state/tick-{i:02d}")

@@ -117,7 +117,10 @@ class GitHubServer:
         # file -> the workflow_dispatch inputs it declares, or None: it has no workflow_dispatch trigger.
         self.workflows: dict[str, tuple[str, ...] | None] | None = None  # None: accept any workflow
         self.dispatches: list[Dispatch] = []
-        self.enabled: list[str] = []  # workflow files `PUT .../enable` was called for (the keep-alive)
+        self.enabled: list[str] = []  # workflow files `PUT .../enable` was called for (the keep-alive, the clock)
+        self.disabled: list[str] = []  # workflow files `PUT .../disable` was called for
+        # file -> GitHub's `state`: a file not listed is `active` (a workflow committed is enabled).
+        self.workflow_states: dict[str, str] = {}
         self.check_runs: dict[str, list[dict[str, Any]]] = {}
         self.ready_for_review: list[int] = []  # pull requests GraphQL's markPullRequestReadyForReview took out of draft
         self.statuses: dict[str, list[dict[str, Any]]] = {}
@@ -225,6 +228,15 @@ class GitHubServer:
     def add_workflow(self, file: str, inputs: tuple[str, ...] | None = ("plan",)) -> None:
         """A workflow GitHub knows; `inputs=None`: its `on:` has no `workflow_dispatch` (422 on dispatch)."""
         self.workflows = {**(self.workflows or {}), file: inputs}
+
+    def workflow_active(self, file: str) -> bool:
+        return self.workflow_states.get(file, "active") == "active"
+
+    def schedule_fires(self, file: str) -> bool:
+        """Whether the workflow's `schedule` would start a run now: only an active workflow's does (a disabled
+        workflow starts no run for any trigger, "Disabling and enabling a workflow")."""
+        with self.lock:
+            return self.workflow_active(file)
 
     def add_issue(self, title: str, body: str = "", *, user: str | None = None,
                   labels: tuple[str, ...] = (), state: str = "open") -> int:

@@ -247,6 +247,8 @@ def dispatch(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) 
     ref = need(body, "ref", "Dispatch")
     inputs = body.get("inputs") or {}
     workflow = m["wf"]
+    if not srv.workflow_active(workflow):
+        raise ApiError(422, shapes.error("Cannot trigger a 'workflow_dispatch' on a disabled workflow", 422))
     if srv.workflows is not None:
         if workflow not in srv.workflows:
             raise not_found()
@@ -272,7 +274,32 @@ def enable_workflow(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body
     if srv.workflows is not None and m["wf"] not in srv.workflows:
         raise not_found()
     srv.enabled.append(m["wf"])
+    srv.workflow_states[m["wf"]] = "active"
     return Reply(204)
+
+
+@at("PUT", "/actions/workflows/(?P<wf>[^/]+)/disable", "/actions/workflows/{workflow_id}/disable",
+    ("actions", "write"))
+def disable_workflow(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    """GitHub: 204, the workflow's `state` becomes `disabled_manually`; none of its triggers start a run."""
+    if srv.workflows is not None and m["wf"] not in srv.workflows:
+        raise not_found()
+    srv.disabled.append(m["wf"])
+    srv.workflow_states[m["wf"]] = "disabled_manually"
+    return Reply(204)
+
+
+@at("GET", "/actions/workflows/(?P<wf>[^/]+)", "/actions/workflows/{workflow_id}", ("actions", "read"))
+def get_workflow(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    if srv.workflows is not None and m["wf"] not in srv.workflows:
+        raise not_found()
+    wf_id = sum(m["wf"].encode()) + 1000
+    return Reply(200, {"id": wf_id, "node_id": f"W_{wf_id}", "name": m["wf"], "path": f".github/workflows/{m['wf']}",
+                       "state": srv.workflow_states.get(m["wf"], "active"),
+                       "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+                       "url": f"{srv.repo_api}/actions/workflows/{wf_id}",
+                       "html_url": f"https://github.com/{srv.owner}/{srv.repo}/blob/main/.github/workflows/{m['wf']}",
+                       "badge_url": f"https://github.com/{srv.owner}/{srv.repo}/workflows/{m['wf']}/badge.svg"})
 
 
 def pull_of(srv: GitHubServer, m: re.Match[str]) -> dict[str, Any]:

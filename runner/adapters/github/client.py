@@ -175,16 +175,24 @@ class GitHubDriver:
         """`PUT .../actions/workflows/{file}/enable` for the running workflow (needs `actions: write`): GitHub
         disables a public repository's scheduled workflow after 60 days without activity, and with it the
         file's `workflow_dispatch` and `issue_comment` runs; enabling it keeps it active (docs/github-actions.md)."""
-        with github_call(f"keeping {self.ctx.workflow_file} enabled"):
-            self._request("PUT", f"/actions/workflows/{quote(self.ctx.workflow_file, safe='')}/enable")
+        self.set_workflow_enabled(self.ctx.workflow_file, True)
 
-    def dispatch_next(self, plan_path: str, key: str) -> None:
-        """One POST: a workflow_dispatch of the running workflow on the running ref.
+    def set_workflow_enabled(self, workflow: str, enabled: bool) -> None:
+        """`PUT .../actions/workflows/{file}/enable` or `/disable` (`actions: write`; 204, idempotent): the clock
+        (plan-runner-clock.yml, the tick's schedule) runs only while some plan waits on it (docs/github-actions.md,
+        Billing)."""
+        verb = "enable" if enabled else "disable"
+        with github_call(f"{'enabling' if enabled else 'disabling'} {workflow}"):
+            self._request("PUT", f"/actions/workflows/{quote(workflow, safe='')}/{verb}")
+
+    def dispatch_next(self, plan_path: str, key: str) -> int | None:
+        """One POST: a workflow_dispatch of the session workflow on the running ref; the id of the run GitHub
+        started (`return_run_details`), or None when GitHub answered without it (204, older servers).
 
         `key` identifies the dispatch in the ledger (written before this call);
         it is not sent because the workflow declares only the `plan` input.
         """
-        workflow = self.ctx.workflow_file
+        workflow = self.ctx.session_workflow
         if not self.ctx.ref_name:
             raise PlanRunnerError(what="GITHUB_REF_NAME is empty; cannot tell which ref to dispatch",
                                   why="the next session runs the same workflow on the same branch",
@@ -197,8 +205,10 @@ class GitHubDriver:
                                         input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path},
                                                "return_run_details": True})
                 run_id = data.get("workflow_run_id") if isinstance(data, dict) else None
-                if isinstance(run_id, int):
+                if isinstance(run_id, int) and not isinstance(run_id, bool):
                     self.dispatched_runs.append((key, run_id, str(data.get("html_url") or "")))
+                    return run_id
+                return None
             except RateLimitExceededException:
                 raise  # waited out, or past the budget: ServiceUnavailable, never a refusal
             except GithubException as exc:

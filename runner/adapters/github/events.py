@@ -22,6 +22,10 @@ DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_SERVER_URL = "https://github.com"
 _REPOSITORY = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _WORKFLOW_REF = re.compile(r"(?P<repo>[^@]+?)/\.github/workflows/(?P<file>[^/@]+\.ya?ml)@(?P<ref>.+)")
+_WORKFLOW_FILE = re.compile(r"[A-Za-z0-9_.-]+\.ya?ml")
+_WORKFLOW_PATH = re.compile(r"\.github/workflows/[A-Za-z0-9_.-]+\.ya?ml")
+DEFAULT_SESSION_WORKFLOW = "plan-runner.yml"
+DEFAULT_CLOCK_WORKFLOW = "plan-runner-clock.yml"
 _ACTIONS_FIX = ("run plan-runner inside a GitHub Actions job (the runner sets every GITHUB_* variable), "
                 "or set it yourself when testing")
 
@@ -55,11 +59,22 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class WorkflowRun:
+    """`workflow_run` (types: completed): a run of the session workflow ended. GitHub sets every field."""
+
+    run_id: int
+    conclusion: str  # success, failure, cancelled, timed_out, startup_failure, ... (None while not completed)
+    event: str  # what started the run that ended: workflow_dispatch for a session
+    path: str  # its workflow file, `.github/workflows/plan-runner.yml`
+    action: str = "completed"
+
+
+@dataclass(frozen=True)
 class OtherEvent:
     name: str
 
 
-Event = IssueComment | WorkflowDispatch | Schedule | OtherEvent
+Event = IssueComment | WorkflowDispatch | Schedule | WorkflowRun | OtherEvent
 
 
 def _bad_payload(event: str, where: str, expected: str) -> PlanRunnerError:
@@ -130,6 +145,12 @@ def parse_event(name: str, payload: Any) -> Event:
                                 ref=_field(payload, "ref", str, name, optional=True) or "")
     if name == "schedule":
         return Schedule(cron=_field(payload, "schedule", str, name, optional=True) or "")
+    if name == "workflow_run":
+        return WorkflowRun(run_id=_field(payload, "workflow_run.id", int, name),
+                           conclusion=_field(payload, "workflow_run.conclusion", str, name, optional=True) or "",
+                           event=_field(payload, "workflow_run.event", str, name, optional=True) or "",
+                           path=_field(payload, "workflow_run.path", str, name, optional=True) or "",
+                           action=_field(payload, "action", str, name, optional=True) or "")
     return OtherEvent(name)
 
 
@@ -145,6 +166,10 @@ class GitHubContext:
     ref_name: str = ""
     step_summary: Path | None = None
     output: Path | None = None
+    # The workflow file sessions run in and the one that holds the clock (the tick's schedule): set by the files
+    # `plan-runner init` writes (job `env:`), defaults as init names them. A file the agent cannot change.
+    session_workflow_env: str = ""
+    clock_workflow: str = DEFAULT_CLOCK_WORKFLOW
 
     @property
     def owner(self) -> str:
@@ -166,6 +191,14 @@ class GitHubContext:
                 fix=_ACTIONS_FIX,
             )
         return match["file"]
+
+    @property
+    def session_workflow(self) -> str:
+        """The file a session is dispatched in: the running one for a session or a reply (the old single file
+        too), the ended run's for a reconcile, else PLAN_RUNNER_SESSION_WORKFLOW (the clock's job sets it)."""
+        if isinstance(self.event, WorkflowRun) and _WORKFLOW_PATH.fullmatch(self.event.path):
+            return self.event.path.rsplit("/", 1)[1]
+        return self.session_workflow_env or self.workflow_file
 
     @property
     def run_url(self) -> str:
@@ -211,7 +244,18 @@ class GitHubContext:
             ref_name=env.get("GITHUB_REF_NAME", ""),
             step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
             output=Path(env["GITHUB_OUTPUT"]) if env.get("GITHUB_OUTPUT") else None,
+            session_workflow_env=_workflow_name(env, "PLAN_RUNNER_SESSION_WORKFLOW", ""),
+            clock_workflow=_workflow_name(env, "PLAN_RUNNER_CLOCK_WORKFLOW", DEFAULT_CLOCK_WORKFLOW),
         )
+
+
+def _workflow_name(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name) or default
+    if value and not _WORKFLOW_FILE.fullmatch(value):
+        raise PlanRunnerError(what=f"{name} is {value!r}, not a workflow file name",
+                              why="plan-runner dispatches, enables and disables workflows by their file name",
+                              fix=f"set {name} to a file name in .github/workflows, e.g. {default or DEFAULT_SESSION_WORKFLOW}")
+    return value
 
 
 def _url(env: Mapping[str, str], name: str, default: str) -> str:

@@ -30,6 +30,7 @@ NEEDED: dict[str, dict[str, str]] = {
     "session": {"contents": "write", "issues": "write", "pull-requests": "write", "actions": "write"},
     "tick": {"contents": "write", "actions": "write"},
     "reply": {"contents": "write", "issues": "write", "actions": "write"},
+    "reconcile": {"contents": "write", "actions": "write"},
 }
 WHY = {
     "contents": "push the work branch and plan-runner's state refs",

@@ -227,6 +227,14 @@ class GitStateStore:
             break
         return failed
 
+    def reuse_fetched(self, plan_ids) -> None:
+        """The next read of each plan uses its tracking ref as this process last set it (the glob fetch of `plans()`,
+        or a `flush` that pushed it, or the fetch of a lost lease) instead of fetching again: for a tick that reads
+        its plans once more after its own push (to record the runs GitHub started, to tell whether any plan waits on
+        the clock). A write on a version another job moved meanwhile still fails on its lease."""
+        if self.remote is not None:
+            self._fresh |= {p for p in plan_ids if ref_sha(self.repo, self.tracking(p)) is not None}
+
     def push_pending(self, plan_id: str) -> bool:
         """Push what was written locally only (a `started` entry) if the local state is ahead of the remote's
         as last seen; True when something was pushed. For a cancelled job, after the agent's work is safe."""

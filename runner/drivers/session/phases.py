@@ -556,11 +556,25 @@ def dispatch(s: Session, action, recorded: bool = False) -> SessionResult:
         s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
     fault_point(s.ws.env, "dispatch-recorded")
     try:
-        s.d.dispatcher.dispatch_next(s.trusted.path, key)
+        run_id = s.d.dispatcher.dispatch_next(s.trusted.path, key)
     except Refused as err:
         return park_refused_dispatch(s, err)
     fault_point(s.ws.env, "after-dispatch")
+    record_dispatched_run(s, n, key, run_id)
     return SessionResult("ran", s.plan, s.state, action, describe(action))
+
+
+def record_dispatched_run(s: Session, n: int, key: str, run_id: int | None) -> bool:
+    """The run GitHub started for the dispatch, in the ledger: a `workflow_run` event for that run that did not
+    succeed then names this plan (mode reconcile, without waiting out a deadline). Best effort: without it the
+    clock's deadline finds the run (the session enables the clock then: action.py)."""
+    if run_id is None:
+        return False
+    try:
+        s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key, confirmed=True, run_id=run_id)])
+    except PlanRunnerError:  # another job moved the plan (the dispatched run itself), or the push failed
+        return False
+    return True
 
 
 def park_refused_dispatch(s: Session, err: Refused) -> SessionResult:
