@@ -3,7 +3,7 @@ plan-runner's venv, uv and the agent's CLI with `actions/cache/restore` and `act
 install depends on, saved before the session's step (so an entry holds only what plan-runner's own install
 produced), adopted only as root-owned copies that run. The cache service is a stand-in with the actions' documented
 semantics (tests/e2e_act/hosted.py `ActionsCache`: exact key, a key never overwritten); act has none, so under act
-the restore misses and the save stores nothing (tests/test_act_e2e.py still runs every step)."""
+the restore misses and the save stores nothing (tests/e2e/test_act_e2e.py still runs every step)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from runner.drivers import action_cache as ac
 from tests.e2e_act import world as w
 from tests.e2e_act.hosted import ActionsCache, CompositeRunner, HostedImage
 from tests.servers.github import GitHubServer
-from tests.test_act_e2e import copy_action_source
+from tests.e2e.test_act_e2e import copy_action_source
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLAN_TEXT = "---\nbase: main\nagent:\n  backend: claude-code\n---\n# P\n"
 
 

@@ -16,7 +16,7 @@ import pytest
 from runner.drivers import action_tick
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
-from tests.test_action_modes import Jobs
+from tests.integration.test_action_modes import Jobs
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
-from tests.test_act_e2e import PLAN, ActWorld
+from tests.e2e.test_act_e2e import PLAN, ActWorld
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(400)]
 

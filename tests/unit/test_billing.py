@@ -10,7 +10,7 @@ from pathlib import Path
 from benchmarks.billing import Files, read_files, scenarios
 from runner.adapters.init import WORKFLOW_PATH, write_init
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def figures(files: Files) -> dict[str, object]:
