@@ -50,6 +50,10 @@ class StateStore(Protocol):
         """Append entries (and write `files`, e.g. the last evidence, under the plan's state) only if the state
         is still at `expected_version`; returns the new version. Raises `StateConflict` when another writer won."""
 
+    def local_version(self, plan_id: str) -> str | None:
+        """The version this repository holds now, asking no remote: what a `read` in another process of this
+        clone would have left (for two sessions of one plan started at once in one clone)."""
+
     def read_file(self, plan_id: str, name: str) -> bytes | None:
         """A file kept with the plan's state, or None."""
 

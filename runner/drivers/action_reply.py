@@ -82,7 +82,7 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
                         "first run)")
     earlier = [c for c in comments if c.comment_id < ev.comment_id and c.comment_id not in answered
                and not c.user_is_bot and not written_by_plan_runner(c.body) and parse_reply(c.body) is not None]
-    results = [_answer(ctx, env, driver, c, plan_id) for c in [*earlier, ev]]
+    results = [_answer(ctx, env, driver, rep, c, plan_id) for c in [*earlier, ev]]
     if len(results) == 1:
         return results[0]
     decisive = [r for r in results if r.outcome in ("accepted", "stopped", "parked")]
@@ -96,7 +96,7 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
                       exit_code=max(r.exit_code for r in results))
 
 
-def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, ev: IssueComment, plan_id: str) -> ModeResult:
+def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueComment, plan_id: str) -> ModeResult:
     """One command comment on the park issue of `plan_id`, answered (every path leaves a marked answer)."""
     command = parse_reply(ev.body)
     assert command is not None

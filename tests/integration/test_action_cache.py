@@ -37,8 +37,9 @@ def test_the_key_names_what_the_install_depends_on_and_nothing_else(tmp_path):
         ac.cache_key(action, PLAN_TEXT.replace("claude-code", "codex"), system="Linux", machine="x86_64",
                      python_version="3.12.1"),
     }
-    (action / "runner" / "drivers" / "action_cli.py").write_text(
-        (action / "runner" / "drivers" / "action_cli.py").read_text().replace("2.1.332", "2.1.333"))  # a new pin
+    pins = action / "runner" / "core" / "backend_spec.py"  # the CLIs' npm pins (one table of backends)
+    assert "2.1.332" in pins.read_text()
+    pins.write_text(pins.read_text().replace("2.1.332", "2.1.333"))  # a new pin
     others.add(ac.cache_key(action, PLAN_TEXT, system="Linux", machine="x86_64", python_version="3.12.1"))
     assert key not in others and len(others) == 4
     assert ac.plan_backend("# no front matter\nbackend: codex\n") == "default"

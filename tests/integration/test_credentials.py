@@ -305,7 +305,7 @@ def test_a_codex_login_through_a_whole_run_reaches_the_agent_and_nothing_that_is
     """`plan-runner run` on a Codex plan with CODEX_AUTH_JSON set (what the `codex-auth-json` input gives): the
     agent's CODEX_HOME holds the login while it works, the variable itself never reaches its shell, and no token of
     the login is in any git object afterwards (ledger, transcripts, the agent's saved state, the work branch)."""
-    from tests import test_first_hour_agents as fha
+    from tests.e2e import test_first_hour_agents as fha
     from tests.reliability_world import all_git_text
     from tests.servers import responses as r
 
@@ -330,7 +330,7 @@ def test_a_vertex_plan_through_a_whole_run_never_hands_the_agent_the_request_tok
     streamRawPredict, the plan finishes; the agent's shell sees its own credentials file (not the job's), no
     request token; afterwards the file is gone and neither the OIDC token nor the request token is in any git
     object."""
-    from tests import test_first_hour_agents as fha
+    from tests.e2e import test_first_hour_agents as fha
     from tests.reliability_world import all_git_text
     from tests.servers import messages as m
 

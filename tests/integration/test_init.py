@@ -227,8 +227,10 @@ def test_init_asks_for_each_way_of_paying_and_for_oidc_only_when_it_needs_it(tmp
     wf = yaml.safe_load((tmp_path / ".github/workflows/plan-runner.yml").read_text())
     session = wf["jobs"]["session"]
     assert ("id-token" in session["permissions"]) is way.id_token is (auth in ("bedrock", "vertex"))
-    for name in ("tick", "reply"):
-        assert "id-token" not in wf["jobs"][name]["permissions"]
+    clock = yaml.safe_load((tmp_path / ".github/workflows/plan-runner-clock.yml").read_text())
+    reconcile = yaml.safe_load((tmp_path / ".github/workflows/plan-runner-reconcile.yml").read_text())
+    for job in (wf["jobs"]["reply"], clock["jobs"]["tick"], reconcile["jobs"]["reconcile"]):
+        assert "id-token" not in job["permissions"]
     step = session["steps"][-1]
     assert step["uses"] == SHA_REF
     declared = yaml.safe_load((ROOT / "action.yml").read_text())["inputs"]

@@ -26,7 +26,7 @@ def test_a_dispatched_session_makes_one_fetch_and_one_push(tmp_path: Path):
         first, second = _two_sessions(tmp_path, "net", srv, env)
     assert first["outcome"] == second["outcome"] == "Advanced", (first, second)
     verbs = lambda s: [_verb(c) for c in s["network"]]  # noqa: E731
-    assert verbs(second) == ["fetch", "push", "push"], second["network"]
+    assert verbs(second) == ["fetch", "push", "push"], "\n".join(second["network"])
     assert "--atomic" in second["network"][1]
     assert verbs(first) == ["fetch", "push", "push", "push"], first["network"]
     assert second["api_calls"] == 1  # the dispatch of session 3

@@ -65,7 +65,7 @@ def store(pair):
 def test_every_store_implements_the_whole_port_with_its_signatures():
     """Every member the port declares exists on both stores with the same parameters (no driver needs a probe)."""
     members = [n for n, v in vars(StateStore).items() if callable(v) and not n.startswith("_")]
-    assert len(members) == 12, members
+    assert len(members) == 13, members
     for cls in (GitStateStore, MemoryStateStore):
         for name in members:
             want = list(inspect.signature(getattr(StateStore, name)).parameters)
@@ -104,6 +104,19 @@ def test_a_stale_version_is_a_conflict_and_writes_nothing(pair):
         two.append("p", [parked("first?")], None)  # the plan has state: "absent" is stale too
     entries, version = two.read("p")
     assert version == v2 and [e.reason for e in entries] == ["a", "b"]
+
+
+def test_the_local_version_is_what_this_repository_holds_without_asking_the_remote(pair):
+    """`local_version` answers from this repository alone: the version its own write left, seen by another handle
+    of the same repository (another process in one clone), with no fetch."""
+    one, _ = pair
+    assert one.local_version("p") is None
+    v1 = one.append("p", [parked("a")], None)
+    assert one.local_version("p") == v1
+    same = one if isinstance(one, MemoryStateStore) else GitStateStore(one.repo, remote=one.remote)
+    assert same.local_version("p") == v1
+    v2 = same.append("p", [parked("b")], v1)
+    assert one.local_version("p") == v2 != v1
 
 
 def test_plans_are_independent(pair):

@@ -38,6 +38,11 @@ class MemoryStateStore:
         self._lock = threading.Lock()
         self._deferred = False
 
+    def local_version(self, plan_id: str) -> str | None:
+        check_name("plan id", plan_id)
+        version = self._plans.get(plan_id)
+        return None if version is None else version.token
+
     def read(self, plan_id: str) -> tuple[Ledger, str | None]:
         check_name("plan id", plan_id)
         version = self._plans.get(plan_id)

@@ -81,6 +81,10 @@ class GitStateStore:
         version = self._sync(plan_id)
         return read_ledger(self.objects, plan_id, self._tree_of(version, plan_id)), version
 
+    def local_version(self, plan_id: str) -> str | None:
+        check_name("plan id", plan_id)
+        return ref_sha(self.repo, self.ref(plan_id))
+
     def read_file(self, plan_id: str, name: str) -> bytes | None:
         check_name("plan id", plan_id)
         check_name("file name", name)

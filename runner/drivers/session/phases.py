@@ -326,7 +326,7 @@ def begin(s: Session, action: RunSession) -> Begun | SessionResult:
     # Two sessions of one plan started at once in one clone take turns here: the second finds the first's start
     # recorded and yields, never touching the work tree the first one works in.
     with start_lock(ws, plan.id):
-        if s.d.store.read(plan.id)[1] != s.version:
+        if s.d.store.local_version(plan.id) != s.version:  # no fetch: the other start was in this clone
             return superseded
         try:
             # plan-runner's own work tree of the plan: the user's HEAD, index, work tree and branch are never
