@@ -100,3 +100,16 @@ def test_remove_agent_areas_takes_only_what_is_old_enough(judge):
     assert old.root in removed and not old.root.exists()
     assert new.root.exists()
     assert not [n for n in os.listdir(judge_dir("agents")) if n.startswith(".removing-")]
+
+
+def test_an_area_a_session_holds_is_never_removed_however_old(judge, tmp_path):
+    repo, _ = judge
+    area = agent_clone.area_for(repo, "busy")
+    me = Identity()
+    agent_clone.prepare(area, me, repo, "plan-runner/p", None, tmp_path / "scratch")  # holds the area
+    past = time.time() - 7200
+    os.utime(area.root, (past, past))
+    assert area.root not in agent_clone.remove_agent_areas(3600) and area.work.is_dir()
+    agent_clone.discard_trash(area, me, wait=True)  # the session's end releases it
+    os.utime(area.root, (past, past))
+    assert area.root in agent_clone.remove_agent_areas(3600) and not area.root.exists()

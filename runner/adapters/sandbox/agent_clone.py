@@ -173,6 +173,7 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     session's parts are moved aside in O(1) and deleted off the critical path (discard_trash)."""
     identity.kill_all()
     _own_root(area)
+    hold_area(area)
     for part in area.parts():
         _move_aside(area, part, identity)
     for part in (area.work, area.home, area.state, area.out):
@@ -291,9 +292,30 @@ def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
     identity.remove(part)
 
 
+_IN_USE = ".in-use"  # in an area's root: a lock a session holds (shared) from prepare to its end
+_held: dict[Path, int] = {}
+
+
+def hold_area(area: AgentArea) -> None:
+    """Mark the area in use for this process's session (released by discard_trash at the session's end):
+    remove_agent_areas never takes an area whose lock is held, however old it looks."""
+    if area.root in _held:
+        return
+    fd = os.open(area.root / _IN_USE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _held[area.root] = fd
+
+
+def _release_area(area: AgentArea) -> None:
+    fd = _held.pop(area.root, None)
+    if fd is not None:
+        os.close(fd)
+
+
 def discard_trash(area: AgentArea, identity: Identity, *, wait: bool = False) -> None:
-    """Delete what _move_aside put in the area's trash, in a detached process (never on a session's
-    critical path) or, with `wait`, now."""
+    """At a session's end: the area released (hold_area), and what _move_aside put in its trash deleted in
+    a detached process (never on a session's critical path) or, with `wait`, now."""
+    _release_area(area)
     trash = area.root / TRASH
     try:
         names = os.listdir(trash)
@@ -321,12 +343,28 @@ def _remove_trees(paths: list[Path], *, sudo: bool, wait: bool) -> None:
                    capture_output=True, start_new_session=True, check=False)
 
 
+def _try_hold(path: Path) -> int | bool | None:
+    """The area's in-use lock taken exclusively (its fd), False when a session holds it, None without one."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    return fd
+
+
 def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = (), wait: bool = True,
                        now: float | None = None) -> list[Path]:
     """Remove the agent areas (and seed stores) of plan-runner's user not used for `older_than_s` seconds,
-    except `keep`; the areas removed. An area in use is never taken: its pool slot's session touches it
-    (prepare, checkout), so its age is 0; a session that starts in an area being removed finds it gone and
-    makes it again. The removal `plan-runner clean` calls."""
+    except `keep`; the areas removed. An area whose in-use lock a running session holds (hold_area, from
+    prepare to the session's end) is never taken, however old; one being removed is renamed aside first,
+    so a session starting then makes a new one. The removal `plan-runner clean` calls."""
     now = time.time() if now is None else now
     removed: list[Path] = []
     kept = {Path(k).resolve() for k in keep}
@@ -340,11 +378,21 @@ def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = ()
                 continue
             if not stat.S_ISDIR(st.st_mode) or path.resolve() in kept or now - st.st_mtime < older_than_s:
                 continue
-            aside = base / f".removing-{entry}-{secrets.token_hex(4)}"
-            try:
-                os.rename(path, aside)
-            except OSError:
+            if entry.startswith(".removing-"):  # a removal that was cut short: finished now
+                _remove_trees([path], sudo=False, wait=wait)
                 continue
+            lock = _try_hold(path / _IN_USE) if name == "agents" else None
+            if lock is False:
+                continue  # a session is using it
+            try:
+                aside = base / f".removing-{entry}-{secrets.token_hex(4)}"
+                try:
+                    os.rename(path, aside)
+                except OSError:
+                    continue
+            finally:
+                if isinstance(lock, int):
+                    os.close(lock)
             removed.append(path)
             _remove_trees([aside], sudo=False, wait=wait)
             if wait and os.path.lexists(aside) and os.geteuid() != 0 and tools.harden().sudo is not None:
