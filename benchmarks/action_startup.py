@@ -77,10 +77,13 @@ def bench_variant(root: Path, ref: str | None) -> dict:
             figures[f"{label}_job_s"] = round(time.perf_counter() - t0, 2)
             figures[f"{label}_to_agent_s"] = round((_started_at(world, n) - start).total_seconds(), 2)
             world.new_dispatches()  # the job dispatched the next one; we start it ourselves above
-    tools = world.image.install_root  # PLAN_RUNNER_INSTALL_ROOT (an action from before it: act's tool cache)
-    if not any(tools.glob("venv-*/pyvenv.cfg")):
-        tools = root / "act-cache" / "tool_cache" / "plan-runner"
-    (cfg,) = tools.glob("venv-*/pyvenv.cfg")
+    # The action installs into its root-owned PLAN_RUNNER_INSTALL_ROOT (the hosted image's), once the tool cache.
+    found = [cfg for tools in (world.image.install_root, root / "act-cache" / "tool_cache" / "plan-runner")
+             for cfg in tools.glob("venv-*/pyvenv.cfg")]
+    if not found:
+        raise RuntimeError(f"the action's venv is in neither {world.image.install_root} nor the tool cache")
+    cfg = found[0]
+    tools = cfg.parent.parent
     figures["python"] = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
                              if line.startswith("home"))
     figures["installer"] = "uv" if any(tools.glob("uv-*/uv")) else "pip"
@@ -95,9 +98,10 @@ def bench_cli_install(root: Path) -> dict:
 
     if shutil.which("npm") is None:
         return {"measured": False, "why": "npm is not installed"}
-    install = root / "install-root"
-    install.mkdir(parents=True, mode=0o755)
-    env = {**os.environ, "PLAN_RUNNER_INSTALL_ROOT": str(install), "npm_config_cache": str(root / "npm-cache")}
+    # A private install root (never the machine's own /usr/local/lib/plan-runner) and an empty npm cache.
+    root.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "RUNNER_TOOL_CACHE": str(root / "toolcache"), "npm_config_cache": str(root / "npm-cache"),
+           "PLAN_RUNNER_INSTALL_ROOT": str(root / "install")}
     t0 = time.perf_counter()
     install_cli(CLIS["claude-code"], env)
     return {"measured": True, "package": f"{CLIS['claude-code'].package}@{CLIS['claude-code'].version}",

@@ -60,8 +60,15 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.invalid",
                GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.invalid")
+    if os.environ.get("PLAN_RUNNER_BENCH_ISOLATION"):  # run.py without root or sudo: isolation `none`
+        env["PLAN_RUNNER_ISOLATION"] = os.environ["PLAN_RUNNER_BENCH_ISOLATION"]
     env.update(extra)
     return env
+
+
+# The claude-code stand-in CLIs (benchmarks/stream.py) need no key, but plan-runner's preflight refuses a
+# claude-code plan without one: a value that is no key, never sent anywhere (child_env drops the real ones).
+STAND_IN_KEY = {"ANTHROPIC_API_KEY": "sk-ant-benchmark-stand-in-not-a-key"}
 
 
 def median(values: list[float]) -> float:

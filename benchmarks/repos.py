@@ -50,5 +50,8 @@ def build_repo(path: Path, commits: int, project: dict[str, str], *, env: dict[s
         target = path / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    git(path, "add", "-A", env=env)
-    git(path, "commit", "-q", "-m", "Add the project and its plans", env=env)
+    git(path, "-c", "gc.auto=0", "add", "-A", env=env)
+    git(path, "-c", "gc.auto=0", "commit", "-q", "-m", "Add the project and its plans", env=env)
+    # Packed now, as a real repository is, and no detached `gc --auto` left running into the first session
+    # (it rewrites .git while the agent runs: the guard reads that as tampering).
+    git(path, "gc", "--quiet", env=env)

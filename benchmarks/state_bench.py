@@ -147,9 +147,10 @@ def bench_ledger(workdir: Path, sizes: list[int], reps: int) -> dict:
 
 
 def bench_transcripts(workdir: Path, sessions: int, stream_bytes: int) -> dict:
+    from benchmarks.common import STAND_IN_KEY
     from runner.adapters.store.state import DIR_LIMIT
 
-    env = child_env(PLAN_RUNNER_ISOLATION="none")
+    env = child_env(PLAN_RUNNER_ISOLATION="none", **STAND_IN_KEY)
     stream_py = Path(__file__).resolve().parent / "stream.py"
     fake = workdir / "claude-committing"
     fake.write_text("#!/bin/sh\n"  # a session that streams, then commits one line of work

@@ -116,9 +116,10 @@ gates:
 def bench_agent_stream(workdir: Path, size_bytes: int) -> dict:
     """The real claude-code backend in a real `plan-runner session`, with a stand-in CLI that streams
     `size_bytes` of stream-json (benchmarks/stream.py). Idle: the same with a 10 KB stream."""
+    from benchmarks.common import STAND_IN_KEY
     from benchmarks.stream import COST
 
-    env = child_env()
+    env = child_env(**STAND_IN_KEY)
     stream_py = Path(__file__).resolve().parent / "stream.py"
     fakes = {}
     for name, size in (("idle", 10_000), ("big", size_bytes)):

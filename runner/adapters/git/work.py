@@ -44,9 +44,11 @@ BOT_ENV = {
 }
 _NO_SIGN = ("-c", "commit.gpgsign=false")
 # plan-runner's own git never runs code or follows indirections someone else could have planted:
-# no hooks, no fsmonitor, no replace objects, no pager (SPEC 4b, invariant 3).
+# no hooks, no fsmonitor, no replace objects, no pager (SPEC 4b, invariant 3). Nor does it start a background
+# `gc --auto` (a repository of many loose objects): a detached gc still running when the agent starts would
+# rewrite .git (info/refs, packs) during the agent's run, read by the guard as the agent's tampering.
 _JUDGE_CONFIG = (("core.hooksPath", os.devnull), ("core.fsmonitor", "false"), ("core.untrackedCache", "false"),
-                 ("protocol.ext.allow", "never"))
+                 ("protocol.ext.allow", "never"), ("gc.auto", "0"), ("maintenance.auto", "false"))
 
 
 def judge_git_env(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -20,10 +20,14 @@ owned by the agent's identity, with a clean `home`.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import secrets
 import shutil
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +35,7 @@ from runner.adapters.git.work import GitCommandError  # the git room owns GitPyt
 
 from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
-from runner.adapters.sandbox import fsafe
+from runner.adapters.sandbox import fsafe, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
 from runner.adapters.sandbox.identity import Identity, area_key, judge_dir
 
@@ -51,6 +55,26 @@ if [ "$ref" != "refs/heads/$branch" ]; then set -- "$@" HEAD; fi
 [ $# -gt 0 ] || exit 0
 if [ -z "$(g rev-list --max-count=1 "$@" "^$base")" ]; then echo empty; exit 0; fi
 g bundle create --quiet "$out" "$@" "^$base" && echo bundled
+"""
+# The agent's clone, made by a git running as the agent: a new repository whose objects/info/alternates
+# borrows the judge's seed store (read-only to the agent), the work branch set to the judged sha, checked out.
+# Nothing is copied but the work tree: O(files), never O(history).
+_SEED_SCRIPT = r"""
+work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7
+set -e
+g() { git -c core.hooksPath=/dev/null "$@"; }
+g init --quiet --initial-branch="$branch" "$work"
+cd "$work"
+printf '%s\n' "$objects" > .git/objects/info/alternates
+g config user.name "$name"
+g config user.email "$email"
+g config remote.plan-runner.url "$url"
+g config remote.plan-runner.fetch "+refs/heads/$branch:refs/remotes/plan-runner/$branch"
+g config "branch.$branch.remote" plan-runner
+g config "branch.$branch.merge" "refs/heads/$branch"
+g update-ref "refs/remotes/plan-runner/$branch" "$sha"
+g update-ref "refs/heads/$branch" "$sha"
+g reset --quiet --hard
 """
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
                 "Saved by plan-runner so no work is lost; this commit does not count as progress.\n\n"
@@ -103,8 +127,8 @@ def area_for(repo: Path, plan_id: str) -> AgentArea:
     return AgentArea(judge_dir("agents") / area_key(repo, plan_id))
 
 
-def _fresh_dir(path: Path, identity: Identity, mode: int = 0o700) -> None:
-    identity.remove(path)
+def _fresh_dir(area: AgentArea, path: Path, identity: Identity, mode: int = 0o700) -> None:
+    _move_aside(area, path, identity)
     os.mkdir(path, mode)
 
 
@@ -148,12 +172,15 @@ def _tail(proc: subprocess.CompletedProcess[bytes]) -> str:
 
 def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_state: Path | None,
             scratch: Path) -> None:
-    """A fresh area for one session: a clone of `branch` from the judge's repository, an empty home,
-    and the agent's saved CLI state; nothing of the previous session (and no process) is left."""
+    """A fresh area for one session: a clone of `branch` that borrows its objects from the judge's seed
+    store (seed_store: only the new commits cross, whatever the history's length), an empty home, and the
+    agent's saved CLI state; nothing of the previous session (and no process) is left. The previous
+    session's parts are moved aside in O(1) and deleted off the critical path (discard_trash)."""
     identity.kill_all()
     _own_root(area)
+    hold_area(area)
     for part in area.parts():
-        identity.remove(part)
+        _move_aside(area, part, identity)
     for part in (area.work, area.home, area.state, area.out):
         os.mkdir(part, 0o700)
     if saved_state is not None and saved_state.is_dir():
@@ -162,25 +189,220 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
         identity.give(part)
     os.mkdir(area.inputs, 0o711)
     scratch.mkdir(parents=True, exist_ok=True)
-    bundle = area.root / "seed.bundle"  # readable by the agent's identity for the clone, then removed
     try:
-        gitwork.run_git(repo, "bundle", "create", "--quiet", str(bundle), f"refs/heads/{branch}")
-        os.chmod(bundle, 0o644)
-        env = agent_git_env(area)
-        name, email = _committer(repo)
-        proc = run_as(identity, ["git", "clone", "--quiet", "--no-tags", "--origin", "plan-runner", "--branch", branch,
-                                 "-c", f"user.name={name}", "-c", f"user.email={email}", str(bundle), str(area.work)],
-                      cwd=area.home, env=env)
-        if proc.returncode != 0:
-            raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
-                                  why=_tail(proc),
-                                  fix=f"check that {area.root} is reachable by the user {identity.name or 'running plan-runner'}: "
-                                      "every folder above it must be searchable (o+x)")
+        sha = gitwork.ref_sha(repo, f"refs/heads/{branch}")
+        if sha is None:
+            raise PlanRunnerError(what=f"the work branch {branch!r} is missing in {repo}",
+                                  why="it was deleted while the session started", fix="run the session again")
+        store = seed_store(repo, branch) if identity.isolated else None
     except GitCommandError as exc:
-        raise PlanRunnerError(what=f"could not bundle the work branch {branch!r} for the agent",
+        raise PlanRunnerError(what=f"could not seed the agent's clone of the work branch {branch!r}",
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
+    objects = str(store / "objects") if store is not None else str(gitwork.git_dir(repo) / "objects")
+    name, email = _committer(repo)
+    proc = run_as(identity, ["sh", "-c", _SEED_SCRIPT, "seed", str(area.work), objects, branch, sha, name, email,
+                             str(store or repo)], cwd=area.home, env=agent_git_env(area))
+    if proc.returncode != 0:
+        raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
+                              why=_tail(proc),
+                              fix=f"check that {area.root} and {objects} are reachable by the user "
+                                  f"{identity.name or 'running plan-runner'}: every folder above them must be "
+                                  "searchable (o+x)")
+
+
+def _repo_key(repo: Path) -> str:
+    return hashlib.sha256(str(Path(repo).resolve()).encode()).hexdigest()[:16]
+
+
+def seed_store(repo: Path, branch: str) -> Path:
+    """The judge's seed store of `repo`, with `branch` brought up to date by an incremental fetch from the
+    judge's repository (only the objects the store lacks cross; the first fill pays the history once per
+    repository and machine), under a lock; the path the agent's clone borrows objects from.
+
+    It is a bare repository plan-runner's user owns and only it writes (core.sharedRepository=0644: the
+    agent's identity reads, never writes), holding the plans' work branches only (no state, no other ref),
+    at a name nobody can guess (judge_dir is listable by nobody else). plan-runner's git runs in it with its
+    own config only; the agent's git merely reads its objects (SPEC 4b, 1 and 3)."""
+    seeds = judge_dir("seeds")
+    key = _repo_key(repo)
+    lock = os.open(seeds / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        store = _store_path(seeds, key)
+        if not (store / "objects").is_dir():
+            identity_remove_judge_tree(store)
+            os.mkdir(store, 0o755)
+            gitwork.run_git(store, "init", "--quiet", "--bare", "--shared=0644")
+            for k, v in (("gc.auto", "0"), ("core.logAllRefUpdates", "false"), ("receive.denyCurrentBranch", "ignore")):
+                gitwork.run_git(store, "config", k, v)
+        st = os.lstat(store)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise PlanRunnerError(what=f"{store} is not plan-runner's own seed store",
+                                  why="it was replaced or made writable by others",
+                                  fix=f"remove {store} and run again")
+        gitwork.run_git(store, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                        str(gitwork.git_dir(repo)), f"+refs/heads/{branch}:refs/heads/{branch}")
+        return store
     finally:
-        bundle.unlink(missing_ok=True)
+        os.close(lock)
+
+
+def _store_path(seeds: Path, key: str) -> Path:
+    """The store's unguessable name, kept in a file only plan-runner's user reads."""
+    name_file = seeds / f"{key}.name"
+    try:
+        fd = os.open(name_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "r", encoding="ascii") as fh:
+            name = fh.read().strip()
+    except FileNotFoundError:
+        name = ""
+    if not (len(name) == 32 and all(c in "0123456789abcdef" for c in name)):
+        name = secrets.token_hex(16)
+        tmp = seeds / f"{key}.name.tmp"
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(name + "\n")
+        os.replace(tmp, name_file)
+    return seeds / f"{key}-{name}"
+
+
+def identity_remove_judge_tree(path: Path) -> None:
+    """Remove a tree plan-runner's own user made (links removed, never followed)."""
+    if os.path.lexists(path):
+        fsafe.remove(path, below=path.parent)
+
+
+TRASH = ".trash"  # in an area's root: plan-runner's own, mode 0700, out of the agent's reach
+
+
+def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
+    """The previous session's part out of the way in O(1): renamed into the area's trash (the agent can
+    reach nothing in there, so nothing it runs can race the deletion, done later by discard_trash). Where
+    the rename is refused (a folder of another user moved across folders by a non-root judge), removed now."""
+    if not os.path.lexists(part):
+        return
+    trash = area.root / TRASH
+    try:
+        os.mkdir(trash, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(trash)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+        try:
+            os.rename(part, trash / f"{part.name}-{secrets.token_hex(6)}")
+            return
+        except OSError:
+            pass
+    identity.remove(part)
+
+
+_IN_USE = ".in-use"  # in an area's root: a lock a session holds (shared) from prepare to its end
+_held: dict[Path, int] = {}
+
+
+def hold_area(area: AgentArea) -> None:
+    """Mark the area in use for this process's session (released by discard_trash at the session's end):
+    remove_agent_areas never takes an area whose lock is held, however old it looks."""
+    if area.root in _held:
+        return
+    fd = os.open(area.root / _IN_USE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _held[area.root] = fd
+
+
+def _release_area(area: AgentArea) -> None:
+    fd = _held.pop(area.root, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def discard_trash(area: AgentArea, identity: Identity, *, wait: bool = False) -> None:
+    """At a session's end: the area released (hold_area), and what _move_aside put in its trash deleted in
+    a detached process (never on a session's critical path) or, with `wait`, now."""
+    _release_area(area)
+    trash = area.root / TRASH
+    try:
+        names = os.listdir(trash)
+    except OSError:
+        return
+    if not names:
+        return
+    _remove_trees([trash / n for n in names], sudo=identity.isolated and identity.sudo, wait=wait)
+
+
+def _remove_trees(paths: list[Path], *, sudo: bool, wait: bool) -> None:
+    """GNU rm walks with fts relative to directory descriptors (FTS_PHYSICAL): no link is followed. Only
+    ever called on trees in plan-runner's own folders that the agent can no longer reach."""
+    rm = tools.harden(need_sudo=sudo).which("rm") or "/bin/rm"
+    argv = [rm, "-rf", "--one-file-system", "--", *map(str, paths)]
+    if sudo:
+        argv = [tools.harden(need_sudo=True).sudo or "sudo", "-n", *argv]
+    if wait:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        return
+    # Detached: a shell that starts rm in the background and exits at once (rm is then init's child, and
+    # nothing of this process waits for it or holds it).
+    sh = tools.harden().which("sh") or "/bin/sh"
+    subprocess.run([sh, "-c", '"$@" </dev/null >/dev/null 2>&1 &', "discard", *argv], stdin=subprocess.DEVNULL,
+                   capture_output=True, start_new_session=True, check=False)
+
+
+def _try_hold(path: Path) -> int | bool | None:
+    """The area's in-use lock taken exclusively (its fd), False when a session holds it, None without one."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    return fd
+
+
+def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = (), wait: bool = True,
+                       now: float | None = None) -> list[Path]:
+    """Remove the agent areas (and seed stores) of plan-runner's user not used for `older_than_s` seconds,
+    except `keep`; the areas removed. An area whose in-use lock a running session holds (hold_area, from
+    prepare to the session's end) is never taken, however old; one being removed is renamed aside first,
+    so a session starting then makes a new one. The removal `plan-runner clean` calls."""
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    kept = {Path(k).resolve() for k in keep}
+    for name in ("agents", "seeds"):
+        base = judge_dir(name)
+        for entry in sorted(os.listdir(base)):
+            path = base / entry
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or path.resolve() in kept or now - st.st_mtime < older_than_s:
+                continue
+            if entry.startswith(".removing-"):  # a removal that was cut short: finished now
+                _remove_trees([path], sudo=False, wait=wait)
+                continue
+            lock = _try_hold(path / _IN_USE) if name == "agents" else None
+            if lock is False:
+                continue  # a session is using it
+            try:
+                aside = base / f".removing-{entry}-{secrets.token_hex(4)}"
+                try:
+                    os.rename(path, aside)
+                except OSError:
+                    continue
+            finally:
+                if isinstance(lock, int):
+                    os.close(lock)
+            removed.append(path)
+            _remove_trees([aside], sudo=False, wait=wait)
+            if wait and os.path.lexists(aside) and os.geteuid() != 0 and tools.harden().sudo is not None:
+                _remove_trees([aside], sudo=True, wait=True)  # a pool user's files in the area (isolation `user`)
+    return removed
 
 
 def adopt(area: AgentArea, identity: Identity) -> None:
@@ -292,9 +514,9 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     identity.kill_all()
     _own_root(area)
     target = into or area.gates
-    _fresh_dir(target, identity, 0o755 if into is None else 0o700)
+    _fresh_dir(area, target, identity, 0o755 if into is None else 0o700)
     if into is None:
-        _fresh_dir(area.gate_home, identity)
+        _fresh_dir(area, area.gate_home, identity)
     index = scratch / "gate.index"
     index.unlink(missing_ok=True)
     env = {"GIT_INDEX_FILE": str(index)}

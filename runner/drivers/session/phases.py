@@ -275,16 +275,20 @@ def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None)
             begun = begin(s, action)
             if isinstance(begun, SessionResult):
                 return begun
-            fault_point(ws.env, "after-start")
-            imported = import_work(s, begun, run_agent(s, begun, identity), identity)
-            fault_point(ws.env, "after-agent")
-            judged = judge(s, begun, imported, identity)
-            fault_point(ws.env, "after-gates")
-            decided = decide(s, begun, judged)
-            fault_point(ws.env, "before-persist")
-            recorded_intent = persist(s, begun, judged, decided)
-            fault_point(ws.env, "after-persist")
-            return finish(s, begun, judged, decided, recorded_intent)
+            try:
+                fault_point(ws.env, "after-start")
+                imported = import_work(s, begun, run_agent(s, begun, identity), identity)
+                fault_point(ws.env, "after-agent")
+                judged = judge(s, begun, imported, identity)
+                fault_point(ws.env, "after-gates")
+                decided = decide(s, begun, judged)
+                fault_point(ws.env, "before-persist")
+                recorded_intent = persist(s, begun, judged, decided)
+                fault_point(ws.env, "after-persist")
+                return finish(s, begun, judged, decided, recorded_intent)
+            finally:
+                # The previous session's parts, moved aside by prepare/checkout: deleted in a detached process.
+                agentarea.discard_trash(agentarea.area_for(ws.repo, s.trusted.id), identity)
     finally:
         if not (isinstance(begun, SessionResult) and begun.status == "superseded"):  # (the winner's tree is its own)
             gitwork.release_tree(judge_tree(ws, s.trusted.id))  # between sessions the branch is the user's to check out

@@ -1,0 +1,115 @@
+"""The agent's clone seeded from the judge's seed store (runner.adapters.sandbox.agent_clone): only the work
+branch crosses into the store, the agent reads it and cannot write it, the clone borrows instead of copying,
+and old parts and areas are removed off the critical path (discard_trash, remove_agent_areas)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.adapters.sandbox import agent_clone
+from runner.adapters.sandbox.identity import Identity, judge_dir
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x.invalid",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x.invalid"}).stdout.strip()
+
+
+@pytest.fixture
+def judge(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAN_RUNNER_SANDBOX_ROOT", str(tmp_path / "sandbox"))
+    (tmp_path / "sandbox").mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "branch", "plan-runner/p")
+    # A private ref of the judge (the state of a plan): its objects must never reach the store.
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="the ledger\n", text=True,
+                          capture_output=True, check=True).stdout.strip()
+    tree = subprocess.run(["git", "mktree"], cwd=repo, input=f"100644 blob {blob}\tledger\n", text=True,
+                          capture_output=True, check=True).stdout.strip()
+    state = git(repo, "commit-tree", tree, "-m", "state")
+    git(repo, "update-ref", "refs/plan-runner/state/p", state)
+    return repo, blob
+
+
+def test_the_store_holds_the_work_branch_only_and_nobody_else_can_write_it(judge):
+    repo, private_blob = judge
+    store = agent_clone.seed_store(repo, "plan-runner/p")
+    assert git(store, "rev-parse", "refs/heads/plan-runner/p") == git(repo, "rev-parse", "plan-runner/p")
+    assert git(store, "for-each-ref", "--format=%(refname)") == "refs/heads/plan-runner/p"
+    missing = subprocess.run(["git", "cat-file", "-e", private_blob], cwd=store, capture_output=True)
+    assert missing.returncode != 0, "an object of the judge's private state reached the agent's store"
+    for dirpath, dirnames, filenames in os.walk(store):
+        for name in [*dirnames, *filenames]:
+            mode = os.lstat(os.path.join(dirpath, name)).st_mode
+            assert not mode & 0o022, f"{dirpath}/{name} is writable by others"
+            assert mode & 0o004, f"{dirpath}/{name} is not readable by the agent's user"
+    assert os.stat(judge_dir("seeds")).st_mode & 0o777 == 0o711  # the store's random name is not listable
+
+
+def test_the_store_is_brought_up_to_date_incrementally_and_its_name_is_kept(judge):
+    repo, _ = judge
+    first = agent_clone.seed_store(repo, "plan-runner/p")
+    git(repo, "checkout", "-q", "plan-runner/p")
+    (repo / "b.txt").write_text("b\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "next")
+    again = agent_clone.seed_store(repo, "plan-runner/p")
+    assert again == first
+    assert git(again, "rev-parse", "refs/heads/plan-runner/p") == git(repo, "rev-parse", "HEAD")
+
+
+def test_the_clone_borrows_objects_and_the_previous_session_goes_to_the_trash(judge, tmp_path):
+    repo, _ = judge
+    area = agent_clone.area_for(repo, "p")
+    me = Identity()
+    agent_clone.prepare(area, me, repo, "plan-runner/p", None, tmp_path / "scratch")
+    alternates = (area.work / ".git/objects/info/alternates").read_text().split()
+    assert alternates == [str(Path(git(repo, "rev-parse", "--absolute-git-dir")) / "objects")]  # none: its own
+    assert git(area.work, "rev-parse", "HEAD") == git(repo, "rev-parse", "plan-runner/p")
+    assert (area.work / "a.txt").read_text() == "a\n"
+    assert not list((area.work / ".git/objects/pack").iterdir()), "the history was copied, not borrowed"
+    (area.work / "left.txt").write_text("left by the agent")
+    agent_clone.prepare(area, me, repo, "plan-runner/p", None, tmp_path / "scratch")
+    assert not (area.work / "left.txt").exists()
+    trash = area.root / agent_clone.TRASH
+    assert os.listdir(trash) and os.stat(trash).st_mode & 0o777 == 0o700
+    agent_clone.discard_trash(area, me, wait=True)
+    assert os.listdir(trash) == []
+
+
+def test_remove_agent_areas_takes_only_what_is_old_enough(judge):
+    repo, _ = judge
+    old, new = (agent_clone.area_for(repo, p) for p in ("old", "new"))
+    for area in (old, new):
+        os.makedirs(area.work)
+        (area.work / "f").write_text("x")
+    past = time.time() - 7200
+    os.utime(old.root, (past, past))
+    removed = agent_clone.remove_agent_areas(3600)
+    assert old.root in removed and not old.root.exists()
+    assert new.root.exists()
+    assert not [n for n in os.listdir(judge_dir("agents")) if n.startswith(".removing-")]
+
+
+def test_an_area_a_session_holds_is_never_removed_however_old(judge, tmp_path):
+    repo, _ = judge
+    area = agent_clone.area_for(repo, "busy")
+    me = Identity()
+    agent_clone.prepare(area, me, repo, "plan-runner/p", None, tmp_path / "scratch")  # holds the area
+    past = time.time() - 7200
+    os.utime(area.root, (past, past))
+    assert area.root not in agent_clone.remove_agent_areas(3600) and area.work.is_dir()
+    agent_clone.discard_trash(area, me, wait=True)  # the session's end releases it
+    os.utime(area.root, (past, past))
+    assert area.root in agent_clone.remove_agent_areas(3600) and not area.root.exists()
