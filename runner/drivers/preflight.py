@@ -403,10 +403,7 @@ def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -
             _raise(plan, problems(plan, ws.env, ws.repo, identity.isolated, checkout, setup_failed, agent=False),
                    warn)
         finally:
-            identity.kill_all()
-            for part in area.parts():
-                identity.remove(part)
-            shutil.rmtree(area.root, ignore_errors=True)
+            agent_clone.discard_area(area, identity)  # in the background: nothing deleted on the critical path
 
 
 def _as_it_will_run(ws, plan: Plan, identity, area) -> tuple[Path, str | None] | None:

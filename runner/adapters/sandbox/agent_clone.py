@@ -331,6 +331,13 @@ def discard_trash(area: AgentArea, identity: Identity, *, wait: bool = False) ->
     _remove_trees([trash / n for n in names], sudo=identity.isolated and identity.sudo, wait=wait)
 
 
+def discard_area(area: AgentArea, identity: Identity) -> None:
+    """A whole area no session will use again (the preflight's own), deleted in a detached process: never on the
+    critical path. Its processes are killed first."""
+    identity.kill_all()
+    _remove_trees([area.root], sudo=identity.isolated and identity.sudo, wait=False)
+
+
 def _remove_trees(paths: list[Path], *, sudo: bool, wait: bool) -> None:
     """GNU rm walks with fts relative to directory descriptors (FTS_PHYSICAL): no link is followed. Only
     ever called on trees in plan-runner's own folders that the agent can no longer reach."""

@@ -1,6 +1,6 @@
 """The seed store the agent's clone borrows its objects from (runner.adapters.sandbox.agent_clone.seed_store):
 the agent reads it and writes nothing in it, and pointing its own alternates at the judge's repository
-reaches nothing of the judge's (SPEC 4b, 1 and 3). Same arena and checks as tests/test_attacks.py."""
+reaches nothing of the judge's (SPEC 4b, 1 and 3). Same arena and checks as tests/integration/test_attacks.py."""
 
 from __future__ import annotations
 
