@@ -29,6 +29,8 @@ import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from runner.adapters.sandbox import fsafe
+
 
 class Refused(Exception):
     """A member the checks refuse; the archive is not trusted."""
@@ -156,18 +158,6 @@ def write(archive: Path, source: Path, roots: Iterable[str], limit: int = 8 * 2*
             os.close(top_fd)
 
 
-def _remove_at(dir_fd: int, name: str) -> None:
-    """Remove `name` in `dir_fd` (a tree through descriptors, shutil.rmtree's `dir_fd`: no link followed)."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
-    else:
-        os.unlink(name, dir_fd=dir_fd)
-
-
 def extract(archive: Path, dest: Path, roots: Iterable[str], *, dest_fd: int | None = None) -> int:
     """Extract `archive` into `dest` with the checks above; the number of members written.
     Everything is written relative to `dest_fd` (a descriptor of `dest` the caller opened without following
@@ -195,7 +185,7 @@ def extract(archive: Path, dest: Path, roots: Iterable[str], *, dest_fd: int | N
             *parents, base = root.split("/")
             parent = _walk(top_fd, parents, create=True)
             try:
-                _remove_at(parent, base)
+                fsafe.remove_at(parent, base)
             finally:
                 os.close(parent)
         with tarfile.open(archive, "r:") as tar:
@@ -208,7 +198,7 @@ def extract(archive: Path, dest: Path, roots: Iterable[str], *, dest_fd: int | N
                 try:
                     st = os.stat(base, dir_fd=parent, follow_symlinks=False)
                     if not (member.isdir() and stat.S_ISDIR(st.st_mode)):
-                        _remove_at(parent, base)  # a link (or a file) where this member goes is replaced
+                        fsafe.remove_at(parent, base)  # a link (or a file) where this member goes is replaced
                 except FileNotFoundError:
                     pass
                 mode = member.mode & 0o1777 & ~0o1022  # no setuid/setgid/sticky, no group/other write

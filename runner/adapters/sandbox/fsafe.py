@@ -247,18 +247,23 @@ def chown_tree(path: Path, uid: int, gid: int, *, below: Path) -> None:
             os.close(fd)
 
 
-def remove(path: Path, *, below: Path) -> None:
-    """Delete `path` (a tree, a file or a link: the link itself) below `below`; nothing through a link.
+def remove_at(dir_fd: int, name: str) -> None:
+    """Delete `name` in the folder `dir_fd` (a tree, a file or a link: the link itself); nothing through a link.
     `shutil.rmtree` with a `dir_fd` is descriptor-based (it re-checks each directory it enters)."""
     try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def remove(path: Path, *, below: Path) -> None:
+    """Delete `path` (a tree, a file or a link: the link itself) below `below`; nothing through a link."""
+    try:
         with _parent(path, below) as (pfd, name):
-            try:
-                st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-            except FileNotFoundError:
-                return
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(name, dir_fd=pfd)
-            else:
-                os.unlink(name, dir_fd=pfd)
+            remove_at(pfd, name)
     except FileNotFoundError:
         return
