@@ -160,3 +160,18 @@ def test_clean_and_reset_leave_a_running_session_alone(tmp_path):
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert cli(repo, "clean", "plans/mul.md").returncode == 0 and not area_for(repo, "mul").root.exists()
+
+
+def test_a_finished_plans_area_is_removed_in_the_background(tmp_path):
+    """Once a plan is finished nothing of its agent's area is used again: it is removed (detached, off the
+    session's path) without a `clean`."""
+    repo = make_repo(tmp_path, "done")
+    area = area_for(repo, "done").root
+    proc = cli(repo, "run", "plans/done.md")
+    assert proc.returncode == 0, proc.stderr
+    assert [e["type"] for e in ledger(repo, "done")][-1] == "finish"
+    for _ in range(200):
+        if not area.exists():
+            break
+        __import__("time").sleep(0.1)
+    assert not area.exists(), sorted(p.name for p in area.iterdir())

@@ -37,7 +37,7 @@ from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
 from runner.adapters.sandbox import fsafe, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
-from runner.adapters.sandbox.identity import Identity, area_key, judge_dir
+from runner.adapters.sandbox.identity import Identity, area_key, available, judge_dir
 
 IMPORT_PREFIX = "refs/plan-runner/agent"
 STATE_COPY_LIMIT = 64 * 2**20  # the agent's saved CLI state kept with the plan: bounded
@@ -336,6 +336,15 @@ def discard_area(area: AgentArea, identity: Identity) -> None:
     critical path. Its processes are killed first."""
     identity.kill_all()
     _remove_trees([area.root], sudo=identity.isolated and identity.sudo, wait=False)
+
+
+def discard_plan_area(repo: Path, plan_id: str) -> None:
+    """A finished plan's area (its agent's clone, home, gates' checkout), deleted in a detached process once
+    the finish is recorded: no session of the plan uses it again. Its files are the pool user's: removed as
+    root, or through sudo where plan-runner isolates through sudo."""
+    area = area_for(repo, plan_id)
+    if os.path.isdir(area.root) and not os.path.islink(area.root):
+        _remove_trees([area.root], sudo=available() == "sudo", wait=False)
 
 
 def _remove_trees(paths: list[Path], *, sudo: bool, wait: bool) -> None:

@@ -266,6 +266,9 @@ class Session:
             return self.apply_park(Park(reason=f"the plan is done, but {err.what}",
                                         details=(f"why: {err.why}", *err.fix.splitlines())), evidence, verdict)
         self.write([Finished(at=self.ws.clock(), reason=action.reason, pull_request_url=url)])
+        from runner.adapters.sandbox import agent_clone
+
+        agent_clone.discard_plan_area(self.ws.repo, self.plan.id)  # in the background: nothing of it is needed again
         return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report_text=report, url=url)
 
     def consult(self, action: ConsultAdvisor) -> AnyAction:
