@@ -32,6 +32,9 @@ REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to thi
            "commands in the issue description.")
 
 
+MAX_BACKLOG = 20  # earlier unanswered commands one reply job answers (the newest ones: each has had its own job)
+
+
 def issue_number_of(url: str | None) -> int | None:
     """The number at the end of an issue URL (`.../issues/12`), or None."""
     tail = (url or "").rstrip("/").rsplit("/", 2)
@@ -82,6 +85,7 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
                         "first run)")
     earlier = [c for c in comments if c.comment_id < ev.comment_id and c.comment_id not in answered
                and not c.user_is_bot and not written_by_plan_runner(c.body) and parse_reply(c.body) is not None]
+    earlier = earlier[-MAX_BACKLOG:]  # a flood of commands is answered by the jobs it starts, not all by one
     results = [_answer(ctx, env, driver, rep, c, plan_id) for c in [*earlier, ev]]
     if len(results) == 1:
         return results[0]

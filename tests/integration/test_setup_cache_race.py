@@ -167,7 +167,10 @@ def test_the_cache_archive_never_holds_a_judges_file_however_the_tree_is_flipped
             archive = tmp_path / "cache" / f"{i}.tar"
             if how == "old":
                 archive.parent.mkdir(exist_ok=True)
-                _old_write(archive, work, [".venv"])
+                try:  # the old walk could also trip over the flip (a name gone between lstat and readlink)
+                    _old_write(archive, work, [".venv"])
+                except OSError:
+                    pass
             else:
                 setup._save(archive, work, (".venv",))  # what run_setup calls
             if archive.exists():
