@@ -47,12 +47,13 @@ def session_json(result) -> dict:
     }
 
 
-def _preflight(ws, drivers, session=None) -> None:
+def _preflight(ws, drivers, session=None, *, full: bool = False) -> None:
     """SPEC 9: before the first session, stop on a setup mistake with what/why/fix, recording nothing.
     `session`: the plan and state as the caller read them already (not read twice)."""
     from runner.drivers.preflight import before_first_session
 
-    before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"), session=session)
+    before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"), session=session,
+                         full=full)
 
 
 def _session_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
     with plan_lock(ws):  # a second `run` of this plan refuses; other plans run at once
-        _preflight(ws, drivers)
+        _preflight(ws, drivers, full=True)
         progress = Progress()
         ws.on_event = progress.event
         try:

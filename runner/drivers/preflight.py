@@ -368,10 +368,15 @@ class PreflightError(PlanRunnerError):
     """A setup problem found before any session: nothing was recorded."""
 
 
-def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -> None:
+def before_first_session(ws, drivers, *, warn=lambda text: None, session=None, full: bool = False) -> None:
     """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished, or
     only the finish's pull request or a park is due).
-    `session`: the state as the caller read it already (no second fetch)."""
+    `session`: the state as the caller read it already (no second fetch).
+    `full`: check the commands on a fresh, set-up checkout of the base even when the plan has sessions already
+    (`run` does, once per run). A later session job checks the agent only: its commands were checked before the
+    plan's first session, and a command the maintainer broke since is a set-up problem the session itself
+    records as NeedsHuman, blaming no one; a second checkout of the whole tree per session is not worth it
+    (docs/performance.md, section 1)."""
     from runner.core.policy import folded
     from runner.drivers.session import load_trusted_plan
 
@@ -391,6 +396,8 @@ def before_first_session(ws, drivers, *, warn=lambda text: None, session=None) -
 
     isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
     _raise(plan, problems(plan, ws.env, ws.repo, isolated, commands=False), warn)  # the agent: no checkout needed
+    if state.sessions and not full:
+        return
     from runner.adapters.sandbox import agent_clone
 
     # An area of this preflight's own, never the plan's: two jobs starting the plan's first session at once both

@@ -204,6 +204,27 @@ def test_preflight_gate_command_not_found_and_validate_warns(tmp_path):
     assert checked.returncode == 0 and "warning" in checked.stdout and "no-such-test-runner-xyz" in checked.stdout
 
 
+def test_a_later_session_checks_the_agent_only_and_run_checks_everything(tmp_path):
+    """The commands are checked on a fresh, set-up checkout before a plan's first session and at every `run`;
+    a later `session` (an Actions job) checks the agent only, sparing a second checkout of the whole tree: a gate
+    the maintainer broke since is met by the session itself, which blames no one."""
+    from tests.reliability_world import MUL_STEP, make_repo as make_plan_repo, run_session, script
+
+    repo = make_plan_repo(tmp_path, script([MUL_STEP, {"commit": "Add mul"}], [{"say": "second"}],
+                                           [{"say": "third"}]), remote=False)
+    assert run_session(repo).returncode == 0
+    plan = repo / "plans" / "calc.md"
+    plan.write_text(plan.read_text().replace(f"run: {sys.executable} -m unittest", "run: no-such-test-runner-xyz"))
+    git(repo, "commit", "-qam", "a gate that runs nothing")
+    run = cli(repo, "run", "plans/calc.md")
+    assert run.returncode == 2 and "preflight" in run.stderr and "no-such-test-runner-xyz" in run.stderr
+    assert [e["type"] for e in ledger(repo)].count("session") == 1  # `run` stopped before recording anything
+    later = run_session(repo)
+    assert "preflight" not in later.stderr and "Traceback" not in later.stderr, later.stderr
+    record = [e for e in ledger(repo) if e["type"] == "session"][-1]
+    assert record["n"] == 2 and record["blame"] != "agent", record
+
+
 # --- 6. interruptions -------------------------------------------------------------------------------
 
 
