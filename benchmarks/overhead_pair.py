@@ -22,6 +22,15 @@ from benchmarks.common import ROOT, child_env, median
 from benchmarks.overhead import SCRIPT, floors, plan_text, run_one
 from benchmarks.repos import build_repo
 
+# `--sessions 2`: each plan's second session is the one measured (a later session job: the plan has state, the
+# agent's area and the seed store exist); the first runs unmeasured before it.
+SCRIPT_TWO = SCRIPT + """\
+  - - write: {path: app/feature.md, content: "feature() returns 42\\n"}
+    - commit: "Document the feature"
+    - check: "1.2"
+    - commit: "Tick 1.2"
+"""
+
 
 def project(reps: int, script: Path, files: int) -> dict[str, str]:
     out = {"app/__init__.py": "", "app/core.py": "def core():\n    return 1\n", "README.md": "# bench\n"}
@@ -38,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--files", default="200,50000")
     p.add_argument("--isolation", default="user,none")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--sessions", type=int, choices=(1, 2), default=1,
+                   help="2: measure each plan's second session (its first runs unmeasured before it)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     trees = {"after": a.after.resolve()}
@@ -48,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="plan-runner-pair-"))
     work.chmod(0o755)  # the agent's user reaches the scripted agent's file
     script = work / "work.yaml"
-    script.write_text(SCRIPT, encoding="utf-8")
+    script.write_text(SCRIPT_TWO if a.sessions == 2 else SCRIPT, encoding="utf-8")
     script.chmod(0o644)
     cases = {}
     names = list(trees)
@@ -65,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                 cases[(iso, axis, commits, files, name)] = (repo, env, [], t)
     for n in range(1, a.reps + 1):
         for key, (repo, env, runs, t) in cases.items():
+            if a.sessions == 2:
+                run_one(repo, n * len(names) + t, env)  # the plan's first session, not measured
             runs.append(run_one(repo, n * len(names) + t, env))
     rows = []
     for (iso, axis, commits, files, name), (_, _, runs, _) in cases.items():
