@@ -231,15 +231,17 @@ def test_killed_job_is_reconciled_as_timed_out_and_loses_no_commit(tmp_path):
     agents_clone = area_for(repo, "calc").work  # the agent commits in its own clone, outside the repository
     deadline = time.monotonic() + 120  # generous: the session's start-up is slow on a loaded machine
     while time.monotonic() < deadline:
-        logs = git(repo, "log", "--all", "--format=%s")
+        # check=False: while `git worktree add` makes plan-runner's own work tree, git itself leaves a null
+        # HEAD there for a moment, and `git log --all` says "bad object worktrees/tree/HEAD"
+        logs = git(repo, "log", "--all", "--format=%s", check=False)
         if (agents_clone / ".git").is_dir():
             logs += git(agents_clone, "-c", "safe.directory=*", "log", "--all", "--format=%s", check=False)
         if "Add mul" in logs:
             break
         time.sleep(0.2)
-    assert "Add mul" in logs, "the agent never committed: nothing to kill it after"
-    os.killpg(proc.pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)  # (also when the agent never committed: no process outlives the test)
     proc.wait()
+    assert "Add mul" in logs, "the agent never committed: nothing to kill it after"
     code, out, err = session(repo)
     ledger = [json.loads(x) for x in ledger_text(repo, "refs/plan-runner/state/calc").splitlines()]
     reconciled = [e for e in ledger if e["type"] == "session" and e.get("reconciled")]
