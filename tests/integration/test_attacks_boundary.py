@@ -315,17 +315,20 @@ def _old_copy(src: Path, dest: Path) -> None:
     for folder, _dirs, files in os.walk(src, followlinks=False):
         rel = Path(folder).relative_to(src)
         for name in files:
-            try:
+            try:  # the racer may have put a folder under the name: the old copy skipped what it could not read
                 fd = os.open(Path(folder) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue
-            with os.fdopen(fd, "rb") as fh:
-                try:  # the racer may have put a folder under the name: the old copy skipped what it could not read
-                    data = fh.read()
-                except OSError:
-                    continue
-                (dest / rel).mkdir(parents=True, exist_ok=True)
-                (dest / rel / name).write_bytes(data)
+            try:
+                data = b""
+                while chunk := os.read(fd, 1 << 16):  # a folder's descriptor: EISDIR, skipped
+                    data += chunk
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            (dest / rel).mkdir(parents=True, exist_ok=True)
+            (dest / rel / name).write_bytes(data)
 
 
 def _arena_for_race(tmp_path: Path) -> tuple[Path, Path, bytes]:
