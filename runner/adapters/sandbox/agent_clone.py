@@ -331,20 +331,15 @@ def discard_trash(area: AgentArea, identity: Identity, *, wait: bool = False) ->
     _remove_trees([trash / n for n in names], sudo=identity.isolated and identity.sudo, wait=wait)
 
 
-def discard_area(area: AgentArea, identity: Identity) -> None:
-    """A whole area no session will use again (the preflight's own), deleted in a detached process: never on the
-    critical path. Its processes are killed first."""
-    identity.kill_all()
-    _remove_trees([area.root], sudo=identity.isolated and identity.sudo, wait=False)
-
-
-def discard_plan_area(repo: Path, plan_id: str) -> None:
-    """A finished plan's area (its agent's clone, home, gates' checkout), deleted in a detached process once
-    the finish is recorded: no session of the plan uses it again. Its files are the pool user's: removed as
-    root, or through sudo where plan-runner isolates through sudo."""
-    area = area_for(repo, plan_id)
+def discard_area(area: AgentArea, identity: Identity | None = None) -> None:
+    """A whole area no session will use again (the preflight's own, a finished plan's), deleted in a detached
+    process: never on the critical path. With `identity`, its processes are killed first. Its files are the
+    pool user's: removed as root, or through sudo where plan-runner isolates through sudo."""
+    if identity is not None:
+        identity.kill_all()
     if os.path.isdir(area.root) and not os.path.islink(area.root):
-        _remove_trees([area.root], sudo=available() == "sudo", wait=False)
+        sudo = identity.isolated and identity.sudo if identity is not None else available() == "sudo"
+        _remove_trees([area.root], sudo=bool(sudo), wait=False)
 
 
 def _remove_trees(paths: list[Path], *, sudo: bool, wait: bool) -> None:

@@ -268,7 +268,7 @@ class Session:
         self.write([Finished(at=self.ws.clock(), reason=action.reason, pull_request_url=url)])
         from runner.adapters.sandbox import agent_clone
 
-        agent_clone.discard_plan_area(self.ws.repo, self.plan.id)  # in the background: nothing of it is needed again
+        agent_clone.discard_area(agent_clone.area_for(self.ws.repo, self.plan.id))  # in the background
         return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report_text=report, url=url)
 
     def consult(self, action: ConsultAdvisor) -> AnyAction:
