@@ -9,7 +9,7 @@ scripted agent that makes one commit and ticks one checkpoint per session. Each 
 time (SessionSignals.duration_s). `tests` is the project's suite run directly in a set-up checkout, the
 figure a developer sees. The target: from the second session on, a session within 1.2x of `tests`.
 
-    python -m benchmarks.real_project [--sessions 4] [--tests-runs 3] [--json out.json]
+    python -m benchmarks.real_project [--sessions 4] [--tests-runs 3] [--json out.json] [--keep] [--profile DIR]
 
 As root, sessions isolate the agent and the gates (isolation `user`); otherwise `PLAN_RUNNER_ISOLATION=none`.
 """
@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, default=4)
     p.add_argument("--tests-runs", type=int, default=3)
     p.add_argument("--json", type=Path)
+    p.add_argument("--keep", action="store_true", help="keep the repository (its path is printed) to look into")
+    p.add_argument("--profile", type=Path, help="a folder: each session runs under cProfile into session-N.prof "
+                                                "(its figures then include the profiler's cost)")
     a = p.parse_args(argv)
     top = Path(tempfile.mkdtemp(prefix="pr-real-project-"))
     top.chmod(0o755)  # the agent's user reaches the wheelhouse and the scripted agent's file
@@ -106,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         alone = tests_alone(repo, wheels, a.tests_runs, top)
         rows = []
         for n in range(1, a.sessions + 1):
-            run = run_child([sys.executable, "-m", "runner", "session", "plans/real.md", "--json"], cwd=repo, env=env)
+            prof = ["-m", "cProfile", "-o", str(a.profile.resolve() / f"session-{n}.prof")] if a.profile else []
+            run = run_child([sys.executable, *prof, "-m", "runner", "session", "plans/real.md", "--json"],
+                            cwd=repo, env=env)
             if run.returncode != 0:
                 raise SystemExit(f"session {n} failed ({run.returncode}):\n{run.stderr[-3000:]}")
             result = json.loads(run.stdout)
@@ -139,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             a.json.write_text(json.dumps(out, indent=2), encoding="utf-8")
         return 0
     finally:
-        subprocess.run(["rm", "-rf", str(top)], check=False)
+        if a.keep:
+            print(f"kept: {top}/humanize-4.12.3")
+        else:
+            subprocess.run(["rm", "-rf", str(top)], check=False)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner.adapters.sandbox import agent_clone
-from runner.adapters.sandbox.identity import Identity, judge_dir
+from runner.adapters.sandbox.identity import Identity, judge_dir, leased
 
 
 def git(repo: Path, *args: str) -> str:
@@ -113,3 +113,35 @@ def test_an_area_a_session_holds_is_never_removed_however_old(judge, tmp_path):
     agent_clone.discard_trash(area, me, wait=True)  # the session's end releases it
     os.utime(area.root, (past, past))
     assert area.root in agent_clone.remove_agent_areas(3600) and not area.root.exists()
+
+
+
+def test_a_first_fill_brings_a_bounded_history_and_the_agents_clone_is_shallow_at_the_same_commits(judge, tmp_path,
+                                                                                                  monkeypatch):
+    """On a GitHub-hosted runner every job fills the store first: SEED_DEPTH commits, not the whole history
+    (~8 s at 100,000 commits); later fetches stay incremental and never deepen it. The agent's clone gets the
+    store's `shallow` file, so its git reads the history it has (without it, `git log` dies on a missing
+    parent). Setting SEED_DEPTH out of reach (a full fill) fails the first assertion."""
+    repo, _ = judge
+    monkeypatch.setattr(agent_clone, "SEED_DEPTH", 3)
+    git(repo, "checkout", "-q", "plan-runner/p")
+    for i in range(6):
+        (repo / "a.txt").write_text(f"{i}\n")
+        git(repo, "commit", "-q", "-am", f"c{i}")
+    store = agent_clone.seed_store(repo, "plan-runner/p")
+    assert git(store, "rev-list", "--count", "plan-runner/p") == "3"
+    (repo / "b.txt").write_text("b\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "next")
+    assert agent_clone.seed_store(repo, "plan-runner/p") == store
+    assert git(store, "rev-list", "--count", "plan-runner/p") == "4"
+    for folder in (tmp_path, *tmp_path.parents):
+        os.chmod(folder, os.stat(folder).st_mode | 0o001)  # the agent's user reaches the area and the store
+    area = agent_clone.area_for(repo, "p")
+    with leased("user") as agent:
+        agent_clone.prepare(area, agent, repo, "plan-runner/p", None, tmp_path / "scratch")
+        log = subprocess.run(["git", "-C", str(area.work), "log", "--format=%s"], capture_output=True, text=True,
+                             user=agent.uid, group=agent.gid, env={"PATH": os.environ["PATH"], "HOME": str(area.home)})
+        assert log.returncode == 0, log.stderr
+        assert log.stdout.split() == ["next", "c5", "c4", "c3"]
+        agent_clone.discard_area(area, agent)
