@@ -4,7 +4,7 @@ the same repositories in one run, round-robin (a machine that slows down mid-run
 the floors of the same run (bare Python, Python importing the dependencies a session needs).
 
     python -m benchmarks.overhead_pair --before /tmp/before [--commits 100,10000,100000]
-        [--files 200,50000] [--isolation user,none] [--reps 3] [--json out.json]
+        [--files 200,50000] [--isolation user,none] [--reps 3] [--sessions 2] [--fresh-machine] [--json out.json]
 
 Axes: a repository of N commits (the tree: a few files), and one of 100 commits with F files in the
 tree. Each row: overhead median (wall - agent - gates), CPU and peak RSS of the whole command, for each
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--sessions", type=int, choices=(1, 2), default=1,
                    help="2: measure each plan's second session (its first runs unmeasured before it)")
+    p.add_argument("--fresh-machine", action="store_true",
+                   help="remove the seed store before every measured session, as on a GitHub-hosted runner, where "
+                        "every job starts on a fresh machine (each tree gets a sandbox root of its own)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     trees = {"after": a.after.resolve()}
@@ -72,12 +77,19 @@ def main(argv: list[str] | None = None) -> int:
             for t, name in enumerate(names):
                 env = child_env(PLAN_RUNNER_ISOLATION=iso)
                 env["PYTHONPATH"] = str(trees[name])
+                if a.fresh_machine:
+                    sandbox = work / f"sandbox-{name}"
+                    sandbox.mkdir(mode=0o755, exist_ok=True)
+                    env["PLAN_RUNNER_SANDBOX_ROOT"] = str(sandbox)
                 run_one(repo, t, env)  # warm-up: page cache, bytecode, a seed store's first fill
                 cases[(iso, axis, commits, files, name)] = (repo, env, [], t)
     for n in range(1, a.reps + 1):
         for key, (repo, env, runs, t) in cases.items():
             if a.sessions == 2:
                 run_one(repo, n * len(names) + t, env)  # the plan's first session, not measured
+            if a.fresh_machine:  # what a fresh runner has not: the seed store (the agents' areas stay: held)
+                shutil.rmtree(Path(env["PLAN_RUNNER_SANDBOX_ROOT"]) / f"plan-runner-{os.geteuid()}" / "seeds",
+                              ignore_errors=True)
             runs.append(run_one(repo, n * len(names) + t, env))
     rows = []
     for (iso, axis, commits, files, name), (_, _, runs, _) in cases.items():
