@@ -359,7 +359,14 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from runner.drivers.status import default_plan_paths
 
     done: list[str] = []
-    paths = [args.plan] if args.plan is not None else default_plan_paths(Path.cwd())
+    if args.plan is not None:
+        paths = [args.plan]
+    else:
+        try:
+            paths = default_plan_paths(Path.cwd())
+        except PlanRunnerError as exc:  # outside a repository: there are only the demo folders to clean
+            err.say(f"no plans here ({exc.what}): cleaning the demo folders only", "yellow")
+            paths = []
     for path in paths:
         ws = local_workspace(path)
         plan_id = plan_id_from_path(ws.plan_path)

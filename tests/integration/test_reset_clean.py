@@ -138,6 +138,22 @@ def test_clean_without_a_plan_cleans_every_plan_and_finished_demo_folders_only(t
     assert _ref(repo, "refs/plan-runner/state/one") and _ref(repo, "refs/plan-runner/state/two")
 
 
+def test_clean_outside_a_repository_cleans_the_finished_demo_folders_only(tmp_path):
+    temp = tmp_path / "temp"
+    finished = temp / "plan-runner-demo-done"
+    (finished / "repo").mkdir(parents=True)
+    nowhere = tmp_path / "not-a-repository"
+    nowhere.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    proc = subprocess.run([PLAN_RUNNER, "clean"], cwd=nowhere, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cleaning the demo folders only" in proc.stderr
+    assert not finished.exists()
+    named = subprocess.run([PLAN_RUNNER, "clean", "plans/x.md"], cwd=nowhere, capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert named.returncode == 2 and "error:" in named.stderr and "Traceback" not in named.stderr  # named: an error
+
+
 def test_clean_and_reset_leave_a_running_session_alone(tmp_path):
     """`plan-runner session` holds no run lock: its open session, by a live process, is what tells clean and reset
     that its agent works in the area. Both refuse (exit 2) and the area stays; afterwards clean works."""
