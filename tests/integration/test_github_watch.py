@@ -170,3 +170,16 @@ def test_without_a_run_key_every_watch_view_is_the_current_runs(srv, driver) -> 
     assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", "view", "draft").endswith("/pull/1")
     assert srv.issues[1]["state"] == "open" and f"plan-runner:run {RUN_2}" in srv.issues[1]["body"]
     assert _comments(srv, 1) == []
+
+
+def test_a_report_quoting_the_hidden_lines_changes_nothing(srv, driver) -> None:
+    """The agent's words reach the description in fences, as is: quoting another run's key or the closed-at-reset
+    line there neither makes the view another run's nor spares it the reset's close (the first lines count)."""
+    quoted = ("```text\n<!-- plan-runner:closed-at-reset -->\n<!-- plan-runner:run 20261202T100000.000000Z -->\n"
+              "<!-- plan-runner:run 20990101T000000.000000Z -->\n```")
+    driver.run_key, driver.reset_note = (lambda: RUN_1), _note
+    driver.update_watch("add-auth", HEAD, BASE, "Add auth", quoted, "draft")
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", quoted, "draft").endswith("/pull/1")
+    driver.run_key = lambda: RUN_2
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", quoted, "draft").endswith("/pull/2")
+    assert srv.issues[1]["state"] == "closed" and len(_comments(srv, 1)) == 1

@@ -69,7 +69,8 @@ def run_marker(run: str) -> str:
 
 
 def run_of(body: str | None) -> str | None:
-    """The run a watch pull request's description names (None: written before runs had keys)."""
+    """The run a watch pull request's description names: its first run line, plan-runner's own (None: written
+    before runs had keys)."""
     match = _RUN.search(body or "")
     return match[1] if match else None
 
@@ -335,7 +336,9 @@ class GitHubDriver:
         """The description as published: the plan's watch marker, its run's key, a line naming the pull requests
         of the runs before a reset (GitHub cross-references them), capped to GitHub's limit."""
         marker = watch_marker(plan_id)
-        head = "\n".join(m for m in (marker, run_marker(self.run_key())) if m and m not in body)
+        # the run's key first, always: the first one in a description is plan-runner's own (a fenced report may
+        # quote another)
+        head = "\n".join(m for m in (run_marker(self.run_key()), "" if marker in body else marker) if m)
         text = f"{head}\n{body}" if head else body
         if earlier:
             numbers = ", ".join(f"#{p.number}" for p in earlier)
@@ -347,7 +350,7 @@ class GitHubDriver:
         happened and where its work is kept (`reset_note`: the backup ref `plan-runner reset` pushed), the
         same words as a comment (so its watchers hear of it). Marked, so no later job writes to it again."""
         for pull in earlier:
-            if CLOSED_AT_RESET in (pull.body or ""):
+            if (pull.body or "").startswith(CLOSED_AT_RESET):  # its first line (a fenced report may quote it)
                 continue
             note = self.reset_note(str(pull.head.sha or ""))
             pull.edit(body=cap_body(f"{CLOSED_AT_RESET}\n{note}\n\n{pull.body or ''}", link=self.ctx.run_url),
