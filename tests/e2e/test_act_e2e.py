@@ -58,11 +58,12 @@ def copy_action_source(dest: Path) -> Path:
 class ActWorld:
     def __init__(self, root: Path, srv: GitHubServer, files: dict[str, str] | None = None,
                  env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False,
-                 action: Path | None = None, auth: str = "api-key", act_args: tuple[str, ...] = ()) -> None:
+                 action: Path | None = None, auth: str = "api-key", act_args: tuple[str, ...] = (),
+                 plan_edit=None) -> None:
         """`files`: the repository (default: the greeter plan on the script backend), beside the workflow `init`
         writes (and its example plan, `init_plan`) for `auth` (`init --auth`); `env`: more variables for every job
         (act's `--env`); `action`: the action's files (default: a copy of this checkout's); `act_args`: more of act's
-        arguments (secrets, variables, stand-ins of other actions)."""
+        arguments (secrets, variables, stand-ins of other actions); `plan_edit`: a change to init's example plan."""
         self.root, self.srv, self.runs, self.seen_dispatches = root, srv, 0, 0
         self.env, self.plan_id, self.act_args = dict(env or {}), plan_id, list(act_args)
         files = dict(files) if files is not None else {
@@ -74,7 +75,7 @@ class ActWorld:
             (init / name).write_text(text)
         write_init(init, source=Source("octo-org/plan-runner", ACTION_SHA, "0.1.0", "read from the checkout"), auth=auth)
         if init_plan:
-            files["plans/example.md"] = (init / "plans/example.md").read_text()
+            files["plans/example.md"] = (plan_edit or str)((init / "plans/example.md").read_text())
         assert f"uses: {ACTION_REF} # v0.1.0" in (init / ".github/workflows/plan-runner.yml").read_text()
         for name in WORKFLOWS.values():  # the session workflow, the clock, reconcile
             files[f".github/workflows/{name}"] = (init / ".github/workflows" / name).read_text()

@@ -76,6 +76,8 @@ class ChatGPTServer(ResponsesServer):
     def __init__(self, account: dict[str, Any], **kw: Any) -> None:
         self._folder = tempfile.TemporaryDirectory(prefix="chatgpt-standin-")
         self.ca_file, cert, key = _certificates(Path(self._folder.name))
+        Path(self._folder.name).chmod(0o711)  # the CA is public: an isolated agent's user reads it
+        self.ca_file.chmod(0o644)
         self.access_tokens = {account["tokens"]["access_token"]}
         self.refreshed: dict[str, Any] | None = None
         super().__init__(**kw)
@@ -110,6 +112,9 @@ class _Handler(_ResponsesHandler):
             if not authorized:
                 return self._unauthorized()
             super()._route()
+        elif path == "/backend-api/codex/responses" and self.command == "GET":
+            self._record_only()  # a WebSocket upgrade: none here, so Codex falls back to HTTPS POSTs
+            self._send_json(426, {"detail": "Upgrade Required"})
         elif path == "/backend-api/wham/accounts/check" and self.command == "GET":
             self._record_only()
             if not authorized:
