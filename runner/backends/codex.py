@@ -191,8 +191,10 @@ class CodexBackend:
                 if login is not None and env["CODEX_HOME"] == str(request.state_dir.resolve() / "codex-home"):
                     request.identity.kill_all()
                     request.identity.reclaim(request.state_dir)
-                    # the login (or the copy Codex refreshed in its place) never reaches the saved state
-                    fsafe.remove(Path(env["CODEX_HOME"]) / LOGIN_FILE, below=request.state_dir.resolve())
+                    # the login (or the copy Codex refreshed in its place) never reaches the saved state; walked
+                    # from the state folder's parent, plan-runner's own: as root nothing is reclaimed, and the state
+                    # folder stays the agent's user's (fsafe descends it without following a link)
+                    fsafe.remove(Path(env["CODEX_HOME"]) / LOGIN_FILE, below=request.state_dir.resolve().parent)
 
         kind, error, reset_at = ExitKind.FINISHED, None, None
         if exit_.reason == "stalled":

@@ -97,7 +97,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     ws.on_event = lambda kind, detail: rep.log(f"plan-runner {kind}: {detail}")
     drivers = Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
                       checks_runner=head_checks_runner(driver, judge_tree(ws, plan_id_from_path(ws.plan_path)), env))
-    from runner.drivers.watch import rows_of, update_watch
+    from runner.drivers.watch import attach, rows_of, update_watch
 
     if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):
         s = Session(ws, drivers)
@@ -111,6 +111,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.session.phases import run_session
 
     s = Session(ws, drivers)
+    attach(driver, ctx, s, REMOTE)  # which run of the plan this is: a reset's earlier pull request is closed
     # The job's token must be able to do what the session leads to (push, park, dispatch, open the pull request):
     # checked from the workflow's `permissions:` before anything is installed or recorded.
     check_job_permissions(env, "session", s.trusted, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))

@@ -175,7 +175,9 @@ def _reset_remote(repo: Path, remote: str, plan_id: str, branch: str, prefix: st
     for ref in (f"{TRACKING}/{remote}/{plan_id}", f"refs/remotes/{remote}/{branch}"):
         if gitwork.ref_sha(repo, ref):
             gitwork.run_git(repo, "update-ref", "-d", ref)
-    return [f"on {remote}: the state and work branch deleted, kept under {prefix}/ there too"]
+    return [f"on {remote}: the state and work branch deleted, kept under {prefix}/ there too",
+            f"if {remote} is on GitHub: the plan's pull request there (if any) is closed with a link to {prefix}/ by "
+            "the first job of the plan's new run (with the job's token: `reset` uses none)"]
 
 
 def _remove_own(path: Path, keep: Path) -> None:

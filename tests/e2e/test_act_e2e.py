@@ -58,12 +58,14 @@ def copy_action_source(dest: Path) -> Path:
 class ActWorld:
     def __init__(self, root: Path, srv: GitHubServer, files: dict[str, str] | None = None,
                  env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False,
-                 action: Path | None = None) -> None:
+                 action: Path | None = None, auth: str = "api-key", act_args: tuple[str, ...] = (),
+                 plan_edit=None) -> None:
         """`files`: the repository (default: the greeter plan on the script backend), beside the workflow `init`
-        writes (and its example plan, `init_plan`); `env`: more variables for every job (act's `--env`); `action`: the
-        action's files (default: a copy of this checkout's)."""
+        writes (and its example plan, `init_plan`) for `auth` (`init --auth`); `env`: more variables for every job
+        (act's `--env`); `action`: the action's files (default: a copy of this checkout's); `act_args`: more of act's
+        arguments (secrets, variables, stand-ins of other actions); `plan_edit`: a change to init's example plan."""
         self.root, self.srv, self.runs, self.seen_dispatches = root, srv, 0, 0
-        self.env, self.plan_id = dict(env or {}), plan_id
+        self.env, self.plan_id, self.act_args = dict(env or {}), plan_id, list(act_args)
         files = dict(files) if files is not None else {
             PLAN: w.PLAN, "plans/greeter.script.yaml": w.SCRIPT, ".gitignore": "__pycache__/\n"}
         init = root / "init"
@@ -71,9 +73,9 @@ class ActWorld:
         for name, text in files.items():  # init reads the repository (its test command)
             (init / name).parent.mkdir(parents=True, exist_ok=True)
             (init / name).write_text(text)
-        write_init(init, source=Source("octo-org/plan-runner", ACTION_SHA, "0.1.0", "read from the checkout"))
+        write_init(init, source=Source("octo-org/plan-runner", ACTION_SHA, "0.1.0", "read from the checkout"), auth=auth)
         if init_plan:
-            files["plans/example.md"] = (init / "plans/example.md").read_text()
+            files["plans/example.md"] = (plan_edit or str)((init / "plans/example.md").read_text())
         assert f"uses: {ACTION_REF} # v0.1.0" in (init / ".github/workflows/plan-runner.yml").read_text()
         for name in WORKFLOWS.values():  # the session workflow, the clock, reconcile
             files[f".github/workflows/{name}"] = (init / ".github/workflows" / name).read_text()
@@ -108,6 +110,7 @@ class ActWorld:
                "-s", f"GITHUB_TOKEN={self.srv.token}", "-s", f"ANTHROPIC_API_KEY={API_KEY}"]
         for name, value in self.env.items():
             cmd += ["--env", f"{name}={value}"]
+        cmd += self.act_args
         # A self-hosted act job inherits this process's environment: leave out what the test machine sets for
         # plan-runner (scripts/test's PLAN_RUNNER_CLAUDE points at the real CLI), as a hosted runner has none of it.
         host = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}

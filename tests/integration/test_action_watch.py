@@ -93,7 +93,8 @@ def test_the_plans_pull_request_is_the_one_place_to_watch_it(tmp_path) -> None:
 
 
 def test_no_pull_request_before_any_credited_work(tmp_path) -> None:
-    """A first session that credits nothing (the gate is red) opens nothing and lists nothing."""
+    """A first session that credits nothing (the gate is red) opens nothing; its one list looks for the pull
+    request of a run before a reset (none here); the next job of the run lists nothing."""
     script = "sessions:\n  - - write: {path: a.txt, content: x}\n    - commit: add a\n"
     plan = w.PLAN.replace("run: python3 -m unittest -q", "run: exit 1")
     with GitHubServer() as srv:
@@ -101,8 +102,10 @@ def test_no_pull_request_before_any_credited_work(tmp_path) -> None:
         jobs = Jobs(tmp_path, srv, script=script, plan=plan)
         rc, _, outputs, summary, _ = jobs.session()
         assert rc == 0 and outputs["outcome"] == "GatesRed"
-        assert _pulls(srv) == [] and srv.count("GET", r"/repos/octo-org/demo/pulls") == 0
+        assert _pulls(srv) == [] and srv.count("GET", r"/repos/octo-org/demo/pulls") == 1
         assert "| 1 | delivery |" in summary and "**GatesRed**" in summary  # the job summary's timeline
+        jobs.session()
+        assert _pulls(srv) == [] and srv.count("GET", r"/repos/octo-org/demo/pulls") == 1
 
 
 def test_a_refused_pull_request_warns_and_the_outcome_stands(tmp_path) -> None:
@@ -117,3 +120,41 @@ def test_a_refused_pull_request_warns_and_the_outcome_stands(tmp_path) -> None:
         assert "Allow GitHub Actions to create and approve pull requests" in summary
         assert "::warning title=plan-runner watch::" in out
         assert len(srv.dispatches) == 1  # the next session was dispatched all the same
+
+
+def test_a_reset_closes_the_plans_pull_request_with_a_link_to_its_backup(tmp_path) -> None:
+    """`plan-runner reset` in a clone (no GitHub token: it pushes the backup refs and deletes the plan's refs on
+    the remote); the first job of the new run closes the old run's pull request, heads it and comments once with
+    the backup ref that holds its work and the commit; the new run's own draft names the old one."""
+    from tests.integration.test_own_workspace import cli
+    from tests.reliability_world import git
+
+    with GitHubServer() as srv:
+        srv.actions_can_create_prs = True
+        jobs = Jobs(tmp_path, srv, script=SCRIPT)
+        assert jobs.session()[2]["outcome"] == "Advanced"
+        (old,) = _pulls(srv)
+        old_head = w.ref(jobs.bare, "plan-runner/greeter")
+        clone = w.checkout(jobs.bare, tmp_path / "mine")
+        proc = cli(clone, "reset", "plans/greeter.md")
+        assert proc.returncode == 0 and "closed with a link to" in proc.stderr, proc.stderr
+        (prefix,) = {r.rsplit("/", 1)[0] for r in git(jobs.bare, "for-each-ref", "--format=%(refname)",
+                                                        "refs/plan-runner/backup/greeter/").splitlines()}
+        assert old["state"] == "open"  # reset asked GitHub nothing
+
+        rc, out, outputs, summary, _ = jobs.session()  # the new run: session 1 again, credited
+        assert outputs["outcome"] == "Advanced", out
+        assert [e["n"] for e in jobs.ledger() if e["type"] == "started"] == [1]
+        assert old["state"] == "closed" and old["body"].startswith("<!-- plan-runner:closed-at-reset -->")
+        (comment,) = srv.comments_on(old["number"])
+        for text in (old["body"], comment["body"]):
+            assert f"`{prefix}/branch`" in text and f"`{prefix}/state`" in text
+            assert f"(https://github.example.invalid/octo-org/demo/commit/{old_head})" in text, text
+            assert f"`git fetch origin {prefix}/branch:refs/heads/plan-runner/greeter-before-reset`" in text
+        (new,) = [p for p in _pulls(srv) if p["state"] == "open"]
+        assert new["pull"]["draft"] is True and f"#{old['number']} (closed)" in new["body"]
+        assert f"Watch the plan in its pull request: {srv.html_url}/pull/{new['number']}" in summary
+
+        jobs.session()  # the run goes on: the old pull request is never written to again
+        assert len(srv.comments_on(old["number"])) == 1 and old["state"] == "closed"
+        assert srv.count("POST", r"/repos/octo-org/demo/issues/\d+/comments") == 1

@@ -28,7 +28,7 @@ from runner.core.evidence import ExitKind
 from runner.core.plan import AgentConfig
 from runner.drivers.preflight import credential_problems
 from tests.git_repos import init_repo
-from tests.servers.clouds import ACCESS_TOKEN, OIDC_JWT, REQUEST_TOKEN, CloudServer
+from tests.servers.clouds import ACCESS_TOKEN, IMPERSONATED_TOKEN, OIDC_JWT, REQUEST_TOKEN, CloudServer
 from tests.servers.messages import reply
 from tests.integration.test_backend_claude_code import _claude
 
@@ -121,7 +121,8 @@ def test_without_bedrock_the_agent_never_sees_the_aws_credentials():
 
 
 def _wif_file(tmp_path: Path, url: str) -> Path:
-    """The credentials file google-github-actions/auth writes (src/client/workload_identity_federation.ts)."""
+    """The credentials file google-github-actions/auth writes (src/client/workload_identity_federation.ts) with a
+    `service_account` (as `init --auth vertex` asks): the federated token is exchanged for the account's."""
     path = tmp_path / "job" / "gha-creds-0123.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
@@ -130,7 +131,9 @@ def _wif_file(tmp_path: Path, url: str) -> Path:
         "token_url": f"{url}/sts/token",
         "credential_source": {"url": f"{url}/oidc?audience=https%3A%2F%2Fiam.googleapis.com%2Fx",
                               "headers": {"Authorization": f"Bearer {REQUEST_TOKEN}"},
-                              "format": {"type": "json", "subject_token_field_name": "value"}}}))
+                              "format": {"type": "json", "subject_token_field_name": "value"}},
+        "service_account_impersonation_url": f"{url}/iamcredentials/v1/projects/-/serviceAccounts/"
+                                             "agent@my-project.iam.gserviceaccount.com:generateAccessToken"}))
     path.chmod(0o600)
     return path
 
@@ -165,7 +168,8 @@ def test_the_agents_google_file_never_holds_the_actions_request_token(tmp_path):
 
 def test_vertex_the_real_cli_exchanges_the_oidc_token_and_calls_stream_raw_predict(repo, tmp_path):
     """`provider: vertex`: with the agent's own credentials file the real CLI exchanges the OIDC token at the STS
-    endpoint for an access token and calls streamRawPredict with it, for the project and region the job set."""
+    endpoint for a federated token, that for the service account's access token (generateAccessToken), and calls
+    streamRawPredict with it, for the project and region the job set."""
     with CloudServer(default=reply("hello from vertex")) as srv:
         parent = {**BASE, "GOOGLE_APPLICATION_CREDENTIALS": str(_wif_file(tmp_path, srv.url)),
                   "ANTHROPIC_VERTEX_PROJECT_ID": "my-project", "CLOUD_ML_REGION": "us-east5",
@@ -184,7 +188,9 @@ def test_vertex_the_real_cli_exchanges_the_oidc_token_and_calls_stream_raw_predi
     assert sts and parse_qs(sts[0].body.decode())["subject_token"] == [OIDC_JWT]
     assert sent and sent[-1].path.startswith("/v1/projects/my-project/locations/us-east5/publishers/anthropic/models/")
     assert sent[-1].path.endswith(":streamRawPredict")
-    assert sent[-1].headers["authorization"] == f"Bearer {ACCESS_TOKEN}"
+    impersonated = [r for r in srv.requests if r.path.endswith(":generateAccessToken")]
+    assert impersonated and impersonated[0].headers["authorization"] == f"Bearer {ACCESS_TOKEN}"
+    assert sent[-1].headers["authorization"] == f"Bearer {IMPERSONATED_TOKEN}"
     assert "hello from vertex" in (signals.hints.final_text or "")
 
 
@@ -350,7 +356,7 @@ def test_a_vertex_plan_through_a_whole_run_never_hands_the_agent_the_request_tok
             "ANTHROPIC_VERTEX_BASE_URL": f"{srv.url}/v1"})
         vertex_calls = [r for r in srv.model_requests if r.path.endswith(":streamRawPredict")]
     assert proc.returncode == 0, proc.stderr
-    assert vertex_calls and all(r.headers["authorization"] == f"Bearer {ACCESS_TOKEN}" for r in vertex_calls)
+    assert vertex_calls and all(r.headers["authorization"] == f"Bearer {IMPERSONATED_TOKEN}" for r in vertex_calls)
     seen = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
     assert seen["CLAUDE_CODE_USE_VERTEX"] == "1" and "ACTIONS_ID_TOKEN_REQUEST_TOKEN" not in seen
     agent_file = Path(seen["GOOGLE_APPLICATION_CREDENTIALS"])

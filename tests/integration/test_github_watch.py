@@ -108,3 +108,78 @@ def test_a_pull_request_a_person_closed_stays_closed_until_the_finish(srv, drive
     assert srv.issues[1]["state"] == "closed" and "running on" in srv.issues[1]["body"]
     assert driver.open_finish("add-auth", HEAD, BASE, "Add auth", "finished") == url
     assert srv.issues[1]["state"] == "open" and srv.issues[1]["pull"]["draft"] is False
+
+
+RUN_1, RUN_2 = "20261201T100000.000000Z", "20261202T100000.000000Z"
+
+
+def _note(head_sha: str) -> str:
+    return f"plan-runner started this plan over; its work is kept under `refs/plan-runner/backup/x` ({head_sha})"
+
+
+def _comments(srv: GitHubServer, number: int) -> list[str]:
+    return [c["body"] for c in srv.comments_on(number)]
+
+
+def test_a_reset_closes_the_earlier_runs_pull_request_once_and_the_new_run_opens_its_own(srv, driver) -> None:
+    """The watch view names its run; a job of a new run (after `plan-runner reset`) closes the earlier run's view
+    (GitHub refuses a second open pull request from the same branch), heads it and comments once with where its
+    work is kept, and opens its own, which names the old one."""
+    driver.run_key, driver.reset_note = (lambda: RUN_1), _note
+    url = driver.update_watch("add-auth", HEAD, BASE, "Add auth", "run 1", "draft")
+    assert "<!-- plan-runner:run 20261201T100000.000000Z -->" in srv.issues[1]["body"]
+    old_head = srv.issues[1]["pull"]["head_sha"]
+    srv.set_branch(HEAD)  # the new run pushed its own work branch
+    driver.run_key = lambda: RUN_2
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", "", None) is None  # its first job, no credit
+    old = srv.issues[1]
+    assert old["state"] == "closed" and old["body"].startswith("<!-- plan-runner:closed-at-reset -->\n" + _note(old_head))
+    assert "run 1" in old["body"] and _comments(srv, 1) == [_note(old_head) + "\n<!-- plan-runner:comment -->"]
+    new = driver.update_watch("add-auth", HEAD, BASE, "Add auth", "run 2", "draft")
+    assert new != url and new.endswith("/pull/2") and srv.issues[2]["pull"]["draft"] is True
+    assert "(closed)" in srv.issues[2]["body"] and "#1" in srv.issues[2]["body"]  # GitHub cross-references it
+    writes, body = _writes(srv), old["body"]
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", "run 2", "draft") == new
+    driver.update_watch("add-auth", HEAD, BASE, "Add auth", "parked", "closed")
+    assert _writes(srv) == writes + 1 and old["body"] == body and len(_comments(srv, 1)) == 1  # once, never again
+    # a resume reopens the new run's view, never the earlier one; the finish takes the new one out of draft
+    driver.update_watch("add-auth", HEAD, BASE, "Add auth", "running", "draft")
+    assert driver.open_finish("add-auth", HEAD, BASE, "Add auth", "finished") == new
+    assert old["state"] == "closed" and srv.issues[2]["state"] == "open" and srv.ready_for_review == [2]
+
+
+def test_a_finish_right_after_a_reset_opens_a_new_pull_request(srv, driver) -> None:
+    """The earlier run's view, closed at a park (or by GitHub when `reset` deleted its branch), is not the one
+    the finish reopens: it is closed for good with its note, and the finish opens its own."""
+    driver.run_key, driver.reset_note = (lambda: RUN_1), _note
+    driver.update_watch("add-auth", HEAD, BASE, "Add auth", "run 1", "draft")
+    driver.update_watch("add-auth", HEAD, BASE, "Add auth", "parked", "closed")
+    driver.run_key = lambda: RUN_2
+    url = driver.open_finish("add-auth", HEAD, BASE, "Add auth", "finished")
+    assert url.endswith("/pull/2") and srv.issues[2]["pull"]["draft"] is False and srv.issues[2]["state"] == "open"
+    assert srv.issues[1]["state"] == "closed" and "closed-at-reset" in srv.issues[1]["body"]
+    assert len(_comments(srv, 1)) == 1
+
+
+def test_without_a_run_key_every_watch_view_is_the_current_runs(srv, driver) -> None:
+    """A watch view written before run keys (no key) is adopted by the current run, never closed as an
+    earlier one; a driver told no run (local, or a job that could not read it) behaves as before."""
+    driver.update_watch("add-auth", HEAD, BASE, "Add auth", "old view", "draft")
+    assert "plan-runner:run" not in srv.issues[1]["body"]
+    driver.run_key, driver.reset_note = (lambda: RUN_2), _note
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", "view", "draft").endswith("/pull/1")
+    assert srv.issues[1]["state"] == "open" and f"plan-runner:run {RUN_2}" in srv.issues[1]["body"]
+    assert _comments(srv, 1) == []
+
+
+def test_a_report_quoting_the_hidden_lines_changes_nothing(srv, driver) -> None:
+    """The agent's words reach the description in fences, as is: quoting another run's key or the closed-at-reset
+    line there neither makes the view another run's nor spares it the reset's close (the first lines count)."""
+    quoted = ("```text\n<!-- plan-runner:closed-at-reset -->\n<!-- plan-runner:run 20261202T100000.000000Z -->\n"
+              "<!-- plan-runner:run 20990101T000000.000000Z -->\n```")
+    driver.run_key, driver.reset_note = (lambda: RUN_1), _note
+    driver.update_watch("add-auth", HEAD, BASE, "Add auth", quoted, "draft")
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", quoted, "draft").endswith("/pull/1")
+    driver.run_key = lambda: RUN_2
+    assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", quoted, "draft").endswith("/pull/2")
+    assert srv.issues[1]["state"] == "closed" and len(_comments(srv, 1)) == 1

@@ -9,7 +9,13 @@ sends those providers, and gets their wire shapes back:
 * Vertex: `POST /v1/projects/<p>/locations/<r>/publishers/anthropic/models/<m>:streamRawPredict` (a Bearer
   access token; `anthropic_version: vertex-2023-10-16`), answered with the Messages SSE stream; `:rawPredict`
   unstreamed. `POST /sts/token` is Google's STS token exchange (an external account's subject token for an
-  access token), `GET /oidc?audience=...` the Actions ID-token endpoint (Bearer the request token).
+  access token), `POST /iamcredentials/v1/projects/-/serviceAccounts/<email>:generateAccessToken` the IAM
+  Service Account Credentials API's impersonation (Bearer the STS token; `{"accessToken", "expireTime"}`),
+  `GET /oidc?audience=...` the Actions ID-token endpoint (Bearer the request token).
+* AWS STS's query API at `POST /` (AWS_ENDPOINT_URL_STS): `Action=AssumeRoleWithWebIdentity` (unsigned; the
+  web identity token must be the OIDC token `/oidc` hands out) answers a role's temporary credentials
+  (STS_CREDENTIALS), `Action=GetCallerIdentity` (SigV4-signed with them) the role's identity, both in STS's XML
+  (AWS STS API Reference, AssumeRoleWithWebIdentity and GetCallerIdentity; 2011-06-15).
 """
 
 from __future__ import annotations
@@ -21,11 +27,18 @@ import struct
 import zlib
 from typing import Any
 
-from .messages import MessagesServer, _Handler as _MessagesHandler, _message, _sse_events
+from .messages import MessagesServer, RecordedRequest, _Handler as _MessagesHandler, _message, _sse_events
 
 ACCESS_TOKEN = "ya29.stand-in-access-token-0123456789"
 REQUEST_TOKEN = "actions-request-token-0123456789abcdef"
 OIDC_JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJyZXBvOm8vciJ9.c3RhbmQtaW4tc2lnbmF0dXJlLTAxMjM0NTY3ODk"
+IMPERSONATED_TOKEN = "ya29.stand-in-impersonated-token-9876543210"  # generateAccessToken's, for the service account
+# What AssumeRoleWithWebIdentity hands out (temporary credentials: ASIA... key ids)
+STS_CREDENTIALS = {"AccessKeyId": "ASIASTANDIN0EXAMPLE01", "SecretAccessKey": "stand-in/secret/key/0123456789abcdefEXAMPLE",
+                   "SessionToken": "IQoJb3JpZ2luX2VjEStandInSessionToken0123456789"}
+ACCOUNT = "123456789012"
+_STS_XML = "https://sts.amazonaws.com/doc/2011-06-15/"
+_IMPERSONATE = re.compile(r"^/iamcredentials/v1/projects/-/serviceAccounts/(?P<sa>[^/:]+):generateAccessToken$")
 
 _BEDROCK = re.compile(r"^/model/(?P<model>[^/]+)/(?P<op>invoke|invoke-with-response-stream)$")
 _VERTEX = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/publishers/anthropic/models/"
@@ -82,6 +95,15 @@ class _Handler(_MessagesHandler):
             self._send_json(200, {"access_token": ACCESS_TOKEN, "issued_token_type":
                                   "urn:ietf:params:oauth:token-type:access_token", "token_type": "Bearer",
                                   "expires_in": 3600})
+        elif self.command == "POST" and _IMPERSONATE.match(path):
+            self._read_recorded()
+            if self.headers.get("authorization") != f"Bearer {ACCESS_TOKEN}":
+                self._send_json(401, {"error": {"code": 401, "status": "UNAUTHENTICATED",
+                                                "message": "Request had invalid authentication credentials."}})
+            else:
+                self._send_json(200, {"accessToken": IMPERSONATED_TOKEN, "expireTime": "2099-01-01T00:00:00Z"})
+        elif self.command == "POST" and path == "/":
+            self._aws_sts()
         elif self.command == "GET" and path == "/oidc":
             self._read_recorded()
             if self.headers.get("authorization") != f"Bearer {REQUEST_TOKEN}":
@@ -90,6 +112,57 @@ class _Handler(_MessagesHandler):
                 self._send_json(200, {"count": 1, "value": OIDC_JWT})
         else:
             super()._route()
+
+    def _aws_sts(self) -> None:
+        """AWS STS's query API (form-encoded POST, XML answers, `ErrorResponse` on a refusal)."""
+        from urllib.parse import parse_qs
+
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        self.server.owner._record(RecordedRequest(method=self.command, path=self.path, json=None, body=raw,
+                                                  headers={k.lower(): v for k, v in self.headers.items()}))
+        form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
+        action = form.get("Action")
+        if action == "AssumeRoleWithWebIdentity":
+            if form.get("WebIdentityToken") != OIDC_JWT or not form.get("RoleArn", "").startswith("arn:aws:iam::"):
+                return self._sts_error(400, "InvalidIdentityToken", "Couldn't retrieve verification key from your "
+                                       "identity provider")
+            role = form["RoleArn"].rsplit("/", 1)[-1]
+            c = STS_CREDENTIALS
+            body = (f"<AssumeRoleWithWebIdentityResult><SubjectFromWebIdentityToken>repo:o/r:ref:refs/heads/main"
+                    f"</SubjectFromWebIdentityToken><Audience>sts.amazonaws.com</Audience><AssumedRoleUser>"
+                    f"<Arn>arn:aws:sts::{ACCOUNT}:assumed-role/{role}/{form.get('RoleSessionName', '')}</Arn>"
+                    f"<AssumedRoleId>AROASTANDIN:{form.get('RoleSessionName', '')}</AssumedRoleId></AssumedRoleUser>"
+                    f"<Credentials><SessionToken>{c['SessionToken']}</SessionToken><SecretAccessKey>"
+                    f"{c['SecretAccessKey']}</SecretAccessKey><Expiration>2099-01-01T00:00:00Z</Expiration>"
+                    f"<AccessKeyId>{c['AccessKeyId']}</AccessKeyId></Credentials>"
+                    f"<Provider>arn:aws:iam::{ACCOUNT}:oidc-provider/token.actions.githubusercontent.com</Provider>"
+                    f"</AssumeRoleWithWebIdentityResult>")
+        elif action == "GetCallerIdentity":
+            auth = self.headers.get("authorization") or ""
+            if not auth.startswith(f"AWS4-HMAC-SHA256 Credential={STS_CREDENTIALS['AccessKeyId']}/") or \
+                    self.headers.get("x-amz-security-token") != STS_CREDENTIALS["SessionToken"]:
+                return self._sts_error(403, "InvalidClientTokenId", "The security token included in the request is "
+                                       "invalid.")
+            body = (f"<GetCallerIdentityResult><Arn>arn:aws:sts::{ACCOUNT}:assumed-role/stand-in/GitHubActions</Arn>"
+                    f"<UserId>AROASTANDIN:GitHubActions</UserId><Account>{ACCOUNT}</Account></GetCallerIdentityResult>")
+        else:
+            return self._sts_error(400, "InvalidAction", f"Could not find operation {action} for version 2011-06-15")
+        self._send_xml(200, f'<{action}Response xmlns="{_STS_XML}">{body}<ResponseMetadata><RequestId>'
+                            f'{self.server.owner._new_id("req")}</RequestId></ResponseMetadata></{action}Response>')
+
+    def _sts_error(self, status: int, code: str, message: str) -> None:
+        self._send_xml(status, f'<ErrorResponse xmlns="{_STS_XML}"><Error><Type>Sender</Type><Code>{code}</Code>'
+                               f'<Message>{message}</Message></Error><RequestId>{self.server.owner._new_id("req")}'
+                               '</RequestId></ErrorResponse>')
+
+    def _send_xml(self, status: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("content-type", "text/xml")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _bedrock_stream(self, message: dict[str, Any]) -> None:
         self.send_response(200)

@@ -93,6 +93,16 @@ def git_text(repo: Path | str, *args: str) -> str:
     return run_git(repo, *args).decode("utf-8", "replace").strip()
 
 
+def remote_refs(repo: Path | str, remote: str, pattern: str) -> list[tuple[str, str]] | None:
+    """(sha, ref) of the refs on `remote` matching `pattern` (`git ls-remote`); None when the remote cannot be
+    asked (unreachable, no credentials)."""
+    try:
+        out = run_git(repo, "ls-remote", remote, pattern).decode()
+    except GitCommandError:
+        return None
+    return [(sha, ref) for sha, _, ref in (line.partition("\t") for line in out.splitlines()) if ref]
+
+
 def stderr_of(exc: GitCommandError) -> str:
     err = exc.stderr
     if isinstance(err, bytes):

@@ -9,6 +9,7 @@ The token is handed to PyGithub and never kept, printed or logged here.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -44,12 +45,34 @@ _ANSWERS = re.compile(r"<!-- plan-runner:answers (\d{1,20}) -->")
 # person closed stays closed, though still kept up to date, until the finish).
 CLOSED_AT_PARK = "<!-- plan-runner:closed-at-park -->"
 WATCH_STATES = ("draft", "ready", "closed")  # what the watch pull request is left as (GitHubDriver.update_watch)
+# A plan's run: the time of its ledger's first entry (runner.drivers.watch.run_key). `plan-runner reset` starts a
+# new run (a new ledger); the watch pull request carries its run's key, so the next job tells the pull request of
+# a run before a reset from its own, closes it with a link to the backup ref and opens its own.
+_RUN_KEY = re.compile(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z")
+_RUN = re.compile(r"<!-- plan-runner:run ([0-9]{8}T[0-9]{6}\.[0-9]{6}Z) -->")
+CLOSED_AT_RESET = "<!-- plan-runner:closed-at-reset -->"
 
 
 def watch_marker(plan_id: str) -> str:
     """The hidden line that makes a pull request the plan's watch view (render's watch.md.j2 writes it)."""
     park_marker(plan_id)  # the same check of the id
     return f"<!-- plan-runner:watch plan={plan_id} -->"
+
+
+def run_marker(run: str) -> str:
+    """The hidden line naming the run a watch pull request shows ("" for none: a run not started yet)."""
+    if not run:
+        return ""
+    if not _RUN_KEY.fullmatch(run):
+        raise ValueError(f"not a run key: {run!r}")
+    return f"<!-- plan-runner:run {run} -->"
+
+
+def run_of(body: str | None) -> str | None:
+    """The run a watch pull request's description names: its first run line, plan-runner's own (None: written
+    before runs had keys)."""
+    match = _RUN.search(body or "")
+    return match[1] if match else None
 
 
 @dataclass(frozen=True)
@@ -151,6 +174,12 @@ class GitHubDriver:
         self.pull_request_starts_ci = self._pull_gh is not None
         self.dispatched_runs: list[tuple[str, int, str]] = []  # (ledger key, run id, run URL) GitHub reported
         self._label_ready = False
+        # The plan's current run and where a reset kept the run before (runner.drivers.watch.attach sets both for
+        # a session job): without them every watch pull request of the plan is the current run's.
+        self.run_key: Callable[[], str] = lambda: ""
+        self.reset_note: Callable[[str], str] = lambda head_sha: (
+            "plan-runner: this plan was started over (`plan-runner reset`); this pull request showed the run "
+            "before.")
 
     def close(self) -> None:
         self._gh.close()
@@ -242,11 +271,12 @@ class GitHubDriver:
 
     def open_finish(self, plan_id: str, head: str, base: str, title: str, body: str) -> str:
         """The URL of the plan's pull request from `head` to `base`: its watch view (reopened if a park closed
-        it) or another open one, body updated and ready for review; or a new one."""
-        marker = watch_marker(plan_id)
-        body = cap_body(body if marker in body else f"{marker}\n{body}", link=self.ctx.run_url)
+        it) or another open one, body updated and ready for review; or a new one. A watch view of a run before a
+        reset is closed first, never reopened (`_close_earlier_runs`)."""
         with github_call(f"opening the pull request for {plan_id}"):
-            existing = self._watch_pull(watch_marker(plan_id), head, base)
+            existing, earlier = self._watch_pulls(plan_id, head, base)
+            body = self._watch_body(plan_id, body, earlier)
+            self._close_earlier_runs(earlier)
             if existing is None:
                 try:
                     return self._pull_repo.create_pull(base=base, head=head, title=title, body=body).html_url
@@ -272,19 +302,21 @@ class GitHubDriver:
         `mark_ready_for_review`, POST to the GraphQL endpoint beside the REST one)."""
         pull.mark_ready_for_review()
 
-    def update_watch(self, plan_id: str, head: str, base: str, title: str, body: str, state: str) -> str | None:
+    def update_watch(self, plan_id: str, head: str, base: str, title: str, body: str, state: str | None) -> str | None:
         """The plan's one watch pull request (`head` to `base`, with the plan's watch marker), edited in place:
         opened as a draft when none exists yet, reopened after a park, left open (`draft`, or `ready`: the finish,
-        `open_finish`, is what takes it out of draft) or `closed`. One list and at most one write per call; the
-        URL, or None when there is nothing to show (no pull request, and `closed` asked: nothing to close)."""
-        if state not in WATCH_STATES:
+        `open_finish`, is what takes it out of draft) or `closed`; `state` None: nothing to show yet, only the
+        watch view of a run before a reset is closed. One list and at most one write per call (and two more per
+        earlier run's pull request, once); the URL, or None when there is nothing to show (no pull request, and
+        `closed` or None asked)."""
+        if state is not None and state not in WATCH_STATES:
             raise ValueError(f"not a watch state: {state!r}")
-        marker = watch_marker(plan_id)
-        body = cap_body(body if marker in body else f"{marker}\n{body}", link=self.ctx.run_url)
-        if state == "closed":
-            body += f"\n{CLOSED_AT_PARK}"
         with github_call(f"updating the pull request that shows {plan_id}"):
-            pull = self._watch_pull(marker, head, base)
+            pull, earlier = self._watch_pulls(plan_id, head, base)
+            body = self._watch_body(plan_id, body, earlier) + (f"\n{CLOSED_AT_PARK}" if state == "closed" else "")
+            self._close_earlier_runs(earlier)
+            if state is None:
+                return None
             if pull is None:
                 if state == "closed":
                     return None
@@ -300,10 +332,39 @@ class GitHubDriver:
                 pull.edit(title=title, body=body)
             return pull.html_url
 
-    def _watch_pull(self, marker: str, head: str, base: str) -> Any:
-        """The newest pull request from `head` to `base` carrying `marker`, open or closed (merged ones are
-        done with); else the open one from `head` (the finish's, opened before the watch view existed)."""
-        open_one = None
+    def _watch_body(self, plan_id: str, body: str, earlier: list[Any]) -> str:
+        """The description as published: the plan's watch marker, its run's key, a line naming the pull requests
+        of the runs before a reset (GitHub cross-references them), capped to GitHub's limit."""
+        marker = watch_marker(plan_id)
+        # the run's key first, always: the first one in a description is plan-runner's own (a fenced report may
+        # quote another)
+        head = "\n".join(m for m in (run_marker(self.run_key()), "" if marker in body else marker) if m)
+        text = f"{head}\n{body}" if head else body
+        if earlier:
+            numbers = ", ".join(f"#{p.number}" for p in earlier)
+            text += f"\n\n_Before `plan-runner reset` started this plan over: {numbers} (closed)._\n"
+        return cap_body(text, link=self.ctx.run_url)
+
+    def _close_earlier_runs(self, earlier: list[Any]) -> None:
+        """Each watch pull request of a run before a reset, once: closed, its description headed by what
+        happened and where its work is kept (`reset_note`: the backup ref `plan-runner reset` pushed), the
+        same words as a comment (so its watchers hear of it). Marked, so no later job writes to it again."""
+        for pull in earlier:
+            if (pull.body or "").startswith(CLOSED_AT_RESET):  # its first line (a fenced report may quote it)
+                continue
+            note = self.reset_note(str(pull.head.sha or ""))
+            pull.edit(body=cap_body(f"{CLOSED_AT_RESET}\n{note}\n\n{pull.body or ''}", link=self.ctx.run_url),
+                      state="closed")
+            pull.create_issue_comment(f"{note}\n{COMMENT_MARKER}")
+
+    def _watch_pulls(self, plan_id: str, head: str, base: str) -> tuple[Any, list[Any]]:
+        """The plan's watch pull request from `head` to `base`: the newest with its marker and the current
+        run's key (or no key: one written before keys), open or closed (merged ones are done with); else the
+        open one from `head` (the finish's, opened before the watch view existed). And the watch pull requests
+        of the runs before a reset (a marker with another key), newest first."""
+        marker, run = watch_marker(plan_id), self.run_key()
+        current = open_one = None
+        earlier: list[Any] = []
         pulls = self._pull_repo.get_pulls(state="all", head=f"{self.ctx.owner}:{head}", base=base,
                                           sort="created", direction="desc")
         for i, pull in enumerate(pulls):
@@ -312,10 +373,14 @@ class GitHubDriver:
             if pull.merged_at is not None:
                 continue
             if marker in (pull.body or ""):
-                return pull
-            if pull.state == "open" and open_one is None:
+                theirs = run_of(pull.body)
+                if run and theirs and theirs != run:
+                    earlier.append(pull)
+                elif current is None:
+                    current = pull
+            elif pull.state == "open" and open_one is None:
                 open_one = pull
-        return open_one
+        return current or open_one, earlier
 
     def _open_pull(self, head: str, base: str) -> Any:
         for pull in self._pull_repo.get_pulls(state="open", head=f"{self.ctx.owner}:{head}", base=base):
