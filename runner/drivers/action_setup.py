@@ -21,9 +21,12 @@ The rule of the set-up cache holds across jobs: **an entry holds only what the m
   the set-up runs fresh. The key of each new entry names the run that built it, so an entry someone else saved
   under a key can never block the next save.
 
-Steps (action.yml): `key` (a `run:` step: the cache token goes to `uses:` steps only) prints the key of the entry
-the record names (`restore-key`) and of a new one (`save-key`); `actions/cache/restore`; `build` takes a verified
-entry into plan-runner's scratch, or builds, records and says `save=true`; `actions/cache/save`; the session.
+Steps (action.yml): `prepare` (runner/drivers/action_cache.py, a `run:` step: the cache token goes to `uses:` steps
+only) reads the record and prints the key of the entry it names (`setup-restore-key`) and of a new one
+(`setup-save-key`); `actions/cache/restore`; on a miss `build` builds, records and says `save=true`, and
+`actions/cache/save` saves; on a hit the session's step takes the entry (`take_restored`) before anything of the
+session runs, if the record vouches for it, and otherwise refuses it and deletes the record, so that the next job
+builds and saves a fresh entry.
 """
 
 from __future__ import annotations
@@ -175,24 +178,66 @@ class _Job:
         record = parse_record(text.encode() if text is not None else None)
         return record if record is not None and record["setup"] == self.key else None
 
+    def drop_record(self) -> None:
+        """Delete the record on the remote, leased on the one read (a newer record another job wrote stays)."""
+        from runner.adapters.git import work as gitwork
+        from runner.core.errors import PlanRunnerError
+        from runner.drivers.action_env import REMOTE
+
+        seen = gitwork.ref_sha(self.ws.repo, self.ref)
+        try:
+            with self.credentials():
+                gitwork.push_leased(self.ws.repo, REMOTE, [(None, self.ref, seen)], what=f"the set-up record {self.ref}")
+        except PlanRunnerError as err:
+            _say(f"the record was not deleted ({err.what})")
+
     def places(self) -> tuple[Path, Path]:
         """The gates' checkout first: its checkout makes the clean home both set-ups run with."""
         return self.area.gates, self.area.work
 
 
-def cmd_key(env: Mapping[str, str]) -> int:
+def key_outputs(env: Mapping[str, str]) -> dict[str, str]:
+    """The set-up cache's step outputs, for `prepare` (a `run:` step before the restore, in plan-runner's venv):
+    `setup-restore-key` (the entry the record names, else the new key: a miss), `setup-save-key`, `setup-dir`;
+    none when the plan has no `setup:` with `cache:` paths (the steps are then skipped)."""
     try:
         job = _Job(env)
     except Exception as err:  # noqa: BLE001 - the session step reports a bad plan or checkout; no cache then
         _say(f"none for this job ({getattr(err, 'what', err)})")
-        return 0
+        return {}
     if not job.cacheable:
-        return 0  # no `setup:` with `cache:` paths: the steps are skipped
+        return {}
     record = job.fetch_record()
     new = save_key(job.plan.id, job.key, env)
     staging = Path(env.get("RUNNER_TEMP") or "/tmp") / "plan-runner-setup-cache"
-    _output(env, **{"restore-key": record["key"] if record else new, "save-key": new, "dir": str(staging)})
-    return 0
+    return {"setup-restore-key": record["key"] if record else new, "setup-save-key": new, "setup-dir": str(staging)}
+
+
+def take_restored(env: Mapping[str, str], log=_say) -> bool | None:
+    """In the session's step, before anything of the session: a restored entry (PLAN_RUNNER_SETUP_HIT) goes into
+    plan-runner's scratch if the setup record vouches for every file of it. True: taken; False: refused (with a
+    warning; the record is deleted, leased on what was read, so the next job builds and saves a fresh entry
+    instead of restoring this one again; this session sets up as without the cache); None: nothing was restored."""
+    if env.get("PLAN_RUNNER_SETUP_HIT") != "true" or not env.get("PLAN_RUNNER_SETUP_DIR"):
+        return None
+    staged = Path(env["PLAN_RUNNER_SETUP_DIR"])
+    try:
+        job = _Job(env)
+        record = job.record()
+        key = env.get("PLAN_RUNNER_SETUP_RESTORE_KEY", "")
+        why = "no setup record vouches for it" if record is None else (
+            f"it is not the entry the record names ({record['key']})" if record["key"] != key
+            else take_verified(record, staged, job.cache_dir))
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    if why is None:
+        log(f"restored {key} (sha256 checked against the record)")
+        return True
+    print(f"::warning title=plan-runner setup cache::the restored set-up cache was refused: {why}; "
+          "the set-up runs fresh", flush=True)
+    if record is not None:
+        job.drop_record()
+    return False
 
 
 def _session_due(job: _Job) -> bool:
@@ -223,6 +268,9 @@ def build(job: _Job) -> dict[str, str] | None:
     with sandbox.leased(isolation_of(job.ws, job.plan), actions=True) as identity:
         for place in job.places():
             env["HOME"] = str(job.area.gate_home)
+            # built here and now, never taken from the runner's disk: an archive a session left there (a runner
+            # that keeps its workspace) may have been built after an agent ran
+            setup.archive_path(job.cache_dir, place, job.key).unlink(missing_ok=True)
 
             def fresh(sha: str, place: Path = place) -> Path:
                 return agent_clone.checkout(job.area, identity, job.ws.repo, sha, job.scratch,
@@ -270,23 +318,10 @@ def push_record(job: _Job, record: dict) -> bool:
 
 
 def cmd_build(env: Mapping[str, str]) -> int:
-    """Take a restored entry the record vouches for, or build one from the trusted commit and record it. Prints
-    `save=true|false` to GITHUB_OUTPUT."""
+    """On a miss: build the entry from the trusted commit and record it. Prints `save=true|false` to
+    GITHUB_OUTPUT (a hit is taken by the session's step: `take_restored`)."""
     job = _Job(env)
     staged = Path(env["PLAN_RUNNER_SETUP_DIR"])
-    if env.get("PLAN_RUNNER_SETUP_HIT") == "true":
-        record = job.record()
-        why = "no setup record vouches for it" if record is None else (
-            f"it is not the entry the record names ({record['key']})"
-            if record["key"] != env.get("PLAN_RUNNER_SETUP_RESTORE_KEY") else take_verified(record, staged,
-                                                                                            job.cache_dir))
-        shutil.rmtree(staged, ignore_errors=True)
-        if why is None:
-            _say(f"restored {env.get('PLAN_RUNNER_SETUP_RESTORE_KEY')} (sha256 checked against the record)")
-            _output(env, save="false")
-            return 0
-        print(f"::warning title=plan-runner setup cache::the restored set-up cache was refused: {why}; "
-              "the set-up runs fresh", flush=True)
     shutil.rmtree(staged, ignore_errors=True)
     if not _session_due(job):
         _say("no session is due: nothing is built")
@@ -309,8 +344,6 @@ def cmd_build(env: Mapping[str, str]) -> int:
 
 def main(argv: list[str]) -> int:
     env = dict(os.environ)
-    if argv[1:] == ["key"]:
-        return cmd_key(env)
     if argv[1:] == ["build"]:
         from runner.core.errors import PlanRunnerError
 
@@ -320,7 +353,7 @@ def main(argv: list[str]) -> int:
             print(f"::warning title=plan-runner setup cache::nothing cached: {err.what}", flush=True)
             _output(env, save="false")
             return 0
-    print("usage: python -m runner.drivers.action_setup key|build", file=sys.stderr)
+    print("usage: python -m runner.drivers.action_setup build", file=sys.stderr)
     return 2
 
 
