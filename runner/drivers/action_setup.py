@@ -18,8 +18,8 @@ The rule of the set-up cache holds across jobs: **an entry holds only what the m
   made in the **setup record**, a ref of the repository (`refs/plan-runner/setup-cache/<plan>`), pushed with the
   job's token, which the agent never holds. A restored entry is used only if its files are exactly the ones the
   record names, with those digests (read once, hashed while copied); otherwise it is refused with a warning and
-  the set-up runs fresh. The key of each new entry names the run that built it, so an entry someone else saved
-  under a key can never block the next save.
+  the set-up runs fresh (and the record is dropped, so the next job builds and saves anew). Without a record
+  nothing is restored at all. The key of each new entry names the run that built it.
 
 Steps (action.yml): `prepare` (runner/drivers/action_cache.py, a `run:` step: the cache token goes to `uses:` steps
 only) reads the record and prints the key of the entry it names (`setup-restore-key`) and of a new one
@@ -198,7 +198,8 @@ class _Job:
 
 def key_outputs(env: Mapping[str, str]) -> dict[str, str]:
     """The set-up cache's step outputs, for `prepare` (a `run:` step before the restore, in plan-runner's venv):
-    `setup-restore-key` (the entry the record names, else the new key: a miss), `setup-save-key`, `setup-dir`;
+    `setup-restore-key` (the entry the record names; empty without a record: nothing to restore), `setup-save-key`,
+    `setup-dir`;
     none when the plan has no `setup:` with `cache:` paths (the steps are then skipped)."""
     try:
         job = _Job(env)
@@ -210,7 +211,9 @@ def key_outputs(env: Mapping[str, str]) -> dict[str, str]:
     record = job.fetch_record()
     new = save_key(job.plan.id, job.key, env)
     staging = Path(env.get("RUNNER_TEMP") or "/tmp") / "plan-runner-setup-cache"
-    return {"setup-restore-key": record["key"] if record else new, "setup-save-key": new, "setup-dir": str(staging)}
+    # no record: nothing restored could be trusted, so nothing is restored (a stranger's entry under the key this job
+    # saves under is then never read, and the record built here names this job's own digests)
+    return {"setup-restore-key": record["key"] if record else "", "setup-save-key": new, "setup-dir": str(staging)}
 
 
 def take_restored(env: Mapping[str, str], log=_say) -> bool | None:

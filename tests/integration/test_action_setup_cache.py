@@ -179,48 +179,47 @@ def outcome(job: JobRun) -> str:
 def test_a_later_session_job_restores_the_set_up_and_a_poisoned_entry_is_refused(tmp_path):
     with GitHubServer() as srv:
         jobs = Runners(tmp_path, srv, ActionsCache(tmp_path / "cache-service"))
-        # Someone else saved an entry under the key job 1 looks for (its run id guessed): it is restored, but no
-        # record vouches for it, so the session refuses it and sets up from the base commit as without a cache.
+        # Someone else saved an entry under the key job 1 will save under (its run id guessed). Job 1 has no record:
+        # it restores nothing, builds from the base commit before the session's step, records its own digests; its
+        # save finds the key taken (a key is never overwritten).
         first_key = action_setup.save_key("greeter", jobs.setup_key(), {"GITHUB_RUN_ID": "1"})
         jobs.poisoned_entry(first_key)
         first = jobs.job()
         assert first.status == "success" and outcome(first) == "Advanced", first.text
-        assert first.step("setup-restore").outputs["cache-hit"] == "true" and not first.step("setup").ran
-        assert "no setup record vouches for it" in first.text, first.text
+        assert not first.step("setup-restore").ran and first.step("setup").outputs["save"] == "true"
         assert setup_ran(first) >= 1, first.text  # positive control: a set-up that runs is counted
+        assert jobs.record()["key"] == first_key and first_key not in jobs.cache.saved
 
-        # Job 2 misses (no record): the set-up is built from the base commit before the session's step, recorded
-        # with each archive's sha256, saved under this run's key.
+        # Job 2 restores the entry under the recorded key: it is not what the record says (as an entry changed
+        # after the save, deleted and saved again by another job on the default branch, would be): refused, the set-up
+        # runs fresh, the gates never see the poisoned `made/ok`, and the record is dropped.
         second = jobs.job()
         assert second.status == "success" and outcome(second) == "Advanced", second.text
-        assert second.step("setup-restore").outputs["cache-hit"] == "false"
-        assert second.step("setup").outputs["save"] == "true" and setup_ran(second) >= 1, second.text
+        assert second.step("setup-restore").outputs["cache-hit"] == "true" and not second.step("setup").ran
+        assert "the restored set-up cache was refused" in second.text and "has sha256" in second.text, second.text
+        assert setup_ran(second) >= 1, second.text
+        gone = subprocess.run(["git", "rev-parse", "--verify", "--quiet", action_setup.record_ref("greeter")],
+                              cwd=jobs.bare, capture_output=True, text=True)
+        assert gone.returncode != 0, "the refused entry's record was not dropped"
+
+        # Job 3 has no record again: it builds, records and saves under its own key.
+        third = jobs.job()
+        assert third.status == "success" and outcome(third) == "Advanced", third.text
+        assert third.step("setup").outputs["save"] == "true" and setup_ran(third) >= 1, third.text
         record = jobs.record()
         assert record["key"] != first_key and record["key"] in jobs.cache.saved and len(record["files"]) == 2
         saved = sorted(p.relative_to(jobs.entry(record["key"])).as_posix()
                        for p in jobs.entry(record["key"]).rglob("*.tar"))
         assert saved == sorted(record["files"])
 
-        # Job 3, a fresh runner again: the recorded entry, checked, is the set-up; no set-up command runs at all,
+        # Job 4, a fresh runner again: the recorded entry, checked, is the set-up; no set-up command runs at all,
         # and the gates (made-by-setup reads what set-up made) pass on it.
-        third = jobs.job()
-        assert third.status == "success" and outcome(third) == "Advanced", third.text
-        assert third.step("setup-restore").outputs["cache-hit"] == "true" and not third.step("setup").ran
-        assert "sha256 checked against the record" in third.text, third.text
-        assert setup_ran(third) == 0, third.text
-        assert third.text.count("plan-runner setup: cache ") == 2  # the agent's clone and the gates' checkout
-
-        # The entry is changed after the save (deleted and saved again by another job on the default branch): job 4
-        # restores it under the recorded key, its digests differ, it is refused, the record is dropped (so the next
-        # job builds a fresh entry) and the set-up runs fresh: the gates never see the poisoned `made/ok`.
-        jobs.poisoned_entry(record["key"])
         fourth = jobs.job()
         assert fourth.status == "success" and outcome(fourth) == "Advanced", fourth.text
-        assert "the restored set-up cache was refused" in fourth.text and "has sha256" in fourth.text, fourth.text
-        assert setup_ran(fourth) >= 1, fourth.text
-        gone = subprocess.run(["git", "rev-parse", "--verify", "--quiet", action_setup.record_ref("greeter")],
-                              cwd=jobs.bare, capture_output=True, text=True)
-        assert gone.returncode != 0, "the refused entry's record was not dropped"
+        assert fourth.step("setup-restore").outputs["cache-hit"] == "true" and not fourth.step("setup").ran
+        assert "sha256 checked against the record" in fourth.text, fourth.text
+        assert setup_ran(fourth) == 0, fourth.text
+        assert fourth.text.count("plan-runner setup: cache ") == 2  # the agent's clone and the gates' checkout
 
 
 def test_the_record_is_checked_file_by_file(tmp_path):
