@@ -135,6 +135,10 @@ def run_variant(name: str, action: Path, bare: Path, top: Path, sessions: int, t
                 for at, line in jobs.stamps:
                     if line.startswith("plan-runner"):
                         print(f"      {at - first:6.2f} {line.rstrip()[:150]}")
+    entries = [p for p in (work / "cache-service").glob("*/**/*.tar")]
+    if entries:
+        print(f"  {name}: set-up archives in the cache service: " + ", ".join(
+            f"{p.stat().st_size / 1e6:.0f} MB" for p in entries), flush=True)
     return rows
 
 

@@ -227,7 +227,7 @@ def take_restored(env: Mapping[str, str], log=_say) -> bool | None:
     try:
         job = _Job(env)
         record = job.record()
-        key = env.get("PLAN_RUNNER_SETUP_RESTORE_KEY", "")
+        key = env.get("PLAN_RUNNER_SETUP_ENTRY", "")
         why = "no setup record vouches for it" if record is None else (
             f"it is not the entry the record names ({record['key']})" if record["key"] != key
             else take_verified(record, staged, job.cache_dir))
@@ -333,7 +333,7 @@ def cmd_build(env: Mapping[str, str]) -> int:
     files = build(job)
     save = False
     if files is not None:
-        record = {"setup": job.key, "key": env["PLAN_RUNNER_SETUP_SAVE_KEY"], "files": files}
+        record = {"setup": job.key, "key": env["PLAN_RUNNER_SETUP_SAVE_AS"], "files": files}
         if push_record(job, record):
             staged.mkdir(parents=True)
             for name in files:
