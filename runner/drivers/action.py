@@ -105,6 +105,12 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
                                                  f"{s.plan.id}: dry run", s.state.skipped, rows_of(s, ctx)))
+    from runner.drivers.action_setup import take_restored
+
+    try:  # the plan's set-up from the Actions cache, if the setup record vouches for it (before anything runs)
+        take_restored(env, lambda text: rep.log(f"plan-runner setup cache: {text}"))
+    except Exception as err:  # noqa: BLE001 - a cache is never worth a session: the set-up then runs as without it
+        rep.log(f"plan-runner setup cache: not used ({getattr(err, 'what', err)})")
     from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages
     from runner.adapters.github.permissions import check_job_permissions
     from runner.drivers.preflight import before_first_session

@@ -20,8 +20,8 @@ none), around this module:
 Caches saved on the default branch are readable from every branch (GitHub: "a workflow run can restore caches
 created in either the current branch or the default branch"): the entry holds no secret (binaries and a venv
 built before any credential is used), and the key names plan-runner's sources, so another version's job gets
-another entry. What a plan's `setup:` builds is not in this cache (see docs/github-actions.md, "The Actions
-cache").
+another entry. What a plan's `setup:` builds has entries of its own, verified against a record the agent cannot
+write (runner/drivers/action_setup.py).
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def cmd_key(env: Mapping[str, str]) -> int:
 
 def cmd_prepare(env: dict[str, str]) -> int:
     """In plan-runner's venv, after its install: the agent's CLI from the staged entry or npm, then the staging
-    of a miss. Prints `save=true|false` and `cli=<path>` to GITHUB_OUTPUT."""
+    of a miss. Prints `save=true|false` and `cli=<path>` to GITHUB_OUTPUT, and the set-up cache's keys
+    (runner/drivers/action_setup.py `key_outputs`)."""
     from runner.adapters.plan_io import load_plan
     from runner.core.errors import PlanRunnerError
     from runner.drivers.action_cli import install_cli, install_root, needed_cli, place_as_root
@@ -148,7 +149,12 @@ def cmd_prepare(env: dict[str, str]) -> int:
     if save:
         staged = stage(root, installed, staging)
         print(f"plan-runner cache: staged {', '.join(staged)} for the cache")
-    _output(env, save="true" if save else "false", cli=cli_path)
+    setup_keys: dict[str, str] = {}
+    if env.get("PLAN_RUNNER_DRY_RUN", "").strip().lower() != "true":  # a dry run sets nothing up
+        from runner.drivers.action_setup import key_outputs
+
+        setup_keys = key_outputs(env)  # the plan's `setup:` results: runner/drivers/action_setup.py
+    _output(env, save="true" if save else "false", cli=cli_path, **setup_keys)
     return 0
 
 

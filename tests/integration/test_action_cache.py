@@ -56,14 +56,25 @@ def test_the_save_step_comes_before_anything_of_the_session_runs():
     """In action.yml the save step precedes the step that runs plan-runner (agent, gates, set-up), and every cache
     step's key and path come from the key step (a `run:` step, before any of them)."""
     steps = yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"]
-    names = [s.get("uses", "").split("@")[0] or s.get("id") for s in steps]
-    assert names.index("cache") < names.index("actions/cache/restore") < names.index("install") \
-        < names.index("prepare") < names.index("actions/cache/save") < names.index("run")
-    for step in steps:
-        if step.get("uses", "").startswith("actions/cache/"):
-            assert step["with"] == {"path": "${{ steps.cache.outputs.dir }}", "key": "${{ steps.cache.outputs.key }}"}
-    save = next(s for s in steps if s.get("uses", "").startswith("actions/cache/save"))
-    assert save["if"] == "steps.prepare.outputs.save == 'true'"
+    names = [s.get("id") or s.get("name") for s in steps]
+    assert names.index("cache") < names.index("restore") < names.index("install") \
+        < names.index("prepare") < names.index("Save the install") < names.index("run")
+    # the plan's set-up (runner/drivers/action_setup.py): built and saved before the session's step too
+    assert names.index("prepare") < names.index("setup-restore") < names.index("setup") \
+        < names.index("Save the set-up") < names.index("run")
+    cache_steps = {s.get("id") or s["name"]: s for s in steps if s.get("uses", "").startswith("actions/cache/")}
+    assert sorted(cache_steps) == ["Save the install", "Save the set-up", "restore", "setup-restore"]
+    for name in ("restore", "Save the install"):
+        assert cache_steps[name]["with"] == {"path": "${{ steps.cache.outputs.dir }}",
+                                             "key": "${{ steps.cache.outputs.key }}"}
+    assert cache_steps["setup-restore"]["with"] == {"path": "${{ steps.prepare.outputs.setup-dir }}",
+                                                    "key": "${{ steps.prepare.outputs.setup-restore-key }}"}
+    assert cache_steps["Save the set-up"]["with"] == {"path": "${{ steps.prepare.outputs.setup-dir }}",
+                                                      "key": "${{ steps.prepare.outputs.setup-save-key }}"}
+    assert cache_steps["Save the install"]["if"] == "steps.prepare.outputs.save == 'true'"
+    assert cache_steps["Save the set-up"]["if"] == "steps.setup.outputs.save == 'true'"
+    for name in ("cache", "prepare"):  # the keys come from `run:` steps, which get no cache token
+        assert "run" in steps[names.index(name)] and "uses" not in steps[names.index(name)]
 
 
 def test_stage_and_adopt(tmp_path):

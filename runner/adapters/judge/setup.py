@@ -70,6 +70,12 @@ def _place(cache_dir: Path, workdir: Path) -> Path:
     return cache_dir / hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:16]
 
 
+def archive_path(cache_dir: Path, workdir: Path, key: str) -> Path:
+    """Where the archive of `key` built at `workdir` is kept (the Actions cache carries these files across jobs:
+    runner/drivers/action_setup.py)."""
+    return _place(cache_dir, workdir) / f"{key}.tar"
+
+
 def _restore(archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
     """Extract the cache into `workdir` (a tree the agent's identity owns) through descriptors only: `workdir`
     is opened from its parent (plan-runner's own folder) without following a link, and everything below it
@@ -136,7 +142,7 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
         if key != setup_key(setup, repo, trusted_sha):
             on_event("setup", "the key files differ from the base commit's: set-up runs fresh, nothing is cached")
         else:
-            archive = _place(cache_dir, workdir) / f"{key}.tar"
+            archive = archive_path(cache_dir, workdir, key)
             if not archive.is_file():
                 if trusted_sha != sha:
                     workdir = checkout(trusted_sha)
