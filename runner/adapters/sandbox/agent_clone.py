@@ -35,7 +35,7 @@ from runner.adapters.git.work import GitCommandError  # the git room owns GitPyt
 
 from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
-from runner.adapters.sandbox import fsafe, tools
+from runner.adapters.sandbox import fsafe, kept_tree, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
 from runner.adapters.sandbox.identity import Identity, area_key, available, judge_dir
 
@@ -179,6 +179,7 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     identity.kill_all()
     _own_root(area)
     hold_area(area)
+    _keep_gates(area, identity, scratch)
     for part in area.parts():
         _move_aside(area, part, identity)
     for part in (area.work, area.home, area.state, area.out):
@@ -274,6 +275,29 @@ def identity_remove_judge_tree(path: Path) -> None:
 
 
 TRASH = ".trash"  # in an area's root: plan-runner's own, mode 0700, out of the agent's reach
+KEPT = ".kept"  # likewise: the gates' tree between its checkouts, while the agent runs (kept_tree)
+
+
+def _keep_gates(area: AgentArea, identity: Identity, scratch: Path) -> None:
+    """The gates' tree of the last checkout, when it has a record, out of the agent's reach until the next
+    checkout (renamed into a folder of plan-runner's own, 0700); anything else of it goes to the trash."""
+    kept = area.root / KEPT
+    try:
+        os.mkdir(kept, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(kept)
+    if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+        return
+    _move_aside(area, kept / "gates", identity)  # one a session cut short before its checkout left there
+    if not (scratch / kept_tree.RECORD).is_file():
+        return
+    try:
+        st = os.lstat(area.gates)
+        if stat.S_ISDIR(st.st_mode):
+            os.rename(area.gates, kept / "gates")
+    except OSError:
+        pass
 
 
 def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
@@ -519,15 +543,20 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
 
 def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,
              into: Path | None = None) -> Path:
-    """A fresh checkout of `sha` (tracked files only) for gates, owned by the identity that runs them,
-    and a clean home for them. `into`: another folder of the area (the set-up cache of the agent's clone
-    is built from a checkout of the base commit at the clone's path)."""
+    """A checkout of `sha` (tracked files only, nothing else) for gates, owned by the identity that runs them,
+    and a clean home for them. The gates' tree of the previous checkout is kept and brought back to exactly
+    the tracked files of `sha` where that can be proven (runner.adapters.sandbox.kept_tree), else made fresh.
+    `into`: another folder of the area, always fresh (the set-up cache of the agent's clone is built from a
+    checkout of the base commit at the clone's path)."""
     identity.kill_all()
     _own_root(area)
     target = into or area.gates
-    _fresh_dir(area, target, identity, 0o755 if into is None else 0o700)
     if into is None:
         _fresh_dir(area, area.gate_home, identity)
+        identity.give(area.gate_home)
+        if _update_kept(area, identity, repo, sha, scratch):
+            return target
+    _fresh_dir(area, target, identity, 0o755 if into is None else 0o700)
     index = scratch / "gate.index"
     index.unlink(missing_ok=True)
     env = {"GIT_INDEX_FILE": str(index)}
@@ -539,7 +568,140 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
     finally:
         index.unlink(missing_ok=True)
-    identity.give(target)
-    if into is None:
-        identity.give(area.gate_home)
+    owner = _keeper(identity)
+    if into is not None or owner is None:
+        identity.give(target)
+        return target
+    # Handed over and recorded in one walk: the record is what the identity is given, before it runs anything.
+    with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
+            fsafe.opened_dir(target, below=area.root) as root_fd:
+        entries = kept_tree.record(root_fd, owner if identity.isolated else None)
+        try:
+            kept_tree.settle(area_fd, kept_tree.newest_ctime(entries))
+        except kept_tree.Mismatch:
+            return target  # no record: the next checkout is fresh
+    kept_tree.save(scratch / kept_tree.RECORD, sha=sha, uid=owner[0], entries=entries)
     return target
+
+
+_KEEP_LIMIT = 2000  # differences beyond max(this, a third of the tree): a fresh checkout costs no more
+
+
+def kept_owner(area: AgentArea) -> int | None:
+    """The uid owning the plan's kept gates' tree (the pool user to lease first: the tree is kept only for
+    the identity that owns it), or None."""
+    try:
+        st = os.lstat(area.gates)
+    except OSError:
+        return None
+    return st.st_uid if stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid() else None
+
+
+def _keeper(identity: Identity) -> tuple[int, int] | None:
+    """Who owns a kept gates' tree: the identity's uid and gid (the judge's own without isolation); None
+    where plan-runner reaches the identity's files through sudo only (no tree is kept: always fresh)."""
+    if not identity.isolated:
+        return os.geteuid(), os.getegid()
+    if identity.sudo or identity.uid is None or identity.gid is None:
+        return None
+    return identity.uid, identity.gid
+
+
+def _tree_changes(repo: Path, old: str, new: str) -> list[tuple[int, int, str, str]]:
+    """(old mode, new mode, new object, path) of every entry, folders included, that differs between the
+    commits `old` and `new`. Raises kept_tree.Mismatch when a `.gitattributes` changes (how every other file
+    checks out may change with it)."""
+    if old == new:
+        return []
+    out = gitwork.run_git(repo, "diff-tree", "-r", "-t", "-z", "--no-renames", "--raw", old, new)
+    fields = out.split(b"\0")
+    changes = []
+    for i in range(0, len(fields) - 1, 2):
+        meta, raw_path = fields[i].decode("ascii"), fields[i + 1]
+        old_mode, new_mode, _old_sha, new_sha, _status = meta.lstrip(":").split(" ")
+        path = os.fsdecode(raw_path)
+        if path.rsplit("/", 1)[-1] == ".gitattributes":
+            raise kept_tree.Mismatch(".gitattributes changed")
+        changes.append((int(old_mode, 8), int(new_mode, 8), new_sha, path))
+    return changes
+
+
+def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> bool:
+    """Bring the kept gates' tree to exactly the tracked files of `sha` (kept_tree); False: make it fresh."""
+    owner = _keeper(identity)
+    rec = kept_tree.load(scratch / kept_tree.RECORD)
+    if rec is None or owner is None or rec["uid"] != owner[0]:
+        return False
+    held = area.root / KEPT / "gates"
+    try:
+        if os.path.lexists(held):  # hidden from the agent while it ran (prepare): back in its place
+            _move_aside(area, area.gates, identity)
+            os.rename(held, area.gates)
+    except OSError:
+        return False
+    if not os.path.isdir(area.gates) or os.path.islink(area.gates):
+        return False
+    entries: dict[str, tuple] = rec["entries"]
+    limit = max(_KEEP_LIMIT, len(entries) // 3)
+    index = scratch / "gate.index"
+    try:
+        changes = _tree_changes(repo, rec["sha"], sha)
+        if len(changes) > limit:
+            return False
+        trash = _trash(area)
+        with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
+                fsafe.opened_dir(area.gates, below=area.root) as root_fd:
+            trash_fd = os.open(trash.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                               dir_fd=area_fd)
+            try:
+                gone = kept_tree.prune(root_fd, entries, trash_fd, limit)
+                inodes = {k[4] if len(k) == 8 else k[3] for k in entries.values()}
+                if kept_tree.held_open(os.fstat(root_fd).st_dev, inodes) is not None:
+                    return False
+                old_side = set()
+                for old_mode, new_mode, _new_sha, path in changes:
+                    if old_mode and not (stat.S_ISDIR(old_mode) and stat.S_ISDIR(new_mode)):
+                        old_side.add(path)
+                for path in sorted(old_side):
+                    kept_tree.move_aside(root_fd, path, trash_fd)
+                kept_tree.drop(entries, old_side)
+                lines = [f"{new_mode:o} {new_sha}\t{path}" for _o, new_mode, new_sha, path in changes
+                         if new_mode and not stat.S_ISDIR(new_mode)]
+                missing = sorted(p for p in gone if p not in old_side and not any(
+                    p.startswith(o + "/") for o in old_side))
+                if missing:  # recorded entries the gates removed or replaced: as the new commit has them
+                    listed = gitwork.run_git(repo, "--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree",
+                                             sha, "--", *missing)
+                    lines += [os.fsdecode(x) for x in listed.split(b"\0") if x]
+                wrote = sorted({line.split("\t", 1)[1] for line in lines})
+                if wrote:
+                    index.unlink(missing_ok=True)
+                    env = {"GIT_INDEX_FILE": str(index)}
+                    # `mode sha<TAB>path` (the diff's) and `mode type sha<TAB>path` (ls-tree's): both index-info
+                    gitwork.run_git(repo, "update-index", "-z", "--index-info",
+                                    data=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"),
+                                    env=env)
+                    gitwork.run_git(repo, "checkout-index", "--all", "--force", f"--prefix={area.gates}/", env=env)
+                    kept_tree.adopt(root_fd, wrote, entries, owner if identity.isolated else None)
+                    kept_tree.settle(area_fd, kept_tree.newest_ctime({p: entries[p] for p in wrote}))
+            finally:
+                os.close(trash_fd)
+    except (OSError, kept_tree.Mismatch, GitCommandError, PlanRunnerError, KeyError, ValueError):
+        return False
+    finally:
+        index.unlink(missing_ok=True)
+    kept_tree.save(scratch / kept_tree.RECORD, sha=sha, uid=owner[0], entries=entries)
+    return True
+
+
+def _trash(area: AgentArea) -> Path:
+    """The area's trash (plan-runner's own, 0700), made if missing; refused when it is anything else."""
+    trash = area.root / TRASH
+    try:
+        os.mkdir(trash, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(trash)
+    if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+        raise kept_tree.Mismatch(f"{trash} is not plan-runner's own folder")
+    return trash
