@@ -1,7 +1,9 @@
 """The agent's own area, and how its work crosses into the judge's repository (SPEC 4b, 3 and 4).
 
-The agent never works in plan-runner's repository. Each session it gets a fresh
-clone of the work branch in a directory of its own (`work/`), an empty `home/`,
+The agent never works in plan-runner's repository. Each session it gets a clone of
+the work branch at its judged sha in a directory of its own (`work/`: the previous
+session's clone updated in place by the agent's own git where that can be done
+cleanly, else made again), an empty `home/`,
 and `state/` (its CLI's saved sessions, restored from the plan's state), all
 owned by the agent's identity, under a per-plan folder whose path never changes
 (Claude Code finds a session to resume by its working directory).
@@ -13,9 +15,10 @@ regular file, never through a link) and fetches it into its own repository with
 object checks on. Commits are data: their configuration, hooks, attributes,
 replace refs and alternates never come along.
 
-Gates and `verify:` run on a fresh checkout of the judged commit (tracked files
-only: no ignored or untracked files, no caches the agent left) in `gates/`,
-owned by the agent's identity, with a clean `home`.
+Gates and `verify:` run on a checkout of the judged commit (tracked files only: no
+ignored or untracked files, no caches the agent left) in `gates/`, owned by the
+agent's identity, with a clean `home`: the previous checkout kept and proven to be
+exactly that (runner.adapters.sandbox.kept_tree), else a fresh one.
 """
 
 from __future__ import annotations
@@ -75,6 +78,47 @@ g config "branch.$branch.merge" "refs/heads/$branch"
 g update-ref "refs/remotes/plan-runner/$branch" "$sha"
 g update-ref "refs/heads/$branch" "$sha"
 g reset --quiet --hard
+"""
+# The previous session's clone brought to the judged sha in place (its files rewritten only where they differ),
+# by a git running as the agent: a configuration as a new clone's (the one the agent left, its hooks, excludes,
+# attributes and sparse patterns gone), the branch reset to the sha, the work tree checked out with force, and
+# everything a new clone would not hold (untracked and ignored files: what the agent's last session and its
+# set-up made) moved aside in O(1) per folder. An index with skip-worktree or assume-unchanged entries (the
+# checkout would not rewrite those files), a quoted name or anything else unusual: exit non-zero, made again.
+_UPDATE_SCRIPT = r"""
+work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 aside=$8
+set -e
+cd "$work"
+[ -d .git ] && [ ! -L .git ] && [ -f .git/HEAD ] && [ -d .git/objects/info ] && [ ! -L .git/objects ] || exit 20
+g() { git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.untrackedCache=false -c core.quotePath=true "$@"; }
+rm -f .git/config .git/commondir .git/info/exclude .git/info/attributes .git/info/sparse-checkout .git/info/grafts \
+  .git/index.lock .git/shallow
+rm -rf .git/hooks
+g init --quiet --initial-branch="$branch" . >/dev/null
+printf '%s\n' "$objects" > .git/objects/info/alternates
+g config user.name "$name"
+g config user.email "$email"
+g config remote.plan-runner.url "$url"
+g config remote.plan-runner.fetch "+refs/heads/$branch:refs/remotes/plan-runner/$branch"
+g config "branch.$branch.remote" plan-runner
+g config "branch.$branch.merge" "refs/heads/$branch"
+g for-each-ref --format='%(refname)' | while IFS= read -r r; do
+  [ "$r" = "refs/heads/$branch" ] || echo "delete $r"
+done | g update-ref --stdin
+g update-ref "refs/remotes/plan-runner/$branch" "$sha"
+if [ -n "$(g ls-files -v | grep -v '^H ' | head -n 1)" ]; then exit 21; fi
+g checkout --quiet --force -B "$branch" "$sha"
+g update-index --no-untracked-cache --no-fsmonitor >/dev/null 2>&1 || true
+mkdir "$aside"
+i=0
+g ls-files --others --directory > "$aside.list"
+while IFS= read -r p; do
+  case $p in \"*) exit 22;; esac
+  i=$((i + 1)); mv -- "${p%/}" "$aside/$i"
+done < "$aside.list"
+[ "$(g rev-parse HEAD)" = "$sha" ] && [ "$(g symbolic-ref HEAD)" = "refs/heads/$branch" ] || exit 23
+[ -z "$(g status --porcelain --untracked-files=all --ignored | head -n 1)" ] || exit 24
+echo updated
 """
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
                 "Saved by plan-runner so no work is lost; this commit does not count as progress.\n\n"
@@ -172,23 +216,16 @@ def _tail(proc: subprocess.CompletedProcess[bytes]) -> str:
 
 def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_state: Path | None,
             scratch: Path) -> None:
-    """A fresh area for one session: a clone of `branch` that borrows its objects from the judge's seed
-    store (seed_store: only the new commits cross, whatever the history's length), an empty home, and the
-    agent's saved CLI state; nothing of the previous session (and no process) is left. The previous
-    session's parts are moved aside in O(1) and deleted off the critical path (discard_trash)."""
+    """The area for one session: a clone of `branch` at its judged sha that borrows its objects from the
+    judge's seed store (seed_store: only the new commits cross, whatever the history's length), an empty
+    home, and the agent's saved CLI state; nothing of the previous session (and no process) is left. The
+    previous session's clone is updated in place by a git running as the agent where it can be (same owner,
+    a usable repository: _UPDATE_SCRIPT), else made again; the other parts are moved aside in O(1) and
+    deleted off the critical path (discard_trash)."""
     identity.kill_all()
     _own_root(area)
     hold_area(area)
     _keep_gates(area, identity, scratch)
-    for part in area.parts():
-        _move_aside(area, part, identity)
-    for part in (area.work, area.home, area.state, area.out):
-        os.mkdir(part, 0o700)
-    if saved_state is not None and saved_state.is_dir():
-        shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
-    for part in (area.work, area.home, area.state, area.out):
-        identity.give(part)
-    os.mkdir(area.inputs, 0o711)
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         sha = gitwork.ref_sha(repo, f"refs/heads/{branch}")
@@ -201,14 +238,48 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
     objects = str(store / "objects") if store is not None else str(gitwork.git_dir(repo) / "objects")
     name, email = _committer(repo)
-    proc = run_as(identity, ["sh", "-c", _SEED_SCRIPT, "seed", str(area.work), objects, branch, sha, name, email,
-                             str(store or repo)], cwd=area.home, env=agent_git_env(area))
+    seed_args = [str(area.work), objects, branch, sha, name, email, str(store or repo)]
+    kept = _update_clone(area, identity, seed_args)
+    for part in area.parts():
+        if not (kept and part == area.work):
+            _move_aside(area, part, identity)
+    fresh = (area.home, area.state, area.out) if kept else (area.work, area.home, area.state, area.out)
+    for part in fresh:
+        os.mkdir(part, 0o700)
+    if saved_state is not None and saved_state.is_dir():
+        shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
+    for part in fresh:
+        identity.give(part)
+    os.mkdir(area.inputs, 0o711)
+    if kept:
+        return
+    proc = run_as(identity, ["sh", "-c", _SEED_SCRIPT, "seed", *seed_args], cwd=area.home, env=agent_git_env(area))
     if proc.returncode != 0:
         raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
                               why=_tail(proc),
                               fix=f"check that {area.root} and {objects} are reachable by the user "
                                   f"{identity.name or 'running plan-runner'}: every folder above them must be "
                                   "searchable (o+x)")
+
+
+def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str]) -> bool:
+    """The previous session's clone brought to the judged sha in place, by a git running as the agent in its
+    own clone (never the judge's git there): True when it is. Only a clone the same identity owns (the uid
+    that wrote another may serve another session meanwhile); what the update leaves aside goes into the old
+    `out` (moved to the trash next)."""
+    owner = identity.uid if identity.isolated else os.geteuid()
+    for part in (area.work, area.out):
+        try:
+            st = os.lstat(part)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
+            return False
+    env = {**agent_git_env(area), "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1",
+           "HOME": str(area.out)}
+    proc = run_as(identity, ["sh", "-c", _UPDATE_SCRIPT, "update", *seed_args, f"{area.out}/aside"],
+                  cwd=area.work, env=env)
+    return proc.returncode == 0 and proc.stdout.strip().endswith(b"updated")
 
 
 def _repo_key(repo: Path) -> str:
