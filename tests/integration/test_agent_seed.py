@@ -144,4 +144,98 @@ def test_a_first_fill_brings_a_bounded_history_and_the_agents_clone_is_shallow_a
                              user=agent.uid, group=agent.gid, env={"PATH": os.environ["PATH"], "HOME": str(area.home)})
         assert log.returncode == 0, log.stderr
         assert log.stdout.split() == ["next", "c5", "c4", "c3"]
+        agent_clone.prepare(area, agent, repo, "plan-runner/p", None, tmp_path / "scratch")  # kept, updated
+        log = subprocess.run(["git", "-C", str(area.work), "log", "--format=%s"], capture_output=True, text=True,
+                             user=agent.uid, group=agent.gid, env={"PATH": os.environ["PATH"], "HOME": str(area.home)})
+        assert log.returncode == 0 and log.stdout.split() == ["next", "c5", "c4", "c3"], log.stderr
         agent_clone.discard_area(area, agent)
+
+
+def _agent(identity, area, script: str) -> None:
+    """The agent's own doing in its clone, as its identity."""
+    done = agent_clone.run_as(identity, ["sh", "-c", script], cwd=area.work,
+                              env={**agent_clone.agent_git_env(area), "GIT_AUTHOR_NAME": "a",
+                                   "GIT_AUTHOR_EMAIL": "a@x.invalid", "GIT_COMMITTER_NAME": "a",
+                                   "GIT_COMMITTER_EMAIL": "a@x.invalid"})
+    assert done.returncode == 0, done.stderr
+
+
+def _tracked_listing(root: Path) -> dict[str, bytes]:
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not (folder == str(root) and d == ".git")]
+        for name in files:
+            path = Path(folder) / name
+            out[str(path.relative_to(root))] = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+    return out
+
+
+@pytest.fixture(params=["none", "user"])
+def who(request):
+    if request.param == "none":
+        yield Identity()
+        return
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as a pooled agent user")
+    from runner.adapters.sandbox import identity as sandbox
+    with sandbox.leased("user") as identity:
+        yield identity
+
+
+def test_the_kept_clone_lands_on_exactly_the_judged_sha_with_nothing_of_the_last_session(judge, tmp_path, who):
+    """The clone is updated in place (same folder: Claude Code resumes by its path), by the agent's git, to the
+    judged sha: the agent's commits, leftovers, ignored files, config, hooks, excludes, replace refs and other
+    branches gone, its files as a fresh clone's."""
+    repo, _ = judge
+    area = agent_clone.area_for(repo, f"kept-{who.uid}")
+    scratch = tmp_path / "scratch"
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    inode = os.lstat(area.work).st_ino
+    _agent(who, area, "echo mine > mine.txt; echo '*.log' > .gitignore; git add -A; git commit -qm agent; "
+                      "echo left > left.txt; mkdir -p build/x; echo 1 > build/x/y.log; echo 2 > z.log; "
+                      "git config core.fsmonitor 'echo pwned > pwned'; echo x > .git/info/exclude; "
+                      "printf '#!/bin/sh\\necho hook > hooked\\n' > .git/hooks/post-checkout; "
+                      "chmod +x .git/hooks/post-checkout; git branch other; git tag t1; "
+                      "git replace -f HEAD~1 HEAD")
+    # the judge's work branch moved on meanwhile (the agent's commit judged and more)
+    (repo / "b.txt").write_text("b\n")
+    git(repo, "checkout", "-q", "plan-runner/p")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "judged")
+    git(repo, "checkout", "-q", "main")
+    sha = git(repo, "rev-parse", "plan-runner/p")
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    assert os.lstat(area.work).st_ino == inode, "the clone was made again, not kept"
+    assert git(area.work, "-c", "safe.directory=*", "rev-parse", "HEAD") == sha
+    assert git(area.work, "-c", "safe.directory=*", "symbolic-ref", "HEAD") == "refs/heads/plan-runner/p"
+    assert git(area.work, "-c", "safe.directory=*", "for-each-ref", "--format=%(refname)").split() == [
+        "refs/heads/plan-runner/p", "refs/remotes/plan-runner/plan-runner/p"]
+    assert _tracked_listing(area.work) == {"a.txt": b"a\n", "b.txt": b"b\n"}
+    assert not (area.work / "pwned").exists() and not (area.work / "hooked").exists()
+    assert "fsmonitor" not in (area.work / ".git/config").read_text()
+    assert not [h for h in os.listdir(area.work / ".git/hooks") if not h.endswith(".sample")]
+    assert git(area.work, "-c", "safe.directory=*", "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
+    agent_clone.discard_trash(area, who, wait=True)
+    agent_clone.discard_area(area)
+
+
+def test_a_clone_with_hidden_index_entries_or_of_another_owner_is_made_again(judge, tmp_path, who):
+    """skip-worktree and assume-unchanged entries keep a checkout from rewriting those files: such a clone is
+    not kept (positive control: the same clone without them is)."""
+    repo, _ = judge
+    area = agent_clone.area_for(repo, f"hidden-{who.uid}")
+    scratch = tmp_path / "scratch"
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    inode = os.lstat(area.work).st_ino
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    assert os.lstat(area.work).st_ino == inode  # the positive control: kept
+    _agent(who, area, "git update-index --skip-worktree a.txt; echo forged > a.txt")
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    assert os.lstat(area.work).st_ino != inode, "a clone whose index hides a file was kept"
+    assert (area.work / "a.txt").read_text() == "a\n"
+    if who.isolated:
+        os.chown(area.work, 0, 0)  # another owner: the uid that wrote it may serve another session now
+        inode = os.lstat(area.work).st_ino
+        agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+        assert os.lstat(area.work).st_ino != inode
+    agent_clone.discard_area(area)

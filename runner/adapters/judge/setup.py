@@ -106,6 +106,26 @@ def _save(archive: Path, workdir: Path, paths: tuple[str, ...]) -> None:
         old.unlink(missing_ok=True)
 
 
+def _give_back(identity: Identity, workdir: Path, written: tuple[str, ...]) -> None:
+    """After `reclaim`: the tree the identity's again. Through sudo, all of it (reclaim took all of it); as root
+    (reclaim took nothing) only what plan-runner wrote at the paths `written`, from the topmost folder it made:
+    the tracked files keep their inode data, so a kept gates' tree stays provably unchanged (kept_tree)."""
+    if identity.sudo or not identity.isolated:
+        identity.give(workdir)
+        return
+    for root in written:
+        parts = root.split("/")
+        for i in range(1, len(parts) + 1):
+            path = workdir.joinpath(*parts[:i])
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                break
+            if st.st_uid != identity.uid:
+                identity.give(path, below=workdir.parent)
+                break
+
+
 def _run_commands(setup: SetupConfig, workdir: Path, env: Mapping[str, str], identity: Identity,
                   on_event: Callable[[str, str], None]) -> GateResult | None:
     for i, command in enumerate(setup.run, 1):
@@ -154,7 +174,7 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
                     try:
                         _save(archive, workdir, roots)
                     finally:
-                        identity.give(workdir)
+                        _give_back(identity, workdir, ())
                 if trusted_sha != sha:
                     workdir = checkout(sha)
                 elif failed is None:
@@ -167,7 +187,7 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
                 try:
                     restored = _restore(archive, workdir, roots)
                 finally:
-                    identity.give(workdir)
+                    _give_back(identity, workdir, roots)
                 if restored:
                     on_event("setup", f"cache {key[:12]} restored")
                     return ()

@@ -1,7 +1,9 @@
 """The agent's own area, and how its work crosses into the judge's repository (SPEC 4b, 3 and 4).
 
-The agent never works in plan-runner's repository. Each session it gets a fresh
-clone of the work branch in a directory of its own (`work/`), an empty `home/`,
+The agent never works in plan-runner's repository. Each session it gets a clone of
+the work branch at its judged sha in a directory of its own (`work/`: the previous
+session's clone updated in place by the agent's own git where that can be done
+cleanly, else made again), an empty `home/`,
 and `state/` (its CLI's saved sessions, restored from the plan's state), all
 owned by the agent's identity, under a per-plan folder whose path never changes
 (Claude Code finds a session to resume by its working directory).
@@ -13,9 +15,10 @@ regular file, never through a link) and fetches it into its own repository with
 object checks on. Commits are data: their configuration, hooks, attributes,
 replace refs and alternates never come along.
 
-Gates and `verify:` run on a fresh checkout of the judged commit (tracked files
-only: no ignored or untracked files, no caches the agent left) in `gates/`,
-owned by the agent's identity, with a clean `home`.
+Gates and `verify:` run on a checkout of the judged commit (tracked files only: no
+ignored or untracked files, no caches the agent left) in `gates/`, owned by the
+agent's identity, with a clean `home`: the previous checkout kept and proven to be
+exactly that (runner.adapters.sandbox.kept_tree), else a fresh one.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from runner.adapters.git.work import GitCommandError  # the git room owns GitPyt
 
 from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
-from runner.adapters.sandbox import fsafe, tools
+from runner.adapters.sandbox import fsafe, kept_tree, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
 from runner.adapters.sandbox.identity import Identity, area_key, available, judge_dir
 
@@ -80,6 +83,48 @@ if [ -f "$shallow" ]; then cp "$shallow" .git/shallow; fi
 g update-ref "refs/remotes/plan-runner/$branch" "$sha"
 g update-ref "refs/heads/$branch" "$sha"
 g reset --quiet --hard
+"""
+# The previous session's clone brought to the judged sha in place (its files rewritten only where they differ),
+# by a git running as the agent: a configuration as a new clone's (the one the agent left, its hooks, excludes,
+# attributes and sparse patterns gone), the branch reset to the sha, the work tree checked out with force, and
+# everything a new clone would not hold (untracked and ignored files: what the agent's last session and its
+# set-up made) moved aside in O(1) per folder. An index with skip-worktree or assume-unchanged entries (the
+# checkout would not rewrite those files), a quoted name or anything else unusual: exit non-zero, made again.
+_UPDATE_SCRIPT = r"""
+work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8 aside=$9
+set -e
+cd "$work"
+[ -d .git ] && [ ! -L .git ] && [ -f .git/HEAD ] && [ -d .git/objects/info ] && [ ! -L .git/objects ] || exit 20
+g() { git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.untrackedCache=false -c core.quotePath=true "$@"; }
+rm -f .git/config .git/commondir .git/info/exclude .git/info/attributes .git/info/sparse-checkout .git/info/grafts \
+  .git/index.lock .git/shallow
+rm -rf .git/hooks
+g init --quiet --initial-branch="$branch" . >/dev/null
+printf '%s\n' "$objects" > .git/objects/info/alternates
+if [ -f "$shallow" ]; then cp "$shallow" .git/shallow; fi
+g config user.name "$name"
+g config user.email "$email"
+g config remote.plan-runner.url "$url"
+g config remote.plan-runner.fetch "+refs/heads/$branch:refs/remotes/plan-runner/$branch"
+g config "branch.$branch.remote" plan-runner
+g config "branch.$branch.merge" "refs/heads/$branch"
+g for-each-ref --format='%(refname)' | while IFS= read -r r; do
+  [ "$r" = "refs/heads/$branch" ] || echo "delete $r"
+done | g update-ref --stdin
+g update-ref "refs/remotes/plan-runner/$branch" "$sha"
+if [ -n "$(g ls-files -v | grep -v '^H ' | head -n 1)" ]; then exit 21; fi
+g checkout --quiet --force -B "$branch" "$sha"
+g update-index --no-untracked-cache --no-fsmonitor >/dev/null 2>&1 || true
+mkdir "$aside"
+i=0
+g ls-files --others --directory > "$aside.list"
+while IFS= read -r p; do
+  case $p in \"*) exit 22;; esac
+  i=$((i + 1)); mv -- "${p%/}" "$aside/$i"
+done < "$aside.list"
+[ "$(g rev-parse HEAD)" = "$sha" ] && [ "$(g symbolic-ref HEAD)" = "refs/heads/$branch" ] || exit 23
+[ -z "$(g status --porcelain --untracked-files=all --ignored | head -n 1)" ] || exit 24
+echo updated
 """
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
                 "Saved by plan-runner so no work is lost; this commit does not count as progress.\n\n"
@@ -177,22 +222,16 @@ def _tail(proc: subprocess.CompletedProcess[bytes]) -> str:
 
 def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_state: Path | None,
             scratch: Path) -> None:
-    """A fresh area for one session: a clone of `branch` that borrows its objects from the judge's seed
-    store (seed_store: only the new commits cross, whatever the history's length), an empty home, and the
-    agent's saved CLI state; nothing of the previous session (and no process) is left. The previous
-    session's parts are moved aside in O(1) and deleted off the critical path (discard_trash)."""
+    """The area for one session: a clone of `branch` at its judged sha that borrows its objects from the
+    judge's seed store (seed_store: only the new commits cross, whatever the history's length), an empty
+    home, and the agent's saved CLI state; nothing of the previous session (and no process) is left. The
+    previous session's clone is updated in place by a git running as the agent where it can be (same owner,
+    a usable repository: _UPDATE_SCRIPT), else made again; the other parts are moved aside in O(1) and
+    deleted off the critical path (discard_trash)."""
     identity.kill_all()
     _own_root(area)
     hold_area(area)
-    for part in area.parts():
-        _move_aside(area, part, identity)
-    for part in (area.work, area.home, area.state, area.out):
-        os.mkdir(part, 0o700)
-    if saved_state is not None and saved_state.is_dir():
-        shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
-    for part in (area.work, area.home, area.state, area.out):
-        identity.give(part)
-    os.mkdir(area.inputs, 0o711)
+    _keep_gates(area, identity, scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         sha = gitwork.ref_sha(repo, f"refs/heads/{branch}")
@@ -206,14 +245,48 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     source = store if store is not None else gitwork.git_dir(repo)  # where the objects (and `shallow`) are
     objects = str(source / "objects")
     name, email = _committer(repo)
-    proc = run_as(identity, ["sh", "-c", _SEED_SCRIPT, "seed", str(area.work), objects, branch, sha, name, email,
-                             str(store or repo), str(source / "shallow")], cwd=area.home, env=agent_git_env(area))
+    seed_args = [str(area.work), objects, branch, sha, name, email, str(store or repo), str(source / "shallow")]
+    kept = _update_clone(area, identity, seed_args)
+    for part in area.parts():
+        if not (kept and part == area.work):
+            _move_aside(area, part, identity)
+    fresh = (area.home, area.state, area.out) if kept else (area.work, area.home, area.state, area.out)
+    for part in fresh:
+        os.mkdir(part, 0o700)
+    if saved_state is not None and saved_state.is_dir():
+        shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
+    for part in fresh:
+        identity.give(part)
+    os.mkdir(area.inputs, 0o711)
+    if kept:
+        return
+    proc = run_as(identity, ["sh", "-c", _SEED_SCRIPT, "seed", *seed_args], cwd=area.home, env=agent_git_env(area))
     if proc.returncode != 0:
         raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
                               why=_tail(proc),
                               fix=f"check that {area.root} and {objects} are reachable by the user "
                                   f"{identity.name or 'running plan-runner'}: every folder above them must be "
                                   "searchable (o+x)")
+
+
+def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str]) -> bool:
+    """The previous session's clone brought to the judged sha in place, by a git running as the agent in its
+    own clone (never the judge's git there): True when it is. Only a clone the same identity owns (the uid
+    that wrote another may serve another session meanwhile); what the update leaves aside goes into the old
+    `out` (moved to the trash next)."""
+    owner = identity.uid if identity.isolated else os.geteuid()
+    for part in (area.work, area.out):
+        try:
+            st = os.lstat(part)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
+            return False
+    env = {**agent_git_env(area), "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1",
+           "HOME": str(area.out)}
+    proc = run_as(identity, ["sh", "-c", _UPDATE_SCRIPT, "update", *seed_args, f"{area.out}/aside"],
+                  cwd=area.work, env=env)
+    return proc.returncode == 0 and proc.stdout.strip().endswith(b"updated")
 
 
 def _repo_key(repo: Path) -> str:
@@ -283,6 +356,29 @@ def identity_remove_judge_tree(path: Path) -> None:
 
 
 TRASH = ".trash"  # in an area's root: plan-runner's own, mode 0700, out of the agent's reach
+KEPT = ".kept"  # likewise: the gates' tree between its checkouts, while the agent runs (kept_tree)
+
+
+def _keep_gates(area: AgentArea, identity: Identity, scratch: Path) -> None:
+    """The gates' tree of the last checkout, when it has a record, out of the agent's reach until the next
+    checkout (renamed into a folder of plan-runner's own, 0700); anything else of it goes to the trash."""
+    kept = area.root / KEPT
+    try:
+        os.mkdir(kept, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(kept)
+    if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+        return
+    _move_aside(area, kept / "gates", identity)  # one a session cut short before its checkout left there
+    if not (scratch / kept_tree.RECORD).is_file():
+        return
+    try:
+        st = os.lstat(area.gates)
+        if stat.S_ISDIR(st.st_mode):
+            os.rename(area.gates, kept / "gates")
+    except OSError:
+        pass
 
 
 def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
@@ -528,15 +624,20 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
 
 def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,
              into: Path | None = None) -> Path:
-    """A fresh checkout of `sha` (tracked files only) for gates, owned by the identity that runs them,
-    and a clean home for them. `into`: another folder of the area (the set-up cache of the agent's clone
-    is built from a checkout of the base commit at the clone's path)."""
+    """A checkout of `sha` (tracked files only, nothing else) for gates, owned by the identity that runs them,
+    and a clean home for them. The gates' tree of the previous checkout is kept and brought back to exactly
+    the tracked files of `sha` where that can be proven (runner.adapters.sandbox.kept_tree), else made fresh.
+    `into`: another folder of the area, always fresh (the set-up cache of the agent's clone is built from a
+    checkout of the base commit at the clone's path)."""
     identity.kill_all()
     _own_root(area)
     target = into or area.gates
-    _fresh_dir(area, target, identity, 0o755 if into is None else 0o700)
     if into is None:
         _fresh_dir(area, area.gate_home, identity)
+        identity.give(area.gate_home)
+        if _update_kept(area, identity, repo, sha, scratch):
+            return target
+    _fresh_dir(area, target, identity, 0o755 if into is None else 0o700)
     index = scratch / "gate.index"
     index.unlink(missing_ok=True)
     env = {"GIT_INDEX_FILE": str(index)}
@@ -548,7 +649,140 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
     finally:
         index.unlink(missing_ok=True)
-    identity.give(target)
-    if into is None:
-        identity.give(area.gate_home)
+    owner = _keeper(identity)
+    if into is not None or owner is None:
+        identity.give(target)
+        return target
+    # Handed over and recorded in one walk: the record is what the identity is given, before it runs anything.
+    with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
+            fsafe.opened_dir(target, below=area.root) as root_fd:
+        entries = kept_tree.record(root_fd, owner if identity.isolated else None)
+        try:
+            kept_tree.settle(area_fd, kept_tree.newest_ctime(entries))
+        except kept_tree.Mismatch:
+            return target  # no record: the next checkout is fresh
+    kept_tree.save(scratch / kept_tree.RECORD, sha=sha, uid=owner[0], entries=entries)
     return target
+
+
+_KEEP_LIMIT = 2000  # differences beyond max(this, a third of the tree): a fresh checkout costs no more
+
+
+def kept_owner(area: AgentArea) -> int | None:
+    """The uid owning the plan's kept gates' tree (the pool user to lease first: the tree is kept only for
+    the identity that owns it), or None."""
+    try:
+        st = os.lstat(area.gates)
+    except OSError:
+        return None
+    return st.st_uid if stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid() else None
+
+
+def _keeper(identity: Identity) -> tuple[int, int] | None:
+    """Who owns a kept gates' tree: the identity's uid and gid (the judge's own without isolation); None
+    where plan-runner reaches the identity's files through sudo only (no tree is kept: always fresh)."""
+    if not identity.isolated:
+        return os.geteuid(), os.getegid()
+    if identity.sudo or identity.uid is None or identity.gid is None:
+        return None
+    return identity.uid, identity.gid
+
+
+def _tree_changes(repo: Path, old: str, new: str) -> list[tuple[int, int, str, str]]:
+    """(old mode, new mode, new object, path) of every entry, folders included, that differs between the
+    commits `old` and `new`. Raises kept_tree.Mismatch when a `.gitattributes` changes (how every other file
+    checks out may change with it)."""
+    if old == new:
+        return []
+    out = gitwork.run_git(repo, "diff-tree", "-r", "-t", "-z", "--no-renames", "--raw", old, new)
+    fields = out.split(b"\0")
+    changes = []
+    for i in range(0, len(fields) - 1, 2):
+        meta, raw_path = fields[i].decode("ascii"), fields[i + 1]
+        old_mode, new_mode, _old_sha, new_sha, _status = meta.lstrip(":").split(" ")
+        path = os.fsdecode(raw_path)
+        if path.rsplit("/", 1)[-1] == ".gitattributes":
+            raise kept_tree.Mismatch(".gitattributes changed")
+        changes.append((int(old_mode, 8), int(new_mode, 8), new_sha, path))
+    return changes
+
+
+def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> bool:
+    """Bring the kept gates' tree to exactly the tracked files of `sha` (kept_tree); False: make it fresh."""
+    owner = _keeper(identity)
+    rec = kept_tree.load(scratch / kept_tree.RECORD)
+    if rec is None or owner is None or rec["uid"] != owner[0]:
+        return False
+    held = area.root / KEPT / "gates"
+    try:
+        if os.path.lexists(held):  # hidden from the agent while it ran (prepare): back in its place
+            _move_aside(area, area.gates, identity)
+            os.rename(held, area.gates)
+    except OSError:
+        return False
+    if not os.path.isdir(area.gates) or os.path.islink(area.gates):
+        return False
+    entries: dict[str, tuple] = rec["entries"]
+    limit = max(_KEEP_LIMIT, len(entries) // 3)
+    index = scratch / "gate.index"
+    try:
+        changes = _tree_changes(repo, rec["sha"], sha)
+        if len(changes) > limit:
+            return False
+        trash = _trash(area)
+        with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
+                fsafe.opened_dir(area.gates, below=area.root) as root_fd:
+            trash_fd = os.open(trash.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                               dir_fd=area_fd)
+            try:
+                gone = kept_tree.prune(root_fd, entries, trash_fd, limit)
+                inodes = {k[4] if len(k) == 8 else k[3] for k in entries.values()}
+                if kept_tree.held_open(os.fstat(root_fd).st_dev, inodes) is not None:
+                    return False
+                old_side = set()
+                for old_mode, new_mode, _new_sha, path in changes:
+                    if old_mode and not (stat.S_ISDIR(old_mode) and stat.S_ISDIR(new_mode)):
+                        old_side.add(path)
+                for path in sorted(old_side):
+                    kept_tree.move_aside(root_fd, path, trash_fd)
+                kept_tree.drop(entries, old_side)
+                lines = [f"{new_mode:o} {new_sha}\t{path}" for _o, new_mode, new_sha, path in changes
+                         if new_mode and not stat.S_ISDIR(new_mode)]
+                missing = sorted(p for p in gone if p not in old_side and not any(
+                    p.startswith(o + "/") for o in old_side))
+                if missing:  # recorded entries the gates removed or replaced: as the new commit has them
+                    listed = gitwork.run_git(repo, "--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree",
+                                             sha, "--", *missing)
+                    lines += [os.fsdecode(x) for x in listed.split(b"\0") if x]
+                wrote = sorted({line.split("\t", 1)[1] for line in lines})
+                if wrote:
+                    index.unlink(missing_ok=True)
+                    env = {"GIT_INDEX_FILE": str(index)}
+                    # `mode sha<TAB>path` (the diff's) and `mode type sha<TAB>path` (ls-tree's): both index-info
+                    gitwork.run_git(repo, "update-index", "-z", "--index-info",
+                                    data=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"),
+                                    env=env)
+                    gitwork.run_git(repo, "checkout-index", "--all", "--force", f"--prefix={area.gates}/", env=env)
+                    kept_tree.adopt(root_fd, wrote, entries, owner if identity.isolated else None)
+                    kept_tree.settle(area_fd, kept_tree.newest_ctime({p: entries[p] for p in wrote}))
+            finally:
+                os.close(trash_fd)
+    except (OSError, kept_tree.Mismatch, GitCommandError, PlanRunnerError, KeyError, ValueError):
+        return False
+    finally:
+        index.unlink(missing_ok=True)
+    kept_tree.save(scratch / kept_tree.RECORD, sha=sha, uid=owner[0], entries=entries)
+    return True
+
+
+def _trash(area: AgentArea) -> Path:
+    """The area's trash (plan-runner's own, 0700), made if missing; refused when it is anything else."""
+    trash = area.root / TRASH
+    try:
+        os.mkdir(trash, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(trash)
+    if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+        raise kept_tree.Mismatch(f"{trash} is not plan-runner's own folder")
+    return trash

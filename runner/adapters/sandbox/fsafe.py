@@ -78,6 +78,12 @@ def _open_dirs(base_fd: int, parts: tuple[str, ...]) -> int:
     return fd
 
 
+def open_below(dir_fd: int, parts: list[str] | tuple[str, ...]) -> int:
+    """A new descriptor of the folder `parts` below the folder `dir_fd`, reached without following any link
+    (Unsafe when a component is a link or not a folder); the caller closes it."""
+    return _open_dirs(dir_fd, tuple(parts))
+
+
 @contextmanager
 def opened_dir(path: Path, *, below: Path) -> Iterator[int]:
     """A descriptor of the directory `path`, reached from `below` without following any link."""

@@ -713,8 +713,9 @@ def _ensure_user(name: str, sudo: bool) -> tuple[int, int]:
                           why="useradd kept failing", fix=f"create it yourself: `useradd --system --user-group {name}`")
 
 
-def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
-    """Take an identity for one session, per the plan's `isolation` setting."""
+def acquire(isolation: Isolation, *, actions: bool = False, prefer_uid: int | None = None) -> Lease:
+    """Take an identity for one session, per the plan's `isolation` setting. `prefer_uid`: the pool user tried
+    first when free (the one that owns the plan's kept gates' tree: agent_clone.kept_owner)."""
     if isolation == "none":
         if actions:
             raise PlanRunnerError(
@@ -741,7 +742,7 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
     tools.harden(need_sudo=sudo)  # before the first agent starts: absolute tools, a PATH nobody else can write
     pool = lock_dir()
     legacy = judge_dir("pool")  # where plan-runners before the machine-wide lock held theirs: held too
-    for slot in range(POOL_SIZE):
+    for slot in _slot_order(prefer_uid):
         fd = _try_lock(pool / f"slot-{slot}.lock")
         if fd is None:
             continue
@@ -789,6 +790,18 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
                           fix="wait for some to finish, or run fewer plans at once")
 
 
+def _slot_order(prefer_uid: int | None) -> list[int]:
+    slots = list(range(POOL_SIZE))
+    if prefer_uid is None:
+        return slots
+    try:
+        name = pwd.getpwuid(prefer_uid).pw_name
+    except KeyError:
+        return slots
+    first = [s for s in slots if agent_user_name(s) == name]
+    return first + [s for s in slots if s not in first]
+
+
 def agent_user_name(slot: int, judge_uid: int | None = None) -> str:
     """The pool's users are per judge user too: two judges (root and a sudo user) never share one, so one
     judge's uid-wide kill never reaches the other's agent (the slot locks are each judge's own)."""
@@ -797,8 +810,8 @@ def agent_user_name(slot: int, judge_uid: int | None = None) -> str:
 
 
 @contextmanager
-def leased(isolation: Isolation, *, actions: bool = False) -> Iterator[Identity]:
-    lease = acquire(isolation, actions=actions)
+def leased(isolation: Isolation, *, actions: bool = False, prefer_uid: int | None = None) -> Iterator[Identity]:
+    lease = acquire(isolation, actions=actions, prefer_uid=prefer_uid)
     try:
         yield lease.identity
     finally:

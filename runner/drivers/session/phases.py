@@ -270,7 +270,8 @@ def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None)
         return action
     begun = None
     try:
-        with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
+        with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions,
+                            prefer_uid=agentarea.kept_owner(agentarea.area_for(ws.repo, s.trusted.id))) as identity:
             ws.on_event("isolation", identity.describe())
             begun = begin(s, action)
             if isinstance(begun, SessionResult):

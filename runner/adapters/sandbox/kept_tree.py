@@ -1,0 +1,335 @@
+"""The gates' checkout kept from one session of a plan to the next, and proven before it is reused.
+
+The gates run the agent's code as the agent's identity in a tree that identity owns, so it can change
+anything in it. A kept tree is reused only once the judge has brought it back to exactly what a fresh
+checkout of the recorded commit holds, by a mechanism rather than a list of attacks:
+
+* right after the judge writes (and hands over) a checkout, it records in its own scratch every entry's
+  `lstat` (type and mode, owner, size, inode, mtime and ctime in ns, link count; for a folder its type,
+  mode, owner, inode and extended attribute names), then waits until the file system's clock has moved
+  past the newest ctime it recorded;
+* the kernel sets an inode's ctime to the current time on every change (a write, truncate, chmod, chown,
+  rename, new or removed hard link, extended attribute) and an unprivileged process cannot set it, so an
+  entry the agent's code changed, replaced (a new inode), made a link or a FIFO, or hard-linked elsewhere
+  no longer matches its record, whatever it did with `utime`;
+* at the next checkout, after every process of the identity is dead (and only when the same identity owns
+  the tree: the uid that wrote it may serve another session meanwhile), a walk through descriptors (never
+  through a link, runner.adapters.sandbox.fsafe) moves into the area's trash, unread and unfollowed,
+  every entry that is not in the record or differs from it; a folder is entered only when its record
+  matches, and its entries are all checked in turn. What is left is a subset of the recorded checkout,
+  owned by the identity, with no link, FIFO or file the judge did not write;
+* then only what differs from the new commit (`git diff-tree`, plus the recorded entries that were moved
+  or went missing) is moved aside and written again by the judge's git, the record updated.
+
+Anything unexpected (no record, another owner, a walk error, too many differences, a changed
+`.gitattributes`, which would change how unchanged files check out) falls back to a fresh checkout.
+Nothing is deleted on the critical path: entries go to the area's trash (agent_clone.discard_trash).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import gc
+import marshal
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from runner.adapters.sandbox import fsafe
+
+RECORD = "gates.record"
+_VERSION = 1
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_SETTLE_LIMIT_S = 3.0  # a file system whose clock ticks in seconds (FAT's two) still settles
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class Mismatch(Exception):
+    """The kept tree cannot be brought back cheaply or safely: the caller makes a fresh checkout."""
+
+
+def file_key(st: os.stat_result) -> tuple:
+    return (st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
+
+
+def _xattrs(fd: int) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(os.listxattr(fd)))
+    except OSError:  # a file system without extended attributes
+        return ()
+
+
+def dir_key(st: os.stat_result, fd: int) -> tuple:
+    """A folder's record: its entries are checked one by one, so its own times (they move with every entry
+    added or removed) are not compared; what it is, who owns it and its attributes (an ACL) are."""
+    return (st.st_mode, st.st_uid, st.st_gid, st.st_ino, _xattrs(fd))
+
+
+# --- the record ---------------------------------------------------------------------------------------------
+
+
+def load(path: Path) -> dict | None:
+    """The record at `path` (the judge's scratch), taken away: a checkout cut short leaves none, so the next
+    one is fresh. None when missing or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read()
+        with _no_gc():  # 50,000 tuples made at once: no collection pass over them midway
+            data = marshal.loads(raw)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if not (isinstance(data, dict) and data.get("v") == _VERSION and isinstance(data.get("entries"), dict)
+            and isinstance(data.get("sha"), str) and isinstance(data.get("uid"), int)):
+        return None
+    return data
+
+
+def save(path: Path, *, sha: str, uid: int, entries: dict[str, tuple]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        marshal.dump({"v": _VERSION, "sha": sha, "uid": uid, "entries": entries}, fh)
+    os.replace(tmp, path)
+
+
+def settle(area_fd: int, newest_ctime_ns: int) -> None:
+    """Wait until the file system's clock (as it stamps ctimes: a coarse clock, in ticks of a few ms) is past
+    `newest_ctime_ns`: a change made later, by anyone, then gets a ctime the record does not hold. Measured on
+    a probe file in `area_fd` (plan-runner's folder, the tree's file system)."""
+    fd = os.open(".clock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=area_fd)
+    try:
+        deadline = time.monotonic() + _SETTLE_LIMIT_S
+        while True:
+            os.utime(fd)
+            if os.fstat(fd).st_ctime_ns > newest_ctime_ns:
+                return
+            if time.monotonic() > deadline:
+                raise Mismatch("the file system's clock does not move")
+            time.sleep(0.001)
+    finally:
+        os.close(fd)
+
+
+def record(root_fd: int, owner: tuple[int, int] | None) -> dict[str, tuple]:
+    """Every entry below `root_fd` (a fresh checkout the judge just wrote), handed to `owner` (uid, gid) on the
+    way when given (links changed themselves, never followed), and recorded as it is after that: relative
+    paths, "" for the root."""
+    entries: dict[str, tuple] = {}
+
+    def walk(fd: int, prefix: str) -> None:
+        with os.scandir(fd) as it:
+            items = list(it)
+        for e in items:
+            rel = prefix + e.name
+            if e.is_dir(follow_symlinks=False):
+                sub = os.open(e.name, _DIR, dir_fd=fd)
+                try:
+                    if owner is not None:
+                        os.fchown(sub, *owner)
+                    entries[rel] = dir_key(os.fstat(sub), sub)
+                    walk(sub, rel + "/")
+                finally:
+                    os.close(sub)
+            else:
+                if owner is not None:
+                    os.chown(e.name, *owner, dir_fd=fd, follow_symlinks=False)
+                entries[rel] = file_key(os.stat(e.name, dir_fd=fd, follow_symlinks=False))
+
+    if owner is not None:
+        os.fchown(root_fd, *owner)
+    entries[""] = dir_key(os.fstat(root_fd), root_fd)
+    with _no_gc():
+        walk(root_fd, "")
+    return entries
+
+
+def newest_ctime(entries: dict[str, tuple]) -> int:
+    return max((k[6] for k in entries.values() if len(k) == 8), default=0)
+
+
+# --- bringing a kept tree back -------------------------------------------------------------------------------
+
+
+def _aside(dfd: int, name: str, trash_fd: int) -> None:
+    """`name` in `dfd` renamed into the trash (plan-runner's own folder on the same file system): O(1), nothing
+    read, nothing followed. Refused (another file system, no right to rename) means no reuse."""
+    try:
+        os.rename(name, f"kept-{secrets.token_hex(8)}", src_dir_fd=dfd, dst_dir_fd=trash_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise Mismatch(f"{name}: could not be moved aside ({exc.strerror})") from None
+
+
+def prune(root_fd: int, entries: dict[str, tuple], trash_fd: int, limit: int) -> set[str]:
+    """Move aside every entry below `root_fd` that is not in `entries` or differs from its record; the recorded
+    paths no longer there (moved, or gone), which are dropped from `entries`. Raises Mismatch when the root
+    itself differs or more than `limit` entries do."""
+    want = entries.get("")
+    if want is None or dir_key(os.fstat(root_fd), root_fd) != want:
+        raise Mismatch("the tree's folder itself changed")
+    seen = {""}
+    moved = 0
+
+    def walk(fd: int, prefix: str) -> None:
+        nonlocal moved
+        with os.scandir(fd) as it:
+            items = list(it)
+        for e in items:
+            rel = prefix + e.name
+            try:
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            known = entries.get(rel)
+            if known is not None and stat.S_ISDIR(st.st_mode) and len(known) == 5 \
+                    and known[:4] == (st.st_mode, st.st_uid, st.st_gid, st.st_ino):
+                try:
+                    sub = os.open(e.name, _DIR, dir_fd=fd)
+                except OSError:
+                    sub = None
+                if sub is not None:
+                    try:
+                        if dir_key(os.fstat(sub), sub) == known:
+                            seen.add(rel)
+                            walk(sub, rel + "/")
+                            continue
+                    finally:
+                        os.close(sub)
+            elif known is not None and len(known) == 8 and known == (
+                    st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
+                    st.st_nlink):
+                seen.add(rel)
+                continue
+            moved += 1
+            if moved > limit:
+                raise Mismatch(f"more than {limit} entries differ from the record")
+            _aside(fd, e.name, trash_fd)
+
+    with _no_gc():
+        walk(root_fd, "")
+    gone = entries.keys() - seen
+    if len(gone) > limit:
+        raise Mismatch(f"{len(gone)} recorded entries are gone")
+    for rel in gone:
+        del entries[rel]
+    return gone
+
+
+def held_open(dev: int, inodes: set[int]) -> int | None:
+    """A process (other than this one) that holds an entry of the tree open: a descriptor, its working or root
+    folder, or a mapping of one of `inodes` (on `dev`; a mapping by inode alone). Such a process (one the agent
+    passed a descriptor to, of another user: the agent's own are all dead) could write the file after it was
+    checked, so the tree is not reused while one exists. Its pid, or None."""
+    me = str(os.getpid())
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid == me:
+            continue
+        base = f"/proc/{pid}"
+        try:
+            links = [f"{base}/fd/{n}" for n in os.listdir(f"{base}/fd")] + [f"{base}/cwd", f"{base}/root"]
+        except OSError:
+            continue  # gone, or a kernel thread
+        for link in links:
+            try:
+                st = os.stat(link)
+            except OSError:
+                continue
+            if st.st_ino in inodes and st.st_dev == dev:
+                return int(pid)
+        try:
+            with open(f"{base}/maps", "rb") as fh:
+                for line in fh:
+                    fields = line.split(None, 5)
+                    if len(fields) > 4 and fields[4] != b"0" and int(fields[4]) in inodes:
+                        return int(pid)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def move_aside(root_fd: int, rel: str, trash_fd: int) -> None:
+    """The entry at `rel` (reached through recorded folders, never a link) into the trash, if it is there."""
+    *parents, name = rel.split("/")
+    try:
+        fd = fsafe.open_below(root_fd, parents)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise Mismatch(f"{rel}: {exc.strerror}") from None
+    try:
+        _aside(fd, name, trash_fd)
+    finally:
+        os.close(fd)
+
+
+def drop(entries: dict[str, tuple], rels: set[str]) -> None:
+    """`rels` and everything below them out of the record."""
+    folders = tuple(r + "/" for r in rels if len(entries.get(r, ())) == 5)
+    for rel in rels:
+        entries.pop(rel, None)
+    if folders:
+        for key in [k for k in entries if k.startswith(folders)]:
+            del entries[key]
+
+
+def adopt(root_fd: int, rels: list[str], entries: dict[str, tuple], owner: tuple[int, int] | None) -> None:
+    """The entries the judge's git just wrote at `rels` (and the folders it made for them) handed to `owner`
+    and added to the record."""
+    for rel in sorted(rels):
+        parts = rel.split("/")
+        fd = os.dup(root_fd)
+        try:
+            for i, part in enumerate(parts[:-1]):
+                sub = os.open(part, _DIR, dir_fd=fd)
+                os.close(fd)
+                fd = sub
+                here = "/".join(parts[:i + 1])
+                if here not in entries:
+                    if owner is not None:
+                        os.fchown(fd, *owner)
+                    entries[here] = dir_key(os.fstat(fd), fd)
+            name = parts[-1]
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):  # a submodule's empty folder
+                sub = os.open(name, _DIR, dir_fd=fd)
+                try:
+                    if owner is not None:
+                        os.fchown(sub, *owner)
+                    entries[rel] = dir_key(os.fstat(sub), sub)
+                finally:
+                    os.close(sub)
+            else:
+                if owner is not None:
+                    os.chown(name, *owner, dir_fd=fd, follow_symlinks=False)
+                entries[rel] = file_key(os.stat(name, dir_fd=fd, follow_symlinks=False))
+        finally:
+            os.close(fd)

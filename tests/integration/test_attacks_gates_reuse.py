@@ -1,0 +1,231 @@
+"""The gates' checkout kept across sessions of a plan (runner.adapters.sandbox.kept_tree) against gates that
+leave something behind for the next session's gates: a planted conftest.py / sitecustomize.py, a tracked test
+rewritten with its mtime reset, a tracked file or folder replaced by a link to outside, a chmod, a hard link
+written through by the next agent, a FIFO, a descriptor held open by a process of another user.
+
+Each attack runs as the agent's pooled user in session 1's gates' tree; session 2 reuses the tree (the test
+checks it was reused, not made fresh: the same folder inode) and its gate must give the honest verdict, and
+the tree must hold exactly what a fresh checkout holds. Positive control (check="off"): the same attack with
+the walk that proves the tree turned off (kept_tree.prune and held_open as no-ops) flips the verdict.
+
+Runs as root (as CI does): the agent's identities are the pooled users."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.adapters.judge.gates import run_command_gate
+from runner.adapters.sandbox import agent_clone, kept_tree
+from runner.adapters.sandbox import identity as sandbox
+from runner.core.plan import GateConfig
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a pooled agent user (CI is root)")]
+
+PY = sys.executable
+PYTEST = f"{PY} -m pytest -q -p no:cacheprovider tests"
+TEST = "import calc\n\n\ndef test_mul():\n    assert calc.mul(2, 3) == 6\n"
+FORGED = "def test_mul():\n    pass\n"
+FORGED = FORGED + "#" * (len(TEST) - len(FORGED) - 1) + "\n"  # the same size as the tracked test
+assert len(FORGED) == len(TEST)
+CONFTEST = "import calc\ncalc.mul = lambda a, b: a * b\n"
+
+# Each attack: a shell script run as the agent's user in session 1's gates' tree ($OUT: a folder of its own
+# outside the tree), an optional one its next session's agent runs (the tree is out of its reach then), and
+# the gate whose honest verdict (red) it tries to turn green.
+ATTACKS = {
+    "conftest": (f"printf '%s' '{CONFTEST}' > tests/conftest.py; printf '%s' '{CONFTEST}' > sitecustomize.py",
+                 None, PYTEST),
+    "rewrite-utime": (f"""{PY} -c "import os; st = os.stat('tests/test_calc.py'); """
+                      f"""open('tests/test_calc.py', 'w').write({FORGED!r}); """
+                      f"""os.utime('tests/test_calc.py', ns=(st.st_atime_ns, st.st_mtime_ns))" """,
+                      None, PYTEST),
+    "file-link": (f"printf '%s' '{FORGED}' > $OUT/t.py; rm tests/test_calc.py; ln -s $OUT/t.py tests/test_calc.py",
+                  None, PYTEST),
+    "folder-link": (f"mkdir $OUT/tests; printf '%s' '{FORGED}' > $OUT/tests/test_calc.py; rm -r tests; "
+                    "ln -s $OUT/tests tests", None, PYTEST),
+    "chmod": ("chmod 755 check.sh", None, "./check.sh"),
+    "hardlink": ("ln tests/test_calc.py $OUT/link", f"printf '%s' '{FORGED}' > $OUT/link", PYTEST),
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x.invalid",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x.invalid"}).stdout.strip()
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAN_RUNNER_SANDBOX_ROOT", str(tmp_path / "sandbox"))
+    (tmp_path / "sandbox").mkdir()
+    tmp_path.chmod(0o755)
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def mul(a, b):\n    return a + b\n")  # the bug the gate finds
+    (repo / "tests" / "test_calc.py").write_text(TEST)
+    (repo / "check.sh").write_text("#!/bin/sh\nexit 0\n")  # tracked without its x bit: ./check.sh cannot run
+    (repo / "README.md").write_text("calc\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    one = git(repo, "rev-parse", "HEAD")
+    (repo / "README.md").write_text("calc, session 2\n")
+    git(repo, "commit", "-q", "-am", "two")
+    two = git(repo, "rev-parse", "HEAD")
+    git(repo, "branch", "plan-runner/p")
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    return repo, one, two, out, tmp_path / "scratch"
+
+
+def _as_agent(identity, script: str, cwd: Path, out: Path) -> None:
+    done = agent_clone.run_as(identity, ["sh", "-c", script], cwd=cwd,
+                              env={"PATH": "/usr/bin:/bin", "OUT": str(out), "HOME": str(out)})
+    assert done.returncode == 0, done.stderr
+
+
+def _gate(identity, workdir: Path, run: str) -> bool:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir.parent / "gate-home"), "PYTHONDONTWRITEBYTECODE": "1"}
+    return run_command_gate(GateConfig(name="g", run=run, timeout_minutes="60s"), workdir=workdir, env=env,
+                            identity=identity).passed
+
+
+def _listing(root: Path) -> dict[str, tuple]:
+    """Every entry below `root`: its type and permission bits, a file's content, a link's target."""
+    found = {}
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            path = Path(folder) / name
+            st = os.lstat(path)
+            kind = stat.S_IFMT(st.st_mode)
+            body = path.read_bytes() if stat.S_ISREG(st.st_mode) else \
+                os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+            found[str(path.relative_to(root))] = (kind, stat.S_IMODE(st.st_mode), st.st_uid, body)
+    return found
+
+
+def _fresh_listing(repo: Path, sha: str, dest: Path, uid: int) -> dict[str, tuple]:
+    index = dest.parent / "fresh.index"
+    env = {**os.environ, "GIT_INDEX_FILE": str(index)}
+    subprocess.run(["git", "read-tree", sha], cwd=repo, env=env, check=True)
+    subprocess.run(["git", "checkout-index", "--all", f"--prefix={dest}/"], cwd=repo, env=env, check=True)
+    return {k: (v[0], v[1], uid, v[3]) for k, v in _listing(dest).items()}
+
+
+def _off(monkeypatch) -> None:
+    """The positive control: the kept tree reused without the walk that proves it (nothing moved aside)."""
+    monkeypatch.setattr(kept_tree, "prune", lambda root_fd, entries, trash_fd, limit: set())
+    monkeypatch.setattr(kept_tree, "held_open", lambda dev, inodes: None)
+
+
+@pytest.mark.parametrize("check", ["on", "off"])
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_what_session_1s_gates_leave_never_reaches_session_2s_verdict(world, attack, check, monkeypatch):
+    repo, one, two, out, scratch = world
+    in_gates, in_agent, gate = ATTACKS[attack]
+    if check == "off":
+        _off(monkeypatch)
+    area = agent_clone.area_for(repo, f"reuse-{attack}-{check}")
+    with sandbox.leased("user") as identity:
+        try:
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            gates = agent_clone.checkout(area, identity, repo, one, scratch)
+            assert not _gate(identity, gates, gate), "the honest verdict of the commit is red"
+            _as_agent(identity, in_gates, gates, out)  # session 1's gates
+            if in_agent is None:
+                assert _gate(identity, gates, gate), f"{attack}: the attack works on the tree it was made in"
+            # Session 2: the area prepared again (the kept tree out of the agent's reach), its agent, the checkout.
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            assert not os.path.lexists(area.gates)
+            if in_agent:
+                _as_agent(identity, in_agent, area.work, out)
+            inode = os.lstat(area.root / agent_clone.KEPT / "gates").st_ino
+            gates = agent_clone.checkout(area, identity, repo, two, scratch)
+            assert os.lstat(gates).st_ino == inode, "the kept tree was not reused (a fresh checkout proves nothing)"
+            passed = _gate(identity, gates, gate)
+            if check == "off":
+                assert passed, f"positive control: without the check, {attack} turns session 2's gate green"
+                return
+            assert not passed, f"{attack}: session 1's gates forged session 2's verdict"
+            assert (gates / "README.md").read_text() == "calc, session 2\n"
+            assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", identity.uid)
+        finally:
+            identity.kill_all()
+            agent_clone.discard_area(area, identity)
+
+
+def test_a_fifo_and_untracked_folders_are_gone_and_the_tree_is_a_fresh_checkout(world):
+    repo, one, two, out, scratch = world
+    area = agent_clone.area_for(repo, "reuse-fifo")
+    with sandbox.leased("user") as identity:
+        try:
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            gates = agent_clone.checkout(area, identity, repo, one, scratch)
+            _as_agent(identity, "mkfifo tests/fifo; mkdir -p build/deep; echo x > build/deep/x; "
+                                "mkdir .venv; ln -s /etc .venv/etc", gates, out)
+            inode = os.lstat(gates).st_ino
+            gates = agent_clone.checkout(area, identity, repo, two, scratch)  # within one session, as setup: does
+            assert os.lstat(gates).st_ino == inode
+            assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", identity.uid)
+            # back to the first commit (the base's gates, issue 27): README as it was
+            gates = agent_clone.checkout(area, identity, repo, one, scratch)
+            assert (gates / "README.md").read_text() == "calc\n"
+        finally:
+            agent_clone.discard_area(area, identity)
+
+
+def test_a_descriptor_another_user_holds_in_the_tree_means_a_fresh_checkout(world):
+    """A process the agent could have passed a descriptor to (of another user: the agent's own are dead) could
+    write a tracked file after the walk: the tree is not reused while one is open. Its positive control: the
+    same checkout without that process reuses the tree."""
+    repo, one, two, out, scratch = world
+    area = agent_clone.area_for(repo, "reuse-held")
+    with sandbox.leased("user") as identity:
+        try:
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            gates = agent_clone.checkout(area, identity, repo, one, scratch)
+            holder = subprocess.Popen([PY, "-c", "import sys, time; f = open(sys.argv[1], 'r+'); time.sleep(60)",
+                                       str(gates / "tests" / "test_calc.py")])
+            try:
+                for _ in range(100):
+                    if any(os.path.realpath(f"/proc/{holder.pid}/fd/{n}").endswith("test_calc.py")
+                           for n in os.listdir(f"/proc/{holder.pid}/fd")):
+                        break
+                    subprocess.run(["sleep", "0.05"])
+                inode = os.lstat(gates).st_ino
+                gates = agent_clone.checkout(area, identity, repo, two, scratch)
+                assert os.lstat(gates).st_ino != inode, "a tree with a file held open for writing was reused"
+            finally:
+                holder.kill()
+                holder.wait()
+            inode = os.lstat(gates).st_ino
+            gates = agent_clone.checkout(area, identity, repo, one, scratch)
+            assert os.lstat(gates).st_ino == inode  # the positive control: nothing held, the tree is reused
+        finally:
+            agent_clone.discard_area(area, identity)
+
+
+def test_another_identity_gets_a_fresh_checkout(world):
+    """The uid that owns a kept tree may serve another session meanwhile: a session leased as another uid
+    never reuses it."""
+    repo, one, two, out, scratch = world
+    area = agent_clone.area_for(repo, "reuse-other")
+    with sandbox.leased("user") as first, sandbox.leased("user") as second:
+        assert first.uid != second.uid
+        try:
+            agent_clone.prepare(area, first, repo, "plan-runner/p", None, scratch)
+            gates = agent_clone.checkout(area, first, repo, one, scratch)
+            inode = os.lstat(gates).st_ino
+            gates = agent_clone.checkout(area, second, repo, two, scratch)
+            assert os.lstat(gates).st_ino != inode and os.lstat(gates).st_uid == second.uid
+            assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", second.uid)
+        finally:
+            agent_clone.discard_area(area, first)

@@ -1,0 +1,184 @@
+"""The walk that proves a kept gates' tree (runner.adapters.sandbox.kept_tree), on a plain folder as the
+user running the tests: recorded right after it is written, every change made after that (by any means a
+process without privileges has) is moved aside, nothing else is, and nothing is followed."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.adapters.sandbox import kept_tree
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "area" / "gates"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "src" / "pkg" / "a.py").write_text("a = 1\n")
+    (root / "tests" / "test_a.py").write_text("def test(): pass\n")
+    (root / "README.md").write_text("readme\n")
+    os.symlink("README.md", root / "link")  # a tracked link: kept as a link
+    trash = tmp_path / "area" / ".trash"
+    trash.mkdir(mode=0o700)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    tfd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY)
+    afd = os.open(tmp_path / "area", os.O_RDONLY | os.O_DIRECTORY)
+    entries = kept_tree.record(fd, None)
+    kept_tree.settle(afd, kept_tree.newest_ctime(entries))
+    yield root, fd, tfd, entries, trash
+    for f in (fd, tfd, afd):
+        os.close(f)
+
+
+def _prune(tree, limit=100):
+    root, fd, tfd, entries, trash = tree
+    return kept_tree.prune(fd, entries, tfd, limit)
+
+
+def test_the_record_holds_every_entry_and_an_untouched_tree_passes_whole(tree):
+    root, fd, tfd, entries, trash = tree
+    assert set(entries) == {"", "src", "src/pkg", "src/pkg/a.py", "tests", "tests/test_a.py", "README.md", "link"}
+    assert _prune(tree) == set()
+    assert os.listdir(trash) == []
+
+
+@pytest.mark.parametrize("change", [
+    "rewrite-same-size-utime", "chmod", "hardlink", "replace-by-link", "replace-by-fifo", "touch-back"])
+def test_a_changed_file_is_moved_aside_and_reported_gone(tree, change):
+    root, fd, tfd, entries, trash = tree
+    path = root / "tests" / "test_a.py"
+    st = os.stat(path)
+    if change == "rewrite-same-size-utime":
+        path.write_text("def test(): 1/0\n"[:st.st_size].ljust(st.st_size))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    elif change == "chmod":
+        path.chmod(0o666)
+    elif change == "hardlink":
+        os.link(path, root.parent / "elsewhere")
+    elif change == "replace-by-link":
+        path.unlink()
+        os.symlink(root.parent / "elsewhere", path)
+    elif change == "replace-by-fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif change == "touch-back":  # a new file at the old name, its times set back to the old ones
+        path.unlink()
+        path.write_text("def test(): pass\n")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert _prune(tree) == {"tests/test_a.py"}
+    assert os.listdir(root / "tests") == []
+    assert len(os.listdir(trash)) == 1
+    assert "tests/test_a.py" not in entries and "tests" in entries
+
+
+def test_untracked_entries_go_and_tracked_ones_stay(tree):
+    root, fd, tfd, entries, trash = tree
+    (root / "tests" / "conftest.py").write_text("import os\n")
+    (root / "sitecustomize.py").write_text("import os\n")
+    (root / ".venv" / "lib").mkdir(parents=True)
+    os.symlink("/etc", root / ".venv" / "etc")
+    assert _prune(tree) == set()
+    assert sorted(os.listdir(root)) == ["README.md", "link", "src", "tests"]
+    assert os.listdir(root / "tests") == ["test_a.py"]
+    assert len(os.listdir(trash)) == 3
+
+
+def test_a_folder_replaced_by_a_link_is_moved_aside_never_entered(tree, tmp_path):
+    root, fd, tfd, entries, trash = tree
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the judge's to touch\n")
+    os.rename(root / "src", tmp_path / "old-src")
+    os.symlink(outside, root / "src")
+    gone = _prune(tree)
+    assert gone == {"src", "src/pkg", "src/pkg/a.py"}
+    assert (outside / "keep.txt").read_text() == "not the judge's to touch\n"  # not followed, not moved
+    assert not os.path.lexists(root / "src")
+
+
+def test_a_folder_swapped_for_another_is_moved_aside(tree, tmp_path):
+    root, fd, tfd, entries, trash = tree
+    os.rename(root / "tests", tmp_path / "old-tests")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_a.py").write_text("def test(): pass\n")
+    assert _prune(tree) == {"tests", "tests/test_a.py"}
+
+
+def test_a_changed_root_or_too_many_differences_refuse_reuse(tree):
+    root, fd, tfd, entries, trash = tree
+    for n in range(5):
+        (root / f"new-{n}").write_text("x")
+    with pytest.raises(kept_tree.Mismatch):
+        _prune(tree, limit=3)
+    os.chmod(root, 0o777)
+    with pytest.raises(kept_tree.Mismatch):
+        _prune(tree)
+
+
+def test_an_acl_like_attribute_on_a_folder_is_seen(tree):
+    root, fd, tfd, entries, trash = tree
+    try:
+        os.setxattr(root / "tests", "user.plan-runner-test", b"1")
+    except OSError:
+        pytest.skip("no user extended attributes on this file system")
+    assert _prune(tree) == {"tests", "tests/test_a.py"}
+
+
+def test_the_record_is_taken_away_when_read_and_refused_when_forged(tmp_path):
+    path = tmp_path / kept_tree.RECORD
+    kept_tree.save(path, sha="a" * 40, uid=os.geteuid(), entries={"": (1, 2, 3, 4, ())})
+    assert kept_tree.load(path)["sha"] == "a" * 40
+    assert not path.exists()  # a checkout cut short leaves no record: the next one is fresh
+    kept_tree.save(path, sha="a" * 40, uid=os.geteuid(), entries={})
+    path.chmod(0o644)
+    assert kept_tree.load(path) is None  # readable (or writable) by others: not plan-runner's own record
+    path.write_bytes(b"not a record")
+    path.chmod(0o600)
+    assert kept_tree.load(path) is None
+
+
+def test_settle_waits_until_the_file_systems_clock_has_moved(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept_tree, "_SETTLE_LIMIT_S", 0.2)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        probe = tmp_path / "p"
+        probe.write_text("x")
+        newest = os.stat(probe).st_ctime_ns
+        kept_tree.settle(fd, newest)
+        probe.write_text("y")  # any change from now on: another ctime
+        assert os.stat(probe).st_ctime_ns > newest
+        start = time.monotonic()
+        with pytest.raises(kept_tree.Mismatch):
+            kept_tree.settle(fd, time.time_ns() + 10 * 10**9)  # a clock that would have to run 10 s ahead
+        assert time.monotonic() - start < 2
+    finally:
+        os.close(fd)
+
+
+def test_drop_takes_a_folder_with_everything_below_it(tree):
+    root, fd, tfd, entries, trash = tree
+    kept_tree.drop(entries, {"src", "README.md"})
+    assert set(entries) == {"", "tests", "tests/test_a.py", "link"}
+
+
+def test_held_open_finds_a_descriptor_of_another_process(tree):
+    import subprocess
+    import sys
+    root, fd, tfd, entries, trash = tree
+    inodes = {k[4] if len(k) == 8 else k[3] for k in entries.values()}
+    dev = os.fstat(fd).st_dev
+    assert kept_tree.held_open(dev, inodes) is None
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); print(1, flush=True); "
+                             "time.sleep(30)", str(root / "README.md")], stdout=subprocess.PIPE)
+    try:
+        proc.stdout.readline()
+        assert kept_tree.held_open(dev, inodes) == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
