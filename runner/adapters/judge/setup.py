@@ -25,6 +25,7 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import untar
@@ -34,6 +35,9 @@ from runner.adapters.sandbox.identity import Identity
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import GateResult
 from runner.core.plan import GateConfig, SetupConfig
+
+if TYPE_CHECKING:
+    from runner.adapters.sandbox.agent_clone import KeptSetup
 
 CACHE_KEEP = 3  # cache archives kept per place (the newest)
 
@@ -148,8 +152,11 @@ def _base_problem(sha: str, result: GateResult) -> GateResult:
 def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
               identity: Identity, cache_dir: Path, trusted_sha: str | None = None,
               checkout: Callable[[str], Path] | None = None,
-              on_event: Callable[[str, str], None] = lambda e, d: None) -> tuple[GateResult, ...]:
+              on_event: Callable[[str, str], None] = lambda e, d: None,
+              keep: KeptSetup | None = None) -> tuple[GateResult, ...]:
     """Set `workdir` (a fresh checkout of `sha`) up; the failed command as a red gate result (empty: all good).
+    `keep`: a cache restored into `workdir` by an earlier session and provably unchanged since is not restored
+    again (agent_clone.KeptSetup).
 
     `checkout(rev)` makes a fresh checkout of `rev` at `workdir` again: with it and `trusted_sha`, a missing
     cache is built from the trusted commit (then `sha` is checked out again and the cache restored), and a
@@ -178,17 +185,24 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
                 if trusted_sha != sha:
                     workdir = checkout(sha)
                 elif failed is None:
+                    if keep is not None and archive.is_file():  # the archive was made of exactly these files
+                        keep.recorded(archive, workdir, roots)
                     return ()  # built right here: this checkout is set up
                 if failed is not None:
                     return (_base_problem(trusted_sha, failed),)
             if archive.is_file():
                 identity.kill_all()
+                if keep is not None and keep.intact(archive, workdir, roots):
+                    on_event("setup", f"cache {key[:12]} in place, unchanged since it was restored")
+                    return ()
                 identity.reclaim(workdir)
                 try:
                     restored = _restore(archive, workdir, roots)
                 finally:
                     _give_back(identity, workdir, roots)
                 if restored:
+                    if keep is not None:
+                        keep.recorded(archive, workdir, roots)
                     on_event("setup", f"cache {key[:12]} restored")
                     return ()
                 on_event("warning", f"the set-up cache {key[:12]} could not be restored: it was dropped")
@@ -260,7 +274,8 @@ def _exclude(workdir: Path, made: list[str]) -> None:
 
 def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
                  identity: Identity, cache_dir: Path, trusted_sha: str | None, checkout: Callable[[str], Path],
-                 reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None) -> str | None:
+                 reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None,
+                 keep: KeptSetup | None = None) -> str | None:
     """Run `setup:` in the agent's own clone (at `sha`) before the agent starts, so it can run the gates it is
     judged by; the same commands and cache rules as the gates' (the cache of this path is built from a checkout
     of the trusted commit, then the clone is made again). What set-up made is excluded from the clone's git
@@ -268,7 +283,7 @@ def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env
     def again(rev: str) -> Path:
         return reclone() if rev == sha else checkout(rev)
     failed = run_setup(setup, sha=sha, repo=repo, workdir=workdir, env=env, identity=identity, cache_dir=cache_dir,
-                       trusted_sha=trusted_sha, checkout=again, on_event=on_event)
+                       trusted_sha=trusted_sha, checkout=again, on_event=on_event, keep=keep)
     identity.kill_all()
     roots = untar.clean_roots(setup.cache)
     made = [*roots, *_untracked_tops(repo, sha, workdir, roots)]

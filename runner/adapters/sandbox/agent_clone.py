@@ -92,6 +92,7 @@ g reset --quiet --hard
 # checkout would not rewrite those files), a quoted name or anything else unusual: exit non-zero, made again.
 _UPDATE_SCRIPT = r"""
 work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8 aside=$9
+shift 9  # the rest: pathspecs of what stays where it is (the set-up cache, checked by the judge: KeptSetup)
 set -e
 cd "$work"
 [ -d .git ] && [ ! -L .git ] && [ -f .git/HEAD ] && [ -d .git/objects/info ] && [ ! -L .git/objects ] || exit 20
@@ -117,13 +118,13 @@ g checkout --quiet --force -B "$branch" "$sha"
 g update-index --no-untracked-cache --no-fsmonitor >/dev/null 2>&1 || true
 mkdir "$aside"
 i=0
-g ls-files --others --directory > "$aside.list"
+g ls-files --others --directory -- . "$@" > "$aside.list"
 while IFS= read -r p; do
   case $p in \"*) exit 22;; esac
   i=$((i + 1)); mv -- "${p%/}" "$aside/$i"
 done < "$aside.list"
 [ "$(g rev-parse HEAD)" = "$sha" ] && [ "$(g symbolic-ref HEAD)" = "refs/heads/$branch" ] || exit 23
-[ -z "$(g status --porcelain --untracked-files=all --ignored | head -n 1)" ] || exit 24
+[ -z "$(g status --porcelain --untracked-files=all --ignored -- . "$@" | head -n 1)" ] || exit 24
 echo updated
 """
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
@@ -221,13 +222,14 @@ def _tail(proc: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_state: Path | None,
-            scratch: Path) -> None:
+            scratch: Path, keep: tuple[str, ...] = ()) -> None:
     """The area for one session: a clone of `branch` at its judged sha that borrows its objects from the
     judge's seed store (seed_store: only the new commits cross, whatever the history's length), an empty
     home, and the agent's saved CLI state; nothing of the previous session (and no process) is left. The
     previous session's clone is updated in place by a git running as the agent where it can be (same owner,
     a usable repository: _UPDATE_SCRIPT), else made again; the other parts are moved aside in O(1) and
-    deleted off the critical path (discard_trash)."""
+    deleted off the critical path (discard_trash). `keep`: the set-up cache's paths, left in a clone updated in
+    place (KeptSetup then proves them unchanged, or they are restored again)."""
     identity.kill_all()
     _own_root(area)
     hold_area(area)
@@ -246,7 +248,7 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     objects = str(source / "objects")
     name, email = _committer(repo)
     seed_args = [str(area.work), objects, branch, sha, name, email, str(store or repo), str(source / "shallow")]
-    kept = _update_clone(area, identity, seed_args)
+    kept = _update_clone(area, identity, seed_args, keep)
     for part in area.parts():
         if not (kept and part == area.work):
             _move_aside(area, part, identity)
@@ -269,7 +271,7 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
                                   "searchable (o+x)")
 
 
-def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str]) -> bool:
+def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], keep: tuple[str, ...] = ()) -> bool:
     """The previous session's clone brought to the judged sha in place, by a git running as the agent in its
     own clone (never the judge's git there): True when it is. Only a clone the same identity owns (the uid
     that wrote another may serve another session meanwhile); what the update leaves aside goes into the old
@@ -284,8 +286,8 @@ def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str]) -> 
             return False
     env = {**agent_git_env(area), "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1",
            "HOME": str(area.out)}
-    proc = run_as(identity, ["sh", "-c", _UPDATE_SCRIPT, "update", *seed_args, f"{area.out}/aside"],
-                  cwd=area.work, env=env)
+    proc = run_as(identity, ["sh", "-c", _UPDATE_SCRIPT, "update", *seed_args, f"{area.out}/aside",
+                             *(f":(exclude,literal){path}" for path in keep)], cwd=area.work, env=env)
     return proc.returncode == 0 and proc.stdout.strip().endswith(b"updated")
 
 
@@ -786,3 +788,70 @@ def _trash(area: AgentArea) -> Path:
     if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
         raise kept_tree.Mismatch(f"{trash} is not plan-runner's own folder")
     return trash
+
+
+@dataclass(frozen=True)
+class KeptSetup:
+    """The set-up cache restored into a tree of the area (the gates' checkout, the agent's clone), kept for the
+    next session while provably unchanged (runner.adapters.judge.setup.run_setup asks before restoring).
+
+    Right after a restore the judge records every entry at and below the cache's paths (kept_tree.record_under:
+    lstat with inode and ctime, which no unprivileged process can set) with the identity of the archive file it
+    came from, and waits for the file system's clock to move past them. Before the next restore, once the
+    identity's processes are all dead, the same walk must give exactly that record (nothing added, removed,
+    written, chmodded, linked or replaced) and the archive must be the same file: then the restore is skipped.
+    Anything else (no record, another owner, a process holding one of the files open, through sudo) restores as
+    before. In the gates' tree the entries also join the tree's own record, so its walk keeps them."""
+
+    area: AgentArea
+    identity: Identity
+    scratch: Path
+
+    def _record(self, workdir: Path) -> Path:
+        return self.scratch / f"setup-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}.record"
+
+    @staticmethod
+    def _archive_id(archive: Path) -> tuple:
+        st = os.stat(archive, follow_symlinks=False)
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def intact(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
+        owner = _keeper(self.identity)
+        rec = kept_tree.load_setup(self._record(workdir))
+        if rec is None or owner is None or rec["uid"] != owner[0] or rec["roots"] != tuple(roots):
+            return False
+        try:
+            if rec["archive"] != self._archive_id(archive):
+                return False
+            with fsafe.opened_dir(workdir, below=self.area.root) as fd:
+                now = kept_tree.record_under(fd, tuple(roots))
+                dev = os.fstat(fd).st_dev
+            if not now or now != rec["entries"]:
+                return False
+            if kept_tree.held_open(dev, {k[4] if len(k) == 8 else k[3] for k in now.values()}) is not None:
+                return False
+        except (OSError, PlanRunnerError):
+            return False
+        kept_tree.save_setup(self._record(workdir), archive=rec["archive"], uid=owner[0], roots=tuple(roots),
+                             entries=now)
+        return True
+
+    def recorded(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> None:
+        owner = _keeper(self.identity)
+        if owner is None:
+            return
+        try:
+            with fsafe.opened_dir(self.area.root, below=self.area.root.parent) as area_fd, \
+                    fsafe.opened_dir(workdir, below=self.area.root) as fd:
+                entries = kept_tree.record_under(fd, tuple(roots))
+                kept_tree.settle(area_fd, kept_tree.newest_ctime(entries))
+            archive_id = self._archive_id(archive)
+        except (OSError, PlanRunnerError, kept_tree.Mismatch):
+            return
+        kept_tree.save_setup(self._record(workdir), archive=archive_id, uid=owner[0], roots=tuple(roots),
+                             entries=entries)
+        tree = kept_tree.load(self.scratch / kept_tree.RECORD) if workdir == self.area.gates else None
+        if tree is not None:  # the gates' tree's own walk keeps (and checks) them too
+            kept_tree.drop(tree["entries"], set(roots))
+            tree["entries"].update(entries)
+            kept_tree.save(self.scratch / kept_tree.RECORD, sha=tree["sha"], uid=tree["uid"], entries=tree["entries"])

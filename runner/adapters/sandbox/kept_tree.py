@@ -85,6 +85,15 @@ def dir_key(st: os.stat_result, fd: int) -> tuple:
 def load(path: Path) -> dict | None:
     """The record at `path` (the judge's scratch), taken away: a checkout cut short leaves none, so the next
     one is fresh. None when missing or unreadable."""
+    data = _take(path)
+    if not (isinstance(data, dict) and data.get("v") == _VERSION and isinstance(data.get("entries"), dict)
+            and isinstance(data.get("sha"), str) and isinstance(data.get("uid"), int)):
+        return None
+    return data
+
+
+def _take(path: Path) -> object:
+    """What `_put` wrote at `path` (plan-runner's own 0600 file, never through a link), taken away; None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -105,19 +114,64 @@ def load(path: Path) -> dict | None:
             os.unlink(path)
         except OSError:
             pass
-    if not (isinstance(data, dict) and data.get("v") == _VERSION and isinstance(data.get("entries"), dict)
-            and isinstance(data.get("sha"), str) and isinstance(data.get("uid"), int)):
-        return None
     return data
 
 
-def save(path: Path, *, sha: str, uid: int, entries: dict[str, tuple]) -> None:
+def _put(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as fh:
-        marshal.dump({"v": _VERSION, "sha": sha, "uid": uid, "entries": entries}, fh)
+        marshal.dump(data, fh)
     os.replace(tmp, path)
+
+
+def save(path: Path, *, sha: str, uid: int, entries: dict[str, tuple]) -> None:
+    _put(path, {"v": _VERSION, "sha": sha, "uid": uid, "entries": entries})
+
+
+def load_setup(path: Path) -> dict | None:
+    """A set-up record (save_setup), taken away; None when missing or unreadable."""
+    data = _take(path)
+    if not (isinstance(data, dict) and data.get("v") == _VERSION and data.get("kind") == "setup"
+            and isinstance(data.get("entries"), dict) and isinstance(data.get("uid"), int)
+            and isinstance(data.get("archive"), tuple) and isinstance(data.get("roots"), tuple)):
+        return None
+    return data
+
+
+def save_setup(path: Path, *, archive: tuple, uid: int, roots: tuple[str, ...], entries: dict[str, tuple]) -> None:
+    """What a set-up cache restore wrote (`entries`, record_under's) from which archive (its file's identity)."""
+    _put(path, {"v": _VERSION, "kind": "setup", "archive": archive, "uid": uid, "roots": roots, "entries": entries})
+
+
+def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, tuple]:
+    """The entries at and below each path of `rels` (reached from `root_fd` through folders, never a link), as
+    `record` keeps them, without handing anything over; a path that is not there has no entry."""
+    out: dict[str, tuple] = {}
+    for rel in rels:
+        *parents, name = rel.split("/")
+        try:
+            fd = fsafe.open_below(root_fd, parents)
+        except OSError:
+            continue
+        try:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                out[rel] = file_key(st)
+                continue
+            sub = os.open(name, _DIR, dir_fd=fd)
+            try:
+                for key, value in record(sub, None).items():
+                    out[f"{rel}/{key}" if key else rel] = value
+            finally:
+                os.close(sub)
+        finally:
+            os.close(fd)
+    return out
 
 
 def settle(area_fd: int, newest_ctime_ns: int) -> None:

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from runner.adapters.git import work as gitwork
-from runner.adapters.judge import guard, setup
+from runner.adapters.judge import guard, setup, untar
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.adapters.judge.gates import GateCache, run_gates
 from runner.adapters.judge.guard import redact_text
@@ -160,12 +160,14 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
     def fresh(sha: str):
         return agentarea.checkout(area, identity, ws.repo, sha, scratch)
 
+    keep = agentarea.KeptSetup(area, identity, scratch)
+
     def make(sha: str):
         workdir = fresh(sha)
         if plan.config.setup is not None:
             failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=ws.repo, workdir=workdir, env=env,
                                             identity=identity, cache_dir=scratch / "setup-cache",
-                                            trusted_sha=trusted, checkout=fresh, on_event=ws.on_event))
+                                            trusted_sha=trusted, checkout=fresh, on_event=ws.on_event, keep=keep))
         return workdir
 
     def on_base(gates):
@@ -200,7 +202,7 @@ def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentA
         plan.config.setup, sha=base_sha, repo=ws.repo, workdir=area.work, env=env, identity=identity,
         cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(ws.repo, ws.remote, plan.config.base),
         checkout=lambda rev: agentarea.checkout(area, identity, ws.repo, rev, scratch, into=area.work),
-        reclone=reclone, on_event=ws.on_event)
+        reclone=reclone, on_event=ws.on_event, keep=agentarea.KeptSetup(area, identity, scratch))
     if failed:
         ws.on_event("warning", f"setup: failed in the agent's clone: {failed}")
 
@@ -369,7 +371,9 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
     if identity.isolated:
         _secure_judge_repo(ws.repo)
     area = agentarea.area_for(ws.repo, plan.id)
-    agentarea.prepare(area, identity, ws.repo, plan.work_branch, b.transcripts / AGENT_STATE, ws.scratch_dir / plan.id)
+    cache = untar.clean_roots(plan.config.setup.cache) if plan.config.setup is not None else ()
+    agentarea.prepare(area, identity, ws.repo, plan.work_branch, b.transcripts / AGENT_STATE, ws.scratch_dir / plan.id,
+                      keep=cache)
     _set_up_clone(s, identity, area, b.base_sha, b.transcripts)
     agent = plan.config.agent
     spec = BACKENDS[agent.backend]
