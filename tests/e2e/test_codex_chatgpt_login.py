@@ -55,10 +55,11 @@ def _run(repo: Path, tmp_path: Path, env: dict[str, str]) -> subprocess.Complete
     return proc
 
 
-def test_codex_on_a_chatgpt_login_through_a_whole_run(tmp_path, stale: bool = True) -> None:
-    """A login whose access token expired (the unexpired one runs under act: tests/e2e/test_act_auth.py)."""
-    refreshed = (datetime.now(timezone.utc) - timedelta(days=30 if stale else 0)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    account = login(last_refresh=refreshed, valid_s=-3600 if stale else 86400)  # stale: its access token expired
+def test_codex_on_a_chatgpt_login_through_a_whole_run(tmp_path) -> None:
+    """A login whose access token expired: refreshed first, then used (an unexpired one runs under act:
+    tests/e2e/test_act_auth.py::test_a_chatgpt_login_for_codex_through_act)."""
+    refreshed = (datetime.now(timezone.utc) - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    account = login(last_refresh=refreshed, valid_s=-3600)
     dump = tmp_path / "codex-env"
     with ChatGPTServer(account) as srv:
         srv.enqueue(r.reply("Working.", r.shell(WORK.format(dump=dump))), r.reply("Done: hello.txt is committed."))
@@ -69,20 +70,16 @@ def test_codex_on_a_chatgpt_login_through_a_whole_run(tmp_path, stale: bool = Tr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     state = fold_ledger(repo, "hello")
     assert state.finished and state.last.backend == "codex"
-    token = (fresh or account["tokens"])["access_token"]
-    assert calls and all(c.headers["authorization"] == f"Bearer {token}" for c in calls)
+    assert fresh is not None, "Codex did not refresh the expired login"
+    assert calls and all(c.headers["authorization"] == f"Bearer {fresh['access_token']}" for c in calls)
     assert all(c.headers["chatgpt-account-id"] == ACCOUNT_ID for c in calls)
     assert any(q.path.startswith("/backend-api/wham/accounts/check") for q in sent)  # the workspace check
-    refreshes = [q for q in sent if q.path == "/oauth/token"]
-    if stale:
-        assert len(refreshes) == 1 and refreshes[0].json["refresh_token"] == account["tokens"]["refresh_token"]
-    else:
-        assert refreshes == []
+    (refresh,) = [q for q in sent if q.path == "/oauth/token"]
+    assert refresh.json["grant_type"] == "refresh_token"
+    assert refresh.json["refresh_token"] == account["tokens"]["refresh_token"]
     names = dumped_names(dump)
     assert "CODEX_AUTH_JSON" not in names and "OPENAI_API_KEY" not in names
     kept = all_git_text(repo)
-    secrets = [account["tokens"][k] for k in ("access_token", "refresh_token", "id_token")]
-    if fresh:
-        secrets += [fresh["access_token"], REFRESHED_REFRESH_TOKEN, fresh["id_token"]]
-    for secret in secrets:
+    for secret in (*(account["tokens"][k] for k in ("access_token", "refresh_token", "id_token")),
+                   fresh["access_token"], REFRESHED_REFRESH_TOKEN, fresh["id_token"]):
         assert secret.encode() not in kept

@@ -363,3 +363,44 @@ def test_a_vertex_plan_through_a_whole_run_never_hands_the_agent_the_request_tok
     assert agent_file != job_file and agent_file.name == agent_creds.GOOGLE_FILE and not agent_file.exists()
     kept = all_git_text(repo)
     assert OIDC_JWT.encode() not in kept and REQUEST_TOKEN.encode() not in kept
+
+
+def test_a_vertex_session_outlasting_its_oidc_token_gets_a_fresh_one(tmp_path):
+    """The Actions OIDC token lives minutes (here 6 s), the access token exchanged for it less (here 2 s, so the
+    CLI's Google library exchanges the token file's OIDC token again before every call): a session whose agent
+    works longer than the first OIDC token lives (a 9 s command between two turns) still reaches Vertex, because
+    plan-runner rewrites the agent's token file with a fresh token while the agent runs; STS refused nothing, and
+    no OIDC token, first or renewed, is in any git object."""
+    from tests.e2e import test_first_hour_agents as fha
+    from tests.reliability_world import all_git_text
+    from tests.servers import messages as m
+
+    repo = fha.make_repo(tmp_path, "claude-code")
+    plan = repo / "plans" / "hello.md"
+    plan.write_text(plan.read_text().replace("  backend: claude-code\n", "  backend: claude-code\n  provider: vertex\n"))
+    fha.git(repo, "commit", "-q", "-am", "vertex")
+    with CloudServer(oidc_lifetime_s=6, token_lifetime_s=2) as srv:
+        srv.enqueue(m.reply("Waiting.", m.tool_use("Bash", {"command": "sleep 9", "description": "wait"})),
+                    m.reply("Working.", m.tool_use("Bash", {"command": fha.WORK.format(dump=tmp_path / "env"),
+                                                              "description": "work"})),
+                    m.reply("Done: hello.txt is committed and 1.1 is ticked."))
+        job_file = _wif_file(tmp_path, srv.url)
+        proc = fha.cli(repo, tmp_path, "run", "plans/hello.md", base_urls={
+            "GOOGLE_APPLICATION_CREDENTIALS": str(job_file), "ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN,
+            "ANTHROPIC_VERTEX_PROJECT_ID": "my-project", "CLOUD_ML_REGION": "us-east5",
+            "ANTHROPIC_VERTEX_BASE_URL": f"{srv.url}/v1"})
+        issued, refused = list(srv.oidc_issued), list(srv.sts_refused)
+        exchanged = [r for r in srv.requests if r.path.startswith("/sts/token")]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert refused == [] and len(issued) >= 3  # the first, then fresh ones while the agent ran
+    used = {parse_qs(r.body.decode()).get("subject_token", [""])[0] for r in exchanged}
+    assert len(used - {issued[0]}) >= 1  # a later exchange used a renewed token
+    assert fold_ledger_finished(repo)
+    kept = all_git_text(repo)
+    assert not any(token.encode() in kept for token in issued)
+
+
+def fold_ledger_finished(repo: Path) -> bool:
+    from tests.reliability_world import fold_ledger
+
+    return fold_ledger(repo, "hello").finished

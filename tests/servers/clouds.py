@@ -61,7 +61,46 @@ def event_stream_message(payload: bytes, headers: dict[str, str]) -> bytes:
 
 
 class CloudServer(MessagesServer):
+    """`oidc_lifetime_s`: the Actions endpoint hands out a new JWT each time, expiring that many seconds after
+    issue (as GitHub's do, after about five minutes), and Google's STS refuses one past its `exp`; else the one
+    fixed OIDC_JWT. `token_lifetime_s`: how long STS's and generateAccessToken's access tokens last."""
+
     thread_name = "cloud-server"
+
+    def __init__(self, *, oidc_lifetime_s: float | None = None, token_lifetime_s: int = 3600, **kw: Any) -> None:
+        self.oidc_lifetime_s, self.token_lifetime_s = oidc_lifetime_s, token_lifetime_s
+        self.oidc_issued: list[str] = []
+        self.sts_refused: list[str] = []
+        super().__init__(**kw)
+
+    def issue_oidc(self) -> str:
+        if self.oidc_lifetime_s is None:
+            return OIDC_JWT
+        import time
+
+        now = time.time()
+        claims = {"sub": "repo:o/r:ref:refs/heads/main", "iat": int(now), "exp": now + self.oidc_lifetime_s,
+                  "jti": self._new_id("oidc")}
+        part = lambda obj: base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")  # noqa: E731
+        token = f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c3RhbmQtaW4"
+        with self._lock:
+            self.oidc_issued.append(token)
+        return token
+
+    def subject_token_valid(self, token: str) -> bool:
+        """STS's check of the subject token's lifetime (the fixed OIDC_JWT carries none)."""
+        if token == OIDC_JWT:
+            return True
+        import time
+
+        with self._lock:
+            issued = token in self.oidc_issued
+        try:
+            payload = token.split(".")[1]
+            exp = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["exp"]
+        except (IndexError, KeyError, ValueError):
+            return False
+        return issued and exp > time.time()
 
     @property
     def model_requests(self):
@@ -91,17 +130,34 @@ class _Handler(_MessagesHandler):
             else:
                 self._stream(message, turn)
         elif self.command == "POST" and path == "/sts/token":
-            self._read_recorded()
+            raw = self._read_raw_recorded()
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = None
+            subject = body.get("subjectToken") if isinstance(body, dict) else None
+            if subject is None:  # google-auth-library posts a form
+                from urllib.parse import parse_qs
+
+                subject = (parse_qs(raw.decode("utf-8", "replace")).get("subject_token") or [""])[0]
+            if not self.server.owner.subject_token_valid(subject):
+                self.server.owner.sts_refused.append(subject)
+                self._send_json(400, {"error": "invalid_grant", "error_description":
+                                      "The access token has expired or is not yet valid."})
+                return
             self._send_json(200, {"access_token": ACCESS_TOKEN, "issued_token_type":
                                   "urn:ietf:params:oauth:token-type:access_token", "token_type": "Bearer",
-                                  "expires_in": 3600})
+                                  "expires_in": self.server.owner.token_lifetime_s})
         elif self.command == "POST" and _IMPERSONATE.match(path):
             self._read_recorded()
             if self.headers.get("authorization") != f"Bearer {ACCESS_TOKEN}":
                 self._send_json(401, {"error": {"code": 401, "status": "UNAUTHENTICATED",
                                                 "message": "Request had invalid authentication credentials."}})
             else:
-                self._send_json(200, {"accessToken": IMPERSONATED_TOKEN, "expireTime": "2099-01-01T00:00:00Z"})
+                import time
+
+                expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.server.owner.token_lifetime_s))
+                self._send_json(200, {"accessToken": IMPERSONATED_TOKEN, "expireTime": expires})
         elif self.command == "POST" and path == "/":
             self._aws_sts()
         elif self.command == "GET" and path == "/oidc":
@@ -109,18 +165,26 @@ class _Handler(_MessagesHandler):
             if self.headers.get("authorization") != f"Bearer {REQUEST_TOKEN}":
                 self._send_json(401, {"message": "bad request token"})
             else:
-                self._send_json(200, {"count": 1, "value": OIDC_JWT})
+                self._send_json(200, {"count": 1, "value": self.server.owner.issue_oidc()})
         else:
             super()._route()
+
+    def _read_raw_recorded(self) -> bytes:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = None
+        self.server.owner._record(RecordedRequest(method=self.command, path=self.path, json=parsed, body=raw,
+                                                  headers={k.lower(): v for k, v in self.headers.items()}))
+        return raw
 
     def _aws_sts(self) -> None:
         """AWS STS's query API (form-encoded POST, XML answers, `ErrorResponse` on a refusal)."""
         from urllib.parse import parse_qs
 
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        self.server.owner._record(RecordedRequest(method=self.command, path=self.path, json=None, body=raw,
-                                                  headers={k.lower(): v for k, v in self.headers.items()}))
+        raw = self._read_raw_recorded()
         form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
         action = form.get("Action")
         if action == "AssumeRoleWithWebIdentity":

@@ -12,12 +12,20 @@ then owned by the agent's user: no other user can read them): a Google file whos
 Actions endpoint becomes one whose source is a file holding one OIDC token plan-runner fetched itself, for that
 file's audience only; a file still holding the request token is refused. The folder is removed after the session
 and is no part of the saved state. Every token in these files is also a secret to redact (`Placed.secrets`).
+
+The OIDC token is short-lived (GitHub's last about five minutes), and the agent's Google library exchanges it
+again for every new access token (an hour each): `Renewal` rewrites the agent's token file with a fresh one
+while the agent runs, well before the one there expires, so a session may outlast the first access token.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
+import threading
+import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +47,7 @@ class Placed:
     drop: tuple[str, ...] = ()  # removed from the agent's environment (a login's content, the job's paths)
     files: dict[str, Path] = field(default_factory=dict)  # name -> the agent's copy (e.g. "auth.json" for Codex)
     secrets: tuple[str, ...] = ()  # the tokens the files hold: redacted wherever plan-runner stores or prints
+    renewal: Renewal | None = None  # keeps an OIDC subject token fresh while the agent runs (start/stop it)
 
 
 def _fetch_subject_token(source: Mapping, timeout_s: float = 30.0) -> str:
@@ -65,8 +74,10 @@ def _bad_file(path: str, why: str) -> PlanRunnerError:
 
 
 def google_credentials(path: str, parent_env: Mapping[str, str], folder: Path,
-                       fetch: Callable[[Mapping], str] = _fetch_subject_token) -> tuple[dict[str, bytes], list[str]]:
-    """(the agent's files, the secrets they hold) for the Google credentials file at `path`."""
+                       fetch: Callable[[Mapping], str] = _fetch_subject_token, sources: list | None = None,
+                       ) -> tuple[dict[str, bytes], list[str]]:
+    """(the agent's files, the secrets they hold) for the Google credentials file at `path`; `sources` gets the
+    credential source plan-runner fetched the OIDC token from (the job's, never the agent's)."""
     try:
         with open(path, "rb") as fh:
             data = json.loads(fh.read(_LIMIT).decode("utf-8"))
@@ -86,6 +97,8 @@ def google_credentials(path: str, parent_env: Mapping[str, str], folder: Path,
                                   "the job needs `permissions: id-token: write`") from None
         files[GOOGLE_SUBJECT_TOKEN] = token.encode("utf-8")
         secrets.append(token)
+        if sources is not None:
+            sources.append((source, token))
         data = {**data, "credential_source": {"file": str(folder / GOOGLE_SUBJECT_TOKEN), "format": {"type": "text"}}}
     text = json.dumps(data, indent=2)
     request_token = parent_env.get("ACTIONS_ID_TOKEN_REQUEST_TOKEN", "")
@@ -111,8 +124,9 @@ def plan_files(spec: BackendSpec, provider: str | None, parent_env: Mapping[str,
     named: dict[str, Path] = {}
     secrets: list[str] = []
     way = spec.selected_auth(agent_env, provider)
+    sources: list = []
     if way is not None and way.file_env and agent_env.get(way.file_env):
-        found, more = google_credentials(agent_env[way.file_env], parent_env, folder, fetch)
+        found, more = google_credentials(agent_env[way.file_env], parent_env, folder, fetch, sources)
         files.update(found)
         secrets += more
         env[way.file_env] = str(folder / GOOGLE_FILE)
@@ -129,7 +143,79 @@ def plan_files(spec: BackendSpec, provider: str | None, parent_env: Mapping[str,
             named[name] = folder / name
             secrets += login_secrets(content)
         drop.append(spec.login_content_env)
-    return files, Placed(env=env, drop=tuple(drop), files=named, secrets=tuple(dict.fromkeys(secrets)))
+    renewal = Renewal(sources[0][0], folder / GOOGLE_SUBJECT_TOKEN, sources[0][1], fetch) if sources else None
+    return files, Placed(env=env, drop=tuple(drop), files=named, secrets=tuple(dict.fromkeys(secrets)),
+                         renewal=renewal)
+
+
+def jwt_window(token: str) -> tuple[float, float] | None:
+    """(issued, expires) of a JWT, read from its claims unverified (plan-runner only schedules by them)."""
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=" * (-len(token.split(".")[1]) % 4)))
+        return float(claims.get("iat") or claims.get("nbf") or time.time()), float(claims["exp"])
+    except (IndexError, KeyError, TypeError, ValueError, binascii.Error):
+        return None
+
+
+class Renewal:
+    """The agent's OIDC subject token, fetched again from the job's credential source at 60 % of the current one's
+    lifetime (every 4 minutes when it says none) and written over the agent's token file as the agent's user
+    (the folder is its: plan-runner never writes there through a link it could have planted). A failed fetch is
+    tried again at the next tick; the agent keeps the token it has."""
+
+    DEFAULT_S = 240.0
+    MIN_S = 1.0
+
+    def __init__(self, source: Mapping, path: Path, token: str, fetch: Callable[[Mapping], str]) -> None:
+        self.source, self.path, self.fetch = source, path, fetch
+        self.tokens: list[str] = []  # each token fetched since: secrets, like the first
+        self.errors: list[str] = []
+        self._due = self._next(token)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.identity: Identity | None = None
+        self.on_token: Callable[[str], None] = lambda token: None
+
+    def _next(self, token: str) -> float:
+        window = jwt_window(token)
+        now = time.time()
+        if window is None or window[1] <= window[0]:
+            return now + self.DEFAULT_S
+        issued, expires = window
+        return max(now + self.MIN_S, issued + 0.6 * (expires - issued))
+
+    def renew(self) -> None:
+        from runner.adapters.sandbox import proc
+
+        token = self.fetch(self.source)
+        done = proc.run(["/bin/sh", "-c", 'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"', "sh", str(self.path)],
+                        cwd="/", env={"PATH": "/usr/bin:/bin"}, time_limit_s=30, identity=self.identity,
+                        stdin_text=token)
+        if done.returncode != 0:
+            raise OSError(f"writing {self.path} as the agent's user failed")
+        self.tokens.append(token)
+        self.on_token(token)
+        self._due = self._next(token)
+
+    def start(self, identity: Identity, on_token: Callable[[str], None] = lambda token: None) -> None:
+        self.identity, self.on_token = identity, on_token
+        self._thread = threading.Thread(target=self._run, name="oidc-renewal", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(max(0.05, min(self._due - time.time(), 30.0))):
+            if time.time() < self._due:
+                continue
+            try:
+                self.renew()
+            except (OSError, ValueError, KeyError) as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self._due = time.time() + min(30.0, self.DEFAULT_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=35)
 
 
 def place(spec: BackendSpec, provider: str | None, parent_env: Mapping[str, str], agent_env: Mapping[str, str],

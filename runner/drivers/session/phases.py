@@ -394,9 +394,15 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
         on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)),  # its words may hold a key
         identity=identity, agent_state_dir=area.state, input_dir=area.inputs, credential_files=creds.files)
     control = guard.snapshot(ws.repo)
+    if creds.renewal is not None:  # a fresh OIDC token for the agent's Google library, while it runs
+        def fetched(token: str) -> None:
+            s.secrets = sorted({*s.secrets, token}, key=lambda v: (-len(v), v))
+        creds.renewal.start(identity, on_token=fetched)
     try:
         signals = get_backend(plan.config.agent.backend).run(request)
     finally:
+        if creds.renewal is not None:
+            creds.renewal.stop()
         identity.kill_all()  # nothing the agent started outlives it (invariant 2)
         agent_creds.remove(area.creds, identity)
     return AgentRan(signals=signals, area=area, agent_env=agent_env, control=control)
