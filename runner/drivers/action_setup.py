@@ -150,13 +150,11 @@ class _Job:
         self.ref = record_ref(self.plan.id)
 
     def credentials(self):
-        from runner.drivers.action import git_credentials
+        from runner.adapters.action_io import git_credentials
 
         return git_credentials(self.env.get("GITHUB_TOKEN"), self.env.get("GITHUB_SERVER_URL", ""))
 
     def fetch_record(self) -> dict | None:
-        from git.exc import GitCommandError
-
         from runner.adapters.git import work as gitwork
         from runner.drivers.action_env import REMOTE
 
@@ -165,8 +163,8 @@ class _Job:
             with self.credentials():
                 gitwork.run_git(self.ws.repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", REMOTE,
                                 f"+{self.ref}:{self.ref}")
-        except GitCommandError:
-            return None  # no record yet (or none readable): nothing restored will be trusted
+        except Exception:  # noqa: BLE001 - git's error: no record yet (or none readable): nothing is restored
+            return None
         return self.record()
 
     def record(self) -> dict | None:
