@@ -346,12 +346,10 @@ def cmd_build(env: Mapping[str, str]) -> int:
 def main(argv: list[str]) -> int:
     env = dict(os.environ)
     if argv[1:] == ["build"]:
-        from runner.core.errors import PlanRunnerError
-
         try:
             return cmd_build(env)
-        except PlanRunnerError as err:  # the session step meets the same problem and reports it in full
-            print(f"::warning title=plan-runner setup cache::nothing cached: {err.what}", flush=True)
+        except Exception as err:  # noqa: BLE001 - the session step meets the same problem and reports it in full
+            print(f"::warning title=plan-runner setup cache::nothing cached: {getattr(err, 'what', err)}", flush=True)
             _output(env, save="false")
             return 0
     print("usage: python -m runner.drivers.action_setup build", file=sys.stderr)
