@@ -84,7 +84,8 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.action_setup import take_restored
 
     try:  # the plan's set-up from the Actions cache, if the setup record vouches for it (before anything runs)
-        take_restored(env, lambda text: rep.log(f"plan-runner setup cache: {text}"))
+        take_restored(env, lambda text: rep.log(f"plan-runner setup cache: {text}"),
+                      lambda text: rep.annotate("warning", text, "plan-runner setup cache"))
     except Exception as err:  # noqa: BLE001 - a cache is never worth a session: the set-up then runs as without it
         rep.log(f"plan-runner setup cache: not used ({getattr(err, 'what', err)})")
     from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages

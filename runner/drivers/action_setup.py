@@ -214,7 +214,11 @@ def key_outputs(env: Mapping[str, str]) -> dict[str, str]:
     return {"setup-restore-key": record["key"] if record else "", "setup-save-key": new, "setup-dir": str(staging)}
 
 
-def take_restored(env: Mapping[str, str], log=_say) -> bool | None:
+def _warn(text: str) -> None:
+    print(f"::warning title=plan-runner setup cache::{text}", flush=True)
+
+
+def take_restored(env: Mapping[str, str], log=_say, warn=_warn) -> bool | None:
     """In the session's step, before anything of the session: a restored entry (PLAN_RUNNER_SETUP_HIT) goes into
     plan-runner's scratch if the setup record vouches for every file of it. True: taken; False: refused (with a
     warning; the record is deleted, leased on what was read, so the next job builds and saves a fresh entry
@@ -234,8 +238,7 @@ def take_restored(env: Mapping[str, str], log=_say) -> bool | None:
     if why is None:
         log(f"restored {key} (sha256 checked against the record)")
         return True
-    print(f"::warning title=plan-runner setup cache::the restored set-up cache was refused: {why}; "
-          "the set-up runs fresh", flush=True)
+    warn(f"the restored set-up cache was refused: {why}; the set-up runs fresh")
     if record is not None:
         job.drop_record()
     return False
