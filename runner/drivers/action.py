@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from runner.adapters.git import work as gitwork
-from runner.adapters.action_io import PUSH_TOKEN, Reporter, basic_auth, git_credentials, parse_bool  # noqa: F401
+from runner.adapters.action_io import PUSH_TOKEN, Reporter, git_credentials, parse_bool
 from runner.core.actions import Finish, Park, RunSession, Wait, describe
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.exits import Exit
