@@ -19,6 +19,7 @@ gates (each gate's start to finish), and the rest: what the job pays beyond its 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -128,7 +129,8 @@ def run_variant(name: str, action: Path, bare: Path, top: Path, sessions: int, t
             rows.append({"job": n, "wall": wall, "agent": agent, "gates": gates, "beyond": wall - agent - gates,
                          "setup_runs": setup_ran(job, "python3 -m venv"), "steps": steps})
             print(f"  {name} job {n}: whole {wall:.1f} s, agent {agent:.1f} s, gates {gates:.1f} s, "
-                  f"beyond {wall - agent - gates:.1f} s, set-up runs {setup_ran(job, 'python3 -m venv')}", flush=True)
+                  f"beyond {wall - agent - gates:.1f} s, set-up runs {setup_ran(job, 'python3 -m venv')} "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
             print("    steps: " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()), flush=True)
             if trace:
                 first = jobs.stamps[0][0] if jobs.stamps else 0.0

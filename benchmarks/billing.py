@@ -5,7 +5,7 @@ hosted runners are billed by the minute, each job rounded up to a whole minute (
 `if:` runs on no runner and is billed nothing; public repositories are free. The free plan includes 2,000
 minutes a month.
 
-The simulation is a discrete-event model of what GitHub starts, read from the files (not from plan-runner's code):
+The table is a discrete-event model of what GitHub starts, read from the files (not from plan-runner's code):
 * the clock's `schedule` fires at every cron slot (`ticks_per_hour` of its cron) while the workflow is enabled, one
   tick job each; the session workflow has no `schedule` (checked: a file with one is the old single workflow,
   whose tick fires at every slot whatever waits);
@@ -21,6 +21,9 @@ job's set-up, `SETUP_SECONDS`, each billed rounded up). A tick job is billed 1 m
 fetch: well under 60 s, docs/performance.md section 5).
 
 Run: `python benchmarks/billing.py` (prints the table docs/performance.md and docs/github-actions.md quote).
+
+`python benchmarks/billing.py --measured` counts instead of modelling: a month of session and tick jobs run through
+plan-runner's real code against the test server (`measured_month`; tests/integration/test_billing_measured.py).
 """
 
 from __future__ import annotations
@@ -160,6 +163,9 @@ def report(files: Files) -> list[tuple[str, Month]]:
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--measured"]:
+        print_measured()
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         new = Path(tmp) / "new"
         new.mkdir()
@@ -178,6 +184,103 @@ def main() -> int:
               f"{len(a.sessions)}; {a.skipped} skipped | **{a.billed():,}** |")
     print(f"\nfree plan: {FREE_PLAN_MINUTES:,} minutes a month")
     return 0
+
+
+
+# --- measured: the same month run through plan-runner's real code -------------------------------------------------
+
+MEASURED_PLAN = "plans/greeter.md"
+
+
+def measured_month(root: Path, wait_slots: int = 10, slot_s: float = 4.0, max_ticks: int = 60) -> dict[str, object]:
+    """The jobs GitHub would start in a simulated month, counted from plan-runner's real code against the test server:
+    every job is `run_action` in-process (session, tick), the clock's schedule fires at a slot only while the test
+    server holds the clock workflow enabled (PUT .../enable and .../disable by the real code), and a session job runs
+    for every dispatch the server recorded. The plan (the greeter of tests/e2e_act/world.py, script backend): session
+    1 advances, session 2 hits a usage limit resetting `wait_slots - 1/2` tick intervals after the month's first
+    slot (the wait is real: a slot lasts `slot_s` real seconds while the clock is on; off, the month fast-forwards:
+    `slot_s` must exceed a tick job's own seconds), session 3
+    advances, session 4 parks for a human, who never answers: the rest of the month is a parked plan.
+    Returns the counts; more than `max_ticks` tick jobs is an error (a clock that never turns off would tick 1,440
+    times)."""
+    import time as _time
+    from datetime import datetime, timedelta, timezone
+
+    from runner.drivers import action_tick
+    from tests.e2e_act import world as w
+    from tests.integration.test_action_modes import Jobs
+    from tests.servers.github import GitHubServer
+
+    # The slot clock: slot k at t0 + k * slot_s (real time) until the clock first goes off. The limit resets
+    # (wait_slots - 1/2) intervals after slot 0, to the second: inside the wait, clear of the slots on either side.
+    start_wall, t0 = datetime.now(timezone.utc), _time.monotonic()
+    reset = (start_wall + timedelta(seconds=(wait_slots - 0.5) * slot_s)).replace(microsecond=0)
+    script = w.SCRIPT.replace("reset_in: 2,", f"reset_at: '{reset.strftime('%Y-%m-%dT%H:%M:%SZ')}',")
+    assert script != w.SCRIPT
+    clock_env = {"GITHUB_WORKFLOW_REF": f"octo-org/demo/{CLOCK_PATH}@refs/heads/main",
+                 "PLAN_RUNNER_SESSION_WORKFLOW": Path(WORKFLOW_PATH).name}
+    saved_now = action_tick.utcnow
+    action_tick.utcnow = lambda: datetime.now(timezone.utc).replace(hour=12)  # off the keep-alive hour
+    counts: dict[str, object] = {"ticks": 0, "sessions": 0, "failed_sessions": 0, "outcomes": [], "tick_slots": []}
+    clock = Path(CLOCK_PATH).name
+    try:
+        with GitHubServer() as srv:
+            jobs = Jobs(root, srv, script=script)
+            seen = 0
+            anchor: tuple[int, float] | None = (0, t0)
+            pending = 1  # the user's first dispatch (`plan-runner start`)
+            for slot in range(MONTH_MINUTES // 30):
+                while pending:
+                    pending -= 1
+                    rc, out, outputs, _, _ = jobs.session()
+                    counts["sessions"] += 1  # type: ignore[operator]
+                    counts["failed_sessions"] += rc != 0  # type: ignore[operator]
+                    counts["outcomes"].append(outputs.get("outcome", "?"))  # type: ignore[union-attr]
+                    pending += len(srv.dispatches) - seen
+                    seen = len(srv.dispatches)
+                if not srv.schedule_fires(clock):
+                    anchor = None
+                    continue
+                if anchor is None:
+                    anchor = (slot, _time.monotonic())
+                _time.sleep(max(0.0, anchor[1] + (slot - anchor[0]) * slot_s - _time.monotonic()))
+                rc, out, outputs, _, _ = jobs.run("schedule", w.schedule_event(), **clock_env)
+                if rc != 0:
+                    raise RuntimeError(out)
+                counts["ticks"] += 1  # type: ignore[operator]
+                counts["tick_slots"].append(slot)  # type: ignore[union-attr]
+                if counts["ticks"] > max_ticks:  # type: ignore[operator]
+                    raise RuntimeError(f"more than {max_ticks} tick jobs: the clock never turned off")
+                pending += len(srv.dispatches) - seen
+                seen = len(srv.dispatches)
+            counts["dispatches"] = len(srv.dispatches)
+            counts["parked"] = any(i for i in srv.issues.values() if not i.get("pull"))
+    finally:
+        action_tick.utcnow = saved_now
+    return counts
+
+
+def print_measured() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        got = measured_month(Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp:
+        write_init(Path(tmp), action_ref="./")
+        files = read_files(Path(tmp))
+    month = Month(files, first_month=True)
+    month.ticks = got["ticks"]  # type: ignore[assignment]
+    for outcome in got["outcomes"]:  # type: ignore[union-attr]
+        month.sessions.append(SESSION_MINUTES + SETUP_SECONDS / 60)
+        if files.reconcile_runs("workflow_dispatch", "success"):
+            month.reconciles += 1
+        else:
+            month.skipped += 1
+    print("measured month (real code, test server): a plan that advances, waits out a usage limit of 10 tick "
+          "intervals, advances, then parks for a human for the rest of the month; the month the files are committed")
+    print(f"  sessions run {got['sessions']} ({', '.join(got['outcomes'])}), dispatches {got['dispatches']}, "  # type: ignore[arg-type]
+          f"parked {got['parked']}")
+    print(f"  tick jobs {got['ticks']} at slots {got['tick_slots']}, reconcile jobs {month.reconciles} "
+          f"({month.skipped} skipped)")
+    print(f"  billable minutes {month.billed()} (sessions of {SESSION_MINUTES:g} min + {SETUP_SECONDS:g} s)")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ keeps that rule in one place so no caller can forget it.
 from __future__ import annotations
 
 import base64
+import os
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -122,3 +124,34 @@ def parse_bool(value: str | None, default: bool = False) -> bool:
     if value is None or not value.strip():
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextmanager
+def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
+    """plan-runner's own git commands (fetch, push) authenticate with the token through
+    `GIT_CONFIG_*` variables of this process only: nothing is written to `.git/config`, where
+    the agent, working in the same tree, could read it; the agent's allow-listed environment
+    never carries these variables. Inside another `git_credentials` for the same server (a step's mode, then a
+    helper of it) nothing is added: git would send both headers."""
+    if not token or not server_url.startswith("https://"):
+        yield
+        return
+    header = f"http.{server_url.rstrip('/')}/.extraheader"
+    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    if any(os.environ.get(f"GIT_CONFIG_KEY_{i}") == header for i in range(n)):
+        yield
+        return
+    names = ("GIT_CONFIG_COUNT",)
+    names += (f"GIT_CONFIG_KEY_{n}", f"GIT_CONFIG_VALUE_{n}")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ[f"GIT_CONFIG_KEY_{n}"] = header
+    os.environ[f"GIT_CONFIG_VALUE_{n}"] = f"AUTHORIZATION: basic {basic_auth(token)}"
+    os.environ["GIT_CONFIG_COUNT"] = str(n + 1)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from runner.adapters.git import work as gitwork
-from runner.adapters.action_io import PUSH_TOKEN, Reporter, basic_auth, parse_bool
+from runner.adapters.action_io import PUSH_TOKEN, Reporter, git_credentials, parse_bool
 from runner.core.actions import Finish, Park, RunSession, Wait, describe
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.exits import Exit
@@ -39,30 +39,6 @@ from runner.drivers.session import Drivers, Session, SessionResult, Workspace, j
 from runner.adapters.store.state import GitStateStore
 
 MODES = ("session", "tick", "reply", "reconcile")
-@contextmanager
-def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
-    """plan-runner's own git commands (fetch, push) authenticate with the token through
-    `GIT_CONFIG_*` variables of this process only: nothing is written to `.git/config`, where
-    the agent, working in the same tree, could read it; the agent's allow-listed environment
-    never carries these variables."""
-    if not token or not server_url.startswith("https://"):
-        yield
-        return
-    names = ("GIT_CONFIG_COUNT",)
-    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
-    names += (f"GIT_CONFIG_KEY_{n}", f"GIT_CONFIG_VALUE_{n}")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ[f"GIT_CONFIG_KEY_{n}"] = f"http.{server_url.rstrip('/')}/.extraheader"
-    os.environ[f"GIT_CONFIG_VALUE_{n}"] = f"AUTHORIZATION: basic {basic_auth(token)}"
-    os.environ["GIT_CONFIG_COUNT"] = str(n + 1)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
@@ -108,7 +84,8 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.action_setup import take_restored
 
     try:  # the plan's set-up from the Actions cache, if the setup record vouches for it (before anything runs)
-        take_restored(env, lambda text: rep.log(f"plan-runner setup cache: {text}"))
+        take_restored(env, lambda text: rep.log(f"plan-runner setup cache: {text}"),
+                      lambda text: rep.annotate("warning", text, "plan-runner setup cache"))
     except Exception as err:  # noqa: BLE001 - a cache is never worth a session: the set-up then runs as without it
         rep.log(f"plan-runner setup cache: not used ({getattr(err, 'what', err)})")
     from runner.drivers.action_cli import ensure_agent_cli, ensure_python_packages

@@ -150,13 +150,11 @@ class _Job:
         self.ref = record_ref(self.plan.id)
 
     def credentials(self):
-        from runner.drivers.action import git_credentials
+        from runner.adapters.action_io import git_credentials
 
         return git_credentials(self.env.get("GITHUB_TOKEN"), self.env.get("GITHUB_SERVER_URL", ""))
 
     def fetch_record(self) -> dict | None:
-        from git.exc import GitCommandError
-
         from runner.adapters.git import work as gitwork
         from runner.drivers.action_env import REMOTE
 
@@ -165,8 +163,8 @@ class _Job:
             with self.credentials():
                 gitwork.run_git(self.ws.repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", REMOTE,
                                 f"+{self.ref}:{self.ref}")
-        except GitCommandError:
-            return None  # no record yet (or none readable): nothing restored will be trusted
+        except Exception:  # noqa: BLE001 - git's error: no record yet (or none readable): nothing is restored
+            return None
         return self.record()
 
     def record(self) -> dict | None:
@@ -216,7 +214,11 @@ def key_outputs(env: Mapping[str, str]) -> dict[str, str]:
     return {"setup-restore-key": record["key"] if record else "", "setup-save-key": new, "setup-dir": str(staging)}
 
 
-def take_restored(env: Mapping[str, str], log=_say) -> bool | None:
+def _warn(text: str) -> None:
+    print(f"::warning title=plan-runner setup cache::{text}", flush=True)
+
+
+def take_restored(env: Mapping[str, str], log=_say, warn=_warn) -> bool | None:
     """In the session's step, before anything of the session: a restored entry (PLAN_RUNNER_SETUP_HIT) goes into
     plan-runner's scratch if the setup record vouches for every file of it. True: taken; False: refused (with a
     warning; the record is deleted, leased on what was read, so the next job builds and saves a fresh entry
@@ -236,8 +238,7 @@ def take_restored(env: Mapping[str, str], log=_say) -> bool | None:
     if why is None:
         log(f"restored {key} (sha256 checked against the record)")
         return True
-    print(f"::warning title=plan-runner setup cache::the restored set-up cache was refused: {why}; "
-          "the set-up runs fresh", flush=True)
+    warn(f"the restored set-up cache was refused: {why}; the set-up runs fresh")
     if record is not None:
         job.drop_record()
     return False
@@ -348,12 +349,10 @@ def cmd_build(env: Mapping[str, str]) -> int:
 def main(argv: list[str]) -> int:
     env = dict(os.environ)
     if argv[1:] == ["build"]:
-        from runner.core.errors import PlanRunnerError
-
         try:
             return cmd_build(env)
-        except PlanRunnerError as err:  # the session step meets the same problem and reports it in full
-            print(f"::warning title=plan-runner setup cache::nothing cached: {err.what}", flush=True)
+        except Exception as err:  # noqa: BLE001 - the session step meets the same problem and reports it in full
+            print(f"::warning title=plan-runner setup cache::nothing cached: {getattr(err, 'what', err)}", flush=True)
             _output(env, save="false")
             return 0
     print("usage: python -m runner.drivers.action_setup build", file=sys.stderr)

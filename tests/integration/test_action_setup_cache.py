@@ -245,3 +245,18 @@ def test_the_record_is_checked_file_by_file(tmp_path):
     for broken in (b"", b"[]", json.dumps({**good, "files": {"../x.tar": "0" * 64}}).encode(),
                    json.dumps({**good, "files": {}}).encode()):
         assert action_setup.parse_record(broken) is None
+
+
+def test_credentials_inside_the_sessions_own_are_not_added_twice(monkeypatch):
+    """The session's step runs inside git_credentials; the record's drop (take_restored) asks for them again: git
+    must get one Authorization header, not two (it sends every `http.<url>.extraheader` value)."""
+    from runner.adapters.action_io import git_credentials
+
+    monkeypatch.delenv("GIT_CONFIG_COUNT", raising=False)
+    with git_credentials("ghs_outer123", "https://github.com"):
+        with git_credentials("ghs_inner456", "https://github.com"):
+            assert os.environ["GIT_CONFIG_COUNT"] == "1"
+        with git_credentials("ghs_other789", "https://ghe.example.com"):  # another server: its own header
+            assert os.environ["GIT_CONFIG_COUNT"] == "2"
+        assert os.environ["GIT_CONFIG_COUNT"] == "1"
+    assert "GIT_CONFIG_COUNT" not in os.environ
