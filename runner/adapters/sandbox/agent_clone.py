@@ -360,15 +360,20 @@ def _keep_gates(area: AgentArea, identity: Identity, scratch: Path) -> None:
     st = os.lstat(kept)
     if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
         return
-    _move_aside(area, kept / "gates", identity)  # one a session cut short before its checkout left there
+    held = kept / "gates"
     if not (scratch / kept_tree.RECORD).is_file():
+        _move_aside(area, held, identity)  # no record: nothing can be proven of it
         return
     try:
         st = os.lstat(area.gates)
-        if stat.S_ISDIR(st.st_mode):
-            os.rename(area.gates, kept / "gates")
-    except OSError:
-        pass
+    except FileNotFoundError:
+        return  # already hidden (the clone made again before the agent, a session cut short before its gates)
+    if stat.S_ISDIR(st.st_mode):
+        _move_aside(area, held, identity)
+        try:
+            os.rename(area.gates, held)
+        except OSError:
+            pass
 
 
 def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
