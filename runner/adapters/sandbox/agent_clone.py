@@ -618,12 +618,13 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
 
 
 def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,
-             into: Path | None = None) -> Path:
+             into: Path | None = None, *, keep: bool = True) -> Path:
     """A checkout of `sha` (tracked files only, nothing else) for gates, owned by the identity that runs them,
     and a clean home for them. The gates' tree of the previous checkout is kept and brought back to exactly
     the tracked files of `sha` where that can be proven (runner.adapters.sandbox.kept_tree), else made fresh.
     `into`: another folder of the area, always fresh (the set-up cache of the agent's clone is built from a
-    checkout of the base commit at the clone's path)."""
+    checkout of the base commit at the clone's path). `keep=False`: a tree no later checkout reuses (the
+    preflight's own area) is not recorded."""
     identity.kill_all()
     _own_root(area)
     target = into or area.gates
@@ -645,7 +646,7 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     finally:
         index.unlink(missing_ok=True)
     owner = _keeper(identity)
-    if into is not None or owner is None:
+    if into is not None or owner is None or not keep:
         identity.give(target)
         return target
     # Handed over and recorded in one walk: the record is what the identity is given, before it runs anything.
