@@ -426,7 +426,7 @@ def _as_it_will_run(ws, plan: Plan, identity, area) -> tuple[Path, str | None] |
     scratch.mkdir(parents=True, exist_ok=True)
 
     def fresh(sha: str) -> Path:  # its index in the preflight's own area too (the plan's scratch is shared)
-        return agent_clone.checkout(area, identity, ws.repo, sha, area.root)
+        return agent_clone.checkout(area, identity, ws.repo, sha, area.root, keep=False)  # its area is discarded
     workdir = fresh(trusted)
     if plan.config.setup is None or not plan.config.setup.run:
         return workdir, None

@@ -229,3 +229,19 @@ def test_another_identity_gets_a_fresh_checkout(world):
             assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", second.uid)
         finally:
             agent_clone.discard_area(area, first)
+
+
+def test_the_clone_made_again_before_the_agent_keeps_the_hidden_tree(world):
+    """Set-up builds the clone's cache on a checkout of the base and makes the clone again (prepare twice before
+    the agent): the tree hidden by the first stays hidden and is reused."""
+    repo, one, two, out, scratch = world
+    area = agent_clone.area_for(repo, "reuse-reclone")
+    with sandbox.leased("user") as identity:
+        try:
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            inode = os.lstat(agent_clone.checkout(area, identity, repo, one, scratch)).st_ino
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            assert os.lstat(agent_clone.checkout(area, identity, repo, two, scratch)).st_ino == inode
+        finally:
+            agent_clone.discard_area(area, identity)

@@ -372,15 +372,20 @@ def _keep_gates(area: AgentArea, identity: Identity, scratch: Path) -> None:
     st = os.lstat(kept)
     if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
         return
-    _move_aside(area, kept / "gates", identity)  # one a session cut short before its checkout left there
+    held = kept / "gates"
     if not (scratch / kept_tree.RECORD).is_file():
+        _move_aside(area, held, identity)  # no record: nothing can be proven of it
         return
     try:
         st = os.lstat(area.gates)
-        if stat.S_ISDIR(st.st_mode):
-            os.rename(area.gates, kept / "gates")
-    except OSError:
-        pass
+    except FileNotFoundError:
+        return  # already hidden (the clone made again before the agent, a session cut short before its gates)
+    if stat.S_ISDIR(st.st_mode):
+        _move_aside(area, held, identity)
+        try:
+            os.rename(area.gates, held)
+        except OSError:
+            pass
 
 
 def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
@@ -625,12 +630,13 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
 
 
 def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,
-             into: Path | None = None) -> Path:
+             into: Path | None = None, *, keep: bool = True) -> Path:
     """A checkout of `sha` (tracked files only, nothing else) for gates, owned by the identity that runs them,
     and a clean home for them. The gates' tree of the previous checkout is kept and brought back to exactly
     the tracked files of `sha` where that can be proven (runner.adapters.sandbox.kept_tree), else made fresh.
     `into`: another folder of the area, always fresh (the set-up cache of the agent's clone is built from a
-    checkout of the base commit at the clone's path)."""
+    checkout of the base commit at the clone's path). `keep=False`: a tree no later checkout reuses (the
+    preflight's own area) is not recorded."""
     identity.kill_all()
     _own_root(area)
     target = into or area.gates
@@ -652,7 +658,7 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     finally:
         index.unlink(missing_ok=True)
     owner = _keeper(identity)
-    if into is not None or owner is None:
+    if into is not None or owner is None or not keep:
         identity.give(target)
         return target
     # Handed over and recorded in one walk: the record is what the identity is given, before it runs anything.
