@@ -22,12 +22,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anthropic
 
+from runner.adapters import clock as wallclock
 from runner.backends.agent_tools import TOOL_SPECS, Workspace
 from runner.backends.anthropic_errors import ApiFailure, classify_api_error
 from runner.backends.base import SessionRequest
@@ -351,7 +352,7 @@ class AnthropicAgentBackend:
                 ) as stream:
                     return stream.get_final_message()
             except Exception as exc:
-                failure = classify_api_error(exc, datetime.now(timezone.utc))
+                failure = classify_api_error(exc, wallclock.now())
                 if failure is None:
                     raise
             if failure.action == "stall":
