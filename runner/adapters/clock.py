@@ -6,7 +6,9 @@ end, a dispatch, a park), rate-limit reset times and the waits for them (`plan-r
 evidence: tests/unit/test_import_direction.py); a driver hands it `now()`.
 
 Durations (a process's time limit, a stall, a retry's backoff) are measured on the monotonic clock and are no
-business of this module: a test that moves the wall clock never makes a gate time out.
+business of this module: a test that moves the wall clock never makes a gate time out. Nor are times the system
+keeps (a state commit's git date, a folder's modification time that `plan-runner clean` ages agent areas by), nor
+the agent's side (its processes never see the switch below).
 
 The testing switch (like hynek/stamina's `set_testing`): `PLAN_RUNNER_TEST_CLOCK` in plan-runner's own
 environment, so a test can set it for a CLI subprocess (in-process tests set it with `monkeypatch.setenv`):
