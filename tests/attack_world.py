@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability_world import all_git_text, cli_env, git, ledger, write_calc_project
+from tests.reliability_world import PYTEST_OWN_PLUGINS_OFF, all_git_text, cli_env, git, ledger, write_calc_project
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
 PY = sys.executable
@@ -59,7 +59,11 @@ budget:
 - [ ] 2.1 README
 """
 
-GATE = f"{PY} -m pytest -q -p no:cacheprovider tests"
+# The gate is a real pytest run of the project's tests. This test run's Python also holds the suite's own pytest
+# plugins (hypothesis alone takes ~0.9 s to import, four times the rest of pytest's start): a project's gate would not
+# load them, and the arena runs its gate a hundred times, so they are blocked by name (`-p no:`; any other plugin,
+# one an attack might plant included, still loads as it would).
+GATE = f"{PY} -m pytest -q -p no:cacheprovider {PYTEST_OWN_PLUGINS_OFF} tests"
 
 
 def _secret(prefix: str) -> str:

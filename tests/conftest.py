@@ -18,6 +18,14 @@ from pathlib import Path
 import pytest
 
 
+# GitHub's pacing (0.25 s between calls, 1 s between writes) and backoff waits are for GitHub's sake; against the
+# suite's local server they were most of an in-process job's time (tests/integration/test_action_modes.py: 83 s -> 38 s).
+# The testing switch keeps the same retries and limits without the waits (RetryPolicy.default, runner/adapters/github/
+# api.py), for in-process jobs and the CLI subprocesses that inherit this environment. A test that wants the production
+# waits passes its own RetryPolicy (tests/unit/test_github_retry_default.py pins both).
+os.environ.setdefault("PLAN_RUNNER_TEST_GITHUB_WAITS", "0")
+
+
 def _searchable(path: Path, stop: Path) -> None:
     for folder in (path, *path.parents):
         try:

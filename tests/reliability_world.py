@@ -66,6 +66,12 @@ TEST_MUL = ('{path: tests/test_mul.py, content: "import unittest\\nfrom calc.mul
             'class T(unittest.TestCase):\\n    def test_mul(self):\\n        self.assertEqual(mul(2, 3), 6)\\n"}')
 
 
+# The pytest plugins this test run's Python holds for the suite itself (pyproject's test extra): hypothesis, anyio,
+# xdist, timeout. A gate that runs `python -m pytest` with this Python blocks them by name, as a project's own
+# environment would not have them: they take ~1 s of each gate's start (hypothesis ~0.9 s) and test nothing there.
+PYTEST_OWN_PLUGINS_OFF = "-p no:hypothesispytest -p no:anyio -p no:xdist -p no:xdist.looponfail -p no:timeout"
+
+
 def git(repo: Path, *args: str, check: bool = True) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.invalid",
            "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.invalid"}

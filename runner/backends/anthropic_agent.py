@@ -22,12 +22,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anthropic
 
+from runner.adapters import clock as wallclock
 from runner.backends.agent_tools import TOOL_SPECS, Workspace
 from runner.backends.anthropic_errors import ApiFailure, classify_api_error
 from runner.backends.base import SessionRequest
@@ -151,6 +152,17 @@ class _Tally:
 ClientFactory = Callable[..., anthropic.Anthropic]
 
 
+def agent_payload(agent: AgentConfig) -> dict[str, Any]:
+    """The agent's configuration as the child reads it back (`AgentConfig.model_validate`). Durations are stored in
+    seconds but a bare number in a plan means minutes, so they travel with their unit: as plain numbers the child
+    once read a 6 s stall as 6 minutes, its own stall never fired, and the supervisor's backstop killed it without
+    its signals (the tokens it spent)."""
+    payload = agent.model_dump(mode="json")
+    for name in ("stall_minutes", "time_limit_minutes"):
+        payload[name] = format(getattr(agent, name), ".17f").rstrip("0").rstrip(".") + "s"
+    return payload
+
+
 class AnthropicAgentBackend:
     name = "anthropic"
 
@@ -228,7 +240,7 @@ class AnthropicAgentBackend:
         agent = request.agent
         session_id = request.resume_session_id or uuid.uuid4().hex  # known here even if the child dies mid-turn
         payload = {
-            "workdir": str(request.workdir), "prompt": request.prompt, "agent": agent.model_dump(mode="json"),
+            "workdir": str(request.workdir), "prompt": request.prompt, "agent": agent_payload(agent),
             "state_dir": str(request.state_dir), "resume_session_id": request.resume_session_id,
             "plan_path": str(request.plan_path) if request.plan_path else None,
             "handoff_path": str(request.handoff_path) if request.handoff_path else None,
@@ -351,7 +363,7 @@ class AnthropicAgentBackend:
                 ) as stream:
                     return stream.get_final_message()
             except Exception as exc:
-                failure = classify_api_error(exc, datetime.now(timezone.utc))
+                failure = classify_api_error(exc, wallclock.now())
                 if failure is None:
                     raise
             if failure.action == "stall":

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
 from pathlib import Path
 
+from runner.adapters import clock as wallclock
 from runner.backends.signals import session_signals
 from runner.backends.base import SessionRequest, executable_of
 from runner.backends.claims import parse_claims
@@ -202,11 +202,11 @@ class CodexBackend:
         elif exit_.reason == "time_limit":
             kind, error = ExitKind.TIME_LIMIT, f"time limit of {agent.time_limit_minutes:g}s reached"
         elif fold.error is not None:
-            kind, reset_at = classify_codex_error(fold.error, datetime.now().astimezone())
+            kind, reset_at = classify_codex_error(fold.error, wallclock.now().astimezone())
             error = normalise_error(fold.error)
         elif exit_.returncode != 0:
             stderr = exit_.stderr_tail.strip()
-            kind, reset_at = classify_codex_error(stderr, datetime.now().astimezone()) if stderr else (ExitKind.CRASHED, None)
+            kind, reset_at = classify_codex_error(stderr, wallclock.now().astimezone()) if stderr else (ExitKind.CRASHED, None)
             error = normalise_error(stderr or f"codex exited with code {exit_.returncode}")
         elif fold.events == 0 or fold.turns_completed == 0:
             kind, error = ExitKind.CRASHED, "codex printed no completed turn (is this `codex exec --json` output?)"

@@ -13,9 +13,10 @@ from __future__ import annotations
 import collections
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from runner.adapters import clock as wallclock
 from runner.backends.base import SessionRequest
 from runner.backends.endpoint import UNREACHABLE
 from runner.backends.limits import TextSignal, parse_hints, parse_reset_with_pattern, read_signal
@@ -164,7 +165,7 @@ class CommandBackend:
                 pid_file=request.pid_file, identity=request.identity,
             )
         # CLIs print reset clock times in the machine's local zone
-        verdict = classify_command_exit(result, list(tail), agent, datetime.now(UTC).astimezone())
+        verdict = classify_command_exit(result, list(tail), agent, wallclock.now().astimezone())
         texts = [line for line in tail if line.strip()]
         return session_signals(
             self.name, verdict.kind,

@@ -13,11 +13,12 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import yaml
 
+from runner.adapters import clock as wallclock
 from runner.backends import script_agent
 from runner.backends.base import SessionRequest
 from runner.backends.limits import parse_hints
@@ -223,8 +224,11 @@ class _Session:
             self.limit_seen = True
             self.error = str(msg.get("message") or "rate limit")
             try:
-                self.limit_reset = datetime.fromisoformat(str(msg.get("reset_at")))
-            except ValueError:
+                if "reset_in" in msg:  # seconds from now, on plan-runner's clock (runner/adapters/clock.py)
+                    self.limit_reset = wallclock.now() + timedelta(seconds=float(msg["reset_in"]))
+                else:
+                    self.limit_reset = datetime.fromisoformat(str(msg.get("reset_at")))
+            except (TypeError, ValueError, OverflowError):
                 self.limit_reset = None
         elif kind == "error":
             self.error_kind = str(msg.get("kind") or "crash")

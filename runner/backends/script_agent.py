@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 _print_lock = threading.Lock()
@@ -217,10 +216,9 @@ def play(steps: list[dict], agent: Agent) -> int:
         elif kind == "rate_limit":
             arg = arg if isinstance(arg, dict) else {}
             if "reset_at" in arg:
-                reset_at = str(arg["reset_at"])
-            else:
-                reset_at = (datetime.now(UTC) + timedelta(seconds=float(arg.get("reset_in", 300)))).isoformat()
-            emit("limit", reset_at=reset_at, message=str(arg.get("message", "rate limit reached")))
+                emit("limit", reset_at=str(arg["reset_at"]), message=str(arg.get("message", "rate limit reached")))
+            else:  # "resets in N s", as a real backend says it: plan-runner dates it on its own clock
+                emit("limit", reset_in=float(arg.get("reset_in", 300)), message=str(arg.get("message", "rate limit reached")))
             return 1
         elif kind == "transient":
             emit("error", kind="transient", message=str(arg or "overloaded"))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from runner.adapters import clock as wallclock
 from runner.backends.claims import parse_claims
 from runner.backends.endpoint import UNREACHABLE
 from runner.backends.limits import read_signal
@@ -97,7 +98,7 @@ class StreamJsonParser:
     """Accumulates what a session's stream says. `clock` dates api_retry lines (the CLI gives a delay, not a time)."""
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
-        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._clock = clock or wallclock.now
         self.now = lambda: self._clock().astimezone()  # CLIs print reset clock times in the local zone
         self.lines = 0
         self.malformed = 0

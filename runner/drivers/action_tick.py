@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 
+from runner.adapters import clock as wallclock
 from runner.drivers.action_env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
 from runner.adapters.git import work as gitwork
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
@@ -225,7 +226,8 @@ def keepalive_due(now: datetime) -> bool:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    """The tick's time of day (the keep-alive hour): plan-runner's clock, runner/adapters/clock.py."""
+    return wallclock.now()
 
 
 def keep_alive(driver, rep) -> str:

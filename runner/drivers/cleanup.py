@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
+from runner.adapters import clock as wallclock
 from runner.adapters.git import work as gitwork
 from runner.adapters.sandbox import agent_clone, fsafe
 from runner.adapters.sandbox import identity as sandbox
@@ -135,7 +135,7 @@ def reset_plan(repo: Path, plan_id: str, branch: str, scratch: Path,
             why="`reset` deletes the work branch (kept under a backup ref); git cannot delete a checked-out branch",
             fix=f"switch that work tree to another branch (`git -C {holders[0]} switch main`), then reset again")
     done = clean_plan(repo, plan_id, scratch)
-    prefix = f"{BACKUP}/{plan_id}/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
+    prefix = f"{BACKUP}/{plan_id}/{wallclock.now().strftime('%Y%m%dT%H%M%S.%fZ')}"
     if remote:
         done += _reset_remote(repo, remote, plan_id, branch, prefix)
     if not (state_sha or branch_sha):

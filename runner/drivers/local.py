@@ -6,12 +6,11 @@ the state store is the same git branch, without a remote unless one exists.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
+from runner.adapters import clock as wallclock
 from runner.adapters.git import work as gitwork
 from runner.core.actions import Wait
 from runner.core.errors import PlanRunnerError
@@ -101,7 +100,7 @@ def local_drivers(ws: Workspace) -> Drivers:
 def run_loop(ws: Workspace, drivers: Drivers, *, max_wait_s: float | None = None,
              on_result: Callable[[SessionResult], None] = lambda r: None,
              on_wait: Callable[[Wait, float], None] = lambda w, left: None,
-             sleep: Callable[[float], None] = time.sleep, max_steps: int = 10_000) -> tuple[int, SessionResult]:
+             sleep: Callable[[float], None] = wallclock.sleep, max_steps: int = 10_000) -> tuple[int, SessionResult]:
     """Sessions until the plan finishes, parks, or must wait longer than `max_wait_s`."""
     result = None
     for _ in range(max_steps):
@@ -114,13 +113,13 @@ def run_loop(ws: Workspace, drivers: Drivers, *, max_wait_s: float | None = None
         if result.status in ("busy", "superseded"):
             return EXIT_FINISHED, result
         if isinstance(result.action, Wait):
-            left = (result.action.until - datetime.now(timezone.utc)).total_seconds()
+            left = (result.action.until - ws.clock()).total_seconds()
             if max_wait_s is not None and left > max_wait_s:
                 return EXIT_WAITING, result
             while left > 0:
                 on_wait(result.action, left)
                 sleep(min(1.0, left))
-                left = (result.action.until - datetime.now(timezone.utc)).total_seconds()
+                left = (result.action.until - ws.clock()).total_seconds()
     raise PlanRunnerError(what=f"the loop ran {max_steps} steps without finishing or parking",
                           why="max_sessions should have parked the plan first", fix="report this as a bug")
 

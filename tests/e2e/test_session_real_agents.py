@@ -125,6 +125,9 @@ def test_silent_agent_is_stalled_then_resumed_with_the_same_session(backend, tmp
         first = session(repo, srv)
         srv.release()
         assert first["outcome"] == "Stalled", first
+        # The agent itself noticed the silence (its own 6 s stall, not the supervisor's backstop, which loses what the
+        # agent reports): the tokens of its first turn are in the record.
+        assert first["tokens"] > 0, first
         sid = first["next_action"]["resume_session_id"]
         assert first["next_action"]["kind"] == "resume" and sid
         srv.enqueue(reply("Resumed.", shell(backend, COMMIT_AND_TICK.format(marker=agent_writable(tmp_path / "unused")))), reply("ok"))

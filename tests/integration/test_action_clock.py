@@ -8,12 +8,9 @@ run id recorded at dispatch, without waiting out a deadline."""
 
 from __future__ import annotations
 
-import time
-from datetime import datetime, timezone
-
 import pytest
 
-from runner.drivers import action_tick
+from runner.adapters import clock
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 from tests.integration.test_action_modes import Jobs
@@ -27,8 +24,9 @@ CLOCK_ENV = {"GITHUB_WORKFLOW_REF": f"octo-org/demo/.github/workflows/{CLOCK}@re
 
 @pytest.fixture(autouse=True)
 def _noon(monkeypatch):
-    """Off the keep-alive hour: these tests count the enable and disable calls."""
-    monkeypatch.setattr(action_tick, "utcnow", lambda: datetime.now(timezone.utc).replace(hour=12))
+    """Off the keep-alive hour: these tests count the enable and disable calls, so plan-runner's clock
+    (runner/adapters/clock.py) reads noon of today."""
+    monkeypatch.setenv(clock.ENV, "12:00")
 
 
 def tick(jobs: Jobs):
@@ -45,7 +43,7 @@ def reconcile(jobs: Jobs, event: dict):
                     GITHUB_WORKFLOW_REF="octo-org/demo/.github/workflows/plan-runner-reconcile.yml@refs/heads/main")
 
 
-def test_a_wait_enables_the_clock_and_the_tick_that_ends_it_disables_it(tmp_path):
+def test_a_wait_enables_the_clock_and_the_tick_that_ends_it_disables_it(tmp_path, monkeypatch):
     with GitHubServer() as srv:
         jobs = Jobs(tmp_path, srv)
         rc, out, outputs, summary, _ = jobs.session()
@@ -57,7 +55,7 @@ def test_a_wait_enables_the_clock_and_the_tick_that_ends_it_disables_it(tmp_path
         assert f"Clock `{CLOCK}`: enabled" in summary
         rc, out, outputs, summary, _ = tick(jobs)  # still waiting: the running clock stays as it is, no call
         assert rc == 0 and srv.enabled == [CLOCK] and srv.disabled == [], out
-        time.sleep(2.5)
+        monkeypatch.setenv(clock.ENV, "12:05")  # the reset (2 s after the session) has passed on plan-runner's clock
         rc, out, outputs, summary, _ = tick(jobs)  # the wait is over: dispatched, in the session workflow
         assert rc == 0 and outputs["outcome"] == "dispatched", out
         assert srv.dispatches[-1].workflow == "plan-runner.yml"

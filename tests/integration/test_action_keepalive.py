@@ -6,11 +6,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
-from runner.drivers import action_tick
+from runner.adapters import clock
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 from tests.integration.test_action_modes import Jobs
@@ -18,19 +16,22 @@ from tests.integration.test_action_modes import Jobs
 pytestmark = pytest.mark.integration
 
 
-def at(hour: int):
-    return lambda: datetime(2026, 12, 1, hour, 17, tzinfo=timezone.utc)
+def at(when: str) -> str:
+    """plan-runner's clock (runner/adapters/clock.py) at `when` UTC of one fixed night (the plan's session runs at
+    23:50, a dispatch then is not yet lost at 00:17)."""
+    return f"2026-12-0{1 if when >= '12' else 2}T{when}:00Z"
 
 
 def test_the_first_ticks_of_a_day_keep_the_workflow_enabled_and_the_others_cost_nothing(tmp_path, monkeypatch):
     with GitHubServer() as srv:
         jobs = Jobs(tmp_path, srv)
+        monkeypatch.setenv(clock.ENV, at("23:50"))
         rc, _, outputs, _, _ = jobs.session()  # the plan has state now
         assert rc == 0 and outputs["outcome"] == "Advanced"
-        monkeypatch.setattr(action_tick, "utcnow", at(13))
+        monkeypatch.setenv(clock.ENV, at("23:55"))
         rc, _, _, summary, _ = jobs.run("schedule", w.schedule_event())
         assert rc == 0 and srv.enabled == [] and "kept enabled" not in summary
-        monkeypatch.setattr(action_tick, "utcnow", at(0))
+        monkeypatch.setenv(clock.ENV, at("00:17"))
         rc, out, _, summary, _ = jobs.run("schedule", w.schedule_event())
         assert rc == 0 and srv.enabled == ["plan-runner.yml"], out
         assert "`plan-runner.yml`: kept enabled" in summary
@@ -39,8 +40,9 @@ def test_the_first_ticks_of_a_day_keep_the_workflow_enabled_and_the_others_cost_
 def test_a_refused_keep_alive_is_a_warning_and_the_tick_still_succeeds(tmp_path, monkeypatch):
     with GitHubServer() as srv:
         jobs = Jobs(tmp_path, srv)
+        monkeypatch.setenv(clock.ENV, at("23:50"))
         jobs.session()
-        monkeypatch.setattr(action_tick, "utcnow", at(0))
+        monkeypatch.setenv(clock.ENV, at("00:17"))
         srv.token_scopes = {"contents": "write", "actions": "read"}
         rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event())
         assert rc == 0 and srv.enabled == [], out

@@ -5,12 +5,12 @@ from __future__ import annotations
 import io
 import json
 import os
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from runner.adapters import clock
 from runner.drivers.action import git_credentials, run_action
 from runner.drivers.action_env import normalise_plan_path
 from runner.adapters.action_io import format_command, format_output
@@ -57,9 +57,9 @@ class Jobs:
 @pytest.fixture(autouse=True)
 def _off_the_keepalive_hour(monkeypatch):
     """A tick of 00:xx UTC also keeps the workflow enabled (one API call, tests/integration/test_action_keepalive.py): these
-    tests count calls, so their ticks run at noon whatever hour the machine runs them."""
-    from runner.drivers import action_tick
-    monkeypatch.setattr(action_tick, "utcnow", lambda: datetime.now(timezone.utc).replace(hour=12))
+    tests count calls, so plan-runner's clock (runner/adapters/clock.py) reads noon of today whatever hour the
+    machine runs them; a test that writes a time into the ledger itself reads the same clock (`clock.now()`)."""
+    monkeypatch.setenv(clock.ENV, "12:00")
 
 
 @pytest.fixture
@@ -99,14 +99,14 @@ def test_secrets_are_masked_first_and_redacted_from_everything_published(tmp_pat
     assert "::error title=gate tests::required gate tests is red (exit 1)" in out
 
 
-def test_rate_limit_waits_then_tick_dispatches_exactly_once(tmp_path):
-    """A rate-limited session waits; a tick before the reset does nothing, after it dispatches once, then no more."""
+def test_rate_limit_waits_then_tick_dispatches_exactly_once(tmp_path, monkeypatch):
+    """A rate-limited session waits; a tick before the reset does nothing, after it dispatches once, then no more.
+    The reset is ten minutes away on plan-runner's clock; the tick after it runs with the clock moved past it."""
     with GitHubServer() as srv:
-        # A reset far enough away that a loaded machine still ticks before it.
-        _rate_limit_then_tick(Jobs(tmp_path, srv, script=w.SCRIPT.replace("reset_in: 2,", "reset_in: 10,")))
+        _rate_limit_then_tick(Jobs(tmp_path, srv, script=w.SCRIPT.replace("reset_in: 2,", "reset_in: 600,")), monkeypatch)
 
 
-def _rate_limit_then_tick(jobs: Jobs) -> None:
+def _rate_limit_then_tick(jobs: Jobs, monkeypatch) -> None:
     jobs.session()
     rc, _, outputs, _, _ = jobs.session()
     assert outputs["outcome"] == "LimitBackoff" and outputs["next-action"].startswith("wait until")
@@ -116,7 +116,8 @@ def _rate_limit_then_tick(jobs: Jobs) -> None:
     assert rc == 0 and outputs["outcome"] == "idle" and "waiting until" in summary, summary
     assert len(jobs.srv.calls) == calls  # a plan that is not due costs no API call
     until = datetime.fromisoformat([e for e in jobs.ledger() if e["type"] == "session"][-1]["next_action"]["until"])
-    time.sleep(max(0.0, (until - datetime.now(timezone.utc)).total_seconds()) + 0.2)
+    assert until - clock.now() > timedelta(minutes=9), until  # dated on plan-runner's clock, ten minutes on
+    monkeypatch.setenv(clock.ENV, (until + timedelta(seconds=1)).isoformat())  # just past the reset
     rc, _, outputs, summary, _ = jobs.run("schedule", w.schedule_event())
     assert outputs["outcome"] == "dispatched" and len(jobs.srv.dispatches) == 2
     rc, _, outputs, _, _ = jobs.run("schedule", w.schedule_event())
@@ -250,7 +251,7 @@ def test_tick_reconciles_an_orphaned_session_only_after_its_deadline(jobs):
 
     jobs.session()
     plan = parse_plan(w.PLAN, PLAN)
-    now = datetime.now(timezone.utc)
+    now = clock.now()  # plan-runner's clock: the tick reads the same
     assert orphan_deadline(now, plan) - now >= timedelta(seconds=40 + 120)
     from runner.adapters.store.state import GitStateStore
 

@@ -242,6 +242,10 @@ def test_killed_job_is_reconciled_as_timed_out_and_loses_no_commit(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # (also when the agent never committed: no process outlives the test)
     proc.wait()
     assert "Add mul" in logs, "the agent never committed: nothing to kill it after"
+    # The next run reconciles, then runs a session of its own, which this test does not look at: its agent (the
+    # killed job's cursor was never saved, so it plays the script from the start) says a word instead of waiting
+    # out the 20 s time limit in `sleep: 30`.
+    (tmp_path / "script.yaml").write_text("sessions:\n  - - say: the next session\n")
     code, out, err = session(repo)
     ledger = [json.loads(x) for x in ledger_text(repo, "refs/plan-runner/state/calc").splitlines()]
     reconciled = [e for e in ledger if e["type"] == "session" and e.get("reconciled")]

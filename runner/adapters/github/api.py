@@ -11,8 +11,9 @@ plan-runner's connection classes add that one); a write is never repeated.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,9 @@ STATUS_FIX = ("re-run the job later (plan-runner's state is unchanged); "
               "https://www.githubstatus.com shows GitHub's own incidents")
 
 
+TEST_WAITS_ENV = "PLAN_RUNNER_TEST_GITHUB_WAITS"  # the testing switch of RetryPolicy.default
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How hard to try one GitHub call. `fast()` is the testing switch: near-zero waits."""
@@ -76,6 +80,28 @@ class RetryPolicy:
     # GitHub asks integrators to space writes; this is PyGithub's own default.
     seconds_between_requests: float = 0.25
     seconds_between_writes: float = 1.0
+
+    @classmethod
+    def default(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
+        """The policy of a driver not given one: the production policy, or with the testing switch
+        `PLAN_RUNNER_TEST_GITHUB_WAITS=0` in plan-runner's own environment the same policy without its waits
+        (`no_waits`): a test against a local GitHub server does not pace its calls for GitHub's sake."""
+        value = (os.environ if env is None else env).get(TEST_WAITS_ENV)
+        if value is None or value == "":
+            return cls()
+        if value != "0":
+            raise PlanRunnerError(what=f"{TEST_WAITS_ENV}={value!r} is not a known value",
+                                  why=f"{TEST_WAITS_ENV} is a testing switch: 0 turns GitHub's pacing and backoff waits off",
+                                  fix=f"set {TEST_WAITS_ENV}=0, or unset it for the production waits")
+        return cls.no_waits()
+
+    @classmethod
+    def no_waits(cls, **overrides: Any) -> RetryPolicy:
+        """The production policy (the same retries, limits and timeouts) with near-zero waits between calls and
+        retries."""
+        values: dict[str, Any] = dict(backoff_factor=0.01, backoff_max=0.05, secondary_rate_wait=0.05,
+                                      seconds_between_requests=0.0, seconds_between_writes=0.0)
+        return cls(**{**values, **overrides})
 
     @classmethod
     def fast(cls, **overrides: Any) -> RetryPolicy:

@@ -167,9 +167,9 @@ class GitHubDriver:
         binds only that token: a pull request opened with an App's or a person's token gets its CI."""
         self.ctx = ctx
         self.label = label
-        self._gh = make_client(ctx.api_url, token, retry or RetryPolicy())
+        self._gh = make_client(ctx.api_url, token, retry or RetryPolicy.default())
         self._repo = self._gh.get_repo(ctx.repository)  # lazy: no request until used
-        self._pull_gh = make_client(ctx.api_url, pull_token, retry or RetryPolicy()) if pull_token else None
+        self._pull_gh = make_client(ctx.api_url, pull_token, retry or RetryPolicy.default()) if pull_token else None
         self._pull_repo = self._pull_gh.get_repo(ctx.repository) if self._pull_gh else self._repo
         self.pull_request_starts_ci = self._pull_gh is not None
         self.dispatched_runs: list[tuple[str, int, str]] = []  # (ledger key, run id, run URL) GitHub reported

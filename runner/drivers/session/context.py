@@ -11,10 +11,11 @@ import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
+from runner.adapters import clock as wallclock
 from runner.adapters.git import work as gitwork
 
 from runner.adapters.sandbox import identity as sandbox
@@ -71,7 +72,7 @@ class Workspace:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     remote: str | None = None
     job: str = field(default_factory=lambda: f"local:{socket.gethostname()}:{os.getpid()}")
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    clock: Callable[[], datetime] = field(default=lambda: wallclock.now())  # runner/adapters/clock.py (its testing switch)
     on_event: Callable[[str, str], None] = field(default=lambda event, detail: None)
     scratch: Path | None = None  # transcripts and the gate cache; default .git/plan-runner
     isolation: str | None = None  # overrides the plan's `isolation` (--isolation)
