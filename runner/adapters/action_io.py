@@ -155,3 +155,14 @@ def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def step_outputs(env: Mapping[str, str], **values: str) -> None:
+    """Plain `name=value` lines (values without newlines) appended to `$GITHUB_OUTPUT`, or printed without it."""
+    path = env.get("GITHUB_OUTPUT")
+    lines = "".join(f"{k}={v}\n" for k, v in values.items())
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(lines)
+    else:
+        sys.stdout.write(lines)

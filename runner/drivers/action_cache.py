@@ -35,6 +35,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from runner.adapters.action_io import step_outputs as _output
+
 PREFIX = "plan-runner-install-v1"
 _BACKEND = re.compile(r"^\s*backend:\s*['\"]?([A-Za-z0-9_-]+)", re.MULTILINE)
 
@@ -97,14 +99,6 @@ def adopt(staging: Path, name: str, install_root: Path, place) -> bool:
     return True
 
 
-def _output(env: Mapping[str, str], **values: str) -> None:
-    path = env.get("GITHUB_OUTPUT")
-    lines = "".join(f"{k}={v}\n" for k, v in values.items())
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(lines)
-    else:
-        sys.stdout.write(lines)
 
 
 def cmd_key(env: Mapping[str, str]) -> int:

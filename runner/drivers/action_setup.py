@@ -41,6 +41,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from runner.adapters.action_io import step_outputs as _output
+
 PREFIX = "plan-runner-setup-v1"
 RECORD_REF = "refs/plan-runner/setup-cache"
 RECORD_FILE = "record.json"
@@ -111,16 +113,6 @@ def take_verified(record: dict, staged: Path, cache_dir: Path) -> str | None:
         tmp.replace(dest)
         copied.append(dest)
     return None
-
-
-def _output(env: Mapping[str, str], **values: str) -> None:
-    path = env.get("GITHUB_OUTPUT")
-    lines = "".join(f"{k}={v}\n" for k, v in values.items())
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(lines)
-    else:
-        sys.stdout.write(lines)
 
 
 def _say(text: str) -> None:

@@ -365,12 +365,7 @@ def _keep_gates(area: AgentArea, identity: Identity, scratch: Path) -> None:
     """The gates' tree of the last checkout, when it has a record, out of the agent's reach until the next
     checkout (renamed into a folder of plan-runner's own, 0700); anything else of it goes to the trash."""
     kept = area.root / KEPT
-    try:
-        os.mkdir(kept, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(kept)
-    if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+    if not _own_folder(kept):
         return
     held = kept / "gates"
     if not (scratch / kept_tree.RECORD).is_file():
@@ -786,14 +781,19 @@ def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scra
 def _trash(area: AgentArea) -> Path:
     """The area's trash (plan-runner's own, 0700), made if missing; refused when it is anything else."""
     trash = area.root / TRASH
-    try:
-        os.mkdir(trash, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(trash)
-    if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+    if not _own_folder(trash):
         raise kept_tree.Mismatch(f"{trash} is not plan-runner's own folder")
     return trash
+
+
+def _own_folder(path: Path) -> bool:
+    """`path` made if missing (0700); True when it is a real folder of plan-runner's user nobody else can use."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
 @dataclass(frozen=True)
