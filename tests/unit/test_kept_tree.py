@@ -170,7 +170,7 @@ def test_held_open_finds_a_descriptor_of_another_process(tree):
     import subprocess
     import sys
     root, fd, tfd, entries, trash = tree
-    inodes = {k[4] if len(k) == 8 else k[3] for k in entries.values()}
+    inodes = kept_tree.inodes(entries)
     dev = os.fstat(fd).st_dev
     assert kept_tree.held_open(dev, inodes) is None
     proc = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); print(1, flush=True); "

@@ -63,6 +63,17 @@ if [ "$ref" != "refs/heads/$branch" ]; then set -- "$@" HEAD; fi
 if [ -z "$(g rev-list --max-count=1 "$@" "^$base")" ]; then echo empty; exit 0; fi
 g bundle create --quiet "$out" "$@" "^$base" && echo bundled
 """
+# What a new clone and an updated one both get: objects borrowed from the store (its `shallow` commits too),
+# plan-runner's committer, and the store as the work branch's remote.
+_CLONE_SETTINGS = r"""printf '%s\n' "$objects" > .git/objects/info/alternates
+if [ -f "$shallow" ]; then cp "$shallow" .git/shallow; fi
+g config user.name "$name"
+g config user.email "$email"
+g config remote.plan-runner.url "$url"
+g config remote.plan-runner.fetch "+refs/heads/$branch:refs/remotes/plan-runner/$branch"
+g config "branch.$branch.remote" plan-runner
+g config "branch.$branch.merge" "refs/heads/$branch"
+"""
 # The agent's clone, made by a git running as the agent: a new repository whose objects/info/alternates
 # borrows the judge's seed store (read-only to the agent), the work branch set to the judged sha, checked out.
 # Nothing is copied but the work tree: O(files), never O(history).
@@ -72,15 +83,7 @@ set -e
 g() { git -c core.hooksPath=/dev/null "$@"; }
 g init --quiet --initial-branch="$branch" "$work"
 cd "$work"
-printf '%s\n' "$objects" > .git/objects/info/alternates
-g config user.name "$name"
-g config user.email "$email"
-g config remote.plan-runner.url "$url"
-g config remote.plan-runner.fetch "+refs/heads/$branch:refs/remotes/plan-runner/$branch"
-g config "branch.$branch.remote" plan-runner
-g config "branch.$branch.merge" "refs/heads/$branch"
-if [ -f "$shallow" ]; then cp "$shallow" .git/shallow; fi
-g update-ref "refs/remotes/plan-runner/$branch" "$sha"
+""" + _CLONE_SETTINGS + r"""g update-ref "refs/remotes/plan-runner/$branch" "$sha"
 g update-ref "refs/heads/$branch" "$sha"
 g reset --quiet --hard
 """
@@ -101,15 +104,7 @@ rm -f .git/config .git/commondir .git/info/exclude .git/info/attributes .git/inf
   .git/index.lock .git/shallow
 rm -rf .git/hooks
 g init --quiet --initial-branch="$branch" . >/dev/null
-printf '%s\n' "$objects" > .git/objects/info/alternates
-if [ -f "$shallow" ]; then cp "$shallow" .git/shallow; fi
-g config user.name "$name"
-g config user.email "$email"
-g config remote.plan-runner.url "$url"
-g config remote.plan-runner.fetch "+refs/heads/$branch:refs/remotes/plan-runner/$branch"
-g config "branch.$branch.remote" plan-runner
-g config "branch.$branch.merge" "refs/heads/$branch"
-g for-each-ref --format='%(refname)' | while IFS= read -r r; do
+""" + _CLONE_SETTINGS + r"""g for-each-ref --format='%(refname)' | while IFS= read -r r; do
   [ "$r" = "refs/heads/$branch" ] || echo "delete $r"
 done | g update-ref --stdin
 g update-ref "refs/remotes/plan-runner/$branch" "$sha"
@@ -739,8 +734,7 @@ def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scra
                                dir_fd=area_fd)
             try:
                 gone = kept_tree.prune(root_fd, entries, trash_fd, limit)
-                inodes = {k[4] if len(k) == 8 else k[3] for k in entries.values()}
-                if kept_tree.held_open(os.fstat(root_fd).st_dev, inodes) is not None:
+                if kept_tree.held_open(os.fstat(root_fd).st_dev, kept_tree.inodes(entries)) is not None:
                     return False
                 old_side = set()
                 for old_mode, new_mode, _new_sha, path in changes:
@@ -834,7 +828,7 @@ class KeptSetup:
                 dev = os.fstat(fd).st_dev
             if not now or now != rec["entries"]:
                 return False
-            if kept_tree.held_open(dev, {k[4] if len(k) == 8 else k[3] for k in now.values()}) is not None:
+            if kept_tree.held_open(dev, kept_tree.inodes(now)) is not None:
                 return False
         except (OSError, PlanRunnerError):
             return False

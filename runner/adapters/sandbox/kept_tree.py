@@ -225,6 +225,11 @@ def record(root_fd: int, owner: tuple[int, int] | None) -> dict[str, tuple]:
     return entries
 
 
+def inodes(entries: dict[str, tuple]) -> set[int]:
+    """The inode numbers a record names (a file's key holds it at 4, a folder's at 3)."""
+    return {k[4] if len(k) == 8 else k[3] for k in entries.values()}
+
+
 def newest_ctime(entries: dict[str, tuple]) -> int:
     return max((k[6] for k in entries.values() if len(k) == 8), default=0)
 
