@@ -9,7 +9,8 @@ whole command (its installs re-checked, a few seconds once installed), pytest's 
 command and every process it reaped (user + system), and how busy the machine's cores were over the run
 (CPU / wall / cores): a suite whose cores stay idle part of the time is waiting on child processes, servers
 or the disk, and gains from more workers than cores. The whole suite takes about 10 minutes a run on a
-2-core machine; give paths (`tests/unit`) for a quick look.
+2-core machine; give paths (`tests/unit`) for a quick look. Run one at a time per checkout: two suites in
+one checkout share its .venv and its files, and fail each other.
 """
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def run_suite(workers: int, paths: list[str]) -> dict:
     return {"workers": workers, "returncode": run.returncode, "wall_s": round(run.wall_s, 1),
             "pytest_s": float(found.group(3)) if found else None,
             "passed": int(found.group(2)) if found else 0, "failed": int(found.group(1) or 0) if found else None,
-            "cpu_s": round(run.cpu_s, 1), "busy": round(run.cpu_s / run.wall_s / cores, 3)}
+            "cpu_s": round(run.cpu_s, 1), "busy": round(run.cpu_s / run.wall_s / cores, 3),
+            # what failed, when something did: pytest's short summary is at the end of its output
+            "tail": "" if run.returncode == 0 else (run.stdout + run.stderr)[-4000:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[w].append(r)
             print(f"rep {rep + 1} workers {w}: rc {r['returncode']}, wall {r['wall_s']} s, pytest {r['pytest_s']} s",
                   file=sys.stderr, flush=True)
+            if r["tail"]:
+                print(r["tail"], file=sys.stderr, flush=True)
     rows = []
     for w, rs in runs.items():
         rows.append({"workers": w, "wall_s": median([r["wall_s"] for r in rs]),
