@@ -381,6 +381,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.plan is None:
         for folder in demo_folders():
             done += clean_demo(folder)
+        from runner.adapters.sandbox import sweep
+
+        done += [f"removed {path} (its repository is gone)" for path in sweep.sweep()]
     for line in done:
         err.say(line)
     if not done:

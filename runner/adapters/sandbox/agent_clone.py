@@ -31,6 +31,7 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from runner.adapters.git.work import GitCommandError  # the git room owns GitPyt
 
 from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
-from runner.adapters.sandbox import fsafe, kept_tree, tools
+from runner.adapters.sandbox import fsafe, kept_tree, origin, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
 from runner.adapters.sandbox.identity import Identity, area_key, available, judge_dir
 
@@ -178,7 +179,9 @@ def _fresh_dir(area: AgentArea, path: Path, identity: Identity, mode: int = 0o70
     os.mkdir(path, mode)
 
 
-def _own_root(area: AgentArea) -> None:
+def _own_root(area: AgentArea, repo: Path | None = None) -> None:
+    """The area's root made or checked (plan-runner's own folder, 0711), with `repo` recorded as its
+    repository (runner.adapters.sandbox.origin; sweep removes the areas of repositories that are gone)."""
     try:
         os.mkdir(area.root, 0o711)
     except FileExistsError:
@@ -189,6 +192,8 @@ def _own_root(area: AgentArea) -> None:
                               why="it was replaced (by a link or another user's folder)",
                               fix=f"remove {area.root} and run again")
     os.chmod(area.root, 0o711)
+    if repo is not None:
+        origin.record(origin.area_origin(area.root), repo)
 
 
 def agent_git_env(area: AgentArea, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -226,7 +231,7 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     deleted off the critical path (discard_trash). `keep`: the set-up cache's paths, left in a clone updated in
     place (KeptSetup then proves them unchanged, or they are restored again)."""
     identity.kill_all()
-    _own_root(area)
+    _own_root(area, repo)
     hold_area(area)
     _keep_gates(area, identity, scratch)
     scratch.mkdir(parents=True, exist_ok=True)
@@ -305,6 +310,7 @@ def seed_store(repo: Path, branch: str) -> Path:
     lock = os.open(seeds / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        origin.record(origin.store_origin(seeds, key), repo)  # the store goes when the repository does
         store = _store_path(seeds, key)
         first_fill = not (store / "objects").is_dir()
         if first_fill:
@@ -478,15 +484,17 @@ def _try_hold(path: Path) -> int | bool | None:
 
 
 def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = (), wait: bool = True,
-                       now: float | None = None) -> list[Path]:
+                       now: float | None = None, kinds: tuple[str, ...] = ("agents", "seeds"),
+                       select: Callable[[Path, os.stat_result], bool] | None = None) -> list[Path]:
     """Remove the agent areas (and seed stores) of plan-runner's user not used for `older_than_s` seconds,
-    except `keep`; the areas removed. An area whose in-use lock a running session holds (hold_area, from
-    prepare to the session's end) is never taken, however old; one being removed is renamed aside first,
-    so a session starting then makes a new one. The removal `plan-runner clean` calls."""
+    except `keep` (and, with `select`, only those it chooses); the areas removed. An area whose in-use lock a
+    running session holds (hold_area, from prepare to the session's end) is never taken, however old; one
+    being removed is renamed aside first, so a session starting then makes a new one. The removal
+    `plan-runner clean` and the sweep of areas whose repository is gone (runner.adapters.sandbox.sweep) call."""
     now = time.time() if now is None else now
     removed: list[Path] = []
     kept = {Path(k).resolve() for k in keep}
-    for name in ("agents", "seeds"):
+    for name in kinds:
         base = judge_dir(name)
         for entry in sorted(os.listdir(base)):
             path = base / entry
@@ -495,6 +503,8 @@ def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = ()
             except FileNotFoundError:
                 continue
             if not stat.S_ISDIR(st.st_mode) or path.resolve() in kept or now - st.st_mtime < older_than_s:
+                continue
+            if select is not None and not entry.startswith(".removing-") and not select(path, st):
                 continue
             if entry.startswith(".removing-"):  # a removal that was cut short: finished now
                 _remove_trees([path], sudo=False, wait=wait)
@@ -628,7 +638,7 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     checkout of the base commit at the clone's path). `keep=False`: a tree no later checkout reuses (the
     preflight's own area) is not recorded."""
     identity.kill_all()
-    _own_root(area)
+    _own_root(area, repo)
     target = into or area.gates
     if into is None:
         _fresh_dir(area, area.gate_home, identity)

@@ -26,6 +26,7 @@ from runner.adapters.render.prompts import PromptContext, render_handoff_from_ev
 from runner.adapters.sandbox import agent_clone as agentarea
 from runner.adapters.sandbox import identity as sandbox
 from runner.adapters.sandbox import agent_creds
+from runner.adapters.sandbox import sweep
 from runner.core.backend_spec import BACKENDS
 from runner.adapters.sandbox.agentenv import backend_agent_env, build_agent_env, clean_path, key_like
 from runner.backends import SessionRequest, get_backend
@@ -292,6 +293,7 @@ def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None)
             finally:
                 # The previous session's parts, moved aside by prepare/checkout: deleted in a detached process.
                 agentarea.discard_trash(agentarea.area_for(ws.repo, s.trusted.id), identity)
+                sweep.start()  # at most hourly, detached: the areas and seed stores of repositories now gone
     finally:
         if not (isinstance(begun, SessionResult) and begun.status == "superseded"):  # (the winner's tree is its own)
             gitwork.release_tree(judge_tree(ws, s.trusted.id))  # between sessions the branch is the user's to check out
