@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.adapters.sandbox import agent_clone, sweep
+from runner.adapters.sandbox.origin import ORIGIN
 from runner.adapters.sandbox.identity import Identity, judge_dir
 from tests.integration.test_session_local import make_repo
 
@@ -58,7 +59,7 @@ def test_the_areas_and_store_of_a_gone_repository_are_removed_and_nothing_else(s
     """A deleted repository's area and seed store go (with the store's name and record); a living one's stay."""
     living, gone = _repo(tmp_path / "living"), _repo(tmp_path / "gone")
     keep, lose = _used(living, "p", tmp_path / "s1"), _used(gone, "p", tmp_path / "s2")
-    assert (lose.root / sweep.ORIGIN).read_text() == f"{os.path.realpath(gone)}\n"
+    assert (lose.root / ORIGIN).read_text() == f"{os.path.realpath(gone)}\n"
     assert len(_stores()) == 2
     assert sweep.sweep() == []  # both repositories exist: nothing to do
     shutil.rmtree(gone)
@@ -130,7 +131,7 @@ def test_a_session_end_starts_one_detached_sweep_an_hour(sandbox_root, tmp_path)
         time.sleep(0.1)
     assert not os.path.lexists(stale.root), "no sweep removed the gone repository's area"
     plan_area = agent_clone.area_for(repo, "calc")
-    assert (plan_area.root / sweep.ORIGIN).read_text() == f"{os.path.realpath(repo)}\n"
+    assert (plan_area.root / ORIGIN).read_text() == f"{os.path.realpath(repo)}\n"
     assert plan_area.root.is_dir()
     stale = _used(_repo(tmp_path / "gone-2"), "p", tmp_path / "s2")
     shutil.rmtree(tmp_path / "gone-2")

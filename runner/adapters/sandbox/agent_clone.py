@@ -488,8 +488,8 @@ def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = ()
                        select: Callable[[Path, os.stat_result], bool] | None = None) -> list[Path]:
     """Remove the agent areas (and seed stores) of plan-runner's user not used for `older_than_s` seconds,
     except `keep` (and, with `select`, only those it chooses); the areas removed. An area whose in-use lock a
-    running session holds (hold_area, from prepare to the session's end) is never taken, however old; one
-    being removed is renamed aside first, so a session starting then makes a new one. The removal
+    running session holds (hold_area, from prepare to the session's end) is never taken, however old, nor a
+    store whose fill lock is held (seed_store); one being removed is renamed aside first, so a session starting then makes a new one. The removal
     `plan-runner clean` and the sweep of areas whose repository is gone (runner.adapters.sandbox.sweep) call."""
     now = time.time() if now is None else now
     removed: list[Path] = []
@@ -509,15 +509,22 @@ def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = ()
             if entry.startswith(".removing-"):  # a removal that was cut short: finished now
                 _remove_trees([path], sudo=False, wait=wait)
                 continue
-            lock = _try_hold(path / _IN_USE) if name == "agents" else None
+            store_key = None if name == "agents" else entry.partition("-")[0]  # a seed store: <key>-<name>
+            lock = _try_hold(path / _IN_USE if store_key is None else base / f"{store_key}.lock")
             if lock is False:
-                continue  # a session is using it
+                continue  # a session is using it (an area held, a store being filled)
             try:
                 aside = base / f".removing-{entry}-{secrets.token_hex(4)}"
                 try:
                     os.rename(path, aside)
                 except OSError:
                     continue
+                if store_key is not None:  # its name and record go with it: the next fill makes a new store
+                    for suffix in (".name", ".origin"):
+                        try:
+                            os.unlink(base / f"{store_key}{suffix}")
+                        except FileNotFoundError:
+                            pass
             finally:
                 if isinstance(lock, int):
                     os.close(lock)

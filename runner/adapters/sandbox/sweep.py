@@ -18,16 +18,14 @@ clone of the work branch), and nothing of the plan is lost (its state and work b
 """
 from __future__ import annotations
 
-import fcntl
 import os
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from runner.adapters.sandbox import agent_clone
-from runner.adapters.sandbox.origin import ORIGIN, area_origin, read_private, store_origin, write_private
+from runner.adapters.sandbox.origin import area_origin, read_private, store_origin, write_private
 from runner.adapters.sandbox.identity import judge_dir
 from runner.core.errors import PlanRunnerError
 
@@ -47,49 +45,15 @@ def _gone(origin: Path, st: os.stat_result, now: float) -> bool:
 def sweep(*, now: float | None = None, wait: bool = True) -> list[Path]:
     """Remove the areas and seed stores whose repository is gone (module docstring); the paths removed."""
     now = time.time() if now is None else now
-    removed = agent_clone.remove_agent_areas(0.0, wait=wait, now=now, kinds=("agents",),
-                                             select=lambda path, st: _gone(area_origin(path), st, now))
-    seeds = judge_dir("seeds")
-    for entry in sorted(os.listdir(seeds)):
-        key, dash, name = entry.partition("-")
-        path = seeds / entry
-        if not dash or len(key) != 16 or entry.startswith("."):
-            continue
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or not _gone(store_origin(seeds, key), st, now):
-            continue
-        removed += _remove_store(seeds, key, path, wait=wait)
-    return removed
+    return agent_clone.remove_agent_areas(0.0, wait=wait, now=now,
+                                          select=lambda path, st: _gone(_origin_of(path), st, now))
 
 
-def _remove_store(seeds: Path, key: str, store: Path, *, wait: bool) -> list[Path]:
-    """A seed store taken under its fill lock (a session filling it keeps it), renamed aside, then removed."""
-    try:
-        lock = os.open(seeds / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        return []
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return []
-        aside = seeds / f".removing-{store.name}"
-        try:
-            os.rename(store, aside)
-        except OSError:
-            return []
-        for suffix in (".name", ".origin"):
-            try:
-                os.unlink(seeds / f"{key}{suffix}")
-            except FileNotFoundError:
-                pass
-    finally:
-        os.close(lock)
-    agent_clone._remove_trees([aside], sudo=False, wait=wait)  # the judge's own files: rm, no sudo
-    return [store]
+def _origin_of(path: Path) -> Path:
+    """The record of an area (its root) or of a seed store (`<key>-<name>` in seeds/: `<key>.origin`)."""
+    if path.parent.name == "agents":
+        return area_origin(path)
+    return store_origin(path.parent, path.name.partition("-")[0])
 
 
 def start(*, now: float | None = None) -> bool:
