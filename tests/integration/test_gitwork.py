@@ -262,6 +262,12 @@ def tree_of(clone: Path) -> Path:
     return clone / ".git" / "plan-runner" / "p" / "tree"
 
 
+def in_judge_tree(clone: Path, files: dict[str, str], message: str) -> str:
+    """A commit on the branch checked out in plan-runner's own tree of the plan (which holds no files)."""
+    assert not gitwork.has_checkout(tree_of(clone))
+    return commit_files(tree_of(clone), files, message)
+
+
 def remote_head(bare: Path, branch: str) -> str | None:
     with git.Repo(bare) as r:
         try:
@@ -279,8 +285,9 @@ def test_work_branch_created_locally_then_reused(repo):
     assert repo.active_branch.name == "main"
     with git.Repo(tree_of(root)) as tree:
         assert tree.active_branch.name == "plan-runner/p"
-        head = commit(tree, {"src/a.py": "1\n"}, "work")
+    head = in_judge_tree(root, {"src/a.py": "1\n"}, "work")
     assert not (root / "src/a.py").exists()
+    assert os.listdir(tree_of(root)) == [".git"]  # the judge's own tree holds no files: it commits from objects
     release_tree(tree_of(root))
     assert ensure_work_branch(root, "plan-runner/p", "main", None, tree=tree_of(root)) == head
     assert repo.active_branch.name == "main" and repo.head.commit.hexsha == base
@@ -291,20 +298,16 @@ def test_work_branch_from_remote_base_and_pushed_with_lease(tmp_path):
     bare, a, b = clone_pair(tmp_path)
     base = remote_head(bare, "main")
     assert ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a)) == base
-    with git.Repo(tree_of(a)) as ra:
-        configure(ra, *AGENT)
-        one = commit(ra, {"src/a.py": "1\n"}, "a work")
+    one = in_judge_tree(a, {"src/a.py": "1\n"}, "a work")
     assert push_branch(a, "plan-runner/p", "origin", None) == one
     assert remote_head(bare, "plan-runner/p") == one
     # Clone b picks up the pushed work branch instead of starting again from main.
     assert ensure_work_branch(b, "plan-runner/p", "main", "origin", tree=tree_of(b)) == one
-    with git.Repo(tree_of(b)) as rb:
-        two = commit(rb, {"src/b.py": "2\n"}, "b work")
+    two = in_judge_tree(b, {"src/b.py": "2\n"}, "b work")
     push_branch(b, "plan-runner/p", "origin", one)
     assert remote_head(bare, "plan-runner/p") == two
     # Clone a still believes the remote is at `one`: its push loses.
-    with git.Repo(tree_of(a)) as ra:
-        commit(ra, {"src/c.py": "3\n"}, "late work")
+    in_judge_tree(a, {"src/c.py": "3\n"}, "late work")
     with pytest.raises(StateConflict):
         push_branch(a, "plan-runner/p", "origin", one)
     with pytest.raises(StateConflict):
@@ -318,12 +321,12 @@ def test_work_branch_fast_forwards_to_the_remote(tmp_path):
     ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a))
     push_branch(a, "plan-runner/p", "origin", None)
     ensure_work_branch(b, "plan-runner/p", "main", "origin", tree=tree_of(b))
-    with git.Repo(tree_of(b)) as rb:
-        ahead = commit(rb, {"x.py": "x\n"}, "b ahead")
+    ahead = in_judge_tree(b, {"x.py": "x\n"}, "b ahead")
     push_branch(b, "plan-runner/p", "origin", remote_head(bare, "main"))
     assert ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a)) == ahead
     with git.Repo(tree_of(a)) as ra:
-        assert ra.head.commit.hexsha == ahead and (tree_of(a) / "x.py").exists()
+        assert ra.head.commit.hexsha == ahead and read_file_at(tree_of(a), "HEAD", "x.py") == "x\n"
+    assert os.listdir(tree_of(a)) == [".git"]
 
 
 def test_diverged_work_branch_is_a_clear_error(tmp_path):
@@ -331,13 +334,12 @@ def test_diverged_work_branch_is_a_clear_error(tmp_path):
     bare, a, b = clone_pair(tmp_path)
     for clone, name in ((a, "a.py"), (b, "b.py")):
         ensure_work_branch(clone, "plan-runner/p", "main", "origin", tree=tree_of(clone))
-        with git.Repo(tree_of(clone)) as r:
-            commit(r, {name: "x\n"}, name)
+        in_judge_tree(clone, {name: "x\n"}, name)
     push_branch(b, "plan-runner/p", "origin", None)
     with pytest.raises(PlanRunnerError) as info:
         ensure_work_branch(a, "plan-runner/p", "main", "origin", tree=tree_of(a))
     assert "differs" in info.value.what and info.value.fix
-    assert (tree_of(a) / "a.py").exists()
+    assert read_file_at(a, "plan-runner/p", "a.py") == "x\n"
 
 
 def test_unknown_base_is_a_clear_error(repo):
@@ -428,3 +430,18 @@ def test_move_branch_is_forward_only_compare_and_swap_and_never_under_a_work_tre
         move_branch(root, "plan-runner/p", two, one)
     assert str(tmp_path / "mine") in info.value.what and "switch" in info.value.fix
     assert repo.git.rev_parse("plan-runner/p") == one
+
+
+def test_a_correction_in_the_judges_tree_changes_only_its_paths_and_writes_no_file(repo):
+    """plan-runner's own tree of a plan has no checkout: commit_files commits from objects, so the commit
+    differs from HEAD in the given paths only (an index-based commit there would delete every other file) and
+    nothing lands on disk."""
+    root = path_of(repo)
+    commit(repo, {"src/keep.py": "k\n", "docs/a.md": "a\n"}, "project")
+    ensure_work_branch(root, "plan-runner/p", "main", None, tree=tree_of(root))
+    before = gitwork.ref_sha(tree_of(root), "HEAD")
+    new = commit_files(tree_of(root), {"docs/a.md": None, "plans/p.md": "- [ ] 1.1\n"}, "plan-runner: revert")
+    changed = gitwork.run_git(root, "diff-tree", "-r", "--name-status", before, new).decode().split()
+    assert changed == ["D", "docs/a.md", "M", "plans/p.md"]
+    assert read_file_at(root, new, "src/keep.py") == "k\n"
+    assert gitwork.ref_sha(root, "refs/heads/plan-runner/p") == new and os.listdir(tree_of(root)) == [".git"]

@@ -389,22 +389,25 @@ def move_branch(repo: Path, branch: str, new: str, expected: str | None, *, own:
 
 
 def fast_forward(repo: Path, branch: str, head: str, *, own: Path | None = None) -> None:
-    """Move the work branch forward to `head` (a ref move, compare-and-swap on its current value); plan-runner's
-    own work tree of the plan (`own`), when it has the branch checked out, follows."""
+    """Move the work branch forward to `head` (a ref move, compare-and-swap on its current value). plan-runner's
+    own work tree of the plan (`own`) holds no files, so having the branch checked out there costs nothing."""
     current = _resolve(repo, f"refs/heads/{branch}")
     move_branch(repo, branch, head, current, own=own)
-    if own is not None and (own / ".git").is_file() and current_branch(own) == branch:
-        sync_tree(own)
 
 
 # --- plan-runner's own work tree --------------------------------------------------------------
 
 
 def attach_tree(repo: Path, tree: Path, branch: str) -> Path:
-    """plan-runner's own linked work tree of one plan (under .git/plan-runner/<plan>/, with its own HEAD and
-    index), with `branch` checked out and clean: the judge commits there, never in the user's work tree.
-    git itself then refuses to check the branch out elsewhere while a session runs."""
-    if not (tree / ".git").is_file() or ref_sha(tree, "HEAD") is None:
+    """plan-runner's own linked work tree of one plan (under .git/plan-runner/<plan>/, with its own HEAD), with
+    `branch` checked out: the judge commits there (commit_files, from objects), never in the user's work tree,
+    and git itself then refuses to check the branch out elsewhere while a session runs.
+
+    It is added with `--no-checkout` and stays without files and index: the judge reads commits, never this
+    tree's files (the gates run on a fresh checkout of their own), so nothing here costs in the size of the
+    tree. A tree from an older plan-runner (with its files) is made again without them."""
+    if (not (tree / ".git").is_file() or ref_sha(tree, "HEAD") is None
+            or any(name != ".git" for name in os.listdir(tree)) or has_checkout(tree)):
         import shutil
 
         shutil.rmtree(tree, ignore_errors=True)
@@ -412,7 +415,7 @@ def attach_tree(repo: Path, tree: Path, branch: str) -> Path:
         tree.parent.mkdir(parents=True, exist_ok=True)
         _refuse_checked_out(repo, branch, tree)
         try:
-            run_git(repo, "worktree", "add", "--quiet", str(tree), branch)
+            run_git(repo, "worktree", "add", "--quiet", "--no-checkout", str(tree), branch)
         except GitCommandError as exc:
             raise _fail(f"could not make plan-runner's own work tree for {branch!r} at {tree}", exc,
                         f"run `git -C {repo} worktree prune`, then run again") from None
@@ -420,18 +423,11 @@ def attach_tree(repo: Path, tree: Path, branch: str) -> Path:
     try:
         if current_branch(tree) != branch:
             _refuse_checked_out(repo, branch, tree)
-            run_git(tree, "checkout", "--quiet", "--force", branch)
-        sync_tree(tree)
+            run_git(tree, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
     except GitCommandError as exc:
         raise _fail(f"could not check out {branch!r} in plan-runner's own work tree {tree}", exc,
                     f"remove it (`git -C {repo} worktree remove --force {tree}`), then run again") from None
     return tree
-
-
-def sync_tree(tree: Path) -> None:
-    """plan-runner's own work tree exactly at its HEAD: nothing staged, changed or untracked (it is ours)."""
-    run_git(tree, "reset", "--quiet", "--hard", "HEAD")
-    run_git(tree, "clean", "-ffdxq")
 
 
 def release_tree(tree: Path) -> None:
@@ -439,7 +435,9 @@ def release_tree(tree: Path) -> None:
     out); best effort: a tree left attached is detached by the next session or `plan-runner clean`."""
     if (tree / ".git").is_file():
         try:
-            run_git(tree, "checkout", "--quiet", "--detach")
+            sha = ref_sha(tree, "HEAD")
+            if sha is not None:
+                run_git(tree, "update-ref", "--no-deref", "-m", "plan-runner: release", "HEAD", sha)
         except GitCommandError:
             pass
 
@@ -608,59 +606,68 @@ def commit_leftovers(repo: Path, message_prefix: str = "plan-runner: WIP") -> st
     return _resolve(repo, "HEAD")
 
 
-def _safe_path(repo: Path, path: str) -> Path:
-    # The folder is resolved, not the file: a file the agent replaced by a symlink (even one pointing out of
-    # the repository) is itself inside the work tree, and plan-runner replaces the link, never its target.
-    parent = (repo / path).parent.resolve()
-    root = repo.resolve()
-    name = Path(path).name
-    target = parent / name
-    if (path.startswith("/") or not parent.is_relative_to(root) or name in ("", ".", "..") or target == root
-            or ".git" in Path(path).parts):
+def _check_path(path: str) -> None:
+    """A path plan-runner may commit: relative, inside the tree, never in .git (checked on the name: nothing on
+    disk is followed, since commit_files writes objects, not files)."""
+    parts = path.split("/")
+    if (not path or path.startswith("/") or "\0" in path
+            or any(p in ("", ".", "..") or p.lower() == ".git" for p in parts)):
         raise PlanRunnerError(
             what=f"refusing to write {path!r}: it is outside the repository's work tree",
             why="plan-runner only writes files inside the repository it works on",
             fix="use a path relative to the repository root",
         )
-    return target
+
+
+def has_checkout(tree: Path) -> bool:
+    """False for a work tree added with `--no-checkout` that no git command gave an index since (plan-runner's
+    own work tree of a plan): its files are not on disk, so a command that reads the work tree would see every
+    file deleted."""
+    return Path(tree, git_text(tree, "rev-parse", "--path-format=absolute", "--git-path", "index")).exists()
 
 
 def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> str:
-    """Write `changes` (path -> new text; None deletes) and commit only those paths.
+    """Commit `changes` (path -> new text; None deletes) on HEAD, and nothing else.
 
-    For plan-runner's own corrections (reverting tampering or a rejected flip); the
-    commit carries the `Plan-Runner: revert` trailer. Returns the new head, or the
-    unchanged head when the files already had that content.
-    """
-    unlinked: list[str] = []
-    for path, text in changes.items():
-        target = _safe_path(repo, path)
-        if text is None or target.is_symlink():
-            if target.is_symlink():  # a symlinked folder may come back as a folder: the index forgets the link
-                unlinked.append(path)
-            target.unlink(missing_ok=True)
-        if text is not None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(text.encode("utf-8"))
-    paths = sorted(changes)
-    try:
-        if unlinked:
-            run_git(repo, "rm", "--cached", "-q", "--ignore-unmatch", "--", *unlinked)
-        present = [p for p in paths if p not in unlinked or (repo / p).exists()]
-        if present:
-            run_git(repo, "add", "--all", "--", *present)
-        staged = run_git(repo, "diff", "--cached", "--name-only", "-z", "--", *paths)
-        if not staged.strip(b"\0"):
-            return _resolve(repo, "HEAD")
-        full = f"{message.rstrip()}\n\n{REVERT_TRAILER}: revert\n"
-        # `--only` rebuilds the paths on HEAD's tree, where a removed symlink still stands for the folder
-        # (git refuses the files under it): then the index, which holds just these changes, is committed.
-        only = ("--only", "--", *paths) if not unlinked else ()
-        run_git(repo, *_NO_SIGN, "commit", "--quiet", "--no-verify", "-F", "-", *only, data=full.encode())
-    except GitCommandError as exc:
-        raise _fail("plan-runner could not commit its correction to the work branch", exc,
-                    f"inspect `git -C {repo} status`; the files were written but not committed") from None
-    return _resolve(repo, "HEAD")
+    For plan-runner's own corrections (reverting tampering or a rejected flip); the commit carries the
+    `Plan-Runner: revert` trailer. Returns the new head, or the unchanged head when the files already had
+    that content. The commit is made from objects (a private index read from HEAD, the changed entries
+    replaced, `commit-tree`, HEAD moved by compare-and-swap): no file of the work tree is read or written for
+    it, so a link the agent left there is never followed, and a work tree without a checkout works alike. A
+    work tree with a checkout then follows for those paths only (`read-tree -m -u`: other uncommitted changes
+    stay)."""
+    for path in changes:
+        _check_path(path)
+    head = _resolve(repo, "HEAD")
+    with tempfile.TemporaryDirectory(prefix="plan-runner-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        try:
+            run_git(repo, "read-tree", head, env=env)
+            entries = []  # `--index-info -z`: "mode sha\tpath\0"; mode 0 removes the path
+            for path, text in sorted(changes.items()):
+                if text is None:
+                    entries.append(b"0 " + b"0" * 40 + b"\t" + os.fsencode(path) + b"\0")
+                else:
+                    blob = run_git(repo, "hash-object", "-w", "--stdin", data=text.encode("utf-8")).strip()
+                    entries.append(b"100644 " + blob + b"\t" + os.fsencode(path) + b"\0")
+            run_git(repo, "update-index", "--add", "--replace", "-z", "--index-info", data=b"".join(entries), env=env)
+            tree = run_git(repo, "write-tree", env=env).decode().strip()
+            if tree == git_text(repo, "rev-parse", f"{head}^{{tree}}"):
+                return head
+            full = f"{message.rstrip()}\n\n{REVERT_TRAILER}: revert\n"
+            new = run_git(repo, *_NO_SIGN, "commit-tree", tree, "-p", head, "-F", "-",
+                          data=full.encode()).decode().strip()
+            run_git(repo, "update-ref", "-m", "plan-runner: revert", "HEAD", new, head)
+        except GitCommandError as exc:
+            raise _fail("plan-runner could not commit its correction to the work branch", exc,
+                        f"inspect `git -C {repo} log -1`; nothing was moved") from None
+    if has_checkout(repo):
+        try:  # the index and the files of these paths follow, from `head` to `new` (a checkout's own rules)
+            run_git(repo, "read-tree", "-m", "-u", head, new)
+        except GitCommandError as exc:
+            raise _fail("plan-runner committed its correction but could not update the work tree", exc,
+                        f"the commit is {new[:12]}; `git -C {repo} checkout -- .` brings the files in line") from None
+    return new
 
 
 # --- evidence --------------------------------------------------------------------------------
@@ -983,6 +990,6 @@ __all__ = [
     "attach_tree", "collect_commits", "commit_files", "commit_leftovers", "commits_carrying", "current_branch",
     "deleted_files", "display_path", "ensure_work_branch", "fetch_branch", "files_changed", "head_sha",
     "is_dirty", "move_branch", "objects_dir", "paths_adding", "protected_paths_changed", "push_branch",
-    "push_ref", "read_file_at", "ref_sha", "release_tree", "remotes", "remove_tree", "run_git", "sync_tree",
+    "push_ref", "read_file_at", "ref_sha", "release_tree", "remotes", "remove_tree", "run_git", "has_checkout",
     "tree_hash", "worktrees_on"
 ]

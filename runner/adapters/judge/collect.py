@@ -178,7 +178,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     if not gitwork.is_ancestor(repo, scene.base_sha, agent_head):
         extra_tampering += (f"the work branch was rewritten: the session base {scene.base_sha[:12]} "
                             "is no longer in its history",)
-    gitwork.commit_leftovers(repo)
+    if checkout is None:  # the agent worked in `repo` itself (tests of this function); a session's judge tree
+        gitwork.commit_leftovers(repo)  # holds no files (gitwork.attach_tree): the agent's work came in as commits
     head = gitwork.head_sha(repo)
     handoff = gitwork.read_file_at(repo, head, scene.handoff_path)
     if handoff == gitwork.read_file_at(repo, scene.base_sha, scene.handoff_path):
