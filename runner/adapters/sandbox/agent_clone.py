@@ -737,7 +737,7 @@ def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scra
         return False
     if not os.path.isdir(area.gates) or os.path.islink(area.gates):
         return False
-    entries: dict[str, tuple] = rec["entries"]
+    entries: dict[str, kept_tree.Key] = rec["entries"]
     limit = max(_KEEP_LIMIT, len(entries) // 3)
     index = scratch / "gate.index"
     try:

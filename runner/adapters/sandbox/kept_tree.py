@@ -34,6 +34,7 @@ import marshal
 import os
 import secrets
 import stat
+import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +43,7 @@ from pathlib import Path
 from runner.adapters.sandbox import fsafe
 
 RECORD = "gates.record"
-_VERSION = 1
+_VERSION = 2  # 2: a file's key packed into 64 bytes (1: a tuple of eight integers, read as no record)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SETTLE_LIMIT_S = 3.0  # a file system whose clock ticks in seconds (FAT's two) still settles
 
@@ -62,8 +63,20 @@ class Mismatch(Exception):
     """The kept tree cannot be brought back cheaply or safely: the caller makes a fresh checkout."""
 
 
-def file_key(st: os.stat_result) -> tuple:
-    return (st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
+# A file's key: mode, uid, gid, size, inode, mtime and ctime in ns, link count, packed (one bytes object of 64
+# bytes instead of a tuple of eight integers: a record of 50,000 files takes 8 MB less, and compares as fast).
+_FILE = struct.Struct("<8q")
+_INO, _CTIME = 4, 6
+Key = bytes | tuple  # a file's (packed) or a folder's (dir_key) record
+
+
+def file_key(st: os.stat_result) -> bytes:
+    return _FILE.pack(st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
+                      st.st_nlink)
+
+
+def is_file_key(key: object) -> bool:
+    return isinstance(key, bytes)
 
 
 def _xattrs(fd: int) -> tuple[str, ...]:
@@ -126,7 +139,7 @@ def _put(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def save(path: Path, *, sha: str, uid: int, entries: dict[str, tuple]) -> None:
+def save(path: Path, *, sha: str, uid: int, entries: dict[str, Key]) -> None:
     _put(path, {"v": _VERSION, "sha": sha, "uid": uid, "entries": entries})
 
 
@@ -140,15 +153,15 @@ def load_setup(path: Path) -> dict | None:
     return data
 
 
-def save_setup(path: Path, *, archive: tuple, uid: int, roots: tuple[str, ...], entries: dict[str, tuple]) -> None:
+def save_setup(path: Path, *, archive: tuple, uid: int, roots: tuple[str, ...], entries: dict[str, Key]) -> None:
     """What a set-up cache restore wrote (`entries`, record_under's) from which archive (its file's identity)."""
     _put(path, {"v": _VERSION, "kind": "setup", "archive": archive, "uid": uid, "roots": roots, "entries": entries})
 
 
-def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, tuple]:
+def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, Key]:
     """The entries at and below each path of `rels` (reached from `root_fd` through folders, never a link), as
     `record` keeps them, without handing anything over; a path that is not there has no entry."""
-    out: dict[str, tuple] = {}
+    out: dict[str, Key] = {}
     for rel in rels:
         *parents, name = rel.split("/")
         try:
@@ -192,11 +205,11 @@ def settle(area_fd: int, newest_ctime_ns: int) -> None:
         os.close(fd)
 
 
-def record(root_fd: int, owner: tuple[int, int] | None) -> dict[str, tuple]:
+def record(root_fd: int, owner: tuple[int, int] | None) -> dict[str, Key]:
     """Every entry below `root_fd` (a fresh checkout the judge just wrote), handed to `owner` (uid, gid) on the
     way when given (links changed themselves, never followed), and recorded as it is after that: relative
     paths, "" for the root."""
-    entries: dict[str, tuple] = {}
+    entries: dict[str, Key] = {}
 
     def walk(fd: int, prefix: str) -> None:
         with os.scandir(fd) as it:
@@ -225,13 +238,15 @@ def record(root_fd: int, owner: tuple[int, int] | None) -> dict[str, tuple]:
     return entries
 
 
-def inodes(entries: dict[str, tuple]) -> set[int]:
-    """The inode numbers a record names (a file's key holds it at 4, a folder's at 3)."""
-    return {k[4] if len(k) == 8 else k[3] for k in entries.values()}
+def inodes(entries: dict[str, Key]) -> set[int]:
+    """The inode numbers a record names (a folder's key holds it at 3)."""
+    unpack = _FILE.unpack
+    return {unpack(k)[_INO] if isinstance(k, bytes) else k[3] for k in entries.values()}
 
 
-def newest_ctime(entries: dict[str, tuple]) -> int:
-    return max((k[6] for k in entries.values() if len(k) == 8), default=0)
+def newest_ctime(entries: dict[str, Key]) -> int:
+    unpack = _FILE.unpack
+    return max((unpack(k)[_CTIME] for k in entries.values() if isinstance(k, bytes)), default=0)
 
 
 # --- bringing a kept tree back -------------------------------------------------------------------------------
@@ -248,7 +263,7 @@ def _aside(dfd: int, name: str, trash_fd: int) -> None:
         raise Mismatch(f"{name}: could not be moved aside ({exc.strerror})") from None
 
 
-def prune(root_fd: int, entries: dict[str, tuple], trash_fd: int, limit: int) -> set[str]:
+def prune(root_fd: int, entries: dict[str, Key], trash_fd: int, limit: int) -> set[str]:
     """Move aside every entry below `root_fd` that is not in `entries` or differs from its record; the recorded
     paths no longer there (moved, or gone), which are dropped from `entries`. Raises Mismatch when the root
     itself differs or more than `limit` entries do."""
@@ -257,6 +272,7 @@ def prune(root_fd: int, entries: dict[str, tuple], trash_fd: int, limit: int) ->
         raise Mismatch("the tree's folder itself changed")
     seen = {""}
     moved = 0
+    pack = _FILE.pack
 
     def walk(fd: int, prefix: str) -> None:
         nonlocal moved
@@ -269,7 +285,7 @@ def prune(root_fd: int, entries: dict[str, tuple], trash_fd: int, limit: int) ->
             except FileNotFoundError:
                 continue
             known = entries.get(rel)
-            if known is not None and stat.S_ISDIR(st.st_mode) and len(known) == 5 \
+            if known is not None and stat.S_ISDIR(st.st_mode) and isinstance(known, tuple) \
                     and known[:4] == (st.st_mode, st.st_uid, st.st_gid, st.st_ino):
                 try:
                     sub = os.open(e.name, _DIR, dir_fd=fd)
@@ -283,7 +299,7 @@ def prune(root_fd: int, entries: dict[str, tuple], trash_fd: int, limit: int) ->
                             continue
                     finally:
                         os.close(sub)
-            elif known is not None and len(known) == 8 and known == (
+            elif known is not None and isinstance(known, bytes) and known == pack(
                     st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
                     st.st_nlink):
                 seen.add(rel)
@@ -350,9 +366,9 @@ def move_aside(root_fd: int, rel: str, trash_fd: int) -> None:
         os.close(fd)
 
 
-def drop(entries: dict[str, tuple], rels: set[str]) -> None:
+def drop(entries: dict[str, Key], rels: set[str]) -> None:
     """`rels` and everything below them out of the record."""
-    folders = tuple(r + "/" for r in rels if len(entries.get(r, ())) == 5)
+    folders = tuple(r + "/" for r in rels if isinstance(entries.get(r), tuple))
     for rel in rels:
         entries.pop(rel, None)
     if folders:
@@ -360,7 +376,7 @@ def drop(entries: dict[str, tuple], rels: set[str]) -> None:
             del entries[key]
 
 
-def adopt(root_fd: int, rels: list[str], entries: dict[str, tuple], owner: tuple[int, int] | None) -> None:
+def adopt(root_fd: int, rels: list[str], entries: dict[str, Key], owner: tuple[int, int] | None) -> None:
     """The entries the judge's git just wrote at `rels` (and the folders it made for them) handed to `owner`
     and added to the record."""
     for rel in sorted(rels):
