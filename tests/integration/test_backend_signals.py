@@ -247,6 +247,7 @@ def test_a_session_that_never_reached_the_model_runs_no_setup_or_gates(tmp_path:
     done = cli(repo, "session", "plans/calc.md", "--json",
                env={"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-test-dummy"})
     assert time.monotonic() - started < 60, done.stderr
+    assert done.stdout.strip(), done.stderr[-3000:]
     out = json.loads(done.stdout)
     assert out["outcome"] == "LimitBackoff", out
     # `setup:` ran before the agent only: the preflight's check of the base (in the gates' folder) and the agent's
