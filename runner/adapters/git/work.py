@@ -652,7 +652,7 @@ def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> st
                     entries.append(b"100644 " + blob + b"\t" + os.fsencode(path) + b"\0")
             run_git(repo, "update-index", "--add", "--replace", "-z", "--index-info", data=b"".join(entries), env=env)
             tree = run_git(repo, "write-tree", env=env).decode().strip()
-            if tree == git_text(repo, "rev-parse", f"{head}^{{tree}}"):
+            if tree == tree_hash(repo, head):
                 return head
             full = f"{message.rstrip()}\n\n{REVERT_TRAILER}: revert\n"
             new = run_git(repo, *_NO_SIGN, "commit-tree", tree, "-p", head, "-F", "-",

@@ -209,7 +209,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         scene.plan.config.gates, workdir=workdir, env=gate_env, tree_hash=gitwork.tree_hash(repo, head),
         cache=cache, on_event=on_gate, checks_runner=checks_runner, identity=identity)
     gates = _set_up_problems(gates, scene.plan, on_base)
-    if workdir == repo and checkout is None:  # (an idle session ran nothing in the judge's tree, which has no files)
+    if checkout is None:  # the gates ran in `repo` (a session's judge tree has no files: nothing to discard there)
         _discard_gate_byproducts(repo)
     return Evidence(
         plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,

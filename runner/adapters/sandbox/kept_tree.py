@@ -75,10 +75,6 @@ def file_key(st: os.stat_result) -> bytes:
                       st.st_nlink)
 
 
-def is_file_key(key: object) -> bool:
-    return isinstance(key, bytes)
-
-
 def _xattrs(fd: int) -> tuple[str, ...]:
     try:
         return tuple(sorted(os.listxattr(fd)))
@@ -272,7 +268,6 @@ def prune(root_fd: int, entries: dict[str, Key], trash_fd: int, limit: int) -> s
         raise Mismatch("the tree's folder itself changed")
     seen = {""}
     moved = 0
-    pack = _FILE.pack
 
     def walk(fd: int, prefix: str) -> None:
         nonlocal moved
@@ -299,9 +294,7 @@ def prune(root_fd: int, entries: dict[str, Key], trash_fd: int, limit: int) -> s
                             continue
                     finally:
                         os.close(sub)
-            elif known is not None and isinstance(known, bytes) and known == pack(
-                    st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
-                    st.st_nlink):
+            elif known is not None and isinstance(known, bytes) and known == file_key(st):
                 seen.add(rel)
                 continue
             moved += 1
