@@ -245,3 +245,49 @@ def test_the_clone_made_again_before_the_agent_keeps_the_hidden_tree(world):
             assert os.lstat(agent_clone.checkout(area, identity, repo, two, scratch)).st_ino == inode
         finally:
             agent_clone.discard_area(area, identity)
+
+
+def test_a_session_that_ends_before_its_gates_keeps_the_proven_tree(world):
+    """With isolation the tree is proven in a thread from `prepare` on (off the critical path), which takes its
+    record away. A session that ends before any checkout (the agent hit a limit) puts the record back as proven,
+    so the next session still reuses the tree; without that, every such session would cost a fresh checkout."""
+    repo, one, two, out, scratch = world
+    area = agent_clone.area_for(repo, "reuse-ended")
+    with sandbox.leased("user") as identity:
+        try:
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            inode = os.lstat(agent_clone.checkout(area, identity, repo, one, scratch)).st_ino
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)  # session 2: no gates
+            agent_clone.discard_trash(area, identity, wait=True)
+            # what the next session's process finds (this process's proof is gone with it)
+            assert (scratch / kept_tree.RECORD).is_file(), "the session's end did not put the record back"
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)  # session 3
+            gates = agent_clone.checkout(area, identity, repo, two, scratch)
+            assert os.lstat(gates).st_ino == inode, "the tree proven in session 2 was not reused in session 3"
+            assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", identity.uid)
+        finally:
+            agent_clone.discard_area(area, identity)
+
+
+def test_without_isolation_the_tree_is_proven_only_after_the_agent(world):
+    """Without isolation the agent's own user can reach the hidden tree while it runs, so the proof may start only
+    once the agent's processes are dead (export_work), never in `prepare`: a tracked file the agent rewrote during
+    its run (its mtime put back) is moved aside and written again, and the rest of the tree is reused."""
+    repo, one, two, out, scratch = world
+    area = agent_clone.area_for(repo, "reuse-none")
+    identity = sandbox.Identity()
+    assert not identity.isolated
+    try:
+        agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+        inode = os.lstat(agent_clone.checkout(area, identity, repo, one, scratch)).st_ino
+        agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+        hidden = area.root / agent_clone.KEPT / "gates" / "tests" / "test_calc.py"
+        st = os.stat(hidden)
+        hidden.write_text(FORGED)  # the agent, during its run, as the same user
+        os.utime(hidden, ns=(st.st_atime_ns, st.st_mtime_ns))
+        gates = agent_clone.checkout(area, identity, repo, two, scratch)
+        assert os.lstat(gates).st_ino == inode, "the kept tree was not reused (a fresh checkout proves nothing)"
+        assert (gates / "tests" / "test_calc.py").read_text() == TEST
+        assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", os.geteuid())
+    finally:
+        agent_clone.discard_area(area)

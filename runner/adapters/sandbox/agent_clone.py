@@ -30,6 +30,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,6 +95,10 @@ g reset --quiet --hard
 # everything a new clone would not hold (untracked and ignored files: what the agent's last session and its
 # set-up made) moved aside in O(1) per folder. An index with skip-worktree or assume-unchanged entries (the
 # checkout would not rewrite those files), a quoted name or anything else unusual: exit non-zero, made again.
+# No `git status` after it (a second pass over every file, 0.13 s at 50,000): the forced checkout rewrote every
+# tracked file its stat data did not vouch for, `ls-files --others` (no exclude rule: ignored files included)
+# listed everything else, and nothing of the agent runs meanwhile. What the agent's clone holds is its own
+# business in any case: the judge takes only commits from it (test_agent_seed checks the result with status).
 _UPDATE_SCRIPT = r"""
 work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8 aside=$9
 shift 9  # the rest: pathspecs of what stays where it is (the set-up cache, checked by the judge: KeptSetup)
@@ -120,7 +125,6 @@ while IFS= read -r p; do
   i=$((i + 1)); mv -- "${p%/}" "$aside/$i"
 done < "$aside.list"
 [ "$(g rev-parse HEAD)" = "$sha" ] && [ "$(g symbolic-ref HEAD)" = "refs/heads/$branch" ] || exit 23
-[ -z "$(g status --porcelain --untracked-files=all --ignored -- . "$@" | head -n 1)" ] || exit 24
 echo updated
 """
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
@@ -233,7 +237,10 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     identity.kill_all()
     _own_root(area, repo)
     hold_area(area)
-    _keep_gates(area, identity, scratch)
+    if area.root not in _proofs:  # (a proof under way: the tree is hidden already, and being walked)
+        _keep_gates(area, identity, scratch)
+        if identity.isolated:  # its processes are dead and the tree is out of its reach: proven meanwhile
+            _start_proof(area, identity, scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         sha = gitwork.ref_sha(repo, f"refs/heads/{branch}")
@@ -428,6 +435,7 @@ def _release_area(area: AgentArea) -> None:
 def discard_trash(area: AgentArea, identity: Identity, *, wait: bool = False) -> None:
     """At a session's end: the area released (hold_area), and what _move_aside put in its trash deleted in
     a detached process (never on a session's critical path) or, with `wait`, now."""
+    _end_proof(area)  # before the trash is listed: the proof moves what differs into it
     _release_area(area)
     trash = area.root / TRASH
     try:
@@ -572,6 +580,8 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
                 plan_id: str, scratch: Path) -> Imported:
     """After the agent: its leftovers committed and its work branch imported into the judge's repository."""
     identity.kill_all()
+    if not identity.isolated:  # the agent's processes are dead now (its user could reach the hidden tree)
+        _start_proof(area, identity, scratch)
     env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}
     out = area.out / "work.bundle"
     # One process as the agent (its git, its config: its own business), arguments passed positionally.
@@ -722,11 +732,96 @@ def _tree_changes(repo: Path, old: str, new: str) -> list[tuple[int, int, str, s
     return changes
 
 
-def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> bool:
-    """Bring the kept gates' tree to exactly the tracked files of `sha` (kept_tree); False: make it fresh."""
+@dataclass
+class _Proven:
+    """A kept gates' tree proven: every entry below it that was not in the record or differed from it moved to
+    the trash (kept_tree.prune), and no process of anyone else holding one of what is left (held_open)."""
+    rec: dict  # the record, its entries those left (exactly as recorded)
+    gone: set[str]  # recorded paths no longer there
+    root: tuple[int, int]  # the tree's folder (device, inode)
+
+
+def _prove(area: AgentArea, identity: Identity, scratch: Path) -> _Proven | None:
+    """The kept gates' tree (hidden in the area's KEPT folder, or in its place) proven against its record,
+    which is taken away (a proof cut short leaves none: the next checkout is fresh); None: no reuse."""
     owner = _keeper(identity)
     rec = kept_tree.load(scratch / kept_tree.RECORD)
     if rec is None or owner is None or rec["uid"] != owner[0]:
+        return None
+    held = area.root / KEPT / "gates"
+    entries: dict[str, kept_tree.Key] = rec["entries"]
+    try:
+        where = held if os.path.lexists(held) else area.gates
+        trash = _trash(area)
+        with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
+                fsafe.opened_dir(where, below=area.root) as root_fd:
+            trash_fd = os.open(trash.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                               dir_fd=area_fd)
+            try:
+                gone = kept_tree.prune(root_fd, entries, trash_fd, max(_KEEP_LIMIT, len(entries) // 3))
+                st = os.fstat(root_fd)
+                if kept_tree.held_open(st.st_dev, kept_tree.inodes(entries)) is not None:
+                    return None
+            finally:
+                os.close(trash_fd)
+    except (OSError, kept_tree.Mismatch, PlanRunnerError, KeyError, ValueError):
+        return None
+    return _Proven(rec, gone, (st.st_dev, st.st_ino))
+
+
+class _Proof:
+    """A proof of the kept gates' tree made in a thread while plan-runner waits on something else (the agent's
+    clone being updated, the agent itself, its export), so the walk is off the session's critical path.
+
+    It starts only once nothing that could still change the tree can run before the tree is used: with an
+    isolated identity, once its processes are all dead and the tree is hidden in the area's KEPT folder (0700,
+    plan-runner's: the identity has no path to it, and the walk moves aside every file with another link or
+    held open, so it has no descriptor either); without isolation, only once the agent's processes are all
+    dead (the agent's own user could reach the hidden tree while it runs)."""
+
+    def __init__(self, area: AgentArea, identity: Identity, scratch: Path) -> None:
+        self.scratch = scratch
+        self.result: _Proven | None = None
+        self._thread = threading.Thread(target=self._run, args=(area, identity, scratch), daemon=True,
+                                        name="kept-tree-proof")
+        self._thread.start()
+
+    def _run(self, area: AgentArea, identity: Identity, scratch: Path) -> None:
+        try:
+            self.result = _prove(area, identity, scratch)
+        except Exception:  # noqa: BLE001 - whatever went wrong, the checkout is made fresh
+            self.result = None
+
+    def take(self) -> _Proven | None:
+        self._thread.join()
+        return self.result
+
+
+_proofs: dict[Path, _Proof] = {}  # an area's root -> its kept tree's proof under way (this process's session)
+
+
+def _start_proof(area: AgentArea, identity: Identity, scratch: Path) -> None:
+    if area.root in _proofs or _keeper(identity) is None or not (scratch / kept_tree.RECORD).is_file():
+        return
+    _proofs[area.root] = _Proof(area, identity, scratch)
+
+
+def _end_proof(area: AgentArea) -> None:
+    """A proof no checkout took (the session ended before its gates): its record put back as it was proven, so
+    the next session's proof starts from it (that proof walks the whole tree again)."""
+    proof = _proofs.pop(area.root, None)
+    proven = proof.take() if proof is not None else None
+    if proof is not None and proven is not None:
+        rec = proven.rec
+        kept_tree.save(proof.scratch / kept_tree.RECORD, sha=rec["sha"], uid=rec["uid"], entries=rec["entries"])
+
+
+def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> bool:
+    """Bring the kept gates' tree to exactly the tracked files of `sha` (kept_tree); False: make it fresh."""
+    proof = _proofs.pop(area.root, None)
+    proven = proof.take() if proof is not None else _prove(area, identity, scratch)
+    owner = _keeper(identity)
+    if proven is None or owner is None:
         return False
     held = area.root / KEPT / "gates"
     try:
@@ -735,24 +830,23 @@ def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scra
             os.rename(held, area.gates)
     except OSError:
         return False
-    if not os.path.isdir(area.gates) or os.path.islink(area.gates):
-        return False
-    entries: dict[str, kept_tree.Key] = rec["entries"]
+    entries: dict[str, kept_tree.Key] = proven.rec["entries"]
+    gone = proven.gone
     limit = max(_KEEP_LIMIT, len(entries) // 3)
     index = scratch / "gate.index"
     try:
-        changes = _tree_changes(repo, rec["sha"], sha)
+        changes = _tree_changes(repo, proven.rec["sha"], sha)
         if len(changes) > limit:
             return False
         trash = _trash(area)
         with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
                 fsafe.opened_dir(area.gates, below=area.root) as root_fd:
+            st = os.fstat(root_fd)
+            if (st.st_dev, st.st_ino) != proven.root:
+                return False  # not the tree that was proven
             trash_fd = os.open(trash.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                                dir_fd=area_fd)
             try:
-                gone = kept_tree.prune(root_fd, entries, trash_fd, limit)
-                if kept_tree.held_open(os.fstat(root_fd).st_dev, kept_tree.inodes(entries)) is not None:
-                    return False
                 old_side = set()
                 for old_mode, new_mode, _new_sha, path in changes:
                     if old_mode and not (stat.S_ISDIR(old_mode) and stat.S_ISDIR(new_mode)):

@@ -29,6 +29,8 @@ Standard library only.
 
 from __future__ import annotations
 
+import array
+import bisect
 import gc
 import marshal
 import os
@@ -36,7 +38,7 @@ import secrets
 import stat
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -111,10 +113,8 @@ def _take(path: Path) -> object:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
             return None
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            raw = fh.read()
-        with _no_gc():  # 50,000 tuples made at once: no collection pass over them midway
-            data = marshal.loads(raw)
+        with os.fdopen(os.dup(fd), "rb") as fh, _no_gc():  # 50,000 objects made at once: no collection midway
+            data = marshal.load(fh)  # read as it goes: the file's bytes are never all in memory beside the record
     except (OSError, EOFError, ValueError, TypeError):
         return None
     finally:
@@ -234,10 +234,25 @@ def record(root_fd: int, owner: tuple[int, int] | None) -> dict[str, Key]:
     return entries
 
 
-def inodes(entries: dict[str, Key]) -> set[int]:
+class Inodes:
+    """A set of inode numbers held as one sorted array of 8-byte integers (50,000 of them take 0.4 MB, not the
+    4 MB of a set of ints): membership by bisection."""
+
+    def __init__(self, numbers) -> None:
+        self._a = array.array("q", sorted(numbers))
+
+    def __contains__(self, ino: object) -> bool:
+        i = bisect.bisect_left(self._a, ino)
+        return i < len(self._a) and self._a[i] == ino
+
+    def __len__(self) -> int:
+        return len(self._a)
+
+
+def inodes(entries: dict[str, Key]) -> Inodes:
     """The inode numbers a record names (a folder's key holds it at 3)."""
     unpack = _FILE.unpack
-    return {unpack(k)[_INO] if isinstance(k, bytes) else k[3] for k in entries.values()}
+    return Inodes(unpack(k)[_INO] if isinstance(k, bytes) else k[3] for k in entries.values())
 
 
 def newest_ctime(entries: dict[str, Key]) -> int:
@@ -312,7 +327,7 @@ def prune(root_fd: int, entries: dict[str, Key], trash_fd: int, limit: int) -> s
     return gone
 
 
-def held_open(dev: int, inodes: set[int]) -> int | None:
+def held_open(dev: int, inodes: Container[int]) -> int | None:
     """A process (other than this one) that holds an entry of the tree open: a descriptor, its working or root
     folder, or a mapping of one of `inodes` (on `dev`; a mapping by inode alone). Such a process (one the agent
     passed a descriptor to, of another user: the agent's own are all dead) could write the file after it was
