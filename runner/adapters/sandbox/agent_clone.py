@@ -813,7 +813,10 @@ def _end_proof(area: AgentArea) -> None:
     proven = proof.take() if proof is not None else None
     if proof is not None and proven is not None:
         rec = proven.rec
-        kept_tree.save(proof.scratch / kept_tree.RECORD, sha=rec["sha"], uid=rec["uid"], entries=rec["entries"])
+        try:
+            kept_tree.save(proof.scratch / kept_tree.RECORD, sha=rec["sha"], uid=rec["uid"], entries=rec["entries"])
+        except OSError:
+            pass  # (the scratch gone with a reset): no record, so the next checkout is fresh
 
 
 def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> bool:
