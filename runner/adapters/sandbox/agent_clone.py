@@ -453,6 +453,9 @@ def discard_area(area: AgentArea, identity: Identity | None = None) -> None:
     pool user's: removed as root, or through sudo where plan-runner isolates through sudo."""
     if identity is not None:
         identity.kill_all()
+    proof = _proofs.pop(area.root, None)  # its tree goes with the area: nothing of it is put back
+    if proof is not None:
+        proof.take()
     if os.path.isdir(area.root) and not os.path.islink(area.root):
         sudo = identity.isolated and identity.sudo if identity is not None else available() == "sudo"
         _remove_trees([area.root], sudo=bool(sudo), wait=False)
