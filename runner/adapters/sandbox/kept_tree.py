@@ -12,8 +12,9 @@ checkout of the recorded commit holds, by a mechanism rather than a list of atta
   rename, new or removed hard link, extended attribute) and an unprivileged process cannot set it, so an
   entry the agent's code changed, replaced (a new inode), made a link or a FIFO, or hard-linked elsewhere
   no longer matches its record, whatever it did with `utime`;
-* at the next checkout, after every process of the identity is dead (and only when the same identity owns
-  the tree: the uid that wrote it may serve another session meanwhile), a walk through descriptors (never
+* before the next checkout, once every process of the identity is dead and nothing that can reach the tree
+  runs before it is used (agent_clone._Proof: in a thread, off the critical path), and only when the same
+  identity owns the tree (the uid that wrote it may serve another session meanwhile), a walk through descriptors (never
   through a link, runner.adapters.sandbox.fsafe) moves into the area's trash, unread and unfollowed,
   every entry that is not in the record or differs from it; a folder is entered only when its record
   matches, and its entries are all checked in turn. What is left is a subset of the recorded checkout,
