@@ -813,13 +813,13 @@ def _end_proof(area: AgentArea) -> None:
     """A proof no checkout took (the session ended before its gates): its record put back as it was proven, so
     the next session's proof starts from it (that proof walks the whole tree again)."""
     proof = _proofs.pop(area.root, None)
-    proven = proof.take() if proof is not None else None
-    if proof is not None and proven is not None:
-        rec = proven.rec
-        try:
-            kept_tree.save(proof.scratch / kept_tree.RECORD, sha=rec["sha"], uid=rec["uid"], entries=rec["entries"])
-        except OSError:
-            pass  # (the scratch gone with a reset): no record, so the next checkout is fresh
+    if proof is None or (proven := proof.take()) is None:
+        return
+    rec = proven.rec
+    try:
+        kept_tree.save(proof.scratch / kept_tree.RECORD, sha=rec["sha"], uid=rec["uid"], entries=rec["entries"])
+    except OSError:
+        pass  # (the scratch gone with a reset): no record, so the next checkout is fresh
 
 
 def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> bool:
