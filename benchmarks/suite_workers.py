@@ -7,7 +7,7 @@ Each run is the README's test command (`scripts/test -q -p no:cacheprovider [pat
 PLAN_RUNNER_TEST_WORKERS set to one of the counts (0: one process) and PLAN_RUNNER_TEST_ORDER to one of the
 orders files are handed to the workers in (`longest`: the measured longest first, tests/conftest.py; `xdist`:
 xdist's own, most tests first), the configurations taken round-robin rep by rep (a machine that slows down
-mid-run slows every one alike). For each configuration it prints the wall time of the
+mid-run slows every one alike). For each count it prints the wall time of the
 whole command (its installs re-checked, a few seconds once installed), pytest's own time, the CPU of the
 command and every process it reaped (user + system), and how busy the machine's cores were over the run
 (CPU / wall / cores): a suite whose cores stay idle part of the time is waiting on child processes, servers

@@ -58,12 +58,8 @@ def agent_writable(path: Path) -> Path:
 _FILE_SECONDS: dict[str, float] = {}
 
 
-def _file_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    path = _file_of(report.nodeid)
+    path = report.nodeid.split("::", 1)[0]
     _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
 
 
@@ -92,6 +88,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001 (pytest's
 # runs both side by side).
 _MEASURED = Path(__file__).with_name("file-seconds.json")
 _UNMEASURED_TEST_S = 0.3
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ARG001 (pytest's hook signature)
