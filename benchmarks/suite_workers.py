@@ -1,13 +1,10 @@
 """The default test command's wall time by the number of pytest-xdist workers, side by side in one run.
 
-    python -m benchmarks.suite_workers [--workers 2,3] [--orders longest,xdist] [--reps 1] [--json out.json]
-                                       [pytest paths ...]
+    python -m benchmarks.suite_workers [--workers 2,3] [--reps 1] [--json out.json] [pytest paths ...]
 
 Each run is the README's test command (`scripts/test -q -p no:cacheprovider [paths]`) with
-PLAN_RUNNER_TEST_WORKERS set to one of the counts (0: one process) and PLAN_RUNNER_TEST_ORDER to one of the
-orders files are handed to the workers in (`longest`: the measured longest first, tests/conftest.py; `xdist`:
-xdist's own, most tests first), the configurations taken round-robin rep by rep (a machine that slows down
-mid-run slows every one alike). For each count it prints the wall time of the
+PLAN_RUNNER_TEST_WORKERS set to one of the counts (0: one process), the counts taken round-robin rep by rep
+(a machine that slows down mid-run slows every count alike). For each count it prints the wall time of the
 whole command (its installs re-checked, a few seconds once installed), pytest's own time, the CPU of the
 command and every process it reaped (user + system), and how busy the machine's cores were over the run
 (CPU / wall / cores): a suite whose cores stay idle part of the time is waiting on child processes, servers
@@ -29,13 +26,13 @@ from benchmarks.common import ROOT, median, run_child
 _PYTEST_TIME = re.compile(r"(?m)^=*\s*(?:(\d+) failed, )?(\d+) passed.* in ([\d.]+)s")
 
 
-def run_suite(workers: int, paths: list[str], order: str = "longest") -> dict:
-    env = dict(os.environ, PLAN_RUNNER_TEST_WORKERS=str(workers), PLAN_RUNNER_TEST_ORDER=order)
+def run_suite(workers: int, paths: list[str]) -> dict:
+    env = dict(os.environ, PLAN_RUNNER_TEST_WORKERS=str(workers))
     run = run_child([str(ROOT / "scripts" / "test"), "-q", "-p", "no:cacheprovider", *paths], cwd=ROOT, env=env,
                     timeout_s=3 * 3600)
     found = _PYTEST_TIME.search(run.stdout)
     cores = os.cpu_count() or 1
-    return {"workers": workers, "order": order, "returncode": run.returncode, "wall_s": round(run.wall_s, 1),
+    return {"workers": workers, "returncode": run.returncode, "wall_s": round(run.wall_s, 1),
             "pytest_s": float(found.group(3)) if found else None,
             "passed": int(found.group(2)) if found else 0, "failed": int(found.group(1) or 0) if found else None,
             "cpu_s": round(run.cpu_s, 1), "busy": round(run.cpu_s / run.wall_s / cores, 3),
@@ -46,31 +43,30 @@ def run_suite(workers: int, paths: list[str], order: str = "longest") -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", default="2,3", help="comma-separated worker counts (0: one process)")
-    p.add_argument("--orders", default="longest", help="comma-separated orders: longest, xdist")
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--json", type=Path)
     p.add_argument("paths", nargs="*", help="pytest paths (default: the whole suite)")
     a = p.parse_args(argv)
-    configs = [(int(w), o) for w in a.workers.split(",") if w for o in a.orders.split(",") if o]
-    runs: dict[tuple[int, str], list[dict]] = {c: [] for c in configs}
+    counts = [int(w) for w in a.workers.split(",") if w]
+    runs: dict[int, list[dict]] = {w: [] for w in counts}
     for rep in range(a.reps):
-        for w, o in configs:
-            r = run_suite(w, a.paths, o)
-            runs[w, o].append(r)
-            print(f"rep {rep + 1} workers {w} order {o}: rc {r['returncode']}, wall {r['wall_s']} s, "
-                  f"pytest {r['pytest_s']} s", file=sys.stderr, flush=True)
+        for w in counts:
+            r = run_suite(w, a.paths)
+            runs[w].append(r)
+            print(f"rep {rep + 1} workers {w}: rc {r['returncode']}, wall {r['wall_s']} s, pytest {r['pytest_s']} s",
+                  file=sys.stderr, flush=True)
             if r["tail"]:
                 print(r["tail"], file=sys.stderr, flush=True)
     rows = []
-    for (w, o), rs in runs.items():
-        rows.append({"workers": w, "order": o, "wall_s": median([r["wall_s"] for r in rs]),
+    for w, rs in runs.items():
+        rows.append({"workers": w, "wall_s": median([r["wall_s"] for r in rs]),
                      "pytest_s": median([r["pytest_s"] for r in rs if r["pytest_s"] is not None] or [0.0]),
                      "cpu_s": median([r["cpu_s"] for r in rs]), "busy": median([r["busy"] for r in rs]),
                      "all_passed": all(r["returncode"] == 0 for r in rs), "runs": rs})
     cores = os.cpu_count() or 1
-    print(f"{'workers':>7s}  {'order':>8s}  {'wall':>8s}  {'pytest':>8s}  {'CPU':>8s}  {'cores busy':>10s}  result")
+    print(f"{'workers':>7s}  {'wall':>8s}  {'pytest':>8s}  {'CPU':>8s}  {'cores busy':>10s}  result")
     for r in rows:
-        print(f"{r['workers']:7d}  {r['order']:>8s}  {r['wall_s']:7.1f}s  {r['pytest_s']:7.1f}s  {r['cpu_s']:7.1f}s  "
+        print(f"{r['workers']:7d}  {r['wall_s']:7.1f}s  {r['pytest_s']:7.1f}s  {r['cpu_s']:7.1f}s  "
               f"{r['busy'] * 100:9.0f}%  {'passed' if r['all_passed'] else 'FAILED'}")
     print(f"({cores} cores; medians of {a.reps} run(s) each; load average at the end "
           f"{os.getloadavg()[0]:.1f})")

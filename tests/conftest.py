@@ -10,11 +10,9 @@ readable or writable that was not already.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -70,44 +68,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     terminalreporter.write_sep("=", f"time per test file ({total:.0f} s in all)")
     for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {path}")
-
-
-def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001 (pytest's hook signature)
-    out = os.environ.get("PLAN_RUNNER_FILE_SECONDS_OUT")
-    if out and _FILE_SECONDS and not hasattr(session.config, "workerinput"):  # the controller: it has every report
-        ordered = dict(sorted(((p, round(s, 1)) for p, s in _FILE_SECONDS.items()), key=lambda kv: -kv[1]))
-        Path(out).write_text(json.dumps(ordered, indent=1) + "\n")
-
-
-# The order whole files are handed to the xdist workers: longest first. xdist's own order (most tests first) put
-# the heavy end-to-end files, a few slow tests each, at the end of the queue, where one worker ran the last of them
-# while the others sat idle: the run's tail. Longest first (scripts/test passes --no-loadscope-reorder so xdist keeps
-# this order), the last files handed out are the shortest, and the workers finish together. Seconds per file are from
-# a measured run (tests/file-seconds.json; PLAN_RUNNER_FILE_SECONDS_OUT=path writes a run's); a file not in it counts
-# _UNMEASURED_TEST_S a test. PLAN_RUNNER_TEST_ORDER=xdist keeps xdist's order (benchmarks/suite_workers.py --orders
-# runs both side by side).
-_MEASURED = Path(__file__).with_name("file-seconds.json")
-_UNMEASURED_TEST_S = 0.3
-
-
-def _file_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
-def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ARG001 (pytest's hook signature)
-    if os.environ.get("PLAN_RUNNER_TEST_ORDER", "longest") != "longest":
-        return
-    try:
-        measured = json.loads(_MEASURED.read_text())
-    except (OSError, ValueError):
-        measured = {}
-    tests = Counter(_file_of(item.nodeid) for item in items)
-    first = {}
-    for index, item in enumerate(items):
-        first.setdefault(_file_of(item.nodeid), index)
-
-    def key(item) -> tuple[float, int]:
-        path = _file_of(item.nodeid)
-        return -float(measured.get(path, tests[path] * _UNMEASURED_TEST_S)), first[path]
-
-    items.sort(key=key)  # stable: a file's tests keep their order, and stay together
