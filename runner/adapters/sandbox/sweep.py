@@ -75,11 +75,12 @@ def start(*, now: float | None = None) -> bool:
     argv = [sys.executable, "-m", "runner.adapters.sandbox.sweep"]
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "PLAN_RUNNER_SANDBOX_ROOT", "LANG",
                                                        "HOME", "TMPDIR")}
-    # Detached by a shell that starts the sweep in the background and exits at once (waited for here, a few
-    # milliseconds): the sweep is the init process's child, never a Popen of this one left unreaped (a zombie
-    # in a long-lived caller, and a ResourceWarning when Python collects the object while the sweep runs).
+    # Detached by a shell that starts the sweep in the background (with the /dev/null descriptors given here)
+    # and exits at once (waited for here, a few milliseconds): the sweep is the init process's child, never a
+    # Popen of this one left unreaped (a zombie in a long-lived caller, and a ResourceWarning when Python
+    # collects the object while the sweep runs).
     try:
-        subprocess.run(["/bin/sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", *argv],
+        subprocess.run(["/bin/sh", "-c", '"$@" &', "sh", *argv],
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        start_new_session=True, close_fds=True, env=env, cwd="/", check=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
