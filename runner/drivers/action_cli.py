@@ -193,7 +193,9 @@ def ensure_python_packages(plan: Plan, env: Mapping[str, str], log=lambda text: 
     if not missing:
         return
     uv = env.get("PLAN_RUNNER_UV", "")
-    argv = ([uv, "pip", "install", "--quiet", "--python", sys.executable, *missing] if uv and os.access(uv, os.X_OK)
+    # with its bytecode, as pip writes it: no later process may write into the root-owned venv (action.yml)
+    argv = ([uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", sys.executable, *missing]
+            if uv and os.access(uv, os.X_OK)
             else [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing])
     started = time.monotonic()
     try:

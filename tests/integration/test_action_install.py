@@ -89,6 +89,14 @@ def test_the_action_installs_plan_runner_where_only_root_can_change_it(tmp_path:
     (image.tool_cache / "plan-runner").mkdir()
     assert as_other("mv", str(image.tool_cache / "plan-runner"), str(image.tool_cache / "moved")).returncode == 0
     assert writable_by_others(python) is None
+    # Its bytecode was compiled at install (no later job may write it): what a session imports, run as another
+    # user, loads every module of the venv from a .pyc that is still valid after `place` copied it
+    imports = "import runner.drivers.cli_local, runner.drivers.cli_action, runner.drivers.session.phases"
+    loaded = as_other(str(python), "-v", "-P", "-c", imports)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    compiled = [line for line in loaded.stderr.splitlines() if line.startswith("# code object from ")]
+    from_source = [line for line in compiled if str(venv) in line and not line.endswith(".pyc'")]
+    assert len(compiled) > 100 and from_source == [], from_source[:10]
 
 
 def test_an_install_directory_others_could_change_fails_the_job_with_the_fix(tmp_path: Path) -> None:
