@@ -157,12 +157,14 @@ def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def step_outputs(env: Mapping[str, str], **values: str) -> None:
-    """Plain `name=value` lines (values without newlines) appended to `$GITHUB_OUTPUT`, or printed without it."""
+def append_outputs(env: Mapping[str, str], **values: str) -> None:
+    """Step outputs (`format_output`) appended to `$GITHUB_OUTPUT`, or printed without it. (The `Cache key` step
+    has its own plain writer: it runs on the runner's python3 before anything is installed, runner/drivers/
+    action_cache.py.)"""
+    text = "".join(format_output(k, v) for k, v in values.items())
     path = env.get("GITHUB_OUTPUT")
-    lines = "".join(f"{k}={v}\n" for k, v in values.items())
     if path:
         with open(path, "a", encoding="utf-8") as out:
-            out.write(lines)
+            out.write(text)
     else:
-        sys.stdout.write(lines)
+        sys.stdout.write(text)

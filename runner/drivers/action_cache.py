@@ -35,8 +35,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from runner.adapters.action_io import step_outputs as _output
-
 PREFIX = "plan-runner-install-v1"
 _BACKEND = re.compile(r"^\s*backend:\s*['\"]?([A-Za-z0-9_-]+)", re.MULTILINE)
 
@@ -101,6 +99,20 @@ def adopt(staging: Path, name: str, install_root: Path, place) -> bool:
 
 
 
+def step_outputs(env: Mapping[str, str], **values: str) -> None:
+    """Plain `name=value` lines (values without newlines) appended to `$GITHUB_OUTPUT`, or printed without it.
+    Written here: `key` runs as a file on the runner's python3, with nothing of plan-runner installed, so this
+    module imports the standard library only at its top (tests/unit/test_action_cache_key.py)."""
+    path = env.get("GITHUB_OUTPUT")
+    lines = "".join(f"{k}={v}\n" for k, v in values.items())
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(lines)
+    else:
+        sys.stdout.write(lines)
+
+
+
 def cmd_key(env: Mapping[str, str]) -> int:
     action = Path(env["ACTION_PATH"])
     plan = env.get("PLAN_RUNNER_PLAN", "")
@@ -110,7 +122,7 @@ def cmd_key(env: Mapping[str, str]) -> int:
     except OSError:
         text = ""
     staging = Path(env.get("RUNNER_TEMP") or "/tmp") / "plan-runner-cache"
-    _output(env, key=cache_key(action, text), dir=str(staging))
+    step_outputs(env, key=cache_key(action, text), dir=str(staging))
     return 0
 
 
@@ -148,7 +160,7 @@ def cmd_prepare(env: dict[str, str]) -> int:
         from runner.drivers.action_setup import key_outputs
 
         setup_keys = key_outputs(env)  # the plan's `setup:` results: runner/drivers/action_setup.py
-    _output(env, save="true" if save else "false", cli=cli_path, **setup_keys)
+    step_outputs(env, save="true" if save else "false", cli=cli_path, **setup_keys)
     return 0
 
 

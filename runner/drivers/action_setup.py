@@ -41,7 +41,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from runner.adapters.action_io import step_outputs as _output
+from runner.adapters.action_io import append_outputs as _output
 
 PREFIX = "plan-runner-setup-v1"
 RECORD_REF = "refs/plan-runner/setup-cache"

@@ -24,6 +24,7 @@ Read from the sources, not guessed:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -31,6 +32,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -45,6 +47,20 @@ SIGINT_WAIT_S = 7.5  # ProcessInvoker._sigintTimeout
 SIGTERM_WAIT_S = 2.5  # ProcessInvoker._sigtermTimeout
 STREAM_WAIT_S = 5.0  # ProcessExitedHandler: output still open after the process exited
 BASH_FORMAT = "--noprofile --norc -e -o pipefail {0}"  # ScriptHandlerHelpers._defaultArguments["bash"]
+
+
+@functools.cache
+def system_python3() -> str:
+    """A Python 3.11+ outside the test run's venv that cannot import plan-runner, as the hosted image's python3:
+    the machine's /usr/bin/python3 when it is one (it lacks plan-runner's dependencies too), else the interpreter
+    the venv was made from."""
+    for candidate in ("/usr/bin/python3", os.path.realpath(getattr(sys, "_base_executable", sys.executable))):
+        if os.access(candidate, os.X_OK) and subprocess.run(
+                [candidate, "-I", "-c", "import sys; assert sys.version_info >= (3, 11)\n"
+                 "import importlib.util as u; assert u.find_spec('runner') is None"],
+                capture_output=True, cwd="/").returncode == 0:
+            return candidate
+    raise RuntimeError("no Python 3.11+ without plan-runner on this machine for the hosted image's python3")
 
 
 class HostedImage:
@@ -67,10 +83,17 @@ class HostedImage:
         self.temp = root / "runner-temp"  # RUNNER_TEMP: /home/runner/work/_temp, under the runner's 0750 home
         self.temp.mkdir(exist_ok=True)
         self.temp.chmod(0o700)
+        # The image's python3 (/usr/bin/python3) has nothing of plan-runner: not the test run's venv, which is
+        # first on this process's PATH and holds plan-runner and all its dependencies.
+        self.usr_bin = root / "usr-bin"
+        self.usr_bin.mkdir(exist_ok=True)
+        self.usr_bin.chmod(0o755)
+        if not (self.usr_bin / "python3").is_symlink():
+            (self.usr_bin / "python3").symlink_to(system_python3())
 
     @property
     def path(self) -> str:
-        return f"{self.pipx_bin}:{self.usr_local_bin}:{os.environ['PATH']}"
+        return f"{self.pipx_bin}:{self.usr_local_bin}:{self.usr_bin}:{os.environ['PATH']}"
 
     def env(self) -> dict[str, str]:
         return {"PATH": self.path, "RUNNER_TOOL_CACHE": str(self.tool_cache), "PIPX_BIN_DIR": str(self.pipx_bin),
