@@ -36,8 +36,15 @@ def run_suite(workers: int, paths: list[str]) -> dict:
             "pytest_s": float(found.group(3)) if found else None,
             "passed": int(found.group(2)) if found else 0, "failed": int(found.group(1) or 0) if found else None,
             "cpu_s": round(run.cpu_s, 1), "busy": round(run.cpu_s / run.wall_s / cores, 3),
-            # what failed, when something did: pytest's short summary is at the end of its output
-            "tail": "" if run.returncode == 0 else (run.stdout + run.stderr)[-4000:]}
+            # what failed, when something did: pytest's failure reports, or the end of its output
+            "tail": "" if run.returncode == 0 else failures(run.stdout + run.stderr)}
+
+
+def failures(output: str, limit: int = 40_000) -> str:
+    """pytest's FAILURES and ERRORS sections with its short summary (the assertion of a one-off failure is
+    otherwise lost, as it was once in issue 19), at most `limit` characters; without them, the output's end."""
+    found = re.search(r"(?m)^=+ (?:FAILURES|ERRORS) =+$", output)
+    return output[found.start():][:limit] if found else output[-4000:]
 
 
 def main(argv: list[str] | None = None) -> int:
