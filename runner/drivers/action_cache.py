@@ -112,7 +112,6 @@ def step_outputs(env: Mapping[str, str], **values: str) -> None:
         sys.stdout.write(lines)
 
 
-
 def cmd_key(env: Mapping[str, str]) -> int:
     action = Path(env["ACTION_PATH"])
     plan = env.get("PLAN_RUNNER_PLAN", "")
