@@ -97,8 +97,6 @@ def adopt(staging: Path, name: str, install_root: Path, place) -> bool:
     return True
 
 
-
-
 def step_outputs(env: Mapping[str, str], **values: str) -> None:
     """Plain `name=value` lines (values without newlines) appended to `$GITHUB_OUTPUT`, or printed without it.
     Written here: `key` runs as a file on the runner's python3, with nothing of plan-runner installed, so this
