@@ -99,12 +99,9 @@ class Reporter:
         self.outputs[name] = self.clean(value or "")
 
     def write_outputs(self) -> None:
-        path = self.env.get("GITHUB_OUTPUT")
-        text = "".join(format_output(n, self.outputs.get(n, "")) for n in OUTPUT_NAMES) + "".join(
-            format_output(n, v) for n, v in self.outputs.items() if n not in OUTPUT_NAMES)
-        if path:
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(text)
+        if self.env.get("GITHUB_OUTPUT"):
+            append_outputs(self.env, **{n: self.outputs.get(n, "") for n in OUTPUT_NAMES},
+                           **{n: v for n, v in self.outputs.items() if n not in OUTPUT_NAMES})
         else:
             for name in OUTPUT_NAMES:
                 self.log(f"{name}: {self.outputs.get(name, '')}")
