@@ -192,45 +192,51 @@ def main() -> int:
 MEASURED_PLAN = "plans/greeter.md"
 
 
-def measured_month(root: Path, wait_slots: int = 10, slot_s: float = 4.0, max_ticks: int = 60) -> dict[str, object]:
+SLOT_MINUTES = 30  # the clock's cron fires twice an hour (runner/adapters/init.py)
+
+
+def measured_month(root: Path, wait_slots: int = 10, max_ticks: int = 60) -> dict[str, object]:
     """The jobs GitHub would start in a simulated month, counted from plan-runner's real code against the test server:
     every job is `run_action` in-process (session, tick), the clock's schedule fires at a slot only while the test
     server holds the clock workflow enabled (PUT .../enable and .../disable by the real code), and a session job runs
     for every dispatch the server recorded. The plan (the greeter of tests/e2e_act/world.py, script backend): session
     1 advances, session 2 hits a usage limit resetting `wait_slots - 1/2` tick intervals after the month's first
-    slot (the wait is real: a slot lasts `slot_s` real seconds while the clock is on; off, the month fast-forwards:
-    `slot_s` must exceed a tick job's own seconds), session 3
-    advances, session 4 parks for a human, who never answers: the rest of the month is a parked plan.
-    Returns the counts; more than `max_ticks` tick jobs is an error (a clock that never turns off would tick 1,440
-    times)."""
-    import time as _time
+    slot, session 3 advances, session 4 parks for a human, who never answers: the rest of the month is a parked plan.
+
+    The month's time is plan-runner's own clock (runner/adapters/clock.py's testing switch, which every decision
+    reads: the limit's reset, the ledger's times, the tick's wake-up): the jobs of slot k run at noon of today plus
+    k tick intervals, so the wait is a real 4 h 45 min to plan-runner and no test or benchmark waits for it, and a
+    loaded machine cannot shift a tick into another slot. Returns the counts; more than `max_ticks` tick jobs is an
+    error (a clock that never turns off would tick 1,440 times)."""
+    import os
     from datetime import datetime, timedelta, timezone
 
-    from runner.drivers import action_tick
+    from runner.adapters import clock as wallclock
     from tests.e2e_act import world as w
     from tests.integration.test_action_modes import Jobs
     from tests.servers.github import GitHubServer
 
-    # The slot clock: slot k at t0 + k * slot_s (real time) until the clock first goes off. The limit resets
-    # (wait_slots - 1/2) intervals after slot 0, to the second: inside the wait, clear of the slots on either side.
-    start_wall, t0 = datetime.now(timezone.utc), _time.monotonic()
-    reset = (start_wall + timedelta(seconds=(wait_slots - 0.5) * slot_s)).replace(microsecond=0)
+    noon = datetime.now(timezone.utc).replace(hour=12, minute=0, second=0, microsecond=0)
+
+    def at(slot: int) -> None:  # plan-runner's clock reads slot `slot`'s instant (and runs on from it)
+        os.environ[wallclock.ENV] = (noon + timedelta(minutes=slot * SLOT_MINUTES)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    reset = noon + timedelta(minutes=(wait_slots - 0.5) * SLOT_MINUTES)
     script = w.SCRIPT.replace("reset_in: 2,", f"reset_at: '{reset.strftime('%Y-%m-%dT%H:%M:%SZ')}',")
     assert script != w.SCRIPT
     clock_env = {"GITHUB_WORKFLOW_REF": f"octo-org/demo/{CLOCK_PATH}@refs/heads/main",
                  "PLAN_RUNNER_SESSION_WORKFLOW": Path(WORKFLOW_PATH).name}
-    saved_now = action_tick.utcnow
-    action_tick.utcnow = lambda: datetime.now(timezone.utc).replace(hour=12)  # off the keep-alive hour
+    saved_clock = os.environ.get(wallclock.ENV)
     counts: dict[str, object] = {"ticks": 0, "sessions": 0, "failed_sessions": 0, "outcomes": [], "tick_slots": []}
     clock = Path(CLOCK_PATH).name
     try:
         with GitHubServer() as srv:
             jobs = Jobs(root, srv, script=script)
             seen = 0
-            anchor: tuple[int, float] | None = (0, t0)
             pending = 1  # the user's first dispatch (`plan-runner start`)
-            for slot in range(MONTH_MINUTES // 30):
-                while pending:
+            for slot in range(MONTH_MINUTES // SLOT_MINUTES):
+                at(slot)
+                while pending:  # the runs the last tick (or the user) dispatched, before the slot's tick
                     pending -= 1
                     rc, out, outputs, _, _ = jobs.session()
                     counts["sessions"] += 1  # type: ignore[operator]
@@ -239,11 +245,8 @@ def measured_month(root: Path, wait_slots: int = 10, slot_s: float = 4.0, max_ti
                     pending += len(srv.dispatches) - seen
                     seen = len(srv.dispatches)
                 if not srv.schedule_fires(clock):
-                    anchor = None
                     continue
-                if anchor is None:
-                    anchor = (slot, _time.monotonic())
-                _time.sleep(max(0.0, anchor[1] + (slot - anchor[0]) * slot_s - _time.monotonic()))
+                at(slot)  # the tick fires at the slot's instant, however long its sessions took
                 rc, out, outputs, _, _ = jobs.run("schedule", w.schedule_event(), **clock_env)
                 if rc != 0:
                     raise RuntimeError(out)
@@ -256,7 +259,10 @@ def measured_month(root: Path, wait_slots: int = 10, slot_s: float = 4.0, max_ti
             counts["dispatches"] = len(srv.dispatches)
             counts["parked"] = any(i for i in srv.issues.values() if not i.get("pull"))
     finally:
-        action_tick.utcnow = saved_now
+        if saved_clock is None:
+            os.environ.pop(wallclock.ENV, None)
+        else:
+            os.environ[wallclock.ENV] = saved_clock
     return counts
 
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_measured_month_ticks_only_while_a_plan_waits(tmp_path):
-    got = measured_month(tmp_path, wait_slots=3, slot_s=3.0, max_ticks=12)
+    got = measured_month(tmp_path, wait_slots=3, max_ticks=12)
     assert got["outcomes"] == ["Advanced", "LimitBackoff", "Advanced", "NeedsHuman"], got
     assert got["sessions"] == 4 and got["dispatches"] == 3 and got["parked"]
     # the first slot's tick finds the plan waiting already (sessions 1 and 2 ran before it: the clock is on from the
