@@ -148,7 +148,9 @@ def test_rate_limit_too_long_to_wait_has_no_reset(srv: MessagesServer, repo: git
 def test_stall_then_resume_in_a_new_process(srv: MessagesServer, repo: git.Repo, tmp_path: Path) -> None:
     """A hanging API stalls the session (killed, session id kept); a new process resumes the conversation."""
     srv.enqueue(hang())
-    request = _request(srv, repo, tmp_path, stall_minutes="3s")
+    # 8 s: the stall counts from the CLI's start, and on a loaded machine (a real model beside it) the CLI took
+    # more than 3 s to print its init line, so the test saw a stall before any session id
+    request = _request(srv, repo, tmp_path, stall_minutes="8s")
     started = time.monotonic()
     sig = get_backend("claude-code").run(request)
     assert sig.exit_kind is ExitKind.STALLED, sig.error

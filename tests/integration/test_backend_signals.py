@@ -124,7 +124,9 @@ def test_interrupted_sessions_cost_counts_toward_max_cost(tmp_path: Path):
 def test_real_cli_stall_after_init_is_zero_output(srv: MessagesServer, repo: git.Repo, tmp_path: Path) -> None:
     """The real CLI prints its init line, then the API hangs: STALLED with no work output, zero-output verdict."""
     srv.enqueue(hang())
-    sig = get_backend("claude-code").run(_request(srv, repo, tmp_path, stall_minutes="3s"))
+    # 8 s: the stall counts from the CLI's start, and on a loaded machine (a real model beside it) the CLI took
+    # more than 3 s to print its init line, so the test saw a stall before any session id
+    sig = get_backend("claude-code").run(_request(srv, repo, tmp_path, stall_minutes="8s"))
     assert sig.exit_kind is ExitKind.STALLED, sig.error
     assert sig.agent_session_id and sig.output_bytes == 0
     assert classify(evidence(commits=(), gates=(), signals=sig)).zero_output
