@@ -16,6 +16,17 @@ from tests.integration.test_own_workspace import PLAN_RUNNER, cli, ledger, make_
 
 pytestmark = pytest.mark.integration
 
+@pytest.fixture(autouse=True)
+def _own_sandbox_root(tmp_path, monkeypatch):
+    """Each test's agent areas under its own root: `plan-runner clean` without a plan also sweeps every area of
+    this machine user whose repository is gone (runner/adapters/sandbox/sweep.py), and on the machine's shared root
+    that was every area the suite (and the runs before it) left: 97-123 s of removing in one test, beside the
+    other workers' sessions."""
+    root = tmp_path / "sandbox"
+    root.mkdir()
+    monkeypatch.setenv("PLAN_RUNNER_SANDBOX_ROOT", str(root))
+
+
 IDLE = "sessions:\n  - - write: {path: calc/wip.py, content: 'x = 1'}\n"  # NoProgress: the plan goes on
 
 
@@ -125,8 +136,7 @@ def test_clean_without_a_plan_cleans_every_plan_and_finished_demo_folders_only(t
     fd = os.open(running / "repo/.git/plan-runner/demo/run.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        env = {**os.environ, "TMPDIR": str(temp),
-               "PLAN_RUNNER_SANDBOX_ROOT": os.environ.get("PLAN_RUNNER_SANDBOX_ROOT") or "/tmp"}
+        env = {**os.environ, "TMPDIR": str(temp)}  # the areas stay under the test's own root (the fixture)
         proc = subprocess.run([PLAN_RUNNER, "clean"], cwd=repo / "calc", capture_output=True, text=True, env=env,
                               timeout=120)
     finally:
