@@ -16,6 +16,7 @@ from tests.integration.test_own_workspace import PLAN_RUNNER, cli, ledger, make_
 
 pytestmark = pytest.mark.integration
 
+
 @pytest.fixture(autouse=True)
 def _own_sandbox_root(tmp_path, monkeypatch):
     """Each test's agent areas under its own root: `plan-runner clean` without a plan also sweeps every area of
