@@ -246,7 +246,7 @@ def measured_month(root: Path, wait_slots: int = 10, max_ticks: int = 60) -> dic
                     seen = len(srv.dispatches)
                 if not srv.schedule_fires(clock):
                     continue
-                at(slot)  # the tick fires at the slot's instant, however long its sessions took
+                # the tick: still slot `slot` to plan-runner (its clock ran on only by the sessions' real seconds)
                 rc, out, outputs, _, _ = jobs.run("schedule", w.schedule_event(), **clock_env)
                 if rc != 0:
                     raise RuntimeError(out)
