@@ -40,7 +40,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner.adapters.init import CLOCK_PATH, RECONCILE_PATH, WORKFLOW_PATH, ticks_per_hour, write_init  # noqa: E402
+from runner.adapters.init import (  # noqa: E402
+    CLOCK_PATH, RECONCILE_PATH, WORKFLOW_PATH, InitOptions, ticks_per_hour, write_init)
 
 MONTH_MINUTES = 30 * 24 * 60
 TICK_JOB_MINUTES = 1
@@ -189,10 +190,7 @@ def main() -> int:
 
 # --- measured: the same month run through plan-runner's real code -------------------------------------------------
 
-MEASURED_PLAN = "plans/greeter.md"
-
-
-SLOT_MINUTES = 30  # the clock's cron fires twice an hour (runner/adapters/init.py)
+SLOT_MINUTES = 60 // ticks_per_hour(InitOptions().cron)  # a tick interval of the clock `init` writes
 
 
 def measured_month(root: Path, wait_slots: int = 10, max_ticks: int = 60) -> dict[str, object]:
@@ -205,11 +203,12 @@ def measured_month(root: Path, wait_slots: int = 10, max_ticks: int = 60) -> dic
 
     The month's time is plan-runner's own clock (runner/adapters/clock.py's testing switch, which every decision
     reads: the limit's reset, the ledger's times, the tick's wake-up): the jobs of slot k run at noon of today plus
-    k tick intervals, so the wait is a real 4 h 45 min to plan-runner and no test or benchmark waits for it, and a
-    loaded machine cannot shift a tick into another slot. Returns the counts; more than `max_ticks` tick jobs is an
+    k tick intervals, so the wait (4 h 45 min by default) is real to plan-runner, no test or benchmark waits for it,
+    and a loaded machine cannot shift a tick into another slot. Returns the counts; more than `max_ticks` tick jobs is an
     error (a clock that never turns off would tick 1,440 times)."""
     import os
     from datetime import datetime, timedelta, timezone
+    from unittest.mock import patch
 
     from runner.adapters import clock as wallclock
     from tests.e2e_act import world as w
@@ -226,43 +225,36 @@ def measured_month(root: Path, wait_slots: int = 10, max_ticks: int = 60) -> dic
     assert script != w.SCRIPT
     clock_env = {"GITHUB_WORKFLOW_REF": f"octo-org/demo/{CLOCK_PATH}@refs/heads/main",
                  "PLAN_RUNNER_SESSION_WORKFLOW": Path(WORKFLOW_PATH).name}
-    saved_clock = os.environ.get(wallclock.ENV)
     counts: dict[str, object] = {"ticks": 0, "sessions": 0, "failed_sessions": 0, "outcomes": [], "tick_slots": []}
     clock = Path(CLOCK_PATH).name
-    try:
-        with GitHubServer() as srv:
-            jobs = Jobs(root, srv, script=script)
-            seen = 0
-            pending = 1  # the user's first dispatch (`plan-runner start`)
-            for slot in range(MONTH_MINUTES // SLOT_MINUTES):
-                at(slot)
-                while pending:  # the runs the last tick (or the user) dispatched, before the slot's tick
-                    pending -= 1
-                    rc, out, outputs, _, _ = jobs.session()
-                    counts["sessions"] += 1  # type: ignore[operator]
-                    counts["failed_sessions"] += rc != 0  # type: ignore[operator]
-                    counts["outcomes"].append(outputs.get("outcome", "?"))  # type: ignore[union-attr]
-                    pending += len(srv.dispatches) - seen
-                    seen = len(srv.dispatches)
-                if not srv.schedule_fires(clock):
-                    continue
-                # the tick: still slot `slot` to plan-runner (its clock ran on only by the sessions' real seconds)
-                rc, out, outputs, _, _ = jobs.run("schedule", w.schedule_event(), **clock_env)
-                if rc != 0:
-                    raise RuntimeError(out)
-                counts["ticks"] += 1  # type: ignore[operator]
-                counts["tick_slots"].append(slot)  # type: ignore[union-attr]
-                if counts["ticks"] > max_ticks:  # type: ignore[operator]
-                    raise RuntimeError(f"more than {max_ticks} tick jobs: the clock never turned off")
+    with patch.dict(os.environ), GitHubServer() as srv:  # the clock variable put back afterwards
+        jobs = Jobs(root, srv, script=script)
+        seen = 0
+        pending = 1  # the user's first dispatch (`plan-runner start`)
+        for slot in range(MONTH_MINUTES // SLOT_MINUTES):
+            at(slot)
+            while pending:  # the runs the last tick (or the user) dispatched, before the slot's tick
+                pending -= 1
+                rc, out, outputs, _, _ = jobs.session()
+                counts["sessions"] += 1  # type: ignore[operator]
+                counts["failed_sessions"] += rc != 0  # type: ignore[operator]
+                counts["outcomes"].append(outputs.get("outcome", "?"))  # type: ignore[union-attr]
                 pending += len(srv.dispatches) - seen
                 seen = len(srv.dispatches)
-            counts["dispatches"] = len(srv.dispatches)
-            counts["parked"] = any(i for i in srv.issues.values() if not i.get("pull"))
-    finally:
-        if saved_clock is None:
-            os.environ.pop(wallclock.ENV, None)
-        else:
-            os.environ[wallclock.ENV] = saved_clock
+            if not srv.schedule_fires(clock):
+                continue
+            # the tick: still slot `slot` to plan-runner (its clock ran on only by the sessions' real seconds)
+            rc, out, outputs, _, _ = jobs.run("schedule", w.schedule_event(), **clock_env)
+            if rc != 0:
+                raise RuntimeError(out)
+            counts["ticks"] += 1  # type: ignore[operator]
+            counts["tick_slots"].append(slot)  # type: ignore[union-attr]
+            if counts["ticks"] > max_ticks:  # type: ignore[operator]
+                raise RuntimeError(f"more than {max_ticks} tick jobs: the clock never turned off")
+            pending += len(srv.dispatches) - seen
+            seen = len(srv.dispatches)
+        counts["dispatches"] = len(srv.dispatches)
+        counts["parked"] = any(i for i in srv.issues.values() if not i.get("pull"))
     return counts
 
 
