@@ -204,8 +204,8 @@ def measured_month(root: Path, wait_slots: int = 10, max_ticks: int = 60) -> dic
     The month's time is plan-runner's own clock (runner/adapters/clock.py's testing switch, which every decision
     reads: the limit's reset, the ledger's times, the tick's wake-up): the jobs of slot k run at noon of today plus
     k tick intervals, so the wait (4 h 45 min by default) is real to plan-runner, no test or benchmark waits for it,
-    and a loaded machine cannot shift a tick into another slot. Returns the counts; more than `max_ticks` tick jobs is an
-    error (a clock that never turns off would tick 1,440 times)."""
+    and a loaded machine cannot shift a tick into another slot. Returns the counts; more than `max_ticks` tick jobs
+    is an error (a clock that never turns off would tick 1,440 times)."""
     import os
     from datetime import datetime, timedelta, timezone
     from unittest.mock import patch
