@@ -87,6 +87,7 @@ class _Sites(ast.NodeTransformer):
     def __init__(self, source: str, module: str, apply: int | None = None) -> None:
         self.source, self.module, self.apply = source, module, apply
         self.sites: list[Mutant] = []
+        self.count = 0
         self.lines = source.splitlines(keepends=True)
         self.scope = ["<module>"]
         self.done = False
@@ -94,10 +95,13 @@ class _Sites(ast.NodeTransformer):
     # --- bookkeeping -------------------------------------------------------------------------
     def _site(self, node: ast.AST, replacement: ast.AST | str, make, keep: ast.AST | None = None) -> ast.AST:
         """Record a site at `node`; return the mutation when it is the one to apply, else `keep` (default `node`)."""
-        n = len(self.sites)
-        original = self._segment(node) or ast.unparse(node)
-        text = replacement if isinstance(replacement, str) else ast.unparse(replacement)
-        self.sites.append(Mutant(self.module, self.scope[-1], getattr(node, "lineno", 0), " ".join(original.split()), text, n))
+        n = self.count
+        self.count += 1
+        if self.apply is None:  # listing: each site's text (two unparses; making one mutant needs none of them)
+            original = self._segment(node) or ast.unparse(node)
+            text = replacement if isinstance(replacement, str) else ast.unparse(replacement)
+            self.sites.append(Mutant(self.module, self.scope[-1], getattr(node, "lineno", 0),
+                                     " ".join(original.split()), text, n))
         if self.apply == n:
             self.done = True
             return make()
