@@ -4,6 +4,7 @@ process without privileges has) is moved aside, nothing else is, and nothing is 
 
 from __future__ import annotations
 
+import marshal
 import os
 import time
 from pathlib import Path
@@ -140,6 +141,22 @@ def test_the_record_is_taken_away_when_read_and_refused_when_forged(tmp_path):
     path.write_bytes(b"not a record")
     path.chmod(0o600)
     assert kept_tree.load(path) is None
+
+
+def test_a_record_of_many_chunks_reads_back_whole_and_an_older_one_reads_as_none(tmp_path):
+    path = tmp_path / kept_tree.RECORD
+    entries = {f"d/f{i:05d}": kept_tree.file_key(os.stat(tmp_path)) for i in range(3 * kept_tree._CHUNK + 7)}
+    entries[""] = (1, 2, 3, 4, ())
+    kept_tree.save(path, sha="b" * 40, uid=os.geteuid(), entries=entries)
+    rec = kept_tree.load(path)
+    assert rec["entries"] == entries and list(rec["entries"]) == list(entries)
+    kept_tree.save(path, sha="b" * 40, uid=os.geteuid(), entries=entries)
+    path.write_bytes(path.read_bytes()[:-9])  # cut short
+    assert kept_tree.load(path) is None
+    # the format before frames: one marshal object, whose first bytes read as a length far past the file's end
+    path.write_bytes(marshal.dumps({"v": 2, "sha": "b" * 40, "uid": os.geteuid(), "entries": entries}))
+    path.chmod(0o600)
+    assert kept_tree.load(path) is None and not path.exists()
 
 
 def test_settle_waits_until_the_file_systems_clock_has_moved(tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import array
 import bisect
 import gc
+import itertools
 import marshal
 import os
 import secrets
@@ -46,7 +47,7 @@ from pathlib import Path
 from runner.adapters.sandbox import fsafe
 
 RECORD = "gates.record"
-_VERSION = 2  # 2: a file's key packed into 64 bytes (1: a tuple of eight integers, read as no record)
+_VERSION = 3  # 3: in frames (_put); 2: one marshal object; 1: a file's key as eight integers (older: no record)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SETTLE_LIMIT_S = 3.0  # a file system whose clock ticks in seconds (FAT's two) still settles
 
@@ -115,8 +116,8 @@ def _take(path: Path) -> object:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
             return None
         with os.fdopen(os.dup(fd), "rb") as fh, _no_gc():  # 50,000 objects made at once: no collection midway
-            data = marshal.load(fh)  # read as it goes: the file's bytes are never all in memory beside the record
-    except (OSError, EOFError, ValueError, TypeError):
+            data = _read_frames(fh, st.st_size)
+    except (OSError, EOFError, ValueError, TypeError, KeyError, struct.error):
         return None
     finally:
         os.close(fd)
@@ -127,12 +128,57 @@ def _take(path: Path) -> object:
     return data
 
 
+# The record on disk: frames of marshal data, each after its length; the first holds everything but the entries,
+# the others the entries a chunk at a time. `marshal.loads` of a frame's bytes is 5x faster than `marshal.load` of
+# a file (which reads object by object, 0.05 s for 50,000 entries, holding the interpreter's lock all along: the
+# main thread waits on the proof's load), and only one chunk's bytes are ever in memory beside the record.
+_FRAME = struct.Struct("<Q")
+_CHUNK = 4096  # entries per frame (about 400 KB)
+
+
+def _read_frames(fh, length: int) -> object:
+    left = length
+
+    def frame() -> bytes | None:
+        nonlocal left
+        head = fh.read(_FRAME.size)
+        if not head:
+            return None
+        (size,) = _FRAME.unpack(head)
+        if size > left - len(head):  # (an older record's bytes read as a length): never a read past the end
+            raise ValueError("not a record")
+        body = fh.read(size)
+        if len(body) != size:
+            raise EOFError("a record cut short")
+        left -= len(head) + size
+        return body
+    first = frame()
+    if first is None:
+        raise EOFError("an empty record")
+    data = marshal.loads(first)
+    if not isinstance(data, dict) or "entries" in data:
+        raise ValueError("not a record")
+    entries: dict = {}
+    while (body := frame()) is not None:
+        chunk = marshal.loads(body)
+        if not isinstance(chunk, dict):
+            raise ValueError("not a record's entries")
+        entries.update(chunk)
+    data["entries"] = entries
+    return data
+
+
 def _put(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    items = iter(data["entries"].items())
+    frames = itertools.chain([{k: v for k, v in data.items() if k != "entries"}],
+                             iter(lambda: dict(itertools.islice(items, _CHUNK)), {}))
     with os.fdopen(fd, "wb") as fh:
-        marshal.dump(data, fh)
+        for obj in frames:
+            body = marshal.dumps(obj)
+            fh.write(_FRAME.pack(len(body)) + body)
     os.replace(tmp, path)
 
 
