@@ -17,6 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = Path(__file__).resolve().parent / "measure_child.py"
 
 
+# What every plan-runner process imports: the benchmarks run plan-runner with this interpreter (sys.executable).
+SESSION_MODULES = ("pydantic", "git", "yaml", "jinja2")
+
+
+def require_session_python() -> None:
+    """Exit with what to do when this interpreter cannot run plan-runner (every part would fail in its child)."""
+    import importlib.util
+
+    missing = [m for m in SESSION_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        sys.exit(f"benchmarks: {sys.executable} lacks {', '.join(missing)}, which plan-runner needs: the benchmarks "
+                 "run plan-runner with the interpreter that runs them.\n  fix: run them with the project's venv, "
+                 "`.venv/bin/python` (./scripts/test makes it), or `pip install -e .` into this Python")
+
+
 @dataclass(frozen=True)
 class ChildRun:
     wall_s: float

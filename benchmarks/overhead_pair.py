@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import ROOT, child_env, median
+from benchmarks.common import ROOT, child_env, median, require_session_python
 from benchmarks.overhead import SCRIPT, floors, plan_text, run_one
 from benchmarks.repos import build_repo
 
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                         "every job starts on a fresh machine (each tree gets a sandbox root of its own)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
+    require_session_python()
     trees = {"after": a.after.resolve()}
     if a.before:
         trees = {"before": a.before.resolve(), **trees}

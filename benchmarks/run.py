@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ROOT, machine  # noqa: E402
+from benchmarks.common import ROOT, machine, require_session_python  # noqa: E402
 
 PARTS = ("overhead", "volume", "loop", "github", "action", "state")
 SIZES = {
@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                         "network, concurrent, work_tree")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
     args = parser.parse_args(argv)
+    require_session_python()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     global STATE_ONLY
     STATE_ONLY = tuple(p.strip() for p in args.state_parts.split(",") if p.strip())

@@ -127,3 +127,14 @@ def test_run_py_without_pytest_skips_the_action_part_with_the_reason(tmp_path):
     assert "ModuleNotFoundError" not in proc.stderr + proc.stdout
     assert "skipped" in proc.stdout and "needs pytest" in proc.stdout
     assert json.loads(out.read_text())["parts"]["action"]["skipped"].startswith("needs pytest")
+
+
+@pytest.mark.parametrize("argv", [["benchmarks/run.py", "--quick", "--only", "overhead"],
+                                  ["-m", "benchmarks.overhead_pair", "--reps", "1"]])
+def test_a_python_without_plan_runners_dependencies_gets_what_to_do_not_a_traceback(argv):
+    """Every part runs plan-runner with the benchmark's own interpreter: one without its dependencies (here
+    without site-packages) is told at once to use the project's venv, before anything is built or run."""
+    proc = subprocess.run([sys.executable, "-S", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "lacks pydantic, git, yaml, jinja2" in proc.stderr and "fix: run them with the project's venv" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
