@@ -16,9 +16,9 @@ init writes, with the real Claude Code CLI ($PLAN_RUNNER_CLAUDE) as the agent:
   the ChatGPT backend's TLS stand-in (tests/servers/chatgpt.py) with the login's token and account.
 
 The CLIs are already in plan-runner's install directory, as on a runner that installed them before
-(test_act_claude_code.py runs the npm install itself), and so is plan-runner after this file's first run (one
-install directory for the file's worlds: test_act_e2e.py installs it cold). Offline: only 127.0.0.1. One act run
-each, 9-20 s.
+(test_act_claude_code.py runs the npm install itself), and so is plan-runner after the worker's first such run
+(one install directory per xdist worker for the act worlds that test no install, `shared_install_root`;
+test_act_e2e.py installs it cold). Offline: only 127.0.0.1. One act run each, 4-16 s.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _real_cli(world: ActWorld, backend: str) -> Path:
         pytest.skip("PLAN_RUNNER_CLAUDE is not set (scripts/test sets it)")
     cli = CLIS[backend]
     folder = world.image.install_root / cli.key / "node_modules" / ".bin"
-    folder.mkdir(parents=True, exist_ok=True)  # the install directory is shared by this file's worlds
+    folder.mkdir(parents=True, exist_ok=True)  # the install directory is shared by the worker's worlds
     for p in (world.image.install_root, *folder.relative_to(world.image.install_root).parents):
         (world.image.install_root / p).chmod(0o755)
     if not (folder / cli.binary).is_symlink():
@@ -91,7 +91,7 @@ def _script(srv) -> None:
 def _run(tmp_path: Path, install_root: Path, auth: str, env: dict[str, str], act_args: tuple[str, ...],
          plan_args: str = "") -> tuple[ActWorld, float]:
     """One act run of init's workflow and example plan for `auth` (`plan_args`: an `agent.args` line the test
-    adds, the only change to init's plan; `install_root`: plan-runner's install directory, shared by this file's
+    adds, the only change to init's plan; `install_root`: plan-runner's install directory, shared by the worker's
     worlds: the first run installs plan-runner, the others reuse it as a runner's later jobs do)."""
     assert shutil.which("act"), "act is not installed"
     backend = AUTHS[auth].backend
