@@ -117,7 +117,7 @@ def _take(path: Path) -> object:
             return None
         with os.fdopen(os.dup(fd), "rb") as fh, _no_gc():  # 50,000 objects made at once: no collection midway
             data = _read_frames(fh, st.st_size)
-    except (OSError, EOFError, ValueError, TypeError, KeyError, struct.error):
+    except (OSError, EOFError, ValueError, TypeError, struct.error):
         return None
     finally:
         os.close(fd)
@@ -137,21 +137,18 @@ _CHUNK = 4096  # entries per frame (about 400 KB)
 
 
 def _read_frames(fh, length: int) -> object:
-    left = length
-
     def frame() -> bytes | None:
-        nonlocal left
         head = fh.read(_FRAME.size)
         if not head:
             return None
         (size,) = _FRAME.unpack(head)
-        if size > left - len(head):  # (an older record's bytes read as a length): never a read past the end
+        if size > length - fh.tell():  # (an older record's bytes read as a length): never a read past the end
             raise ValueError("not a record")
         body = fh.read(size)
         if len(body) != size:
             raise EOFError("a record cut short")
-        left -= len(head) + size
         return body
+
     first = frame()
     if first is None:
         raise EOFError("an empty record")
