@@ -14,8 +14,19 @@ import pytest
 from runner.adapters.sandbox import kept_tree
 
 
+@pytest.fixture(params=["find", "python"])
+def lister(request, monkeypatch):
+    """Every walk below runs with GNU find listing the tree, and again with the walk in Python that stands in
+    where there is no find."""
+    if request.param == "python":
+        monkeypatch.setattr(kept_tree, "_find", [None])
+    else:
+        assert kept_tree._find_program() is not None, "GNU find (findutils) is not on this machine's PATH"
+    return request.param
+
+
 @pytest.fixture
-def tree(tmp_path):
+def tree(tmp_path, lister):
     root = tmp_path / "area" / "gates"
     (root / "src" / "pkg").mkdir(parents=True)
     (root / "tests").mkdir()
@@ -38,6 +49,65 @@ def tree(tmp_path):
 def _prune(tree, limit=100):
     root, fd, tfd, entries, trash = tree
     return kept_tree.prune(fd, entries, tfd, limit)
+
+
+def _odd_tree(root: Path) -> None:
+    """Every kind of entry an unprivileged process makes, with names and times find and Python could print apart."""
+    (root / "sub dir" / "deeper").mkdir(parents=True)
+    (root / "sub dir" / "a file").write_text("x")
+    (root / "new\nline").write_text("y")
+    (root / os.fsdecode(b"not-utf8-\xff")).write_text("z")
+    os.symlink("a file", root / "sub dir" / "link")
+    os.mkfifo(root / "fifo")
+    os.link(root / "sub dir" / "a file", root / "hard")
+    (root / "old").write_text("")
+    os.utime(root / "old", ns=(0, -1_500_000_001))  # before 1970: find prints a timespec's seconds as they are
+    (root / "exact").write_text("")
+    os.utime(root / "exact", ns=(0, 1_700_000_000_000_000_000))
+    (root / "odd-mode").write_text("")
+    os.chmod(root / "odd-mode", 0o4751)
+    os.chmod(root / "sub dir" / "deeper", 0o1700)
+
+
+def test_find_and_the_walk_in_python_list_a_tree_alike(tmp_path):
+    root = tmp_path / "t"
+    root.mkdir()
+    _odd_tree(root)
+    find = kept_tree._find_program()
+    assert find is not None, "GNU find (findutils) is not on this machine's PATH"
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        by_find = kept_tree._find_listing(find, fd, None)
+        by_python = kept_tree._python_listing(fd, None)
+        assert by_find is not None and by_find[0] == by_python[0] == kept_tree.line(os.fstat(fd), "")
+        assert sorted(by_find) == sorted(by_python) and len(by_find) == 12
+        assert {kept_tree._rel(ln) for ln in by_find} == {
+            "", "sub dir", "sub dir/deeper", "sub dir/a file", "sub dir/link", "new\nline",
+            os.fsdecode(b"not-utf8-\xff"), "fifo", "hard", "old", "exact", "odd-mode"}
+        entries = kept_tree.record(fd, None)  # recorded as find lists it, proven as find lists it: all kept
+        trash = tmp_path / "trash"
+        trash.mkdir()
+        tfd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            assert kept_tree.prune(fd, entries, tfd, 0) == set() and len(entries) == 12
+        finally:
+            os.close(tfd)
+    finally:
+        os.close(fd)
+
+
+def test_a_listing_past_its_bound_stops_with_a_mismatch(tmp_path, lister):
+    root = tmp_path / "t"
+    root.mkdir()
+    for n in range(50):
+        (root / f"f{n}").write_text("")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert len(kept_tree.listing(fd, 51)) == 51
+        with pytest.raises(kept_tree.Mismatch):
+            kept_tree.listing(fd, 50)
+    finally:
+        os.close(fd)
 
 
 def test_the_record_holds_every_entry_and_an_untouched_tree_passes_whole(tree):
@@ -145,8 +215,9 @@ def test_the_record_is_taken_away_when_read_and_refused_when_forged(tmp_path):
 
 def test_a_record_of_many_chunks_reads_back_whole_and_an_older_one_reads_as_none(tmp_path):
     path = tmp_path / kept_tree.RECORD
-    entries = {f"d/f{i:05d}": kept_tree.file_key(os.stat(tmp_path)) for i in range(3 * kept_tree._CHUNK + 7)}
-    entries[""] = (1, 2, 3, 4, ())
+    entries = {f"d/f{i:05d}": kept_tree.file_key(os.stat(tmp_path), f"d/f{i:05d}")
+               for i in range(3 * kept_tree._CHUNK + 7)}
+    entries[""] = (kept_tree.line(os.stat(tmp_path), ""), ())
     kept_tree.save(path, sha="b" * 40, uid=os.geteuid(), entries=entries)
     rec = kept_tree.load(path)
     assert rec["entries"] == entries and list(rec["entries"]) == list(entries)
@@ -155,6 +226,10 @@ def test_a_record_of_many_chunks_reads_back_whole_and_an_older_one_reads_as_none
     assert kept_tree.load(path) is None
     # the format before frames: one marshal object, whose first bytes read as a length far past the file's end
     path.write_bytes(marshal.dumps({"v": 2, "sha": "b" * 40, "uid": os.geteuid(), "entries": entries}))
+    path.chmod(0o600)
+    assert kept_tree.load(path) is None and not path.exists()
+    # a record of packed keys (version 3, in frames) reads as none: the next checkout is fresh
+    kept_tree._put(path, {"v": 3, "sha": "b" * 40, "uid": os.geteuid(), "entries": {"": (1, 2, 3, 4, ())}})
     path.chmod(0o600)
     assert kept_tree.load(path) is None and not path.exists()
 

@@ -943,7 +943,7 @@ class KeptSetup:
             with fsafe.opened_dir(workdir, below=self.area.root) as fd:
                 now = kept_tree.record_under(fd, tuple(roots))
                 dev = os.fstat(fd).st_dev
-            if not now or now != rec["entries"]:
+            if not now or not kept_tree.same(now, rec["entries"]):
                 return False
             if kept_tree.held_open(dev, kept_tree.inodes(now)) is not None:
                 return False
