@@ -239,3 +239,80 @@ def test_a_clone_with_hidden_index_entries_or_of_another_owner_is_made_again(jud
         agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
         assert os.lstat(area.work).st_ino != inode
     agent_clone.discard_area(area)
+
+
+def _updates(monkeypatch) -> list[str]:
+    """How each update of a kept clone brought it to the judged sha (the script's word): moved (the branch only),
+    merged (`read-tree -m -u`: what differs) or checked-out (the forced checkout: a pass over every file)."""
+    seen: list[str] = []
+    real = agent_clone.run_as
+
+    def spy(identity, argv, **kw):
+        done = real(identity, argv, **kw)
+        if argv[:4] == ["sh", "-c", agent_clone._UPDATE_SCRIPT, "update"] and done.returncode == 0:
+            seen.append(done.stdout.decode().split()[-2])
+        return done
+    monkeypatch.setattr(agent_clone, "run_as", spy)
+    return seen
+
+
+def _export(area, who, repo: Path, scratch: Path) -> str:
+    """The agent's work exported and taken in by the judge (its work branch fast-forwarded, as import_work does)."""
+    base = git(repo, "rev-parse", "plan-runner/p")
+    imported = agent_clone.export_work(area, who, repo, "plan-runner/p", base, "p", scratch)
+    assert imported.problem is None
+    if imported.head and imported.head != base:
+        git(repo, "update-ref", "refs/heads/plan-runner/p", imported.head)
+    return git(repo, "rev-parse", "plan-runner/p")
+
+
+def test_a_clone_its_export_left_clean_and_hid_is_updated_without_a_pass_over_its_files(judge, tmp_path, who,
+                                                                                           monkeypatch):
+    """After an export the clone is out of the identity's reach (its gates run meanwhile) with what its index was
+    noted; the next update trusts that index: the branch moved when the judged sha is the clone's head, the two-way
+    `read-tree -m -u` when it is another (the verdict went back), and the forced checkout when the index changed
+    after the export. Each lands on exactly the judged sha, with nothing of the last session."""
+    repo, _ = judge
+    updates = _updates(monkeypatch)
+    area = agent_clone.area_for(repo, f"trusted-{who.uid}")
+    scratch = tmp_path / "scratch"
+    base = git(repo, "rev-parse", "plan-runner/p")
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    inode = os.lstat(area.work).st_ino
+    _agent(who, area, "echo mine > mine.txt; echo '*.log' > .gitignore; git add -A; git commit -qm agent; "
+                      "echo left > left.txt; echo 2 > z.log")
+    head = _export(area, who, repo, scratch)
+    assert not os.path.lexists(area.work) and (area.root / agent_clone.KEPT / "work").is_dir()
+    if who.isolated:  # its gates, which run now as the same identity, cannot reach it
+        gate = agent_clone.run_as(who, ["sh", "-c", 'ls "$1/.kept/work" || touch "$1/.kept/work/x"', "gate",
+                                        str(area.root)], cwd=Path("/"), env={"PATH": "/usr/bin:/bin"})
+        assert gate.returncode != 0 and not (area.root / agent_clone.KEPT / "work" / "x").exists()
+
+    def landed(sha: str, files: dict[str, bytes]) -> None:
+        assert os.lstat(area.work).st_ino == inode, "the clone was made again, not kept"
+        assert git(area.work, "-c", "safe.directory=*", "rev-parse", "HEAD") == sha
+        assert git(area.work, "-c", "safe.directory=*", "symbolic-ref", "HEAD") == "refs/heads/plan-runner/p"
+        assert _tracked_listing(area.work) == files
+        assert git(area.work, "-c", "safe.directory=*", "status", "--porcelain", "--ignored",
+                   "--untracked-files=all") == ""
+
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    work = {"a.txt": b"a\n", "mine.txt": b"mine\n", ".gitignore": b"*.log\n", "left.txt": b"left\n"}
+    assert updates == ["moved"]
+    landed(head, work)
+
+    _export(area, who, repo, scratch)  # nothing new; the verdict then sends the branch back to the base
+    git(repo, "update-ref", "refs/heads/plan-runner/p", base)
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    assert updates == ["moved", "merged"]
+    landed(base, {"a.txt": b"a\n"})
+
+    _export(area, who, repo, scratch)
+    hidden = area.root / agent_clone.KEPT / "work"
+    os.utime(hidden / ".git" / "index")  # the index is no longer the file the export left: nothing is trusted
+    (hidden / "a.txt").write_text("changed while hidden\n")
+    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
+    assert updates == ["moved", "merged", "checked-out"]
+    landed(base, {"a.txt": b"a\n"})
+    agent_clone.discard_trash(area, who, wait=True)
+    agent_clone.discard_area(area)

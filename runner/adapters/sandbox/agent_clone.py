@@ -95,13 +95,16 @@ g reset --quiet --hard
 # everything a new clone would not hold (untracked and ignored files: what the agent's last session and its
 # set-up made) moved aside in O(1) per folder. An index with skip-worktree or assume-unchanged entries (the
 # checkout would not rewrite those files), a quoted name or anything else unusual: exit non-zero, made again.
-# No `git status` after it (a second pass over every file, 0.13 s at 50,000): the forced checkout rewrote every
-# tracked file its stat data did not vouch for, `ls-files --others` (no exclude rule: ignored files included)
-# listed everything else, and nothing of the agent runs meanwhile. What the agent's clone holds is its own
+# A clone the last export left clean and hid (`trusted`: _hide_clone, _reveal_clone) needs no pass over its files:
+# its index vouches for them, so the branch is only moved (at the same sha) or the two-way `read-tree -m -u` writes
+# what differs (anything in the way: the forced checkout after all). No `git status` after it (a second pass over
+# every file, 0.13 s at 50,000): the forced checkout rewrote every tracked file its stat data did not vouch for,
+# `ls-files --others` (no exclude rule: ignored files included) listed everything else, and nothing of the agent
+# runs meanwhile. What the agent's clone holds is its own
 # business in any case: the judge takes only commits from it (test_agent_seed checks the result with status).
 _UPDATE_SCRIPT = r"""
-work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8 aside=$9
-shift 9  # the rest: pathspecs of what stays where it is (the set-up cache, checked by the judge: KeptSetup)
+work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8 aside=$9 trusted=${10}
+shift 10  # the rest: pathspecs of what stays where it is (the set-up cache, checked by the judge: KeptSetup)
 set -e
 cd "$work"
 [ -d .git ] && [ ! -L .git ] && [ -f .git/HEAD ] && [ -d .git/objects/info ] && [ ! -L .git/objects ] || exit 20
@@ -115,7 +118,14 @@ g init --quiet --initial-branch="$branch" . >/dev/null
 done | g update-ref --stdin
 g update-ref "refs/remotes/plan-runner/$branch" "$sha"
 if [ -n "$(g ls-files -v | grep -v '^H ' | head -n 1)" ]; then exit 21; fi
-g checkout --quiet --force -B "$branch" "$sha"
+head=$(g rev-parse --verify --quiet "HEAD^{commit}") || head=
+if [ "$trusted" = 1 ] && [ "$head" = "$sha" ]; then
+  how=moved; g update-ref "refs/heads/$branch" "$sha" && g symbolic-ref HEAD "refs/heads/$branch"
+elif [ "$trusted" = 1 ] && [ -n "$head" ] && g read-tree -m -u "$head" "$sha" >/dev/null 2>&1; then
+  how=merged; g update-ref "refs/heads/$branch" "$sha" && g symbolic-ref HEAD "refs/heads/$branch"
+else
+  how=checked-out; g checkout --quiet --force -B "$branch" "$sha"
+fi
 g update-index --no-untracked-cache --no-fsmonitor >/dev/null 2>&1 || true
 mkdir "$aside"
 i=0
@@ -125,6 +135,7 @@ while IFS= read -r p; do
   i=$((i + 1)); mv -- "${p%/}" "$aside/$i"
 done < "$aside.list"
 [ "$(g rev-parse HEAD)" = "$sha" ] && [ "$(g symbolic-ref HEAD)" = "refs/heads/$branch" ] || exit 23
+echo "$how"
 echo updated
 """
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
@@ -255,7 +266,8 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     objects = str(source / "objects")
     name, email = _committer(repo)
     seed_args = [str(area.work), objects, branch, sha, name, email, str(store or repo), str(source / "shallow")]
-    kept = _update_clone(area, identity, seed_args, keep)
+    trusted = _reveal_clone(area, identity, scratch)
+    kept = _update_clone(area, identity, seed_args, keep, trusted=trusted)
     for part in area.parts():
         if not (kept and part == area.work):
             _move_aside(area, part, identity)
@@ -278,11 +290,12 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
                                   "searchable (o+x)")
 
 
-def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], keep: tuple[str, ...] = ()) -> bool:
+def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], keep: tuple[str, ...] = (), *,
+                  trusted: bool = False) -> bool:
     """The previous session's clone brought to the judged sha in place, by a git running as the agent in its
     own clone (never the judge's git there): True when it is. Only a clone the same identity owns (the uid
     that wrote another may serve another session meanwhile); what the update leaves aside goes into the old
-    `out` (moved to the trash next)."""
+    `out` (moved to the trash next). `trusted`: the clone is as the last export left it (_reveal_clone)."""
     owner = identity.uid if identity.isolated else os.geteuid()
     for part in (area.work, area.out):
         try:
@@ -294,7 +307,8 @@ def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], kee
     env = {**agent_git_env(area), "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1",
            "HOME": str(area.out)}
     proc = run_as(identity, ["sh", "-c", _UPDATE_SCRIPT, "update", *seed_args, f"{area.out}/aside",
-                             *(f":(exclude,literal){path}" for path in keep)], cwd=area.work, env=env)
+                             "1" if trusted else "0", *(f":(exclude,literal){path}" for path in keep)],
+                  cwd=area.work, env=env)
     return proc.returncode == 0 and proc.stdout.strip().endswith(b"updated")
 
 
@@ -389,6 +403,83 @@ def _keep_gates(area: AgentArea, identity: Identity, scratch: Path) -> None:
             os.rename(area.gates, held)
         except OSError:
             pass
+
+
+CLONE_RECORD = "clone.record"  # in the judge's scratch: the agent's clone as the last export left it (_hide_clone)
+
+
+def _hide_clone(area: AgentArea, identity: Identity, scratch: Path, clean: bool) -> None:
+    """After an export (the identity's processes all dead): the agent's clone out of its reach until the next
+    `prepare` (renamed into the area's KEPT folder, plan-runner's own, 0700, like the gates' tree), so the gates
+    that run meanwhile as the same identity cannot change it. With `clean` (its work all committed: the index
+    vouches for every tracked file), what its folder and index are is noted in the judge's scratch: a next
+    update that finds them so needs no pass over its files (_reveal_clone). Anything refused: left in place."""
+    note = scratch / CLONE_RECORD
+    note.unlink(missing_ok=True)
+    hidden = area.root / KEPT / "work"
+    try:
+        st = os.lstat(area.work)
+        if not stat.S_ISDIR(st.st_mode) or not _own_folder(area.root / KEPT):
+            return
+        if os.path.lexists(hidden):
+            _move_aside(area, hidden, identity)
+        os.rename(area.work, hidden)
+        if not clean:
+            return
+        index = os.lstat(hidden / ".git" / "index")
+        if not stat.S_ISREG(index.st_mode):
+            return
+        fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(" ".join(map(str, (st.st_dev, st.st_ino, st.st_uid, *_index_id(index)))) + "\n")
+    except OSError:
+        return
+
+
+def _index_id(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _reveal_clone(area: AgentArea, identity: Identity, scratch: Path) -> bool:
+    """The clone the last export hid back in its place; True when it is the folder that export hid and its index
+    is the file that export left (inode, size, times: any write since would have moved its ctime). The note is
+    taken away: a session cut short after this is not trusted next time."""
+    note = scratch / CLONE_RECORD
+    try:
+        fd = os.open(note, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        said: tuple[int, ...] = ()
+    else:
+        try:
+            with os.fdopen(fd, "r", encoding="ascii") as fh:
+                said = tuple(int(x) for x in fh.read().split())
+        except (OSError, ValueError):
+            said = ()
+        note.unlink(missing_ok=True)
+    hidden = area.root / KEPT / "work"
+    try:
+        st = os.lstat(hidden)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    _move_aside(area, area.work, identity)
+    try:
+        os.rename(hidden, area.work)
+        index = os.lstat(area.work / ".git" / "index")
+    except OSError:
+        return False
+    return len(said) == 7 and said == (st.st_dev, st.st_ino, st.st_uid, *_index_id(index))
+
+
+def has_clone(area: AgentArea) -> bool:
+    """The area holds an agent's clone, in its place or hidden by an export."""
+    return area.work.is_dir() or (area.root / KEPT / "work").is_dir()
+
+
+def reveal_clone(area: AgentArea, identity: Identity, scratch: Path) -> None:
+    """The clone an export hid back in its place (a session cut short after its export: its work is salvaged)."""
+    _reveal_clone(area, identity, scratch)
 
 
 def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
@@ -591,6 +682,7 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
     proc = run_as(identity, ["sh", "-c", _EXPORT_SCRIPT, "export", branch, base_sha, str(out), _WIP_MESSAGE],
                   cwd=area.work, env=env)
     said = proc.stdout.decode("utf-8", "replace").splitlines()
+    _hide_clone(area, identity, scratch, clean=proc.returncode == 0 and "wip-failed" not in said)
     if proc.returncode == 10:
         return Imported(None, None, problem=f"the agent's clone is no longer a usable git repository: {_tail(proc)}")
     notes: list[str] = []

@@ -63,10 +63,11 @@ def salvage(s: Session, base_sha: str | None) -> tuple[str | None, str]:
     ws, plan = s.ws, s.trusted
     area = agentarea.area_for(ws.repo, plan.id)
     branch = plan.work_branch
-    if base_sha is None or not area.work.is_dir() or gitwork.ref_sha(ws.repo, f"refs/heads/{branch}") != base_sha:
+    if base_sha is None or not agentarea.has_clone(area) or gitwork.ref_sha(ws.repo, f"refs/heads/{branch}") != base_sha:
         return None, ""
     try:
         with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
+            agentarea.reveal_clone(area, identity, ws.scratch_dir / plan.id)  # (hidden by an export cut short)
             agentarea.adopt(area, identity)
             imported = agentarea.export_work(area, identity, ws.repo, branch, base_sha, plan.id,
                                              ws.scratch_dir / plan.id)
