@@ -274,3 +274,55 @@ def test_held_open_finds_a_descriptor_of_another_process(tree):
         proc.kill()
         proc.wait()
         proc.stdout.close()
+
+
+@pytest.fixture
+def wide(tmp_path, monkeypatch):
+    """A tree wide enough to be listed by three finds side by side (its record's threshold lowered): ten folders
+    under `pkg`, names with what find's patterns and paths could trip on."""
+    monkeypatch.setattr(kept_tree, "_SPLIT_FROM", 0)
+    root = tmp_path / "area" / "gates"
+    names = [f"d{n}" for n in range(7)] + ["with space", "glob*[x]?", "new\nline"]
+    for name in names:
+        (root / "pkg" / name / "sub").mkdir(parents=True)
+        (root / "pkg" / name / "f.py").write_text(name)
+        (root / "pkg" / name / "sub" / "g.py").write_text(name)
+    (root / "top.txt").write_text("top")
+    trash = tmp_path / "area" / ".trash"
+    trash.mkdir(mode=0o700)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    tfd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY)
+    afd = os.open(tmp_path / "area", os.O_RDONLY | os.O_DIRECTORY)
+    entries = kept_tree.record(fd, None)
+    kept_tree.settle(afd, kept_tree.newest_ctime(entries))
+    yield root, fd, tfd, entries, trash
+    for f in (fd, tfd, afd):
+        os.close(f)
+
+
+def test_three_finds_side_by_side_list_what_one_lists(wide):
+    root, fd, tfd, entries, trash = wide
+    split = kept_tree._split(entries)
+    assert split is not None and split[0] == 2 and len(split[1]) + len(split[2]) == 10
+    find = kept_tree._find_program()
+    one = kept_tree._find_listing(find, fd, None)
+    three = kept_tree._find_listing(find, fd, None, split)
+    assert three is not None and three[0] == one[0] and sorted(three) == sorted(one) and len(one) == 2 + 1 + 10 * 4
+
+
+def test_changes_are_found_across_three_finds(wide, tmp_path):
+    root, fd, tfd, entries, trash = wide
+    (root / "pkg" / "d1" / "sub" / "conftest.py").write_text("planted")  # below a folder the second find lists
+    (root / "pkg" / "glob*[x]?" / "f.py").write_text("rewritten")  # below one the third lists
+    os.rename(root / "pkg" / "d2", tmp_path / "d2")  # a recorded folder at the split's depth: a link now
+    os.symlink(tmp_path / "d2", root / "pkg" / "d2")
+    (root / "pkg" / "new" / "deep").mkdir(parents=True)  # a folder at that depth the record does not hold
+    (root / "pkg" / "new" / "deep" / "x.py").write_text("x")
+    gone = kept_tree.prune(fd, entries, tfd, 100)
+    assert gone == {"pkg/glob*[x]?/f.py", "pkg/d2", "pkg/d2/f.py", "pkg/d2/sub", "pkg/d2/sub/g.py"}
+    assert sorted(os.listdir(root / "pkg")) == sorted(["d0", "d1", "d3", "d4", "d5", "d6", "with space", "glob*[x]?",
+                                                       "new\nline"])
+    assert os.listdir(root / "pkg" / "d1" / "sub") == ["g.py"] and len(os.listdir(trash)) == 4
+    assert os.listdir(tmp_path / "d2") != []  # the link moved aside, never followed
+    os.rename(root / "pkg" / "d3", tmp_path / "d3")  # a folder a find starts in, gone: listed by the walk in Python
+    assert kept_tree.prune(fd, entries, tfd, 100) == {"pkg/d3", "pkg/d3/f.py", "pkg/d3/sub", "pkg/d3/sub/g.py"}

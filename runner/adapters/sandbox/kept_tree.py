@@ -39,6 +39,7 @@ import itertools
 import marshal
 import os
 import secrets
+import selectors
 import shutil
 import stat
 import struct
@@ -376,46 +377,89 @@ def _find_program() -> str | None:
     return _find[0]
 
 
-def listing(root_fd: int, bound: int | None) -> list[bytes]:
+def listing(root_fd: int, bound: int | None, like: dict[str, Key] | None = None) -> list[bytes]:
     """The line of every entry below `root_fd` (the root first), as `line` makes them, never through a link nor
-    into another file system. Listed by GNU find (C: no interpreter lock held for each entry); where there is
-    none, or it fails, by the same walk in Python. Raises Mismatch past `bound` entries (a tree the agent filled
-    is not listed to its end)."""
+    into another file system. Listed by GNU find (C: no interpreter lock held for each entry), by three side by
+    side when `like` (the tree's record) is large and the machine has two cores (_split); where there is no find, or
+    it fails, by the same walk in Python. Raises Mismatch past `bound` entries (a tree the agent filled is not
+    listed to its end)."""
     find = _find_program()
     if find is not None:
-        got = _find_listing(find, root_fd, bound)
+        got = _find_listing(find, root_fd, bound, _split(like) if like is not None else None)
         if got is not None:
             return got
     return _python_listing(root_fd, bound)
 
 
-def _find_listing(find: str, root_fd: int, bound: int | None) -> list[bytes] | None:
-    try:
-        proc = subprocess.Popen([find, ".", "-xdev", "-printf", _PRINTF], cwd=f"/proc/self/fd/{root_fd}",
-                                pass_fds=(root_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env={"LC_ALL": "C"})
-    except OSError:
+_SPLIT_FROM = 4096  # entries: a smaller tree is listed by one find (more processes cost more than they save)
+
+
+def _split(entries: dict[str, Key]) -> tuple[int, tuple[str, ...], tuple[str, ...]] | None:
+    """How three finds list the tree side by side: the first to a depth (its folders there included), each of
+    the others below every other recorded folder at that depth, the shallowest that has at least eight (their
+    order sorted). Only a guide to the work: whatever the tree holds now is listed, a folder at that depth the
+    record does not hold by the first find alone (it is moved aside whole). None: one find."""
+    if len(entries) < _SPLIT_FROM or (os.cpu_count() or 1) < 2:
         return None
-    chunks: list[bytes] = []
+    depths: dict[int, list[str]] = {}
+    for rel, key in entries.items():
+        if rel and key.__class__ is tuple:
+            depths.setdefault(rel.count("/"), []).append(rel)
+    for depth in sorted(depths)[:6]:
+        if len(depths[depth]) >= 8:
+            folders = sorted(depths[depth])
+            return depth + 1, tuple(folders[0::2]), tuple(folders[1::2])
+    return None
+
+
+def _find_listing(find: str, root_fd: int, bound: int | None,
+                  split: tuple[int, tuple[str, ...], tuple[str, ...]] | None = None) -> list[bytes] | None:
+    runs = [[find, ".", "-xdev", "-printf", _PRINTF]]
+    if split is not None:
+        depth, first, second = split
+        runs = [[find, ".", "-xdev", "-maxdepth", str(depth), "-printf", _PRINTF],
+                *([find, *("./" + rel for rel in half), "-xdev", "-mindepth", "1", "-printf", _PRINTF]
+                  for half in (first, second))]
+    procs: list[subprocess.Popen] = []
+    chunks: dict[int, list[bytes]] = {}
     count = 0
     try:
-        assert proc.stdout is not None
-        while chunk := proc.stdout.read(1 << 20):
-            chunks.append(chunk)
-            count += chunk.count(b"\0")
-            if bound is not None and count > bound:
-                raise Mismatch(f"more than {bound} entries in the tree")
+        for argv in runs:
+            procs.append(subprocess.Popen(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd,),
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, env={"LC_ALL": "C"}))
+        with selectors.DefaultSelector() as sel:
+            for n, proc in enumerate(procs):
+                sel.register(proc.stdout, selectors.EVENT_READ, n)  # type: ignore[arg-type]
+                chunks[n] = []
+            while sel.get_map():
+                for key, _ in sel.select():
+                    chunk = os.read(key.fd, 1 << 20)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    chunks[key.data].append(chunk)
+                    count += chunk.count(b"\0")
+                    if bound is not None and count > bound:
+                        raise Mismatch(f"more than {bound} entries in the tree")
+    except OSError:
+        return None
     finally:
-        if proc.poll() is None and (bound is not None and count > bound):
-            proc.kill()
-        proc.stdout.close()  # type: ignore[union-attr]
-        code = proc.wait()
-    if code != 0:
-        return None  # (an unreadable folder, a find without -printf): the walk in Python says what it finds
-    lines = b"".join(chunks).split(b"\0")
+        for proc in procs:
+            if proc.poll() is None and bound is not None and count > bound:
+                proc.kill()
+            proc.stdout.close()  # type: ignore[union-attr]
+        codes = [proc.wait() for proc in procs]
+    if len(procs) != len(runs) or any(codes):
+        return None  # (an unreadable folder, a folder gone, a find without -printf): the walk in Python instead
+    lines = b"".join(chunks[0]).split(b"\0")
     lines.pop()  # after the last NUL
     if not lines or lines[0][-2:] != b" .":
         return None
+    for n in range(1, len(procs)):
+        more = b"".join(chunks[n]).split(b"\0")
+        more.pop()
+        lines += more
     return lines
 
 
@@ -501,7 +545,7 @@ def prune(root_fd: int, entries: dict[str, Key], trash_fd: int, limit: int) -> s
     if not isinstance(root, tuple):
         raise Mismatch("the record has no root")
     with _no_gc():
-        have = set(listing(root_fd, len(entries) + limit))
+        have = set(listing(root_fd, len(entries) + limit, entries))
         recorded = {_line_of(k) for k in entries.values()}
         extra = sorted(((_rel(ln), ln) for ln in have - recorded), key=lambda item: item[0].count("/"))
         missing = recorded - have
