@@ -69,6 +69,14 @@ def _odd_tree(root: Path) -> None:
     os.chmod(root / "sub dir" / "deeper", 0o1700)
 
 
+def _by_find(fd: int, split=None) -> list[bytes]:
+    find = kept_tree._find_program()
+    assert find is not None, "GNU find (findutils) is not on this machine's PATH"
+    out: list[bytes] = []
+    assert kept_tree._find_listing(find, fd, None, split, out.extend)
+    return out
+
+
 def test_find_and_the_walk_in_python_list_a_tree_alike(tmp_path):
     root = tmp_path / "t"
     root.mkdir()
@@ -77,9 +85,9 @@ def test_find_and_the_walk_in_python_list_a_tree_alike(tmp_path):
     assert find is not None, "GNU find (findutils) is not on this machine's PATH"
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        by_find = kept_tree._find_listing(find, fd, None)
+        by_find = _by_find(fd)
         by_python = kept_tree._python_listing(fd, None)
-        assert by_find is not None and by_find[0] == by_python[0] == kept_tree.line(os.fstat(fd), "")
+        assert by_find[0] == by_python[0] == kept_tree.line(os.fstat(fd), "")
         assert sorted(by_find) == sorted(by_python) and len(by_find) == 12
         assert {kept_tree._rel(ln) for ln in by_find} == {
             "", "sub dir", "sub dir/deeper", "sub dir/a file", "sub dir/link", "new\nline",
@@ -304,10 +312,9 @@ def test_three_finds_side_by_side_list_what_one_lists(wide):
     root, fd, tfd, entries, trash = wide
     split = kept_tree._split(entries)
     assert split is not None and split[0] == 2 and len(split[1]) + len(split[2]) == 10
-    find = kept_tree._find_program()
-    one = kept_tree._find_listing(find, fd, None)
-    three = kept_tree._find_listing(find, fd, None, split)
-    assert three is not None and three[0] == one[0] and sorted(three) == sorted(one) and len(one) == 2 + 1 + 10 * 4
+    one = _by_find(fd)
+    three = _by_find(fd, split)
+    assert three[0] == one[0] and sorted(three) == sorted(one) and len(one) == 2 + 1 + 10 * 4
 
 
 def test_changes_are_found_across_three_finds(wide, tmp_path):

@@ -45,7 +45,7 @@ import stat
 import struct
 import subprocess
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -377,18 +377,27 @@ def _find_program() -> str | None:
     return _find[0]
 
 
-def listing(root_fd: int, bound: int | None, like: dict[str, Key] | None = None) -> list[bytes]:
+def listing(root_fd: int, bound: int | None, like: dict[str, Key] | None = None,
+            take: Callable[[list[bytes]], None] | None = None) -> list[bytes]:
     """The line of every entry below `root_fd` (the root first), as `line` makes them, never through a link nor
     into another file system. Listed by GNU find (C: no interpreter lock held for each entry), by three side by
-    side when `like` (the tree's record) is large and the machine has two cores (_split); where there is no find, or
-    it fails, by the same walk in Python. Raises Mismatch past `bound` entries (a tree the agent filled is not
-    listed to its end)."""
+    side when `like` (the tree's record) is large and the machine has two cores (_split); where there is no find,
+    or it fails, by the same walk in Python. Raises Mismatch past `bound` entries (a tree the agent filled is not
+    listed to its end). With `take`, the lines go to it a batch at a time as they are read (none are kept: a
+    listing of 50,000 entries is not held whole beside the record) and [] is returned; a find that fails after
+    some batches is followed by the walk in Python, so `take` may see a line twice."""
+    out: list[bytes] = []
+    sink = take if take is not None else out.extend
     find = _find_program()
     if find is not None:
-        got = _find_listing(find, root_fd, bound, _split(like) if like is not None else None)
-        if got is not None:
-            return got
-    return _python_listing(root_fd, bound)
+        if _find_listing(find, root_fd, bound, _split(like) if like is not None else None, sink):
+            return out
+        out.clear()
+    lines = _python_listing(root_fd, bound)
+    if take is None:
+        return lines
+    take(lines)
+    return out
 
 
 _SPLIT_FROM = 4096  # entries: a smaller tree is listed by one find (more processes cost more than they save)
@@ -413,7 +422,8 @@ def _split(entries: dict[str, Key]) -> tuple[int, tuple[str, ...], tuple[str, ..
 
 
 def _find_listing(find: str, root_fd: int, bound: int | None,
-                  split: tuple[int, tuple[str, ...], tuple[str, ...]] | None = None) -> list[bytes] | None:
+                  split: tuple[int, tuple[str, ...], tuple[str, ...]] | None, take: Callable[[list[bytes]], None]) -> bool:
+    """The listing by find (`listing`), its lines given to `take` as they come; False when find failed."""
     runs = [[find, ".", "-xdev", "-printf", _PRINTF]]
     if split is not None:
         depth, first, second = split
@@ -421,8 +431,9 @@ def _find_listing(find: str, root_fd: int, bound: int | None,
                 *([find, *("./" + rel for rel in half), "-xdev", "-mindepth", "1", "-printf", _PRINTF]
                   for half in (first, second))]
     procs: list[subprocess.Popen] = []
-    chunks: dict[int, list[bytes]] = {}
+    tails: dict[int, bytes] = {}
     count = 0
+    rooted = False  # the first line of the first find is the root's
     try:
         for argv in runs:
             procs.append(subprocess.Popen(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd,),
@@ -431,36 +442,35 @@ def _find_listing(find: str, root_fd: int, bound: int | None,
         with selectors.DefaultSelector() as sel:
             for n, proc in enumerate(procs):
                 sel.register(proc.stdout, selectors.EVENT_READ, n)  # type: ignore[arg-type]
-                chunks[n] = []
+                tails[n] = b""
             while sel.get_map():
                 for key, _ in sel.select():
                     chunk = os.read(key.fd, 1 << 20)
                     if not chunk:
                         sel.unregister(key.fileobj)
                         continue
-                    chunks[key.data].append(chunk)
-                    count += chunk.count(b"\0")
+                    lines = (tails[key.data] + chunk).split(b"\0")
+                    tails[key.data] = lines.pop()  # the start of a line still coming
+                    if not lines:
+                        continue
+                    if key.data == 0 and not rooted:
+                        if lines[0][-2:] != b" .":
+                            return False
+                        rooted = True
+                    count += len(lines)
                     if bound is not None and count > bound:
                         raise Mismatch(f"more than {bound} entries in the tree")
+                    take(lines)
     except OSError:
-        return None
+        return False
     finally:
         for proc in procs:
-            if proc.poll() is None and bound is not None and count > bound:
-                proc.kill()
+            if proc.poll() is None:
+                proc.kill()  # (a listing stopped short: past its bound, or not the tree's)
             proc.stdout.close()  # type: ignore[union-attr]
         codes = [proc.wait() for proc in procs]
-    if len(procs) != len(runs) or any(codes):
-        return None  # (an unreadable folder, a folder gone, a find without -printf): the walk in Python instead
-    lines = b"".join(chunks[0]).split(b"\0")
-    lines.pop()  # after the last NUL
-    if not lines or lines[0][-2:] != b" .":
-        return None
-    for n in range(1, len(procs)):
-        more = b"".join(chunks[n]).split(b"\0")
-        more.pop()
-        lines += more
-    return lines
+    # (an unreadable folder, a folder gone, a find without -printf: find says so; the walk in Python instead)
+    return len(procs) == len(runs) and not any(codes) and rooted and not any(tails.values())
 
 
 def _python_listing(root_fd: int, bound: int | None) -> list[bytes]:
@@ -545,10 +555,17 @@ def prune(root_fd: int, entries: dict[str, Key], trash_fd: int, limit: int) -> s
     if not isinstance(root, tuple):
         raise Mismatch("the record has no root")
     with _no_gc():
-        have = set(listing(root_fd, len(entries) + limit, entries))
         recorded = {_line_of(k) for k in entries.values()}
-        extra = sorted(((_rel(ln), ln) for ln in have - recorded), key=lambda item: item[0].count("/"))
-        missing = recorded - have
+        missing = set(recorded)  # what the listing has not shown yet
+        found: set[bytes] = set()  # what it showed that the record does not hold
+
+        def take(lines: list[bytes]) -> None:
+            batch = set(lines)
+            found.update(batch - recorded)
+            missing.difference_update(batch)
+
+        listing(root_fd, len(entries) + limit, entries, take)
+        extra = sorted(((_rel(ln), ln) for ln in found), key=lambda item: item[0].count("/"))
     kept_folders: set[str] = set()  # folders whose line differs but which are the recorded folder
     moved: set[str] = set()
 
