@@ -34,11 +34,16 @@ def tree(tmp_path, lister):
     (root / "tests" / "test_a.py").write_text("def test(): pass\n")
     (root / "README.md").write_text("readme\n")
     os.symlink("README.md", root / "link")  # a tracked link: kept as a link
-    trash = tmp_path / "area" / ".trash"
+    yield from _recorded(root)
+
+
+def _recorded(root: Path):
+    """`root` recorded as a checkout just written (its clock settled), with the area's trash beside it."""
+    trash = root.parent / ".trash"
     trash.mkdir(mode=0o700)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     tfd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY)
-    afd = os.open(tmp_path / "area", os.O_RDONLY | os.O_DIRECTORY)
+    afd = os.open(root.parent, os.O_RDONLY | os.O_DIRECTORY)
     entries = kept_tree.record(fd, None)
     kept_tree.settle(afd, kept_tree.newest_ctime(entries))
     yield root, fd, tfd, entries, trash
@@ -296,16 +301,7 @@ def wide(tmp_path, monkeypatch):
         (root / "pkg" / name / "f.py").write_text(name)
         (root / "pkg" / name / "sub" / "g.py").write_text(name)
     (root / "top.txt").write_text("top")
-    trash = tmp_path / "area" / ".trash"
-    trash.mkdir(mode=0o700)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    tfd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY)
-    afd = os.open(tmp_path / "area", os.O_RDONLY | os.O_DIRECTORY)
-    entries = kept_tree.record(fd, None)
-    kept_tree.settle(afd, kept_tree.newest_ctime(entries))
-    yield root, fd, tfd, entries, trash
-    for f in (fd, tfd, afd):
-        os.close(f)
+    yield from _recorded(root)
 
 
 def test_three_finds_side_by_side_list_what_one_lists(wide):

@@ -264,20 +264,20 @@ def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, Key]:
     `record` keeps them, without handing anything over; a path that is not there has no entry."""
     out: dict[str, Key] = {}
 
-    def walk(fd: int, prefix: str) -> None:
-        with os.scandir(fd) as it:
-            items = list(it)
-        for e in items:
-            rel = prefix + e.name
-            if e.is_dir(follow_symlinks=False):
-                sub = os.open(e.name, _DIR, dir_fd=fd)
-                try:
-                    out[rel] = dir_key(os.fstat(sub), sub, rel)
-                    walk(sub, rel + "/")
-                finally:
-                    os.close(sub)
-            else:
-                out[rel] = file_key(os.stat(e.name, dir_fd=fd, follow_symlinks=False), rel)
+    def folder(fd: int, name: str, rel: str) -> None:
+        sub = os.open(name, _DIR, dir_fd=fd)
+        try:
+            out[rel] = dir_key(os.fstat(sub), sub, rel)
+            with os.scandir(sub) as it:
+                items = list(it)
+            for e in items:
+                if e.is_dir(follow_symlinks=False):
+                    folder(sub, e.name, f"{rel}/{e.name}")
+                else:
+                    out[f"{rel}/{e.name}"] = file_key(os.stat(e.name, dir_fd=sub, follow_symlinks=False),
+                                                      f"{rel}/{e.name}")
+        finally:
+            os.close(sub)
 
     for rel in rels:
         *parents, name = rel.split("/")
@@ -290,15 +290,10 @@ def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, Key]:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if not stat.S_ISDIR(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                folder(fd, name, rel)
+            else:
                 out[rel] = file_key(st, rel)
-                continue
-            sub = os.open(name, _DIR, dir_fd=fd)
-            try:
-                out[rel] = dir_key(os.fstat(sub), sub, rel)
-                walk(sub, rel + "/")
-            finally:
-                os.close(sub)
         finally:
             os.close(fd)
     return out
@@ -434,6 +429,7 @@ def _find_listing(find: str, root_fd: int, bound: int | None,
     tails: dict[int, bytes] = {}
     count = 0
     rooted = False  # the first line of the first find is the root's
+    read = False  # every find's output read to its end
     try:
         for argv in runs:
             procs.append(subprocess.Popen(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd,),
@@ -461,11 +457,12 @@ def _find_listing(find: str, root_fd: int, bound: int | None,
                     if bound is not None and count > bound:
                         raise Mismatch(f"more than {bound} entries in the tree")
                     take(lines)
+        read = True
     except OSError:
         return False
     finally:
         for proc in procs:
-            if proc.poll() is None:
+            if not read and proc.poll() is None:
                 proc.kill()  # (a listing stopped short: past its bound, or not the tree's)
             proc.stdout.close()  # type: ignore[union-attr]
         codes = [proc.wait() for proc in procs]
