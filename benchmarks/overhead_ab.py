@@ -8,6 +8,7 @@ floors of the same run: bare Python, and Python importing the dependencies a ses
 The other tree is put first on PYTHONPATH of each child (run from a directory that holds no `runner`)."""
 from __future__ import annotations
 
+import atexit
 import shutil
 import sys
 import tempfile
@@ -21,6 +22,7 @@ TREES = {"before": Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(".
          "after": Path(__file__).resolve().parents[1]}
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 6
 d = Path(tempfile.mkdtemp())
+atexit.register(shutil.rmtree, d, True)  # its repositories, however the run ends
 (d / "work.yaml").write_text(SCRIPT)
 rows = {}
 repos = {}

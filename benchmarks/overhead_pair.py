@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="remove the seed store before every measured session, as on a GitHub-hosted runner, where "
                         "every job starts on a fresh machine (each tree gets a sandbox root of its own)")
     p.add_argument("--json", type=Path)
+    p.add_argument("--keep", action="store_true", help="keep the repositories (their folder is printed)")
     a = p.parse_args(argv)
     require_session_python()
     trees = {"after": a.after.resolve()}
@@ -63,50 +64,56 @@ def main(argv: list[str] | None = None) -> int:
     axes = [("commits", int(c), 0) for c in a.commits.split(",") if c] + \
            [("files", 100, int(f)) for f in a.files.split(",") if f]
     work = Path(tempfile.mkdtemp(prefix="plan-runner-pair-"))
-    work.chmod(0o755)  # the agent's user reaches the scripted agent's file
-    script = work / "work.yaml"
-    script.write_text(SCRIPT_TWO if a.sessions == 2 else SCRIPT, encoding="utf-8")
-    script.chmod(0o644)
-    cases = {}
-    names = list(trees)
-    for iso in a.isolation.split(","):
-        for axis, commits, files in axes:
-            # One repository for both trees (built once): each tree runs plans of its own in it.
-            repo = work / f"{iso}-{axis}-{commits}-{files}"
-            build_repo(repo, commits, project(len(names) * (a.reps + 1), script, files), env=child_env())
-            print(f"built {repo.name}", file=sys.stderr, flush=True)
-            for t, name in enumerate(names):
-                env = child_env(PLAN_RUNNER_ISOLATION=iso)
-                env["PYTHONPATH"] = str(trees[name])
-                if a.fresh_machine:
-                    sandbox = work / f"sandbox-{name}"
-                    sandbox.mkdir(mode=0o755, exist_ok=True)
-                    env["PLAN_RUNNER_SANDBOX_ROOT"] = str(sandbox)
-                run_one(repo, t, env)  # warm-up: page cache, bytecode, a seed store's first fill
-                cases[(iso, axis, commits, files, name)] = (repo, env, [], t)
-    for n in range(1, a.reps + 1):
-        for key, (repo, env, runs, t) in cases.items():
-            if a.sessions == 2:
-                run_one(repo, n * len(names) + t, env)  # the plan's first session, not measured
-            if a.fresh_machine:  # what a fresh runner has not: the seed store (the agents' areas stay: held)
-                shutil.rmtree(Path(env["PLAN_RUNNER_SANDBOX_ROOT"]) / f"plan-runner-{os.geteuid()}" / "seeds",
-                              ignore_errors=True)
-            runs.append(run_one(repo, n * len(names) + t, env))
-    rows = []
-    for (iso, axis, commits, files, name), (_, _, runs, _) in cases.items():
-        rows.append({"isolation": iso, "axis": axis, "commits": commits, "files": files, "tree": name,
-                     "overhead_s": round(median([r["overhead_s"] for r in runs]), 3),
-                     "cpu_s": round(median([r["cpu_s"] for r in runs]), 3),
-                     "peak_rss_mb": round(max(r["maxrss_mb"] for r in runs), 1)})
-    fl = floors(work, child_env(), max(3, a.reps))
-    for r in rows:
-        size = f"{r['commits']:,} commits" if r["axis"] == "commits" else f"{r['files']:,} files"
-        print(f"{r['isolation']:5s} {size:>16s} {r['tree']:6s} overhead {r['overhead_s']:.3f} s  "
-              f"cpu {r['cpu_s']:.2f} s  peak {r['peak_rss_mb']:.0f} MB")
-    for name, value in fl.items():
-        print(f"floor {name}: {value:.3f} s")
-    if a.json:
-        a.json.write_text(json.dumps({"rows": rows, "floors_s": fl}, indent=2) + "\n", encoding="utf-8")
+    try:
+        work.chmod(0o755)  # the agent's user reaches the scripted agent's file
+        script = work / "work.yaml"
+        script.write_text(SCRIPT_TWO if a.sessions == 2 else SCRIPT, encoding="utf-8")
+        script.chmod(0o644)
+        cases = {}
+        names = list(trees)
+        for iso in a.isolation.split(","):
+            for axis, commits, files in axes:
+                # One repository for both trees (built once): each tree runs plans of its own in it.
+                repo = work / f"{iso}-{axis}-{commits}-{files}"
+                build_repo(repo, commits, project(len(names) * (a.reps + 1), script, files), env=child_env())
+                print(f"built {repo.name}", file=sys.stderr, flush=True)
+                for t, name in enumerate(names):
+                    env = child_env(PLAN_RUNNER_ISOLATION=iso)
+                    env["PYTHONPATH"] = str(trees[name])
+                    if a.fresh_machine:
+                        sandbox = work / f"sandbox-{name}"
+                        sandbox.mkdir(mode=0o755, exist_ok=True)
+                        env["PLAN_RUNNER_SANDBOX_ROOT"] = str(sandbox)
+                    run_one(repo, t, env)  # warm-up: page cache, bytecode, a seed store's first fill
+                    cases[(iso, axis, commits, files, name)] = (repo, env, [], t)
+        for n in range(1, a.reps + 1):
+            for key, (repo, env, runs, t) in cases.items():
+                if a.sessions == 2:
+                    run_one(repo, n * len(names) + t, env)  # the plan's first session, not measured
+                if a.fresh_machine:  # what a fresh runner has not: the seed store (the agents' areas stay: held)
+                    shutil.rmtree(Path(env["PLAN_RUNNER_SANDBOX_ROOT"]) / f"plan-runner-{os.geteuid()}" / "seeds",
+                                  ignore_errors=True)
+                runs.append(run_one(repo, n * len(names) + t, env))
+        rows = []
+        for (iso, axis, commits, files, name), (_, _, runs, _) in cases.items():
+            rows.append({"isolation": iso, "axis": axis, "commits": commits, "files": files, "tree": name,
+                         "overhead_s": round(median([r["overhead_s"] for r in runs]), 3),
+                         "cpu_s": round(median([r["cpu_s"] for r in runs]), 3),
+                         "peak_rss_mb": round(max(r["maxrss_mb"] for r in runs), 1)})
+        fl = floors(work, child_env(), max(3, a.reps))
+        for r in rows:
+            size = f"{r['commits']:,} commits" if r["axis"] == "commits" else f"{r['files']:,} files"
+            print(f"{r['isolation']:5s} {size:>16s} {r['tree']:6s} overhead {r['overhead_s']:.3f} s  "
+                  f"cpu {r['cpu_s']:.2f} s  peak {r['peak_rss_mb']:.0f} MB")
+        for name, value in fl.items():
+            print(f"floor {name}: {value:.3f} s")
+        if a.json:
+            a.json.write_text(json.dumps({"rows": rows, "floors_s": fl}, indent=2) + "\n", encoding="utf-8")
+    finally:  # the repositories (about 1 GB with 50,000 files) and the agents' areas of their plans
+        if a.keep:
+            print(f"kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,32 @@ def test_a_python_without_plan_runners_dependencies_gets_what_to_do_not_a_traceb
     assert proc.returncode == 1, proc.stderr
     assert "lacks pydantic, git, yaml, jinja2" in proc.stderr and "fix: run them with the project's venv" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_overhead_pair_prints_its_rows_and_floors_and_leaves_no_repository_behind(tmp_path):
+    """Section 1's side-by-side script end to end on one small axis (one tree, isolation `none`): a row per
+    case, both floors, the JSON, and its repositories removed at the end (they were about 1 GB a run with
+    50,000 files, and stayed in the temporary folder for good)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "pair.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "GITHUB_"))}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.overhead_pair", "--commits", "100", "--files", "",
+                           "--isolation", "none", "--reps", "1", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**env, "TMPDIR": str(tmp)})
+    assert proc.returncode == 0, proc.stderr
+    assert "none       100 commits after  overhead" in proc.stdout
+    assert "floor python + dependencies" in proc.stdout
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["tree"] == "after" and row["overhead_s"] > 0 and row["peak_rss_mb"] > 0
+    assert not list(tmp.glob("plan-runner-pair-*"))
+
+
+def test_kept_tree_benchmark_proves_an_unchanged_tree_with_every_lister():
+    """benchmarks/kept_tree.py on a small tree: a row per lister and the floor; it exits non-zero if a proof of the
+    unchanged tree moved anything, so this also checks the three listers agree on a tree they did not change."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.kept_tree", "--files", "5000", "--rounds", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("find x3", "find x1", "python", "floor: find -printf %s"):
+        assert f"  {name} " in proc.stdout
