@@ -295,8 +295,17 @@ def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], kee
     """The previous session's clone brought to the judged sha in place, by a git running as the agent in its
     own clone (never the judge's git there): True when it is. Only a clone the same identity owns (the uid
     that wrote another may serve another session meanwhile); what the update leaves aside goes into the old
-    `out` (moved to the trash next). `trusted`: the clone is as the last export left it (_reveal_clone)."""
+    `out` (moved to the trash next), made anew when it is gone: the update runs with it as its HOME, and the lease
+    that ran the last update wiped it with the other HOMEs of its processes at its release (every other later
+    session made the clone again, and restored its set-up, before). `trusted`: the clone is as the last export
+    left it (_reveal_clone)."""
     owner = identity.uid if identity.isolated else os.geteuid()
+    if not os.path.lexists(area.out):
+        try:
+            os.mkdir(area.out, 0o700)
+            identity.give(area.out)
+        except OSError:
+            return False
     for part in (area.work, area.out):
         try:
             st = os.lstat(part)
