@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=Path, help="a folder: each session runs under cProfile into session-N.prof "
                                                 "(its figures then include the profiler's cost)")
     a = p.parse_args(argv)
+    if a.profile:  # (cProfile's dump fails at the end of a session into a folder that does not exist)
+        a.profile.mkdir(parents=True, exist_ok=True)
     top = Path(tempfile.mkdtemp(prefix="pr-real-project-"))
     top.chmod(0o755)  # the agent's user reaches the wheelhouse and the scripted agent's file
     env = child_env()
