@@ -304,7 +304,7 @@ def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], kee
         try:
             os.mkdir(area.out, 0o700)
             identity.give(area.out)
-        except OSError:
+        except (OSError, subprocess.CalledProcessError, PlanRunnerError):  # (made again, as before)
             return False
     for part in (area.work, area.out):
         try:
