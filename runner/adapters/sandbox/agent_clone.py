@@ -300,16 +300,13 @@ def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], kee
     session made the clone again, and restored its set-up, before). `trusted`: the clone is as the last export
     left it (_reveal_clone)."""
     owner = identity.uid if identity.isolated else os.geteuid()
-    if not os.path.lexists(area.out):
-        try:
-            os.mkdir(area.out, 0o700)
-            identity.give(area.out)
-        except (OSError, subprocess.CalledProcessError, PlanRunnerError):  # (made again, as before)
-            return False
     for part in (area.work, area.out):
         try:
+            if part == area.out and not os.path.lexists(part):  # (only once the clone is one to update)
+                os.mkdir(part, 0o700)
+                identity.give(part)
             st = os.lstat(part)
-        except OSError:
+        except (OSError, subprocess.CalledProcessError, PlanRunnerError):  # (made again)
             return False
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
             return False
