@@ -291,3 +291,78 @@ def test_without_isolation_the_tree_is_proven_only_after_the_agent(world):
         assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", os.geteuid())
     finally:
         agent_clone.discard_area(area)
+
+
+CACHE = (".venv",)
+
+
+def _restored_cache(identity, gates: Path, scratch: Path) -> tuple[Path, agent_clone.KeptSetup]:
+    """A set-up cache restored into the gates' tree as run_setup restores one, and recorded (KeptSetup)."""
+    from runner.adapters.judge import setup, untar
+
+    built = scratch.parent / "built"
+    (built / ".venv/lib").mkdir(parents=True)
+    (built / ".venv/lib/site.py").write_text("honest = True\n")
+    archive = scratch.parent / "cache.tar"
+    fd = os.open(built, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        untar.write(archive, built, CACHE, source_fd=fd)
+    finally:
+        os.close(fd)
+    identity.reclaim(gates)
+    try:
+        assert setup._restore(archive, gates, CACHE)
+    finally:
+        setup._give_back(identity, gates, CACHE)
+    keep = agent_clone.KeptSetup(agent_clone.area_for(scratch.parent / "repo", "reuse-cache"), identity, scratch)
+    keep.recorded(archive, gates, CACHE)
+    return archive, keep
+
+
+@pytest.mark.parametrize("check", ["on", "off"])
+@pytest.mark.parametrize("change", ["none", "rewrite-utime", "add"])
+def test_a_kept_cache_in_a_tree_brought_back_is_judged_by_the_proof_alone(world, change, check, monkeypatch):
+    """In a gates' tree the checkout brought back from its proof, KeptSetup.intact takes the proof's record for
+    its own walk (agent_clone._brought_back): the cache stays only when that record holds exactly the restored
+    entries. Session 1's gates rewrite a cache file with its mtime put back: the proof moves it aside and intact
+    refuses (the cache is restored again). They add a file to the cache: the proof moves it aside, and what is
+    left is exactly the restored cache, kept. Untouched, intact holds. In no case is the cache walked a second
+    time. Positive control (check="off", the proof's walk a no-op): the rewritten or added file stays and the
+    cache is kept with it, so the proof is the layer that refuses it."""
+    repo, one, two, out, scratch = world
+    if check == "off":
+        _off(monkeypatch)
+    area = agent_clone.area_for(repo, "reuse-cache")
+    with sandbox.leased("user") as identity:
+        try:
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            gates = agent_clone.checkout(area, identity, repo, one, scratch)
+            archive, keep = _restored_cache(identity, gates, scratch)
+            script = {"none": "true",
+                      "rewrite-utime": f"""{PY} -c "import os; p = '.venv/lib/site.py'; st = os.stat(p); """
+                                       f"""open(p, 'w').write('honest = 0\\n'); """
+                                       f"""os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))" """,
+                      "add": "echo 'import os' > .venv/lib/sitecustomize.py"}[change]
+            _as_agent(identity, script, gates, out)  # session 1's gates
+            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)  # session 2
+            inode = os.lstat(area.root / agent_clone.KEPT / "gates").st_ino
+            gates = agent_clone.checkout(area, identity, repo, two, scratch)
+            assert os.lstat(gates).st_ino == inode, "the kept tree was not reused (a fresh checkout proves nothing)"
+
+            def no_second_walk(root_fd, rels):
+                raise AssertionError("the cache was walked again in a tree its proof just brought back")
+            monkeypatch.setattr(kept_tree, "record_under", no_second_walk)
+            kept = keep.intact(archive, gates, CACHE)
+            site, added = gates / ".venv/lib/site.py", gates / ".venv/lib/sitecustomize.py"
+            if check == "off":
+                assert kept and (site.read_text() == "honest = 0\n" if change == "rewrite-utime" else True)
+                assert added.exists() == (change == "add"), "positive control: without the proof, the change stays"
+            elif change == "rewrite-utime":
+                assert not kept, "session 1's gates rewrote the cache and session 2 keeps it"
+                assert not site.exists()  # moved aside by the proof: restored again by run_setup
+            else:
+                assert kept, f"{change}: an intact cache in a proven tree is restored again"
+                assert site.read_text() == "honest = True\n" and not added.exists()
+        finally:
+            identity.kill_all()
+            agent_clone.discard_area(area, identity)

@@ -550,6 +550,7 @@ def discard_area(area: AgentArea, identity: Identity | None = None) -> None:
     pool user's: removed as root, or through sudo where plan-runner isolates through sudo."""
     if identity is not None:
         identity.kill_all()
+    _brought_back.pop(area.root, None)
     proof = _proofs.pop(area.root, None)  # its tree goes with the area: nothing of it is put back
     if proof is not None:
         proof.take()
@@ -759,9 +760,13 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     _own_root(area, repo)
     target = into or area.gates
     if into is None:
+        _brought_back.pop(area.root, None)
         _fresh_dir(area, area.gate_home, identity)
         identity.give(area.gate_home)
-        if _update_kept(area, identity, repo, sha, scratch):
+        entries = _update_kept(area, identity, repo, sha, scratch)
+        if entries is not None:
+            if _setup_record(scratch, target).is_file():  # (held for KeptSetup.intact only where it will ask)
+                _brought_back[area.root] = entries
             return target
     _fresh_dir(area, target, identity, 0o755 if into is None else 0o700)
     index = scratch / "gate.index"
@@ -899,6 +904,9 @@ class _Proof:
 
 
 _proofs: dict[Path, _Proof] = {}  # an area's root -> its kept tree's proof under way (this process's session)
+# An area's root -> the record of its gates' tree as the last checkout brought it back (proven, then updated),
+# until the next checkout: every entry there is as recorded and nothing else is (KeptSetup.intact).
+_brought_back: dict[Path, dict[str, kept_tree.Key]] = {}
 
 
 def _start_proof(area: AgentArea, identity: Identity, scratch: Path) -> None:
@@ -920,20 +928,22 @@ def _end_proof(area: AgentArea) -> None:
         pass  # (the scratch gone with a reset): no record, so the next checkout is fresh
 
 
-def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path) -> bool:
-    """Bring the kept gates' tree to exactly the tracked files of `sha` (kept_tree); False: make it fresh."""
+def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str,
+                 scratch: Path) -> dict[str, kept_tree.Key] | None:
+    """Bring the kept gates' tree to exactly the tracked files of `sha` (kept_tree): its record, every entry of
+    the tree as it is now; None: make it fresh."""
     proof = _proofs.pop(area.root, None)
     proven = proof.take() if proof is not None else _prove(area, identity, scratch)
     owner = _keeper(identity)
     if proven is None or owner is None:
-        return False
+        return None
     held = area.root / KEPT / "gates"
     try:
         if os.path.lexists(held):  # hidden from the agent while it ran (prepare): back in its place
             _move_aside(area, area.gates, identity)
             os.rename(held, area.gates)
     except OSError:
-        return False
+        return None
     entries: dict[str, kept_tree.Key] = proven.rec["entries"]
     gone = proven.gone
     limit = max(_KEEP_LIMIT, len(entries) // 3)
@@ -941,13 +951,13 @@ def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scra
     try:
         changes = _tree_changes(repo, proven.rec["sha"], sha)
         if len(changes) > limit:
-            return False
+            return None
         trash = _trash(area)
         with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
                 fsafe.opened_dir(area.gates, below=area.root) as root_fd:
             st = os.fstat(root_fd)
             if (st.st_dev, st.st_ino) != proven.root:
-                return False  # not the tree that was proven
+                return None  # not the tree that was proven
             trash_fd = os.open(trash.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                                dir_fd=area_fd)
             try:
@@ -980,11 +990,11 @@ def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str, scra
             finally:
                 os.close(trash_fd)
     except (OSError, kept_tree.Mismatch, GitCommandError, PlanRunnerError, KeyError, ValueError):
-        return False
+        return None
     finally:
         index.unlink(missing_ok=True)
     kept_tree.save(scratch / kept_tree.RECORD, sha=sha, uid=owner[0], entries=entries)
-    return True
+    return entries
 
 
 def _trash(area: AgentArea) -> Path:
@@ -1005,6 +1015,11 @@ def _own_folder(path: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
+def _setup_record(scratch: Path, workdir: Path) -> Path:
+    """Where KeptSetup records the set-up cache restored into `workdir`."""
+    return scratch / f"setup-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}.record"
+
+
 @dataclass(frozen=True)
 class KeptSetup:
     """The set-up cache restored into a tree of the area (the gates' checkout, the agent's clone), kept for the
@@ -1016,14 +1031,16 @@ class KeptSetup:
     identity's processes are all dead, the same walk must give exactly that record (nothing added, removed,
     written, chmodded, linked or replaced) and the archive must be the same file: then the restore is skipped.
     Anything else (no record, another owner, a process holding one of the files open, through sudo) restores as
-    before. In the gates' tree the entries also join the tree's own record, so its walk keeps them."""
+    before. In the gates' tree the entries also join the tree's own record, so its walk keeps them; and where
+    this session's checkout brought that tree back from its proof (`_brought_back`), the proof's record stands
+    in for the walk: the cache is intact when the record's entries at and below its paths are exactly these."""
 
     area: AgentArea
     identity: Identity
     scratch: Path
 
     def _record(self, workdir: Path) -> Path:
-        return self.scratch / f"setup-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}.record"
+        return _setup_record(self.scratch, workdir)
 
     @staticmethod
     def _archive_id(archive: Path) -> tuple:
@@ -1038,6 +1055,17 @@ class KeptSetup:
         try:
             if rec["archive"] != self._archive_id(archive):
                 return False
+            if workdir == self.area.gates and (tree := _brought_back.pop(self.area.root, None)) is not None:
+                # The gates' tree was proven whole and brought back this session (checkout): every entry in it is
+                # as that record says and nothing else is there, none held open. The cache is intact when the
+                # record's entries at and below its paths are the ones its restore wrote: no second walk.
+                tops, below = set(roots), tuple(f"{root}/" for root in roots)
+                there = {rel: key for rel, key in tree.items() if rel in tops or rel.startswith(below)}
+                if not there or not kept_tree.same(there, rec["entries"]):
+                    return False
+                kept_tree.save_setup(self._record(workdir), archive=rec["archive"], uid=owner[0],
+                                     roots=tuple(roots), entries=rec["entries"])
+                return True
             with fsafe.opened_dir(workdir, below=self.area.root) as fd:
                 now = kept_tree.record_under(fd, tuple(roots))
                 dev = os.fstat(fd).st_dev

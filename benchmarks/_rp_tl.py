@@ -1,0 +1,156 @@
+"""Issue 26's real-project target: what a whole session costs beyond its agent on a real third-party project,
+against the project's own test suite run directly.
+
+humanize 4.12.3's sdist from PyPI (sha256-checked, as benchmarks/setup_cost.py), committed to a git repository
+with a plan: `setup:` = a venv and `pip install -e .[tests]` from a local wheelhouse (downloads are made once,
+before timing) with `cache: [.venv, src/humanize/_version.py]`, one required gate (the project's pytest), and a
+scripted agent that makes one commit and ticks one checkpoint per session. Each session is
+`python -m runner session plans/real.md --json`, run as a child; its figure is wall time - the agent's own
+time (SessionSignals.duration_s). `tests` is the project's suite run directly in a set-up checkout, the
+figure a developer sees. The target: from the second session on, a session within 1.2x of `tests`.
+
+    python -m benchmarks.real_project [--sessions 4] [--tests-runs 3] [--json out.json] [--keep] [--profile DIR]
+
+As root, sessions isolate the agent and the gates (isolation `user`); otherwise `PLAN_RUNNER_ISOLATION=none`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.common import child_env, machine, median, run_child
+from benchmarks.setup_cost import CACHE, fetch, git, project
+
+TARGET_RATIO = 1.2
+
+
+def plan_text(script: Path, wheels: Path, sessions: int) -> str:
+    boxes = "\n".join(f"- [ ] 1.{i} Note {i}" for i in range(1, sessions + 1))
+    cache = ", ".join(CACHE)
+    return f"""\
+---
+agent: {{backend: script, script: {script}, stall_minutes: 2m, time_limit_minutes: 5m}}
+setup:
+  run:
+    - python3 -m venv .venv
+    - .venv/bin/pip install -q --no-index --find-links {wheels} -e .[tests]
+  cache: [{cache}]
+  key: [pyproject.toml]
+gates:
+  - name: tests
+    run: .venv/bin/python -m pytest -q -p no:cacheprovider
+---
+# Notes
+
+## Stage 1: Notes <!-- sessions: {sessions + 2} -->
+{boxes}
+"""
+
+
+def script_text(sessions: int) -> str:
+    out = ["sessions:"]
+    for i in range(1, sessions + 1):
+        out += [f"  - - write: {{path: notes/note-{i}.md, content: \"note {i}\\n\"}}",
+                f"    - commit: \"Note {i}\"",
+                f"    - check: \"1.{i}\"",
+                f"    - commit: \"Tick 1.{i}\""]
+    return "\n".join(out) + "\n"
+
+
+def tests_alone(repo: Path, wheels: Path, runs: int, top: Path) -> list[float]:
+    """The project's suite as a developer runs it: a set-up checkout, then pytest, timed alone."""
+    place = top / "developer"
+    shutil.rmtree(place, ignore_errors=True)
+    place.mkdir()
+    subprocess.run(f"git -C {repo} archive HEAD | tar -x -C {place}", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "venv", ".venv"], cwd=place, check=True)
+    subprocess.run([".venv/bin/pip", "install", "-q", "--no-index", "--find-links", str(wheels), "-e", ".[tests]"],
+                   cwd=place, check=True)
+    times = []
+    for _ in range(runs):
+        done = run_child([str(place / ".venv/bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=place)
+        if done.returncode != 0:
+            raise SystemExit(done.stdout[-2000:])
+        times.append(done.wall_s)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sessions", type=int, default=4)
+    p.add_argument("--tests-runs", type=int, default=3)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--keep", action="store_true", help="keep the repository (its path is printed) to look into")
+    p.add_argument("--profile", type=Path, help="a folder: each session runs under cProfile into session-N.prof "
+                                                "(its figures then include the profiler's cost)")
+    a = p.parse_args(argv)
+    if a.profile:  # (cProfile's dump fails at the end of a session into a folder that does not exist)
+        a.profile.mkdir(parents=True, exist_ok=True)
+    top = Path(tempfile.mkdtemp(prefix="pr-real-project-"))
+    top.chmod(0o755)  # the agent's user reaches the wheelhouse and the scripted agent's file
+    env = child_env()
+    if os.geteuid() != 0 and "PLAN_RUNNER_ISOLATION" not in env:
+        env["PLAN_RUNNER_ISOLATION"] = "none"
+    try:
+        sdist, wheels = fetch(top)
+        repo, _base, _judged = project(top, sdist)
+        git(repo, "reset", "-q", "--hard", "HEAD~1")  # the maintainer's commit only; the agent's come from the plan
+        script = top / "agent.yaml"
+        script.write_text(script_text(a.sessions), encoding="utf-8")
+        (repo / "plans").mkdir()
+        (repo / "plans/real.md").write_text(plan_text(script, wheels, a.sessions), encoding="utf-8")
+        git(repo, "add", "plans/real.md")
+        git(repo, "-c", "user.name=b", "-c", "user.email=b@x", "commit", "-q", "-m", "The plan")
+        alone = tests_alone(repo, wheels, a.tests_runs, top)
+        rows = []
+        for n in range(1, a.sessions + 1):
+            prof = ["-m", "cProfile", "-o", str(a.profile.resolve() / f"session-{n}.prof")] if a.profile else []
+            run = run_child([sys.executable, *prof, "/tmp/tl/timed.py", "session", "plans/real.md", "--json"],
+                            cwd=repo, env=env)
+            if run.returncode != 0:
+                raise SystemExit(f"session {n} failed ({run.returncode}):\n{run.stderr[-3000:]}")
+            result = json.loads(run.stdout)
+            if result["outcome"] != "Advanced":
+                raise SystemExit(f"session {n}: expected Advanced, got {result['outcome']}: {result['reasons']}")
+            evidence = json.loads(git(repo, "show", "refs/plan-runner/state/real:files/last-evidence.json"))
+            agent_s = float(evidence["signals"]["duration_s"])
+            gates_s = sum(float(g["duration_s"]) for g in result["gates"])
+            rows.append({"session": n, "wall_s": round(run.wall_s, 2), "agent_s": round(agent_s, 2),
+                         "gates_s": round(gates_s, 2), "beyond_agent_s": round(run.wall_s - agent_s, 2),
+                         "peak_rss_mb": round(run.maxrss_mb, 1)})
+        tests_s = median(alone)
+        for row in rows:
+            row["ratio_to_tests"] = round(row["beyond_agent_s"] / tests_s, 2)
+        later = [r["ratio_to_tests"] for r in rows[1:]]
+        out = {"machine": machine(), "load_average": os.getloadavg(), "isolation": env.get("PLAN_RUNNER_ISOLATION", "user"),
+               "tests_alone_s": [round(t, 2) for t in alone], "tests_median_s": round(tests_s, 2), "sessions": rows,
+               "target": {"session 2+ beyond the agent / tests": f"<= {TARGET_RATIO}",
+                          "worst": max(later) if later else None,
+                          "met": bool(later) and max(later) <= TARGET_RATIO}}
+        print(f"humanize 4.12.3, isolation {out['isolation']}, load {out['load_average'][0]:.1f}: "
+              f"its tests alone {tests_s:.2f} s (median of {len(alone)})")
+        print("session  wall s  agent s  gates s  beyond agent s  x tests  peak MB")
+        for r in rows:
+            print(f"{r['session']:7d}  {r['wall_s']:6.2f}  {r['agent_s']:7.2f}  {r['gates_s']:7.2f}  "
+                  f"{r['beyond_agent_s']:14.2f}  {r['ratio_to_tests']:7.2f}  {r['peak_rss_mb']:7.1f}")
+        print(f"target: session 2+ within {TARGET_RATIO}x of the tests: "
+              f"{'met' if out['target']['met'] else 'missed'} (worst {out['target']['worst']})")
+        if a.json:
+            a.json.write_text(json.dumps(out, indent=2), encoding="utf-8")
+        return 0
+    finally:
+        if a.keep:
+            print(f"kept: {top}/humanize-4.12.3")
+        else:
+            subprocess.run(["rm", "-rf", str(top)], check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
