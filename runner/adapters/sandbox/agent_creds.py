@@ -26,7 +26,6 @@ import json
 import os
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,8 @@ class Placed:
 
 def _fetch_subject_token(source: Mapping, timeout_s: float = 30.0) -> str:
     """The token a URL credential source names (the Actions OIDC endpoint), fetched by plan-runner itself."""
+    import urllib.request  # (here: http.client, ssl and email cost every session 20 ms to import, for a rare path)
+
     request = urllib.request.Request(str(source["url"]), headers={str(k): str(v) for k, v in
                                                                   (source.get("headers") or {}).items()})
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (the job's own endpoint)

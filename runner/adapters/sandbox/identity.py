@@ -66,9 +66,9 @@ _KILL_PASSES = 200
 # its environment and site (-I -S): read the environment from the private file and remove it, join the
 # session's cgroup, drop to the agent's uid and groups, enter the folder as it, exec the program. Its
 # argv carries no secret. Exit 125: the cgroup could not be joined (nothing runs outside it); 126/127: as a
-# shell says.
+# shell says. Signals through `_signal`, the C module: `signal` imports enum, a third of the launcher's 14 ms.
 LAUNCHER = r"""
-import os, signal, sys
+import os, sys, _signal as signal
 envfile, procs, uid, gid, cwd, _sep, *argv = sys.argv[1:]
 fd = os.open(envfile, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
 data = b""
