@@ -168,3 +168,28 @@ def test_kept_tree_benchmark_proves_an_unchanged_tree_with_every_lister():
     assert proc.returncode == 0, proc.stderr
     for name in ("find x3", "find x1", "python", "floor: find -printf %s"):
         assert f"  {name} " in proc.stdout
+
+
+def test_loop_child_times_each_session_of_one_plan_runner_run(tmp_path):
+    """benchmarks/loop_child.py (real_project --mode run): one `plan-runner run` of a two-session plan, a row per
+    session with its wall time, its agent's own time and its gates' time, every session Advanced."""
+    from benchmarks.real_project import script_text
+
+    repo = tmp_path / "repo"
+    (repo / "plans").mkdir(parents=True)
+    (tmp_path / "agent.yaml").write_text(script_text(2))
+    (repo / "plans/p.md").write_text(
+        "---\nagent: {backend: script, script: %s}\ngates:\n  - name: ok\n    run: \"true\"\n---\n# P\n\n"
+        "## Stage 1: Notes <!-- sessions: 4 -->\n- [ ] 1.1 Note 1\n- [ ] 1.2 Note 2\n" % (tmp_path / "agent.yaml"))
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.name=b", "-c", "user.email=b@x", "commit", "-q", "-m", "plan"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    out = tmp_path / "rows.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "GITHUB_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/loop_child.py"), str(out), "run", "plans/p.md",
+                           "--isolation", "none"], cwd=repo, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert [r["outcome"] for r in rows] == ["Advanced", "Advanced"]
+    assert all(r["wall_s"] > r["agent_s"] > 0 and r["gates_s"] > 0 for r in rows), rows
