@@ -11,14 +11,20 @@ import time
 import pytest
 
 from runner.adapters.judge import untar
-from runner.adapters.sandbox import agent_clone
+from runner.adapters.sandbox import agent_clone, kept_tree
 from runner.adapters.sandbox.identity import Identity
 
 ROOTS = (".venv", "src/pkg/_version.py")
 
 
-@pytest.fixture
-def kept(tmp_path, monkeypatch):
+@pytest.fixture(params=["find", "python"])
+def kept(request, tmp_path, monkeypatch):
+    """A restored cache and its record; `intact` lists it by GNU find (kept_tree.listed_under), or by the walk in
+    Python where there is no find."""
+    if request.param == "python":
+        monkeypatch.setattr(kept_tree, "_find", [None])
+    else:
+        assert kept_tree._find_program() is not None, "GNU find (findutils) is not on this machine's PATH"
     monkeypatch.setenv("PLAN_RUNNER_SANDBOX_ROOT", str(tmp_path / "sandbox"))
     (tmp_path / "sandbox").mkdir()
     built = tmp_path / "built"
@@ -26,6 +32,7 @@ def kept(tmp_path, monkeypatch):
                       "src/pkg/_version.py": "v = '1'\n"}.items():
         (built / rel).parent.mkdir(parents=True, exist_ok=True)
         (built / rel).write_text(text)
+    (built / ".venv/include").mkdir()  # an empty folder: only its identity says it is the restored one
     archive = tmp_path / "cache.tar"
     fd = os.open(built, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -51,6 +58,23 @@ def test_an_untouched_restore_is_kept_and_stays_kept(kept):
     assert keep.intact(archive, tree, ROOTS)  # the record is put back for the session after
 
 
+def test_a_folder_whose_times_alone_moved_is_kept(kept):
+    """A file added to a folder of the cache and removed again: the folder's times moved, nothing else did."""
+    keep, archive, tree = kept
+    time.sleep(0.01)
+    (tree / ".venv/lib/tmp.py").write_text("x")
+    (tree / ".venv/lib/tmp.py").unlink()
+    assert keep.intact(archive, tree, ROOTS)
+    assert keep.intact(archive, tree, ROOTS)
+
+
+def _set_attribute(path):
+    try:
+        os.setxattr(path, "user.plan_runner_test", b"1")
+    except OSError as exc:
+        pytest.fail(f"this file system takes no user attribute on {path}: {exc}")
+
+
 def _rewrite_keeping_times(path):
     st = os.stat(path)
     path.write_text("x = 2\n")  # same size
@@ -72,6 +96,15 @@ def _replace(path):
     pytest.param(lambda t: os.link(t / ".venv/lib/site.py", t / "src/pkg/other.py"), id="hard-linked elsewhere"),
     pytest.param(lambda t: ((t / ".venv/lib/site.py").unlink(), os.symlink("/etc/passwd", t / ".venv/lib/site.py")),
                  id="a link in its place"),
+    pytest.param(lambda t: _set_attribute(t / ".venv/lib"), id="an attribute on a folder"),
+    pytest.param(lambda t: (_set_attribute(t / ".venv/lib"), (t / ".venv/lib/x").write_text(""),
+                            (t / ".venv/lib/x").unlink()), id="an attribute on a folder whose times moved anyway"),
+    pytest.param(lambda t: os.chmod(t / ".venv/include", 0o777), id="chmod of a folder"),
+    pytest.param(lambda t: ((t / ".venv/include").rename(t / "old"), (t / ".venv/include").mkdir(0o755),
+                            (t / "old").rmdir()), id="an empty folder made again"),  # (another inode: the old is there)
+    pytest.param(lambda t: ((t / ".venv/lib").rename(t / ".venv/old"), (t / ".venv/lib").mkdir(),
+                            os.rename(t / ".venv/old/site.py", t / ".venv/lib/site.py"), (t / ".venv/old").rmdir()),
+                 id="a folder replaced by another with the same file"),
 ])
 def test_any_change_to_a_restored_entry_restores_again(kept, change):
     keep, archive, tree = kept

@@ -299,6 +299,66 @@ def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, Key]:
     return out
 
 
+def listed_under(root_fd: int, rels: tuple[str, ...], bound: int) -> dict[str, bytes] | None:
+    """record_under's entries as GNU find lists them (C, no interpreter lock held an entry): each entry's line
+    alone, a folder's attributes not read (same_listed reads them only where they could differ). Each path's
+    parent is reached from `root_fd` through folders, never a link, and find starts at its name there (listing
+    nothing through a link nor into another file system). Raises Mismatch past `bound` entries (a cache the agent
+    filled is not listed to its end); None where there is no find or it failed (the caller walks in Python)."""
+    find = _find_program()
+    if find is None:
+        return None
+    out: dict[str, bytes] = {}
+    for rel in rels:
+        *parents, name = rel.split("/")
+        try:
+            fd = fsafe.open_below(root_fd, parents)
+        except OSError:
+            continue
+        try:
+            try:
+                os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            prefix = os.fsencode("/".join(parents) + "/") if parents else b""
+
+            def take(lines: list[bytes]) -> None:
+                for ln in lines:
+                    fields = ln.split(b" ", _FIELDS)
+                    path = prefix + fields[_FIELDS][2:]  # find's "./name/..." as the path from root_fd
+                    out[os.fsdecode(path)] = b" ".join(fields[:_FIELDS]) + b" ./" + path
+                if len(out) > bound:
+                    raise Mismatch(f"more than {bound} entries")
+            if not _find_listing(find, fd, None, None, take, start=f"./{name}"):
+                return None
+        finally:
+            os.close(fd)
+    return out
+
+
+def same_listed(now: dict[str, bytes], recorded: dict[str, Key], root_fd: int) -> bool:
+    """`same(record_under(...), recorded)` for a listing by `listed_under`: a file as recorded; a folder whose line
+    is the recorded one has its recorded attributes too (setting one moves the ctime, which the line holds), and
+    one whose line moved (an entry was added or removed) is the same folder when its identity and its attributes,
+    read now, are the recorded ones."""
+    if now.keys() != recorded.keys():
+        return False
+    for rel, ln in now.items():
+        key = recorded[rel]
+        if key.__class__ is bytes:
+            if ln != key:
+                return False
+        elif ln != key[0]:
+            if ln[:1] != b"d" or _ident(ln) != _ident(key[0]):
+                return False
+            try:
+                if _xattrs_at(root_fd, rel) != key[1]:
+                    return False
+            except OSError:
+                return False
+    return True
+
+
 def settle(area_fd: int, newest_ctime_ns: int) -> None:
     """Wait until the file system's clock (as it stamps ctimes: a coarse clock, in ticks of a few ms) is past
     `newest_ctime_ns`: a change made later, by anyone, then gets a ctime the record does not hold. Measured on
@@ -417,9 +477,11 @@ def _split(entries: dict[str, Key]) -> tuple[int, tuple[str, ...], tuple[str, ..
 
 
 def _find_listing(find: str, root_fd: int, bound: int | None,
-                  split: tuple[int, tuple[str, ...], tuple[str, ...]] | None, take: Callable[[list[bytes]], None]) -> bool:
-    """The listing by find (`listing`), its lines given to `take` as they come; False when find failed."""
-    runs = [[find, ".", "-xdev", "-printf", _PRINTF]]
+                  split: tuple[int, tuple[str, ...], tuple[str, ...]] | None, take: Callable[[list[bytes]], None],
+                  start: str = ".") -> bool:
+    """The listing by find (`listing`), its lines given to `take` as they come; False when find failed. `start`:
+    one entry of `root_fd` (a name: find lists it, and below it when it is a folder) instead of the whole tree."""
+    runs = [[find, start, "-xdev", "-printf", _PRINTF]]
     if split is not None:
         depth, first, second = split
         runs = [[find, ".", "-xdev", "-maxdepth", str(depth), "-printf", _PRINTF],
@@ -450,7 +512,7 @@ def _find_listing(find: str, root_fd: int, bound: int | None,
                     if not lines:
                         continue
                     if key.data == 0 and not rooted:
-                        if lines[0][-2:] != b" .":
+                        if not lines[0].endswith(b" " + os.fsencode(start)):
                             return False
                         rooted = True
                     count += len(lines)
