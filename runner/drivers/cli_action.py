@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from runner.drivers.cli import command
+from runner.drivers.cli import command, frozen_imports
 
 
 def _action_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,8 @@ def _action_arguments(parser: argparse.ArgumentParser) -> None:
 @command("action", help="run as a GitHub Actions step: one session, a schedule tick, or a reply to a park issue",
          arguments=_action_arguments)
 def cmd_action(args: argparse.Namespace) -> int:
-    from runner.drivers.action import run_action
+    with frozen_imports():
+        from runner.drivers.action import run_action
 
     return run_action(os.environ, mode=args.mode, cancelled=args.cancelled)
 

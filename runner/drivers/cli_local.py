@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from runner.core.actions import describe
-from runner.drivers.cli import command
+from runner.drivers.cli import command, frozen_imports
 from runner.core.exits import Exit
 from runner.drivers.progress import Progress, cost_text, print_result, print_sessions_table
 from runner.adapters.render.term import err, out
@@ -69,12 +69,16 @@ def _session_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_session(args: argparse.Namespace) -> int:
     if os.environ.get("GITHUB_ACTIONS") == "true" and not args.local and not args.dry_run:
         # In a job, a session is the action's session mode: GitHub drives dispatch, parking, the PR.
-        from runner.drivers.action import run_action
+        with frozen_imports():
+            from runner.drivers.action import run_action
 
         return run_action(dict(os.environ, PLAN_RUNNER_PLAN=str(args.plan)), mode="session")
-    from runner.drivers.local import local_drivers, local_workspace
-    from runner.core.policy import decide_start
-    from runner.drivers.session import Session
+    with frozen_imports():
+        from runner.core.policy import decide_start
+        from runner.drivers.local import local_drivers, local_workspace
+        from runner.drivers.session import Session
+        from runner.drivers.session.cut_short import recorded_interruptions
+        from runner.drivers.session.phases import run_session
 
     ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
@@ -88,9 +92,6 @@ def cmd_session(args: argparse.Namespace) -> int:
     progress = Progress()
     ws.on_event = progress.event
     try:
-        from runner.drivers.session.cut_short import recorded_interruptions
-        from runner.drivers.session.phases import run_session
-
         with recorded_interruptions(ws, drivers):
             result = run_session(ws, drivers, s)
     finally:
@@ -115,11 +116,10 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 @command("run", help="run a plan's sessions until it finishes or parks (exit 0 finished, 3 parked, 4 waiting)",
          arguments=_run_arguments)
 def cmd_run(args: argparse.Namespace) -> int:
-    from runner.drivers.local import local_drivers, local_workspace, run_loop
-
-    from runner.drivers.session.cut_short import recorded_interruptions
-
-    from runner.drivers.session.lock import plan_lock
+    with frozen_imports():
+        from runner.drivers.local import local_drivers, local_workspace, run_loop
+        from runner.drivers.session.cut_short import recorded_interruptions
+        from runner.drivers.session.lock import plan_lock
 
     ws = local_workspace(args.plan, isolation=args.isolation)
     drivers = local_drivers(ws)
