@@ -279,6 +279,18 @@ def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, Key]:
         finally:
             os.close(sub)
 
+    for fd, parents, name, st in _roots(root_fd, rels):
+        rel = "/".join([*parents, name])
+        if stat.S_ISDIR(st.st_mode):
+            folder(fd, name, rel)
+        else:
+            out[rel] = file_key(st, rel)
+    return out
+
+
+def _roots(root_fd: int, rels: tuple[str, ...]) -> Iterator[tuple[int, list[str], str, os.stat_result]]:
+    """For each path of `rels` that is there: its parent folder (a descriptor reached from `root_fd` through
+    folders, never a link; closed once the next is asked for), the parent's path parts, its name, its lstat."""
     for rel in rels:
         *parents, name = rel.split("/")
         try:
@@ -290,13 +302,9 @@ def record_under(root_fd: int, rels: tuple[str, ...]) -> dict[str, Key]:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                folder(fd, name, rel)
-            else:
-                out[rel] = file_key(st, rel)
+            yield fd, parents, name, st
         finally:
             os.close(fd)
-    return out
 
 
 def listed_under(root_fd: int, rels: tuple[str, ...], bound: int) -> dict[str, bytes] | None:
@@ -309,30 +317,18 @@ def listed_under(root_fd: int, rels: tuple[str, ...], bound: int) -> dict[str, b
     if find is None:
         return None
     out: dict[str, bytes] = {}
-    for rel in rels:
-        *parents, name = rel.split("/")
-        try:
-            fd = fsafe.open_below(root_fd, parents)
-        except OSError:
-            continue
-        try:
-            try:
-                os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            prefix = os.fsencode("/".join(parents) + "/") if parents else b""
+    for fd, parents, name, _st in _roots(root_fd, rels):
+        prefix = os.fsencode("/".join(parents) + "/") if parents else b""
 
-            def take(lines: list[bytes]) -> None:
-                for ln in lines:
-                    fields = ln.split(b" ", _FIELDS)
-                    path = prefix + fields[_FIELDS][2:]  # find's "./name/..." as the path from root_fd
-                    out[os.fsdecode(path)] = b" ".join(fields[:_FIELDS]) + b" ./" + path
-                if len(out) > bound:
-                    raise Mismatch(f"more than {bound} entries")
-            if not _find_listing(find, fd, None, None, take, start=f"./{name}"):
-                return None
-        finally:
-            os.close(fd)
+        def take(lines: list[bytes], prefix: bytes = prefix) -> None:
+            for ln in lines:
+                fields = ln.split(b" ", _FIELDS)
+                path = prefix + fields[_FIELDS][2:]  # find's "./name/..." as the path from root_fd
+                out[os.fsdecode(path)] = b" ".join(fields[:_FIELDS]) + b" ./" + path
+            if len(out) > bound:
+                raise Mismatch(f"more than {bound} entries")
+        if not _find_listing(find, fd, None, None, take, start=f"./{name}"):
+            return None
     return out
 
 
