@@ -122,9 +122,7 @@ def one_process_each(repo: Path, sessions: int, env: dict[str, str], profile: Pa
         evidence = json.loads(git(repo, "show", "refs/plan-runner/state/real:files/last-evidence.json"))
         agent_s = float(evidence["signals"]["duration_s"])
         gates_s = sum(float(g["duration_s"]) for g in result["gates"])
-        rows.append({"session": n, "wall_s": round(run.wall_s, 2), "agent_s": round(agent_s, 2),
-                     "gates_s": round(gates_s, 2), "beyond_agent_s": round(run.wall_s - agent_s, 2),
-                     "peak_rss_mb": round(run.maxrss_mb, 1)})
+        rows.append(_row(n, run.wall_s, agent_s, gates_s, run.maxrss_mb))
     return rows
 
 
@@ -138,9 +136,12 @@ def one_run(repo: Path, sessions: int, env: dict[str, str]) -> list[dict]:
         turns = json.loads(out.read_text(encoding="utf-8"))
     if len(turns) != sessions or any(t["outcome"] != "Advanced" for t in turns):
         raise SystemExit(f"plan-runner run: expected {sessions} sessions Advanced, got {turns}")
-    return [{"session": n, "wall_s": round(t["wall_s"], 2), "agent_s": round(t["agent_s"], 2),
-             "gates_s": round(t["gates_s"], 2), "beyond_agent_s": round(t["wall_s"] - t["agent_s"], 2),
-             "peak_rss_mb": round(run.maxrss_mb, 1)} for n, t in enumerate(turns, 1)]
+    return [_row(n, t["wall_s"], t["agent_s"], t["gates_s"], run.maxrss_mb) for n, t in enumerate(turns, 1)]
+
+
+def _row(n: int, wall_s: float, agent_s: float, gates_s: float, peak_rss_mb: float) -> dict:
+    return {"session": n, "wall_s": round(wall_s, 2), "agent_s": round(agent_s, 2), "gates_s": round(gates_s, 2),
+            "beyond_agent_s": round(wall_s - agent_s, 2), "peak_rss_mb": round(peak_rss_mb, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.common import child_env
 from benchmarks.sim_loops import collect_evidence, run_claim_driven, run_naive, run_plan_runner, run_sensible
 from benchmarks.sim_signals import plan_path, plan_text, render
 from benchmarks.sim_world import T0, FaultModel, SessionTruth, generate_plans
@@ -148,10 +148,9 @@ def test_overhead_pair_prints_its_rows_and_floors_and_leaves_no_repository_behin
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "pair.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "GITHUB_"))}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.overhead_pair", "--commits", "100", "--files", "",
                            "--isolation", "none", "--reps", "1", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**env, "TMPDIR": str(tmp)})
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=child_env(TMPDIR=str(tmp)))
     assert proc.returncode == 0, proc.stderr
     assert "none       100 commits after  overhead" in proc.stdout
     assert "floor python + dependencies" in proc.stdout
@@ -185,10 +184,9 @@ def test_loop_child_times_each_session_of_one_plan_runner_run(tmp_path):
                  ["-c", "user.name=b", "-c", "user.email=b@x", "commit", "-q", "-m", "plan"]):
         subprocess.run(["git", *args], cwd=repo, check=True)
     out = tmp_path / "rows.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "GITHUB_"))}
-    env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/loop_child.py"), str(out), "run", "plans/p.md",
-                           "--isolation", "none"], cwd=repo, capture_output=True, text=True, timeout=300, env=env)
+                           "--isolation", "none"], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env=child_env())
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())
     assert [r["outcome"] for r in rows] == ["Advanced", "Advanced"]
