@@ -54,7 +54,7 @@ class PlanError(PlanRunnerError):
         first = problems[0] if problems else None
         super().__init__(
             what=f"{len(problems)} problem(s) in plan" + (f" {first.file}" if first else ""),
-            why="the plan does not match the format in README.md (Plan files)",
+            why="the plan does not match the format in docs/plan-format.md",
             fix="correct each problem listed; `plan-runner validate FILE` re-checks",
         )
 

@@ -1,4 +1,4 @@
-"""Every exit code plan-runner's CLI and action return, in one place (documented in README.md).
+"""Every exit code plan-runner's CLI and action return, in one place (documented in docs/usage.md).
 
 A script or a workflow tells the cases apart by the code alone, so no two meanings share one.
 """

@@ -1,4 +1,4 @@
-"""Exit codes: one module defines them, each meaning has its own code, the README lists them all."""
+"""Exit codes: one module defines them, each meaning has its own code, docs/usage.md lists them all."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def test_every_error_class_exits_with_a_code_of_the_exits_module():
     assert all(isinstance(code, Exit) for code in codes.values()), codes
 
 
-def test_readme_documents_every_exit_code_and_no_other():
-    """The README's exit-code table has one row per `Exit` member, with its number."""
-    readme = (ROOT / "README.md").read_text()
+def test_usage_documents_every_exit_code_and_no_other():
+    """docs/usage.md's exit-code table has one row per `Exit` member, with its number."""
+    readme = (ROOT / "docs" / "usage.md").read_text()
     table = readme.split("Exit codes", 1)[1].split("\n\n", 2)[1]
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", table, re.M))
     assert sorted(int(code) for code in rows) == sorted(int(e) for e in Exit)
