@@ -19,8 +19,10 @@ post-session tamper check (runner.core.planfile.protected_changes) stays the rul
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +177,40 @@ class Workspace:
         if candidate != self.root and self.root not in candidate.parents:
             raise ToolError(f"refused: {path!r} is outside the work tree")
         return candidate
+
+    def tree_state(self) -> str:
+        """A digest of the work tree as git sees it: HEAD, and each changed or untracked path with its content.
+
+        Equal digests mean nothing the agent could commit changed (a file rewritten with the same text is no
+        change). Outside a git repository: the files' sizes and modification times."""
+        digest = hashlib.sha256()
+        git = ["git", "--no-optional-locks", "-C", str(self.root)]
+        try:
+            head = subprocess.run([*git, "rev-parse", "-q", "--verify", "HEAD"], capture_output=True, env=self.env,
+                                  timeout=30)
+            status = subprocess.run([*git, "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+                                    capture_output=True, env=self.env, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            status = None
+        if status is None or status.returncode != 0:
+            for dirpath, dirnames, filenames in os.walk(self.root):
+                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+                for name in sorted(filenames):
+                    try:
+                        st = os.lstat(os.path.join(dirpath, name))
+                    except OSError:
+                        continue
+                    digest.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+            return "walk:" + digest.hexdigest()
+        digest.update(head.stdout + b"\0" + status.stdout)
+        for entry in status.stdout.split(b"\0"):
+            path = self.root / os.fsdecode(entry[3:]) if len(entry) > 3 else None
+            if path is not None and path.is_file() and not path.is_symlink():
+                try:
+                    digest.update(hashlib.sha256(path.read_bytes()).digest())
+                except OSError:
+                    pass
+        return "git:" + digest.hexdigest()
 
     def _rel(self, path: Path) -> str:
         return str(path.relative_to(self.root)) if path != self.root else "."

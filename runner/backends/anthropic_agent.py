@@ -1,8 +1,10 @@
 """The `anthropic` backend: a compact agent loop on the Messages API, in-process.
 
 The loop owns the end of a session: it stops when the model calls no more tools,
-on a refusal, or on a bound (turns, tokens, time, stall); the same tool call
-failing with the same error twice is a stop, not a re-plan. What the model says
+on a refusal, on a bound (turns, tokens, time, stall), or when the model is stuck
+(runner.backends.stuck: the same failing call, the same result again and again,
+two calls taking turns, with no change to the work tree between; the record's
+error says which rule). What the model says
 about its work (stop reason, "done", "all tests pass") is normalised into
 `Hints` and decides nothing. The conversation is written to
 `<transcript_dir>/<session id>.json` after every turn so a later job resumes it.
@@ -36,8 +38,8 @@ from runner.backends.claims import parse_claims
 from runner.backends.endpoint import probe, shown, unreachable_reason
 from runner.backends.meter import anthropic_cost, budget_tokens, write_meter
 from runner.backends.signals import session_signals
+from runner.backends.stuck import Step, step, stuck
 from runner.core.evidence import ExitKind, Hints, SessionSignals
-from runner.core.fingerprint import normalise_error
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -146,7 +148,8 @@ class _Tally:
     final_text: str = ""
     final_empty: bool = False
     texts: list[str] = field(default_factory=list)
-    failures: dict[tuple[str, str], str] = field(default_factory=dict)  # (tool, input) -> normalised error
+    steps: list[Step] = field(default_factory=list)  # every tool call, as the stuck rules read it
+    tree: str | None = None  # the work tree's digest after the last call that could change it
 
 
 ClientFactory = Callable[..., anthropic.Anthropic]
@@ -406,26 +409,35 @@ class AnthropicAgentBackend:
                    request: SessionRequest, time_left: Callable[[], float]) -> tuple[list[dict[str, Any]], str | None]:
         results: list[dict[str, Any]] = []
         spin: str | None = None
+        if tally.tree is None:
+            tally.tree = workspace.tree_state()
         for call in calls:
             name, args = call["name"], call.get("input")
             tally.tool_calls += 1
             tally.last_tool = name
             request.on_event("tool", name)
             if spin is not None:  # the session is ending; later calls of the same turn are not run
-                outcome_ok, text = False, "not run: the session stopped (the same tool call failed twice)"
+                outcome_ok, text = False, "not run: the session stopped (the agent is stuck)"
             else:
                 outcome = workspace.run(name, args, time_left_s=max(0.1, time_left()))
                 outcome_ok, text = outcome.ok, outcome.text
             results.append({"type": "tool_result", "tool_use_id": call["id"], "content": text, "is_error": not outcome_ok})
-            if outcome_ok:
+            if not outcome_ok:
+                tally.tool_failures += 1
+            if spin is not None:
                 continue
-            tally.tool_failures += 1
-            key = (name, json.dumps(args, sort_keys=True, default=str))
-            error = normalise_error(text)
-            if spin is None and tally.failures.get(key) == error:
-                spin = f"same tool call failed twice: {name} {_short(key[1], 200)}: {_short(error, 300)}"
-            tally.failures[key] = error
+            changed = False
+            if name not in _READ_ONLY_TOOLS:
+                tree = workspace.tree_state()
+                changed, tally.tree = tree != tally.tree, tree
+            tally.steps.append(step(name, args, outcome_ok, text, changed))
+            found = stuck(tally.steps)
+            if found is not None:
+                spin = str(found)
         return results, spin
+
+
+_READ_ONLY_TOOLS = frozenset({"list_files", "read_file"})
 
 
 def _spent(model: str, tally: _Tally) -> tuple[int, float | None]:
@@ -433,6 +445,3 @@ def _spent(model: str, tally: _Tally) -> tuple[int, float | None]:
     total_in = tally.input_tokens + tally.cache_read + tally.cache_write
     return total_in, estimate_cost(model, total_in, tally.output_tokens, tally.cache_read, tally.cache_write)
 
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

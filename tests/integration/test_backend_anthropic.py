@@ -278,17 +278,74 @@ def test_outside_path_is_refused_to_the_model(tmp_path: Path) -> None:
 
 
 @integration
-def test_same_failing_call_twice_ends_the_session(tmp_path: Path) -> None:
-    """The same tool call with the same error twice is a stop: CRASHED with the reason, no third request."""
+def test_same_failing_call_three_times_ends_the_session(tmp_path: Path) -> None:
+    """The same tool call with the same error three times, nothing changed between, is a stop: CRASHED with the
+    rule named, no fourth request."""
     call = tool_use("run_shell", {"command": "python -c 'import missing_mod'"})
     with MessagesServer() as srv:
-        srv.enqueue(reply(call), reply("Retrying.", call), reply(call), reply("never"))
+        srv.enqueue(reply(call), reply("Retrying.", call), reply(call), reply(call), reply("never"))
         signals = fast_backend().run(make_request(tmp_path, srv.url))
-        assert len(srv.message_requests) == 2
+        assert len(srv.message_requests) == 3
     assert signals.exit_kind is ExitKind.CRASHED
-    assert (signals.error or "").startswith("same tool call failed twice: run_shell")
+    assert (signals.error or "").startswith("stuck (repeated_error): the same call failed 3 times")
     assert "ModuleNotFoundError" in (signals.error or "")
-    assert (signals.tool_calls, signals.tool_failures) == (2, 2)
+    assert (signals.tool_calls, signals.tool_failures) == (3, 3)
+
+
+@integration
+def test_a_failing_gate_rerun_after_each_edit_is_iteration_not_a_stop(tmp_path: Path) -> None:
+    """Edit, run the failing test, edit, run it again...: each edit changed the work tree, so the session goes on
+    until the model stops, however often the same command failed."""
+    gate = tool_use("run_shell", {"command": "python -c 'import calc; assert calc.add(2, 3) == 5'"})
+    turns = []
+    for n in range(4):
+        turns += [reply(gate), reply(tool_use("write_file", {"path": "calc.py", "content": f"def add(a, b):\n    return a - b + {n} * 0\n"}))]
+    with MessagesServer() as srv:
+        srv.enqueue(*turns, reply(gate), reply("I could not fix it."))
+        signals = fast_backend().run(make_request(tmp_path, srv.url))
+        assert srv.pending == 0
+    assert signals.exit_kind is ExitKind.FINISHED and signals.error is None
+    assert (signals.tool_calls, signals.tool_failures) == (9, 5)
+
+
+@integration
+def test_a_failing_command_that_changes_the_work_tree_each_time_is_not_a_repeat(tmp_path: Path) -> None:
+    """The same command, the same error, five times, but each run changed a file's content (git's status line for
+    it stays `?? notes.txt`): nothing counts across a change, so the session goes on."""
+    call = tool_use("run_shell", {"command": "echo x >> notes.txt; exit 1"})
+    with MessagesServer() as srv:
+        srv.enqueue(*(reply(call) for _ in range(5)), reply("It keeps failing."))
+        signals = fast_backend().run(make_request(tmp_path, srv.url))
+        assert srv.pending == 0
+    assert signals.exit_kind is ExitKind.FINISHED and signals.error is None
+    assert (signals.tool_calls, signals.tool_failures) == (5, 5)
+
+
+@integration
+def test_the_same_call_with_the_same_result_four_times_is_a_stop(tmp_path: Path) -> None:
+    """`git status` again and again, each identical and nothing changed: stopped at the fourth, the rule named."""
+    call = tool_use("run_shell", {"command": "git status --short"})
+    with MessagesServer() as srv:
+        srv.enqueue(*(reply(call) for _ in range(13)))
+        signals = fast_backend().run(make_request(tmp_path, srv.url))
+        assert len(srv.message_requests) == 4
+    assert signals.exit_kind is ExitKind.CRASHED and signals.tool_failures == 0
+    assert (signals.error or "").startswith("stuck (repeated_result): the same call gave the same result 4 times")
+
+
+@integration
+def test_two_calls_taking_turns_with_nothing_changed_is_a_stop(tmp_path: Path) -> None:
+    """read, run, read, run, read, run with the same results: alternation."""
+    read = tool_use("read_file", {"path": "calc.py"})
+    run = tool_use("run_shell", {"command": "grep -q 'a + b' calc.py"})
+    with MessagesServer() as srv:
+        request = make_request(tmp_path, srv.url)
+        (request.workdir / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+        srv.enqueue(*(reply(c) for c in (read, run) * 5))
+        signals = fast_backend().run(request)
+        assert len(srv.message_requests) == 6
+    assert signals.exit_kind is ExitKind.CRASHED
+    assert (signals.error or "").startswith("stuck (alternation): ")
 
 
 @integration

@@ -1,0 +1,131 @@
+"""The built-in agent's stuck rules (runner.backends.stuck), one by one, on plain records.
+
+Each rule is pinned both ways: the loop it names is a stop, and the nearest thing that is iteration (an edit
+between two runs of a failing gate, one repeat fewer, a result that differs) is not.
+"""
+
+from __future__ import annotations
+
+from runner.backends import stuck as stuck_mod
+from runner.backends.stuck import ALTERNATION_STEPS, ERROR_REPEATS, RESULT_REPEATS, Step, since_change, step, stuck
+
+GATE = {"command": "python -m pytest -q tests"}
+RED = "exit code 1\nFAILED tests/test_calc.py::test_add - assert -1 == 5\n1 failed in 0.03s"
+
+
+def gate(result: str = RED, ok: bool = False) -> Step:
+    return step("run_shell", GATE, ok, result, changed=False)
+
+
+def write(content: str = "x", changed: bool = True) -> Step:
+    return step("write_file", {"path": "calc.py", "content": content}, True, "wrote 1 bytes to calc.py", changed)
+
+
+def status() -> Step:
+    return step("run_shell", {"command": "git status"}, True, "exit code 0\nnothing to commit, working tree clean", False)
+
+
+def test_the_thresholds_are_a_careful_peers():
+    """OpenHands' numbers: 3 identical errors, 4 identical results, A-B-A-B-A-B."""
+    assert (ERROR_REPEATS, RESULT_REPEATS, ALTERNATION_STEPS) == (3, 4, 6)
+
+
+def test_the_same_failing_call_three_times_with_no_change_is_repeated_error():
+    found = stuck([gate()] * ERROR_REPEATS)
+    assert found is not None and found.rule == "repeated_error"
+    assert str(found).startswith("stuck (repeated_error): ") and "run_shell" in str(found) and "assert -1 == 5" in str(found)
+
+
+def test_one_repeat_fewer_is_not_stuck():
+    assert stuck([gate()] * (ERROR_REPEATS - 1)) is None
+    assert stuck([status()] * (RESULT_REPEATS - 1)) is None
+
+
+def test_the_gate_rerun_after_each_edit_is_iteration_not_a_repeat():
+    """edit, gate red, edit, gate red...: every edit changed the tree, so no run of the gate repeats another."""
+    steps = []
+    for n in range(10):
+        steps += [write(str(n)), gate()]
+        assert stuck(steps) is None, n
+
+
+def test_nothing_counts_across_a_change_to_the_work_tree():
+    """Two failures, a change, one failure: three in all but only one since the change."""
+    steps = [gate(), gate(), write(), gate()]
+    assert since_change(steps) == [gate()]
+    assert stuck(steps) is None
+    assert stuck([*steps, gate(), gate()]).rule == "repeated_error"
+
+
+def test_a_write_that_changed_nothing_does_not_reset_the_count():
+    """The same content written again is no change (the digest is of the content): writing it and running the
+    failing gate, over and over, is two calls taking turns."""
+    assert stuck([write(changed=False), gate()] * (ALTERNATION_STEPS // 2)).rule == "alternation"
+    assert stuck([write(changed=True), gate()] * (ALTERNATION_STEPS // 2)) is None
+
+
+def test_a_different_error_is_not_the_same_failure():
+    other = gate("exit code 1\nSyntaxError: invalid syntax")
+    assert stuck([gate(), other, gate()]) is None
+
+
+def test_durations_do_not_make_a_result_different():
+    """Normalised results: a failing gate's timing changes from run to run, the failure does not."""
+    steps = [gate(RED.replace("0.03s", f"0.0{n}s")) for n in range(ERROR_REPEATS)]
+    assert stuck(steps).rule == "repeated_error"
+
+
+def test_the_same_successful_call_again_and_again_is_repeated_result():
+    """`git status` thirteen times in a row, each identical, is a stop at the fourth."""
+    steps = []
+    for n in range(13):
+        steps.append(status())
+        if stuck(steps) is not None:
+            break
+    assert len(steps) == RESULT_REPEATS and stuck(steps).rule == "repeated_result"
+    assert "git status" in str(stuck(steps))
+
+
+def test_the_same_call_with_a_different_result_is_not_a_repeat():
+    steps = [step("run_shell", {"command": "ls"}, True, f"exit code 0\nfile{n}", False) for n in range(6)]
+    assert stuck(steps) is None
+
+
+def test_the_same_call_interrupted_by_another_is_not_in_a_row():
+    steps = [status(), status(), status(), step("read_file", {"path": "a.py"}, True, "x", False), status()]
+    assert stuck(steps) is None
+
+
+def test_two_calls_taking_turns_is_alternation():
+    read = step("read_file", {"path": "calc.py"}, True, "def add(a, b):\n    return a - b\n", False)
+    steps = [read, gate()] * (ALTERNATION_STEPS // 2)
+    found = stuck(steps)
+    assert found is not None and found.rule == "alternation"
+    assert stuck(steps[:-1]) is None  # five steps: not yet
+
+
+def test_alternation_needs_two_different_calls_each_with_its_own_result_every_time():
+    read = step("read_file", {"path": "calc.py"}, True, "v1", False)
+    read2 = step("read_file", {"path": "calc.py"}, True, "v2", False)
+    assert stuck([read, gate(), read2, gate(), read, gate()]) is None
+
+
+def test_alternation_across_a_change_is_not_stuck():
+    read = step("read_file", {"path": "calc.py"}, True, "x", False)
+    steps = [read, gate(), read, write(), read, gate(), read, gate()]
+    assert stuck(steps) is None
+
+
+def test_the_input_is_compared_canonical():
+    """The same input with its keys in another order is the same call."""
+    a = step("edit_file", {"path": "a", "old_string": "x", "new_string": "y"}, False, "not found", False)
+    b = step("edit_file", {"new_string": "y", "old_string": "x", "path": "a"}, False, "not found", False)
+    assert a == b
+
+
+def test_the_rules_are_read_in_order_errors_first(monkeypatch):
+    """A failing call repeated is named as an error (the more specific rule), not as a repeated result."""
+    steps = [gate()] * RESULT_REPEATS
+    assert stuck(steps).rule == "repeated_error"
+    monkeypatch.setattr(stuck_mod, "ERROR_REPEATS", 99)
+    assert stuck(steps).rule == "repeated_result"
