@@ -10,6 +10,13 @@ The shell runs in the work tree with the agent's allow-listed environment; it is
 not a sandbox (bash can `cd /`), which is why plan-runner never gives the agent
 credentials beyond its own API key and why the verdict comes from evidence.
 
+The tools forgive what small models get wrong without letting anything count that did not happen:
+`list_files` on a file lists that file and on a missing path the nearest folder; `write_file` over a file not
+read in this session says to read it first (it replaces the whole file); a new path that differs from an existing
+one only by spaces, slashes or a leading folder asks "did you mean" once (the same call again creates it);
+`mark_done` with uncommitted work says to commit it first, and before anything was committed in the session it
+asks once whether the work is really done.
+
 The plan file is the tracker: `write_file` and `edit_file` refuse any change to it
 but a checkpoint's box (or a `BLOCKED:` marker), and say what may change; `mark_done`
 ticks a checkpoint given by its id or its whole line. This only turns a dead end
@@ -166,6 +173,50 @@ class Workspace:
         self.env = dict(env)
         self.shell_timeout_s = shell_timeout_s
         self.plan_path = (self.root / plan_path).resolve() if plan_path is not None else None
+        self._known: set[Path] = set()  # files whose whole text the model was shown or wrote in this session
+        self._asked: set[str] = set()  # questions asked once ("did you mean", "nothing committed yet")
+        self._start_head = self._git("rev-parse", "-q", "--verify", "HEAD")
+
+    def _git(self, *args: str) -> str | None:
+        """git's output in the work tree, or None where git fails (no repository, no git)."""
+        try:
+            done = subprocess.run(["git", "--no-optional-locks", "-C", str(self.root), *args], capture_output=True,
+                                  env=self.env, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.decode("utf-8", errors="replace") if done.returncode == 0 else None
+
+    def _ask_once(self, key: str) -> bool:
+        """True the first time `key` is asked in this session: a question, never a wall."""
+        if key in self._asked:
+            return False
+        self._asked.add(key)
+        return True
+
+    def _files(self, limit: int = 5000) -> list[str]:
+        found: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and d != "__pycache__")
+            for name in sorted(filenames):
+                found.append(self._rel(Path(dirpath) / name))
+                if len(found) >= limit:
+                    return found
+        return found
+
+    def _similar(self, target: Path) -> list[str]:
+        """Existing files a missing path probably meant: the same but for spaces and slashes, or with a folder
+        too many in front (`report/tools/x.py` for `tools/x.py`)."""
+        rel = self._rel(target)
+
+        def key(text: str) -> str:
+            return re.sub(r"[\s/]+", "", text).lower()
+
+        found = [f for f in self._files() if key(f) == key(rel) or rel.endswith("/" + f)]
+        return found[:5]
+
+    def _did_you_mean(self, target: Path) -> str:
+        similar = self._similar(target)
+        return f"; did you mean {' or '.join(repr(f) for f in similar)}?" if similar else ""
 
     def resolve(self, path: object) -> Path:
         """The real path of `path` inside the work tree, or ToolError: symlinks and `..` cannot escape."""
@@ -219,21 +270,29 @@ class Workspace:
 
     def list_files(self, path: object = ".") -> str:
         base = self.resolve(path)
+        if base.is_file():
+            return self._rel(base)
+        note = ""
         if not base.is_dir():
-            raise ToolError(f"{path!r} is not a directory")
+            where = base.parent
+            while where != self.root and not where.is_dir():
+                where = where.parent
+            note = f"there is no {path!r}{self._did_you_mean(base)} Its nearest folder, {self._rel(where)!r}, holds:\n"
+            base = where
         entries: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):  # does not follow symlinked directories
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
             for name in sorted(filenames):
                 entries.append(self._rel(Path(dirpath) / name))
                 if len(entries) >= _LIST_LIMIT:
-                    return "\n".join(entries) + f"\n[... listing stopped at {_LIST_LIMIT} entries ...]"
-        return "\n".join(entries) if entries else "(no files)"
+                    return note + "\n".join(entries) + f"\n[... listing stopped at {_LIST_LIMIT} entries ...]"
+        return note + ("\n".join(entries) if entries else "(no files)")
 
     def read_file(self, path: object) -> str:
         target = self.resolve(path)
         if not target.is_file():
-            raise ToolError(f"no such file: {path!r}{self._nearby(target)}")
+            raise ToolError(f"no such file: {path!r}{self._did_you_mean(target)}{self._nearby(target)}")
+        self._known.add(target)
         return target.read_bytes().decode("utf-8", errors="replace")
 
     def _nearby(self, target: Path) -> str:
@@ -256,16 +315,32 @@ class Workspace:
         if target.is_dir():
             raise ToolError(f"{path!r} is a directory")
         self._guard_plan(target, content)
+        rel = self._rel(target)
+        if target.is_file() and target not in self._known and target != self.plan_path:
+            raise ToolError(f"read it first: write_file replaces the whole file, and {rel} has not been read in this "
+                            f"session. Call read_file {rel}, then write_file it whole with your change (keeping "
+                            f"what is there), or use edit_file. The file was not changed.")
+        if not target.exists():
+            similar = self._similar(target)
+            if similar and self._ask_once(f"new:{rel}"):
+                raise ToolError(f"{rel} does not exist; did you mean {' or '.join(repr(f) for f in similar)}? Nothing "
+                                f"was written. To create {rel} as a new file, call write_file with it again.")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
-        return f"wrote {len(content.encode('utf-8'))} bytes to {self._rel(target)}"
+        self._known.add(target)
+        return f"wrote {len(content.encode('utf-8'))} bytes to {rel}"
 
     def edit_file(self, path: object, old_string: object, new_string: object) -> str:
         if not isinstance(old_string, str) or not isinstance(new_string, str) or not old_string:
             raise ToolError("`old_string` (non-empty) and `new_string` must be strings")
-        text = self.read_file(path)
+        target = self.resolve(path)
+        if not target.is_file():
+            raise ToolError(f"no such file: {path!r}{self._did_you_mean(target)}{self._nearby(target)}")
+        text = target.read_bytes().decode("utf-8", errors="replace")
         count = text.count(old_string)
         if count == 0:
+            if len(text.encode("utf-8")) <= _HINT_LIMIT:
+                self._known.add(target)  # the whole file is in the answer
             raise ToolError(f"old_string was not found in {path!r}; it must match the file exactly, whitespace and line "
                             f"breaks included. Copy it from the file as it is now, or replace the whole file with "
                             f"write_file:\n{bound_output(text, _HINT_LIMIT)}")
@@ -277,7 +352,6 @@ class Workspace:
             where = ", ".join(str(n) for n in starts[:-1]) + f" and {starts[-1]}"
             raise ToolError(f"old_string occurs {count} times in {path!r}, starting on lines {where}; it must occur "
                             f"exactly once: include more of the surrounding text to say which one")
-        target = self.resolve(path)
         new_text = text.replace(old_string, new_string, 1)
         self._guard_plan(target, new_text)
         target.write_text(new_text, encoding="utf-8")
@@ -347,6 +421,8 @@ class Workspace:
                             f"\"1.1\") or its whole line. Its checkpoint lines:\n{self._checkpoint_list(items)}")
         item = matches[0]
         line = text.splitlines()[item.index]
+        if item.state is not CheckpointState.DONE:
+            self._check_committed(item.checkpoint_id)
         if item.state is CheckpointState.DONE:
             return (f"checkpoint {item.checkpoint_id} is already ticked in {self._plan_rel()} (line {item.line}: "
                     f"{line}); commit the file if you have not")
@@ -357,7 +433,41 @@ class Workspace:
         self.plan_path.write_text(new_text, encoding="utf-8")
         ticked = new_text.splitlines()[item.index]
         return (f"ticked checkpoint {item.checkpoint_id} in {self._plan_rel()}: line {item.line} is now {ticked!r}. "
-                f"Commit it for the tick to count: git commit -am tick-{item.checkpoint_id}")
+                f"The tick counts only once committed: your next call is run_shell with the command "
+                f"`git commit -am tick-{item.checkpoint_id}`")
+
+    def _uncommitted(self) -> list[str] | None:
+        """The paths with uncommitted changes (the plan file and Python's caches aside), None outside git."""
+        out = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all")
+        if out is None:
+            return None
+        plan = self._plan_rel() if self.plan_path is not None else None
+        paths, entries = [], out.split("\0")
+        for entry in entries:
+            if len(entry) < 4 or entry[2] != " ":
+                continue  # a rename's second path, or the end
+            path = entry[3:]
+            if path == plan or "__pycache__/" in path or path.endswith(".pyc"):
+                continue
+            paths.append(path + (" (new)" if entry[:2] == "??" else ""))
+        return paths
+
+    def _check_committed(self, checkpoint_id: str) -> None:
+        """A tick counts with the work committed: uncommitted work is named, and a tick before anything was
+        committed in this session is asked about once (the work may have been committed in an earlier one)."""
+        pending = self._uncommitted()
+        if pending:
+            shown = ", ".join(pending[:10]) + (f" and {len(pending) - 10} more" if len(pending) > 10 else "")
+            how = ("git add -A && git commit -m <message>" if any(p.endswith(" (new)") for p in pending)
+                   else "git commit -am <message>")
+            raise ToolError(f"commit your work first: `{how}`, then mark_done {checkpoint_id} (uncommitted: {shown}). "
+                            f"Nothing was ticked.")
+        head = self._git("rev-parse", "-q", "--verify", "HEAD")
+        if pending is not None and head == self._start_head and self._ask_once(f"tick:{checkpoint_id}"):
+            raise ToolError(f"nothing has been committed in this session. A tick counts only with the checkpoint's work "
+                            f"committed and the gates passing: do the work first (read the files the task names, change "
+                            f"them, run the gates, commit). If the work was already committed in an earlier session, call "
+                            f"mark_done {checkpoint_id} again. Nothing was ticked.")
 
     def run_shell(self, command: object, timeout_s: object = None, *, limit_s: float | None = None) -> tuple[bool, str]:
         if not isinstance(command, str) or not command.strip():

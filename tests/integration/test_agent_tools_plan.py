@@ -86,6 +86,7 @@ def test_the_guard_follows_symlinks_and_other_files_are_free(ws: Workspace) -> N
     assert blocked.ok, blocked.text
     assert parse_plan(_plan(ws), "plans/fix.md").checkpoint("1.2").blocked_reason == "which README?"
     no_plan = Workspace(ws.root, {"PATH": os.environ["PATH"]})  # a workspace without a plan guards nothing
+    assert no_plan.run("read_file", {"path": "plans/fix.md"}).ok
     assert no_plan.run("write_file", {"path": "plans/fix.md", "content": PLAN + "more\n"}).ok
 
 

@@ -1,0 +1,117 @@
+"""The built-in agent's tools forgive what small models got wrong on user-written plans (issue 47), and nothing
+that did not happen is made to count: a refused write writes nothing, a refused tick ticks nothing.
+
+Real files in a real git repository (GitPython for the set-up, git for the tools' own questions).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.backends.agent_tools import Workspace
+from tests.git_repos import init_repo
+
+PLAN = "# Money\n\n## Stage 1: Format <!-- sessions: 2 -->\n\n- [ ] 1.1 Add cents to tools/moneyfmt.py\n"
+FMT = "def fmt(x):\n    return str(x)\n"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    init_repo(tmp_path, {"plans/money.md": PLAN, "tools/moneyfmt.py": FMT, "README.md": "money\n",
+                         ".gitignore": "__pycache__/\n"})
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    return Workspace(tmp_path, env, plan_path="plans/money.md")
+
+
+def _git(ws: Workspace, command: str) -> None:
+    assert ws.run("run_shell", {"command": command}).ok
+
+
+def test_list_files_of_a_file_lists_the_file(ws: Workspace) -> None:
+    out = ws.run("list_files", {"path": "tools/moneyfmt.py"})
+    assert out.ok and out.text == "tools/moneyfmt.py"
+
+
+def test_list_files_of_a_missing_path_lists_the_nearest_folder(ws: Workspace) -> None:
+    """A result, not a failure: what is there instead."""
+    out = ws.run("list_files", {"path": "plans/money"})
+    assert out.ok, out.text
+    assert out.text.startswith("there is no 'plans/money'") and "'plans', holds:\nplans/money.md" in out.text
+    top = ws.run("list_files", {"path": "nowhere/at/all"})
+    assert top.ok and "'.', holds:" in top.text and "tools/moneyfmt.py" in top.text
+
+
+def test_writing_over_a_file_not_read_is_refused_until_it_is_read(ws: Workspace) -> None:
+    target = ws.root / "tools" / "moneyfmt.py"
+    out = ws.run("write_file", {"path": "tools/moneyfmt.py", "content": "def cents(x):\n    return x\n"})
+    assert not out.ok and out.text.startswith("read it first: write_file replaces the whole file")
+    assert target.read_text() == FMT
+    assert ws.run("read_file", {"path": "tools/moneyfmt.py"}).ok
+    assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "x = 1\n"}).ok
+    assert target.read_text() == FMT + "x = 1\n"
+    # a file this session wrote is known: writing it again needs no read
+    assert ws.run("write_file", {"path": "new.py", "content": "a = 1\n"}).ok
+    assert ws.run("write_file", {"path": "new.py", "content": "a = 2\n"}).ok
+
+
+def test_an_edit_does_not_count_as_reading_unless_its_answer_showed_the_file(ws: Workspace) -> None:
+    assert ws.run("edit_file", {"path": "README.md", "old_string": "money", "new_string": "cash"}).ok
+    assert not ws.run("write_file", {"path": "README.md", "content": "x\n"}).ok
+    missed = ws.run("edit_file", {"path": "tools/moneyfmt.py", "old_string": "nope", "new_string": "x"})
+    assert not missed.ok and FMT in missed.text
+    assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": "y = 1\n"}).ok
+
+
+@pytest.mark.parametrize("given", ["report/tools/moneyfmt.py", "tools/money fmt.py", "tools /moneyfmt.py",
+                                   "toolsmoneyfmt.py"])
+def test_a_new_path_like_an_existing_one_asks_did_you_mean_once(ws: Workspace, given: str) -> None:
+    out = ws.run("write_file", {"path": given, "content": "z = 1\n"})
+    assert not out.ok and "did you mean 'tools/moneyfmt.py'?" in out.text, out.text
+    assert not (ws.root / given).exists()
+    again = ws.run("write_file", {"path": given, "content": "z = 1\n"})
+    assert again.ok and (ws.root / given).read_text() == "z = 1\n"
+
+
+def test_a_new_path_like_nothing_is_written_at_once(ws: Workspace) -> None:
+    assert ws.run("write_file", {"path": "tools/other.py", "content": "z = 1\n"}).ok
+
+
+def test_reading_a_path_like_an_existing_one_says_did_you_mean(ws: Workspace) -> None:
+    out = ws.run("read_file", {"path": "report/tools/moneyfmt.py"})
+    assert not out.ok and "did you mean 'tools/moneyfmt.py'?" in out.text
+
+
+def test_mark_done_with_uncommitted_work_says_commit_first_and_ticks_nothing(ws: Workspace) -> None:
+    assert ws.run("read_file", {"path": "tools/moneyfmt.py"}).ok
+    assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "CENTS = 100\n"}).ok
+    out = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert not out.ok and out.text.startswith("commit your work first: `git commit -am <message>`, then mark_done 1.1")
+    assert "tools/moneyfmt.py" in out.text and (ws.root / "plans" / "money.md").read_text() == PLAN
+    (ws.root / "tools" / "cents.py").write_text("C = 1\n")
+    untracked = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert not untracked.ok and "`git add -A && git commit -m <message>`" in untracked.text
+    assert "tools/cents.py (new)" in untracked.text
+    _git(ws, "git add -A && git commit -qm cents")
+    done = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert done.ok and "- [x] 1.1" in (ws.root / "plans" / "money.md").read_text()
+    assert "your next call is run_shell with the command `git commit -am tick-1.1`" in done.text
+
+
+def test_mark_done_before_anything_was_committed_asks_once(ws: Workspace) -> None:
+    """The work may have been committed in an earlier session: the second call ticks."""
+    first = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert not first.ok and first.text.startswith("nothing has been committed in this session")
+    assert (ws.root / "plans" / "money.md").read_text() == PLAN
+    second = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert second.ok and "- [x] 1.1" in (ws.root / "plans" / "money.md").read_text()
+
+
+def test_the_plan_file_and_python_caches_are_not_uncommitted_work(ws: Workspace) -> None:
+    _git(ws, "echo 'C = 1' >> tools/moneyfmt.py && git commit -qam cents")
+    (ws.root / "plans" / "money.md").write_text(PLAN.replace("# Money", "# Money!"))
+    (ws.root / "tools" / "x.pyc").write_bytes(b"\0")
+    out = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert out.ok, out.text
