@@ -10,10 +10,11 @@ import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from runner.core.evidence import CheckpointState
 from runner.core.backend_spec import BACKEND_NAMES, BACKENDS, PROVIDERS
+from runner.core.network import REGISTRIES_WORD, check_entry
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|m|min|mins|h|hr|hrs)?\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60, "h": 3600, "hr": 3600, "hrs": 3600}
@@ -236,6 +237,29 @@ class SetupConfig(Config):
     timeout_minutes: Duration = 20 * 60
 
 
+HostEntry = Annotated[
+    str,
+    AfterValidator(check_entry),
+    WithJsonSchema({"type": "string", "minLength": 1,
+                    "description": "a host (`github.com`), its subdomains (`*.github.com`), `host:port`, an IP "
+                                   "address, `*` (any host) or `registries` (the package registries)"}),
+]
+"""One entry of a `network:` list, written the one way it is read."""
+
+
+class NetworkConfig(Config):
+    """What the sandboxed runs may reach (through plan-runner's allow-list proxy; everything else is refused)."""
+
+    agent: tuple[HostEntry, ...] = Field(
+        (), description="Hosts the agent reaches besides its backend's model endpoint (always reachable; an API "
+                        "key is added by the proxy, never given to the agent).")
+    setup: tuple[HostEntry, ...] = Field(
+        (REGISTRIES_WORD,), description="Hosts the `setup:` commands reach. Default: `registries` (PyPI, npm, "
+                                        "crates.io, Go, RubyGems, Maven Central; docs/plan-format.md).")
+    gates: tuple[HostEntry, ...] = Field(
+        (), description="Hosts the gates and `verify:` commands reach. Default: none.")
+
+
 class PlanConfig(Config):
     """The front matter. Always read from the session's base commit."""
 
@@ -255,6 +279,8 @@ class PlanConfig(Config):
                             "dedicated unprivileged user (needs root or passwordless sudo); `none` runs them as "
                             "plan-runner's own user (local mode only, at your own risk).")
     setup: SetupConfig | None = Field(None, description="Commands run on the gates' fresh checkout before them.")
+    network: NetworkConfig = Field(default_factory=NetworkConfig,
+                                   description="What the agent, `setup:` and the gates may reach on the network.")
 
 
 class Checkpoint(Config):

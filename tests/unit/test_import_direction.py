@@ -44,7 +44,8 @@ MAY_IMPORT = {
 # Plan parsing is pure text-to-record, so PyYAML (a parser) and pathlib's pure paths are allowed too.
 # markdown_it (markdown-it-py, pure Python, no I/O) is the CommonMark reading the tracker is checked against, so a
 # checkpoint line means the same to plan-runner and to a reader of the rendered plan (runner/core/planfile_commonmark.py).
-CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "difflib", "enum", "fnmatch", "functools", "hashlib", "json",
+CORE_LIBRARIES = {"__future__", "collections", "dataclasses", "datetime", "difflib", "enum", "fnmatch", "functools", "hashlib", "ipaddress",
+                  "json",
                   "markdown_it", "math", "pathlib", "pydantic", "re", "types", "typing", "urllib", "yaml"}
 # Calls that read the clock, the environment or files: never in the core (time is a field of the evidence).
 IMPURE_CALLS = {"now", "utcnow", "today", "open", "getenv", "monotonic", "time", "sleep", "read_text", "write_text"}
@@ -198,6 +199,7 @@ ROOM_MAY_IMPORT = {
     "init": {"source"},
     "action_io": {"render", "sandbox"},    # masks the agent's credentials in what the job prints
     "clock": set(),                        # the wall clock policy reads, and its testing switch
+    "netproxy": set(),                     # the sandbox's allow-list proxy and relay: sockets, nothing else
 }
 
 
