@@ -362,9 +362,10 @@ def _retry_kind(state: RunState) -> SessionKind:
     return _FIX_KIND.get(last.outcome, SessionKind.DELIVERY) if last else SessionKind.DELIVERY
 
 
-def decide_after_advice(answer: str, reason: str, state: RunState, plan: Plan) -> AnyAction:
+def decide_after_advice(answer: str, reason: str, state: RunState, plan: Plan, *, asked: bool = True) -> AnyAction:
     """The advisor's answer (already validated: anything else is 'human') turned into an action.
-    `state` is the state before the advice; `plan.next_checkpoint` already reflects the tracker."""
+    `state` is the state before the advice; `plan.next_checkpoint` already reflects the tracker.
+    `asked=False`: no advisor is configured, `reason` is the dead end itself, and a human decides."""
     last = state.last
     if answer == "retry":
         return _next_work(plan, state, _retry_kind(state), f"advisor: retry ({reason})")
@@ -379,6 +380,8 @@ def decide_after_advice(answer: str, reason: str, state: RunState, plan: Plan) -
     if answer == "skip":
         return _next_work(plan, state.evolve(skipped=_skipping(state, _last_checkpoint(state))), SessionKind.DELIVERY,
                           f"advisor: skip ({reason})")
+    if not asked:
+        return Park(reason=reason)  # the park says what happened (the circuit breaker, a budget), not "the advisor"
     return Park(reason=f"the advisor asks for a human: {reason}")
 
 
@@ -390,10 +393,10 @@ def advisor_may_skip(plan: Plan) -> bool:
 
 
 def advice_entry(answer: str, reason: str, state: RunState, plan: Plan, *, at: datetime, valid: bool = True,
-                 model: str = "", checkpoint: str | None = None) -> Advice:
+                 model: str = "", checkpoint: str | None = None, asked: bool = True) -> Advice:
     """The ledger entry of the advisor's answer: the answer as given, the action decided on it, and whether it
     was applied (`applied=False`: a skip the plan does not let the advisor take alone; the fold skips nothing)."""
-    action = decide_after_advice(answer, reason, state, plan)
+    action = decide_after_advice(answer, reason, state, plan, asked=asked)
     return Advice(at=at, answer=answer, reason=reason, valid=valid, model=model, checkpoint=checkpoint,
                   next_action=action, applied=not (answer == "skip" and not advisor_may_skip(plan)))
 

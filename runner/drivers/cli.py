@@ -128,12 +128,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _warn_unresolvable_gates(plan, root: Path) -> None:
     """Gate, `verify:` and `setup:` commands that would not start where they run (the shell would exit 127), as
     far as can be told without a checkout: warnings, the plan stays valid."""
-    from runner.drivers.preflight import command_problem, commands_of
+    from runner.drivers.preflight import command_problem, commands_of, one_fix_each
 
-    for label, command, cwd, extra in commands_of(plan):
-        problem = command_problem(label, command, os.environ, root, cwd=cwd, extra_env=extra)
-        if problem is not None:
-            print(f"  warning: {problem.what} ({problem.fix})")
+    found = [command_problem(c.label, c.command, os.environ, root, cwd=c.cwd, extra_env=c.env, required=c.required,
+                             made=c.made) for c in commands_of(plan)]
+    for problem in one_fix_each([p for p in found if p is not None]):
+        print(f"  warning: {problem.what} ({problem.fix})")
 
 
 # --- schema ----------------------------------------------------------------------------------

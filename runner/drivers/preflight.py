@@ -13,12 +13,13 @@ no network, no git writes, no agent.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import stat
 import sys
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -249,16 +250,24 @@ _SETUP_HINT = ("add a `setup:` to the plan that makes it on a fresh checkout (a 
 
 def command_problem(label: str, command: str | None, env: Mapping[str, str], repo: Path, *,
                     cwd: str | None = None, checkout: Path | None = None, extra_env: Mapping[str, str] | None = None,
-                    isolated: bool = False) -> Problem | None:
+                    isolated: bool = False, required: bool = True, made: Collection[str] = ()) -> Problem | None:
     """A command whose first word would not start where it runs: on a fresh checkout (`checkout`, set up
     already; else `repo`, the user's working copy, which may hold ignored files a checkout lacks), with the
     gates' PATH (`env`'s without plan-runner's own installation and without folders of `repo`), as the
-    agent's user when `isolated`."""
+    agent's user when `isolated`. `required=False` (an optional gate): a warning, since its result decides
+    nothing. `made`: paths an earlier `setup:` command makes (`made_by_setup`); without a checkout, a
+    command under one of them is not reported (the set-up has not run here, and will before it)."""
     if command is None:
         return None
     word = _first_word(command)
     if word is None:
         return None
+    if checkout is None and "/" in word and _under(word, made):
+        return None
+    level: Literal["error", "warning"] = "error" if required else "warning"
+    judged = ("every session would be judged red for it" if required else
+              "it would be red in every session's report; the gate is optional (`required: false`), so it decides "
+              "nothing")
     root = checkout if checkout is not None else repo
     where = root / cwd if cwd else root
     gate_env = {**env, **(extra_env or {})}
@@ -272,7 +281,7 @@ def command_problem(label: str, command: str | None, env: Mapping[str, str], rep
                            f"commit it, or {_SETUP_HINT}")
         part = unreachable(found) if isolated else None
         if part is not None:
-            return Problem("error", f"{label}: the agent's user cannot run {found}",
+            return Problem(level, f"{label}: the agent's user cannot run {found}",
                            f"gates run as the agent's unprivileged user, and {part} is not reachable by other users",
                            f"{_SETUP_HINT}; or {reach_fix(found, part, tail=False)}")
         return None
@@ -280,22 +289,22 @@ def command_problem(label: str, command: str | None, env: Mapping[str, str], rep
     mine = _which(word, {**env, **(extra_env or {})}, user_cwd)
     if "/" in word:
         if mine is not None:
-            return Problem("error", f"{label}: {word} is not in a fresh checkout of the base commit",
+            return Problem(level, f"{label}: {word} is not in a fresh checkout of the base commit",
                            "it exists in your working copy but git does not track it (ignored or untracked), and "
                            "gates run on a fresh checkout of the judged commit as the agent's user: it would exit "
-                           "127 and no session could pass", _SETUP_HINT)
+                           f"127 and {judged}", _SETUP_HINT)
         return Problem("warning", f"{label}: {word} does not exist yet",
                        "the command names a file that is not in the repository now",
                        "ignore this if the plan's work creates it; else correct the command, or " + _SETUP_HINT)
     if mine is not None:
-        return Problem("error", f"{label}: command {word!r} is not on the gates' PATH",
+        return Problem(level, f"{label}: command {word!r} is not on the gates' PATH",
                        f"it is found at {mine}, in plan-runner's own installation or your working copy, which the "
-                       "gates never see: they run on a fresh checkout as the agent's user, so it would exit 127",
+                       f"gates never see: they run on a fresh checkout as the agent's user, so it would exit 127 "
+                       f"and {judged}",
                        f"install it for the project in the plan's `setup:` and name it by its path there; "
                        f"{_SETUP_HINT}")
-    return Problem("error", f"{label}: command {word!r} is not found",
-                   f"`{word}` is not a shell builtin and not on the PATH, so it would exit 127 "
-                   "and every session would be judged red for it",
+    return Problem(level, f"{label}: command {word!r} is not found",
+                   f"`{word}` is not a shell builtin and not on the PATH, so it would exit 127 and {judged}",
                    f"install {word} on the machine, or make it in the plan's `setup:`; or correct the command "
                    f"in the plan ({_SETUP_HINT})")
 
@@ -307,12 +316,61 @@ def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path, *
                            extra_env=gate.env, isolated=isolated)
 
 
-def commands_of(plan: Plan) -> list[tuple[str, str, str | None, Mapping[str, str]]]:
-    """(label, command, cwd, env) of every gate, `verify:` and `setup:` command of the plan."""
-    out = [(f"gate {g.name!r}", g.run, g.cwd, g.env) for g in plan.config.gates if g.run]
-    out += [(f"verify: of {c.id}", c.verify, None, {}) for c in plan.checkpoints if c.verify]
-    if plan.config.setup is not None:
-        out += [(f"setup: command {i}", command, None, {}) for i, command in enumerate(plan.config.setup.run, 1)]
+@dataclass(frozen=True)
+class PlanCommand:
+    label: str
+    command: str
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    required: bool = True  # False: an optional gate, whose result decides nothing
+    made: frozenset[str] = frozenset()  # paths the `setup:` commands before it make
+
+
+def made_by_setup(commands: Sequence[str], cache: Sequence[str] = ()) -> frozenset[str]:
+    """The relative paths a list of `setup:` commands makes, as far as their words say: every word that is a
+    relative path (`.venv` of `python3 -m venv .venv`, `node_modules` of `--prefix node_modules`), and the
+    set-up's `cache:` paths (what it makes, by the plan's own account)."""
+    out = {c.strip("/") for c in cache if c.strip("/")}
+    for command in commands:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = command.split()
+        for word in words[1:]:
+            word = word.split("=", 1)[-1].strip("/")
+            if word and not word.startswith(("-", "/", "~", "$")) and not re.search(r"[*?\[\]{}<>|;&]", word):
+                out.add(word)
+    return frozenset(out)
+
+
+def _under(word: str, made: Collection[str]) -> bool:
+    path = word[2:] if word.startswith("./") else word
+    return any(path == m or path.startswith(m + "/") for m in made)
+
+
+def commands_of(plan: Plan) -> list[PlanCommand]:
+    """Every gate, `verify:` and `setup:` command of the plan, with what the `setup:` before it makes."""
+    setup = plan.config.setup
+    everything = made_by_setup(setup.run, setup.cache) if setup is not None else frozenset()
+    out = [PlanCommand(f"gate {g.name!r}", g.run, g.cwd, g.env, g.required, everything)
+           for g in plan.config.gates if g.run]
+    out += [PlanCommand(f"verify: of {c.id}", c.verify, made=everything) for c in plan.checkpoints if c.verify]
+    if setup is not None:
+        out += [PlanCommand(f"setup: command {i}", command, made=made_by_setup(setup.run[:i - 1]))
+                for i, command in enumerate(setup.run, 1)]
+    return out
+
+
+def one_fix_each(found: list[Problem]) -> list[Problem]:
+    """The same fix is given once: a later problem whose fix is word for word an earlier one's points to it."""
+    first: dict[str, str] = {}
+    out = []
+    for p in found:
+        if p.fix in first and len(p.fix) > 60:
+            p = Problem(p.level, p.what, p.why, f"the same as for {first[p.fix]}")
+        else:
+            first.setdefault(p.fix, p.what)
+        out.append(p)
     return out
 
 
@@ -331,14 +389,14 @@ def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = Fa
                              f"{setup_failed}; every session's gates would run on an environment that is not set up",
                              "make the command work on a fresh clone of the repository (run it there by hand), "
                              "then run again"))
-    for label, command, cwd, extra in commands_of(plan):
-        if setup_failed and label.startswith("setup:"):
+    for c in commands_of(plan):
+        if setup_failed and c.label.startswith("setup:"):
             continue
-        problem = command_problem(label, command, gate_env, repo, cwd=cwd, checkout=checkout, extra_env=extra,
-                                  isolated=isolated and checkout is not None)
+        problem = command_problem(c.label, c.command, gate_env, repo, cwd=c.cwd, checkout=checkout, extra_env=c.env,
+                                  isolated=isolated and checkout is not None, required=c.required, made=c.made)
         if problem is not None:
             found.append(problem)
-    return sorted(found, key=lambda p: p.level != "error")
+    return one_fix_each(sorted(found, key=lambda p: p.level != "error"))
 
 
 def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None, isolated: bool = False,

@@ -218,6 +218,9 @@ def test_a_fake_handoff_claiming_success_changes_nothing(tmp_path):
     fence_opens = [i for i, line in enumerate(lines[:start]) if line.startswith("````")]
     assert fence_opens, "the agent's imitation of a report is not fenced"
     assert not any(line.startswith("::set-output") for line in lines)
+    # No advisor is configured: the park says what happened, not what an advisor that was never asked said.
+    plain = report.replace("\\", "")  # the report file is Markdown, its text escaped
+    assert "circuit breaker: NoProgress twice in a row" in plain and "the advisor asks" not in plain, report[:3000]
 
 
 def test_workflow_commands_printed_by_the_agent_or_a_gate_do_not_reach_the_job_log(tmp_path):

@@ -600,6 +600,9 @@ def test_advisor_answers_turn_into_actions():
     assert decide_after_advice("skip", "r", fold([]), trusting).checkpoint == "1.1"
     assert isinstance(decide_after_advice("skip", "r", gr, plan()), Park)
     assert decide_after_advice("human", "unclear", gr, plan()) == Park(reason="the advisor asks for a human: unclear")
+    # no advisor configured: nobody was asked, and the park says what happened in the policy's own words
+    breaker = "circuit breaker: GatesRed twice in a row with the same failure"
+    assert decide_after_advice("human", breaker, gr, plan(), asked=False) == Park(reason=breaker)
 
 
 def test_replies_turn_into_actions_with_fresh_budgets():

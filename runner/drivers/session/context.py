@@ -273,9 +273,11 @@ class Session:
         return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report_text=report, url=url)
 
     def consult(self, action: ConsultAdvisor) -> AnyAction:
+        asked = self.d.advisor is not None or (self.trusted.config.advisor is not None
+                                               and self.trusted.config.advisor.enabled)
         answer, reason, valid, model = self._ask_advisor(action.reason)
         entry = advice_entry(answer, reason, self.state, self.plan, at=self.ws.clock(), valid=valid, model=model,
-                             checkpoint=action.checkpoint)
+                             checkpoint=action.checkpoint, asked=asked)
         self.write([entry])
         self.ws.on_event("advisor", f"{answer}: {reason}")
         return entry.next_action
@@ -286,7 +288,7 @@ class Session:
             return self.d.advisor(question, list(self.entries), self.trusted)
         cfg = self.trusted.config.advisor
         if cfg is None or not cfg.enabled:
-            return "human", f"{question}; no advisor is configured", False, ""
+            return "human", question, False, ""  # the park says what happened (policy.decide_after_advice)
         from runner.adapters.advisor import consult_advisor, render_history  # an SDK client, loaded only at dead ends
 
         records = [e for e in self.entries if isinstance(e, SessionRecord)]
