@@ -247,3 +247,34 @@ def allow_list(network: object, phase: Phase, access: ModelAccess = ModelAccess(
         raise ValueError(f"unknown phase {phase!r}")
     extra = tuple(access.hosts) if phase == "agent" else ()
     return expand((*extra, *getattr(network, phase)))
+
+
+# ---- what was refused, for the session's report ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Connections to one destination a run was not allowed to reach (counted by the proxy)."""
+
+    host: str
+    port: int
+    count: int
+    why: str  # "not allowed", "resolves to the local address 127.0.0.1", ...
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port} ({self.count}x, {self.why})" if self.port else f"{host} ({self.count}x, {self.why})"
+
+
+def refusals_line(by_phase: Mapping[str, Iterable[Refusal]], *, limit: int = 10) -> str | None:
+    """One line for the session's report: what each phase was refused, most tried first; None if nothing was."""
+    parts = []
+    for phase, refusals in by_phase.items():
+        rows = sorted(refusals, key=lambda r: (-r.count, r.host, r.port))
+        if rows:
+            shown = ", ".join(str(r) for r in rows[:limit])
+            more = f", and {len(rows) - limit} more" if len(rows) > limit else ""
+            parts.append(f"{phase}: {shown}{more}")
+    if not parts:
+        return None
+    return "network refused (add a host to the plan's `network:` if it was needed): " + "; ".join(parts)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.adapters.netproxy import INSIDE_PORT, INSIDE_SOCKET, NetProxy, relay_argv, start_proxy
+from runner.adapters.netproxy import INSIDE_PORT, NetProxy, start_proxy
 from runner.core.backend_spec import BACKENDS
 from runner.core.network import expand, model_access
 from tests.servers.messages import MessagesServer, reply
@@ -68,9 +68,9 @@ def _sandboxed(proxy: NetProxy, env: dict[str, str], argv: list[str], tmp_path: 
     command = [_bwrap(), "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run",
                "--bind", str(home), str(home),
-               "--bind", str(proxy.socket_path), INSIDE_SOCKET, "--chdir", str(home), "--clearenv",
+               "--bind", str(proxy.bind[0]), proxy.bind[1], "--chdir", str(home), "--clearenv",
                *[a for k, v in inside.items() for a in ("--setenv", k, v)],
-               *relay_argv(argv, python=sys.executable)]
+               *proxy.wrap(argv, python=sys.executable)]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 

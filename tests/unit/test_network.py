@@ -12,10 +12,12 @@ from runner.core.network import (
     AllowList,
     HostRule,
     ModelAccess,
+    Refusal,
     allow_list,
     expand,
     model_access,
     parse_rule,
+    refusals_line,
 )
 from runner.core.plan import NetworkConfig
 from runner.core.planfile import parse_plan, plan_json_schema
@@ -187,3 +189,15 @@ def test_backends_without_a_model() -> None:
     assert model_access(BACKENDS["command"], None, {"ANTHROPIC_API_KEY": "k"}) == ModelAccess()
     assert model_access(BACKENDS["script"], None, {"ANTHROPIC_API_KEY": "k"}) == ModelAccess()
     assert model_access(BACKENDS["anthropic"], None, {}) == ModelAccess()
+
+
+def test_refusals_make_one_line() -> None:
+    """What each phase was refused, most tried first, in one line; nothing refused, no line."""
+    assert refusals_line({"agent": (), "gates": []}) is None
+    line = refusals_line({"agent": [Refusal("a.example", 443, 2, "not allowed"), Refusal("b.example", 443, 9, "not allowed")],
+                          "setup": [Refusal("::1", 22, 1, "resolves to the local address ::1")]})
+    assert line == ("network refused (add a host to the plan's `network:` if it was needed): agent: b.example:443 "
+                    "(9x, not allowed), a.example:443 (2x, not allowed); setup: [::1]:22 (1x, resolves to the local "
+                    "address ::1)")
+    many = refusals_line({"gates": [Refusal(f"h{i}.example", 443, 1, "not allowed") for i in range(12)]}, limit=3)
+    assert many.endswith("h1.example:443 (1x, not allowed), h10.example:443 (1x, not allowed), and 9 more")

@@ -1,6 +1,6 @@
 """The network of a sandboxed run: an allow-list proxy outside the sandbox, a relay inside (docs/security.md)."""
 
-from runner.adapters.netproxy.proxy import NetProxy, Refusal, start_proxy
+from runner.adapters.netproxy.proxy import NetProxy, start_proxy
 from runner.adapters.netproxy.relay import INSIDE_PORT, INSIDE_SOCKET, RELAY_SOURCE, relay_argv
 
-__all__ = ["INSIDE_PORT", "INSIDE_SOCKET", "RELAY_SOURCE", "NetProxy", "Refusal", "relay_argv", "start_proxy"]
+__all__ = ["INSIDE_PORT", "INSIDE_SOCKET", "RELAY_SOURCE", "NetProxy", "relay_argv", "start_proxy"]

@@ -31,14 +31,14 @@ import ssl
 import tempfile
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import h11
 
+from runner.adapters.netproxy.relay import INSIDE_PORT, INSIDE_SOCKET, relay_argv
 from runner.core.network import (ANTHROPIC_SECRETS, OPENAI_SECRETS, PLACEHOLDER_KEY, STRIPPED_HEADERS, AllowList,
-                                 HostRule, Route, normalise_host)
+                                 HostRule, Refusal, Route, normalise_host)
 
 HEAD_LIMIT = 64 * 1024  # a request head larger than this is refused (431)
 CHUNK = 64 * 1024
@@ -52,20 +52,6 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorizat
 _MODEL_ENV = (*ANTHROPIC_SECRETS, *OPENAI_SECRETS, "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL")
 _PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _NO_PROXY = "localhost,127.0.0.1,::1"
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Connections to one destination the run was not allowed to reach."""
-
-    host: str
-    port: int
-    count: int
-    why: str  # "not allowed", "resolves to a local address", ...
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port} ({self.count}x, {self.why})" if self.port else f"{host} ({self.count}x, {self.why})"
 
 
 class _Refused(Exception):
@@ -151,7 +137,16 @@ class NetProxy:
 
     # ---- what the sandbox is told ---------------------------------------------------------------------------
 
-    def sandbox_env(self, env: Mapping[str, str], *, port: int) -> dict[str, str]:
+    @property
+    def bind(self) -> tuple[Path, str]:
+        """(the socket's folder outside, where the sandbox must bind it read-write inside)."""
+        return self.socket_path.parent, os.path.dirname(INSIDE_SOCKET)
+
+    def wrap(self, argv: list[str] | tuple[str, ...], *, python: str) -> list[str]:
+        """`argv` behind the relay (runner.adapters.netproxy.relay), for a sandbox that binds `bind`."""
+        return relay_argv(argv, python=python, socket=INSIDE_SOCKET, port=INSIDE_PORT)
+
+    def sandbox_env(self, env: Mapping[str, str], *, port: int = INSIDE_PORT) -> dict[str, str]:
         """`env` for a run behind this proxy: no model key or endpoint of the host's (a route's placeholder and
         address instead), every proxy variable pointing at the relay on the sandbox's loopback."""
         out = {k: v for k, v in env.items() if k not in _MODEL_ENV and k.upper() not in ("NO_PROXY",)}
