@@ -165,8 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         if cmd.arguments:
             cmd.arguments(p)
-        p.set_defaults(_run=cmd.run)
+        p.set_defaults(_run=cmd.run, _command=cmd.name)
     return parser
+
+
+def interrupted_message(command: str, plan) -> str:
+    """What a Ctrl-C left: for a plan's `run` or `session`, that the work is kept and how to go on."""
+    if command not in ("run", "session") or plan is None:
+        return "plan-runner: interrupted"
+    return (f"plan-runner: interrupted. The work is kept: a session that was running is recorded as Interrupted "
+            f"(no attempt used), with the agent's commits and uncommitted work on the plan's work branch.\n"
+            f"  continue: plan-runner run {plan}")
 
 
 def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         print(err.render(), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print("plan-runner: interrupted", file=sys.stderr)
+        print(interrupted_message(getattr(args, "_command", ""), getattr(args, "plan", None)), file=sys.stderr)
         return Exit.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes a message
         from runner.drivers import space

@@ -73,6 +73,8 @@ def test_an_interrupted_agents_commit_and_leftovers_are_on_the_work_branch(tmp_p
     assert [(r["outcome"], r["blame"]) for r in records] == [("Interrupted", "none")]
     assert "was saved on plan-runner/calc" in records[0]["reasons"][0]
     assert git(repo, "status", "--porcelain") == "", "nothing was committed or left in the user's work tree"
+    if how != "sigterm":  # what the person who pressed Ctrl-C reads: the work is kept, and how to go on
+        assert "The work is kept" in stderr and "continue: plan-runner run plans/calc.md" in stderr, stderr
 
 
 def test_a_second_run_of_the_same_plan_refuses_with_what_why_fix(tmp_path):
