@@ -94,7 +94,7 @@ def bench_variant(root: Path, ref: str | None) -> dict:
 def bench_cli_install(root: Path) -> dict:
     """The pinned Claude Code CLI, installed by the action's own code into an empty install directory (root-owned,
     as PLAN_RUNNER_INSTALL_ROOT must be) and an empty npm cache."""
-    from runner.drivers.action_cli import CLIS, install_cli
+    from runner.drivers.actions.install import CLIS, install_cli
 
     if shutil.which("npm") is None:
         return {"measured": False, "why": "npm is not installed"}

@@ -11,7 +11,7 @@ The table is a discrete-event model of what GitHub starts, read from the files (
   whose tick fires at every slot whatever waits);
 * every completed run of the session workflow is a `workflow_run` event for the reconcile file, whose job runs
   only when its `if:` holds (evaluated here for the run's trigger and conclusion);
-* plan-runner's clock rule (runner/drivers/action_tick.py `needs_clock`, `set_clock`; tests/integration/test_action_clock.py
+* plan-runner's clock rule (runner/drivers/actions/tick.py `needs_clock`, `set_clock`; tests/integration/test_action_clock.py
   shows it against the test server): a job that leaves a plan waiting enables the clock, the first tick that finds
   no plan waiting (the one that dispatches the woken plan) disables it; the commit of new files enables it once.
 

@@ -5,7 +5,7 @@
 * a parking session: the same, with an agent that asks for a human (first park, then a
   second park of the same plan, which reuses the issue);
 * the reply path: `mode_reply` on an `issue_comment` event (permission, react, comment,
-  close, dispatch), when runner/drivers/action_reply.py exists; else the driver operations;
+  close, dispatch), when runner/drivers/actions/reply.py exists; else the driver operations;
 * a tick over 20 plans (10 in --quick) with state (some due, some waiting, parked or finished) through
   `mode_tick`, then a second tick (everything already dispatched).
 """
@@ -77,10 +77,10 @@ def _session_calls(srv: GitHubServer, repo: Path, plan_path: str, env: dict[str,
 
 
 def _reply_calls(srv: GitHubServer, repo: Path, workdir: Path, env: dict[str, str], issue: int) -> dict:
-    if importlib.util.find_spec("runner.drivers.action_reply") is None:
-        return {"measured": False, "why": "runner/drivers/action_reply.py does not exist yet"}
+    if importlib.util.find_spec("runner.drivers.actions.reply") is None:
+        return {"measured": False, "why": "runner/drivers/actions/reply.py does not exist yet"}
     from runner.adapters.action_io import Reporter
-    from runner.drivers.action_reply import mode_reply
+    from runner.drivers.actions.reply import mode_reply
 
     srv.set_permission("maintainer", "write")
     body = "/plan-runner retry use SQLite"
@@ -135,10 +135,10 @@ def _with_origin(repo: Path, env: dict[str, str]) -> None:
 
 
 def _tick_calls(srv: GitHubServer, workdir: Path, script: Path, env: dict[str, str], plans: int) -> dict:
-    if importlib.util.find_spec("runner.drivers.action_tick") is None:
-        return {"measured": False, "why": "runner/drivers/action_tick.py does not exist yet"}
+    if importlib.util.find_spec("runner.drivers.actions.tick") is None:
+        return {"measured": False, "why": "runner/drivers/actions/tick.py does not exist yet"}
     from runner.adapters.action_io import Reporter
-    from runner.drivers.action_tick import mode_tick
+    from runner.drivers.actions.tick import mode_tick
 
     repo = workdir / "repo-tick"
     build_repo(repo, 10, {f"plans/tick-{i:02d}.md": _plan(script) for i in range(plans)}, env=env)

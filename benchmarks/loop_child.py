@@ -2,7 +2,7 @@
 
 benchmarks/real_project.py --mode run starts it as a child (through measure_child.py, like any benchmark
 child): `plan-runner run PLAN` exactly as a developer types it, with the one function its loop calls per
-session (runner.drivers.local.run_session) wrapped in a timer. Nothing else is changed: the sessions after the
+session (runner.drivers.cli.local.run_session) wrapped in a timer. Nothing else is changed: the sessions after the
 first pay no interpreter start and no imports, as in a developer's `plan-runner run`.
 
     python benchmarks/loop_child.py OUT.json run plans/x.md [...]
@@ -18,7 +18,8 @@ from pathlib import Path
 
 def main() -> None:
     out, argv = Path(sys.argv[1]), sys.argv[2:]
-    from runner.drivers import cli, local
+    from runner.drivers.cli import local
+    from runner.drivers.cli import main as cli
 
     rows: list[dict] = []
     inner = local.run_session

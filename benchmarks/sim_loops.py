@@ -5,7 +5,7 @@ stream-json lines and exit code, the commits and the plan file at the head, the 
 test gate's runs. Each loop must detect limits, flakes and lies from that itself.
 
 * `run_plan_runner`: plan-runner's real parsers and pure core. The stream goes through
-  `backends.streamjson.parse_stream` (the Claude Code backend's parser and exit classifier), the
+  `backends.claude_code.streamjson.parse_stream` (the Claude Code backend's parser and exit classifier), the
   gate runs through `gates.run_gates` (its re-run of a red required gate, flaky marking) and
   `fingerprint`, the commits through the collectors' bookkeeping rule, the tracker through
   `planfile.with_tracker`/`diff_tracker`; then `classify`, `fold` of real ledger records,
@@ -33,7 +33,7 @@ from pathlib import Path
 from benchmarks.sim_signals import RawSession, plan_path, plan_text, render, tick
 from benchmarks.sim_world import T0, FaultModel, PlanTruth, World
 from runner.core.actions import Blame, ConsultAdvisor, Finish, Park, RunSession, Wait
-from runner.backends.streamjson import STOP_TOKEN_BUDGET, parse_stream
+from runner.backends.claude_code.streamjson import STOP_TOKEN_BUDGET, parse_stream
 from runner.adapters.judge.collect import handoff_path_of
 from runner.core.evidence import CommitInfo, Evidence, GateResult
 from runner.core.fingerprint import fingerprint

@@ -263,7 +263,7 @@ def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[di
 def bench_network(workdir: Path, tick_plans: int) -> dict:
     from benchmarks.github_calls import TOKEN, _env, _plan as gh_plan, _seed_tick_state, _with_origin
     from runner.adapters.action_io import Reporter
-    from runner.drivers.action_tick import mode_tick
+    from runner.drivers.actions.tick import mode_tick
     from runner.adapters.github.events import GitHubContext
     from runner.adapters.github.client import GitHubDriver
     from runner.adapters.github.api import RetryPolicy

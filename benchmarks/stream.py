@@ -8,7 +8,7 @@ bytes. Measured in a fresh child process each (clean peak memory):
 * `supervise`: `runner.adapters.sandbox.supervise.supervise` reading the generator through a pipe,
   `json.loads` per line in `on_line` (what every stream backend sits on);
 * `parser`: the same, with the Claude Code stream-json parser from
-  `runner.backends.streamjson` in `on_line`, when that module exists.
+  `runner.backends.claude_code.streamjson` in `on_line`, when that module exists.
 
 Run as `python -m benchmarks.stream MODE SIZE` (prints one JSON line) or through run.py.
 """
@@ -140,7 +140,7 @@ class _Parser:
     """`StreamJsonParser.feed` per line, as the claude-code backend calls it; the signals at the end."""
 
     def __init__(self) -> None:
-        from runner.backends.streamjson import StreamJsonParser
+        from runner.backends.claude_code.streamjson import StreamJsonParser
 
         self.parser = StreamJsonParser()
         self.final = None
@@ -172,7 +172,7 @@ def bench_stream(workdir: Path, size: int) -> dict:
     extra = best["peak_rss_mb"] - best["idle_rss_mb"]
     out = {
         "measured": True,
-        "parser": "measured" if "parser" in rows else "not measured yet: runner/backends/streamjson.py does not exist",
+        "parser": "measured" if "parser" in rows else "not measured yet: runner/backends/claude_code/streamjson.py does not exist",
         "bytes": size,
         "bare_mb_s": rows["bare"]["mb_s"],
         "supervise_mb_s": rows["supervise"]["mb_s"],
@@ -198,7 +198,7 @@ def bench_stream(workdir: Path, size: int) -> dict:
 def _has_parser() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("runner.backends.streamjson") is not None
+    return importlib.util.find_spec("runner.backends.claude_code.streamjson") is not None
 
 
 if __name__ == "__main__":

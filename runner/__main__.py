@@ -1,5 +1,5 @@
 """`python -m runner` is `plan-runner`."""
 
-from runner.drivers.cli import run
+from runner.drivers.cli.main import run
 
 run()

@@ -8,8 +8,8 @@ from typing import Any
 
 import git
 
-from runner.backends.anthropic_agent import AnthropicAgentBackend
-from runner.backends.base import SessionRequest
+from runner.backends.anthropic.backend import AnthropicAgentBackend
+from runner.backends.common.base import SessionRequest
 from runner.core.plan import AgentConfig
 from tests.git_repos import init_repo
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from runner.drivers.action import run_action
-from runner.drivers.action_tick import tick_plan
+from runner.drivers.actions.main import run_action
+from runner.drivers.actions.tick import tick_plan
 from runner.adapters.github.events import GitHubContext
 from runner.adapters.github.client import GitHubDriver
 from runner.adapters.github.api import RetryPolicy

@@ -157,7 +157,7 @@ def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
 def append_outputs(env: Mapping[str, str], **values: str) -> None:
     """Step outputs (`format_output`) appended to `$GITHUB_OUTPUT`, or printed without it. (The `Cache key` step
     has its own plain writer: it runs on the runner's python3 before anything is installed, runner/drivers/
-    action_cache.py.)"""
+    actions/install_cache.py.)"""
     text = "".join(format_output(k, v) for k, v in values.items())
     path = env.get("GITHUB_OUTPUT")
     if path:

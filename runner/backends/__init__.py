@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from runner.backends.base import AgentBackend, SessionRequest, get_backend
+from runner.backends.common.base import AgentBackend, SessionRequest, get_backend
 
 __all__ = ["AgentBackend", "SessionRequest", "get_backend"]

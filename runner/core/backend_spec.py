@@ -1,8 +1,8 @@
 """What one agent backend is, declared once: the table every part of plan-runner reads.
 
 The plan's schema (`agent.backend`), the preflight (the executable, the credentials), the agent's environment
-allow-list (runner.adapters.sandbox.agentenv), the action's installer (runner.drivers.action_cli), `logs`
-(runner.drivers.transcripts) and `get_backend` (runner.backends.base) all read `BACKENDS`; nothing else names a
+allow-list (runner.adapters.sandbox.agentenv), the action's installer (runner.drivers.actions.install), `logs`
+(runner.drivers.cli.transcripts) and `get_backend` (runner.backends.common.base) all read `BACKENDS`; nothing else names a
 backend's package, credentials or files.
 
 A plain table, not a plugin registry: a backend runs inside plan-runner's trusted process (it is handed the
@@ -140,7 +140,7 @@ _CLAUDE_AUTH = (
 
 BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
     BackendSpec(
-        "claude-code", "runner.backends.claude_code:ClaudeCodeBackend", "the Claude Code CLI (stream-json)",
+        "claude-code", "runner.backends.claude_code.backend:ClaudeCodeBackend", "the Claude Code CLI (stream-json)",
         credentials=ANTHROPIC_VARS, auth=_CLAUDE_AUTH,
         executable=Executable("claude", "PLAN_RUNNER_CLAUDE"),
         install=NpmPackage("@anthropic-ai/claude-code", "2.1.332", "claude"),
@@ -148,14 +148,14 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
                      "to its path in the plan",
         transcripts=("claude-stream.jsonl",)),
     BackendSpec(
-        "anthropic", "runner.backends.anthropic_agent:AnthropicAgentBackend",
+        "anthropic", "runner.backends.anthropic.backend:AnthropicAgentBackend",
         "plan-runner's built-in agent on the Messages API",
         credentials=ANTHROPIC_VARS,
         auth=(AuthWay("anthropic", "Anthropic API key", (("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),),
                       "set the action's `anthropic-api-key` input (locally: export ANTHROPIC_API_KEY=...)"),),
         transcripts=("*.json",)),
     BackendSpec(
-        "codex", "runner.backends.codex:CodexBackend", "the Codex CLI (`codex exec --json`)",
+        "codex", "runner.backends.codex.backend:CodexBackend", "the Codex CLI (`codex exec --json`)",
         credentials=OPENAI_VARS,
         auth=(AuthWay("openai", "OpenAI API key or ChatGPT login", (("OPENAI_API_KEY", "CODEX_AUTH_JSON"),),
                       "set the action's `openai-api-key` input, or `codex-auth-json` with the contents of a ChatGPT "
@@ -167,11 +167,11 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
         install_hint="install Codex (`npm install -g @openai/codex`), or set `agent.executable` to its path in the plan",
         transcripts=("codex-events.jsonl",)),
     BackendSpec(
-        "command", "runner.backends.command:CommandBackend", "any CLI named by `agent.executable`",
+        "command", "runner.backends.command.backend:CommandBackend", "any CLI named by `agent.executable`",
         install_hint="set `agent.executable` in the plan to a program on the PATH or a path relative to the repository",
         transcripts=("command-output.log",)),
     BackendSpec(
-        "script", "runner.backends.script:ScriptBackend", "a scripted stand-in agent (demo, tests)",
+        "script", "runner.backends.script.backend:ScriptBackend", "a scripted stand-in agent (demo, tests)",
         credentials=ANTHROPIC_VARS,  # it plays a Claude Code agent
         transcripts=("script-*.jsonl",)),
 )}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers.action_cli import CLIS
+from runner.drivers.actions.install import CLIS
 from runner.adapters.init import AUTHS, AWS_CREDENTIALS_ACTION, GOOGLE_AUTH_ACTION
 from tests.e2e_act import world as w
 from tests.servers import messages as m

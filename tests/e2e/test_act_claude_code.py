@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 
-from runner.drivers.action_cli import CLIS
+from runner.drivers.actions.install import CLIS
 from tests.e2e_act import world as w
 from tests.e2e_act.npm_registry import NpmRegistry, standin_tarball
 from tests.servers.github import GitHubServer

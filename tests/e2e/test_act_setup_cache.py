@@ -11,7 +11,7 @@ import json
 import shutil
 import subprocess
 
-from runner.drivers import action_setup
+from runner.drivers.actions import setup_cache as action_setup
 from tests.e2e.test_act_e2e import PLAN, ActWorld
 from tests.e2e_act import world as w
 from tests.integration.test_action_setup_cache import PLAN as SETUP_PLAN, SCRIPT as SETUP_SCRIPT

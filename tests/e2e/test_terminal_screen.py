@@ -139,7 +139,7 @@ def test_the_status_line_keeps_naming_plan_runners_session(monkeypatch):
     """The agent's own session id (Claude Code's init line) never replaces plan-runner's session on the status line."""
     import io
 
-    from runner.drivers import progress as progress_module
+    from runner.drivers.cli import progress as progress_module
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -1,7 +1,7 @@
 """A stand-in for Claude Code's `claude` CLI, shipped by the tests as an npm package of the same name and
 version (tests/e2e_act/npm_registry.py), so the action installs it exactly as it installs the real one.
 
-It speaks the CLI's stream-json protocol as plan-runner drives it (runner/backends/claude_code.py): the
+It speaks the CLI's stream-json protocol as plan-runner drives it (runner/backends/claude_code/backend.py): the
 prompt arrives as a stream-json user message on stdin; it answers with the `system/init` line, assistant
 `tool_use` lines and `user` `tool_result` lines, and one `result` line; then it waits for stdin to close.
 What it does is scripted per checkpoint (scenario.json beside this file): shell commands it runs with its

@@ -1,5 +1,5 @@
 """A local npm registry on 127.0.0.1 serving one package: a stand-in for `@anthropic-ai/claude-code` at the
-version plan-runner pins (runner/drivers/action_cli.py), built by the tests (tests/e2e_act/claude_standin.py).
+version plan-runner pins (runner/drivers/actions/install.py), built by the tests (tests/e2e_act/claude_standin.py).
 
 npm reads its registry from `npm_config_registry` (npm's documented configuration: every `npm_config_*`
 variable sets the option of that name; actions/setup-node's `registry-url` writes the same option into an
@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
 
-from runner.drivers.action_cli import CLIS
+from runner.drivers.actions.install import CLIS
 
 STANDIN = Path(__file__).with_name("claude_standin.py")
 

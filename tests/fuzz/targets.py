@@ -23,8 +23,8 @@ import atheris
 PARSERS = ["runner", "yaml", "markdown_it", "json"]
 
 with atheris.instrument_imports(include=PARSERS):
-    from runner.backends.codexjson import parse_codex_stream
-    from runner.backends.streamjson import parse_stream
+    from runner.backends.codex.codexjson import parse_codex_stream
+    from runner.backends.claude_code.streamjson import parse_stream
     from runner.core.errors import PlanRunnerError
     from runner.adapters.github.events import parse_event
     from runner.core.planfile import diff_tracker, parse_plan, with_tracker

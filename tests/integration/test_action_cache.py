@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.drivers import action_cache as ac
+from runner.drivers.actions import install_cache as ac
 from tests.e2e_act import world as w
 from tests.e2e_act.hosted import ActionsCache, CompositeRunner, HostedImage
 from tests.servers.github import GitHubServer
@@ -59,7 +59,7 @@ def test_the_save_step_comes_before_anything_of_the_session_runs():
     names = [s.get("id") or s.get("name") for s in steps]
     assert names.index("cache") < names.index("restore") < names.index("install") \
         < names.index("prepare") < names.index("Save the install") < names.index("run")
-    # the plan's set-up (runner/drivers/action_setup.py): built and saved before the session's step too
+    # the plan's set-up (runner/drivers/actions/setup_cache.py): built and saved before the session's step too
     assert names.index("prepare") < names.index("setup-restore") < names.index("setup") \
         < names.index("Save the set-up") < names.index("run")
     cache_steps = {s.get("id") or s["name"]: s for s in steps if s.get("uses", "").startswith("actions/cache/")}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers.action_cli import CLIS, install_cli, needed_cli
+from runner.drivers.actions.install import CLIS, install_cli, needed_cli
 from runner.core.planfile import parse_plan
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
@@ -98,7 +98,7 @@ def test_the_on_demand_dependencies_match_pyproject_and_only_the_built_in_backen
     requirement pyproject.toml states, exactly when the plan's sessions import it (built-in backend, advisor)."""
     import tomllib
 
-    from runner.drivers.action_cli import ON_DEMAND, needed_modules
+    from runner.drivers.actions.install import ON_DEMAND, needed_modules
 
     meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     on_demand = meta["tool"]["plan-runner"]["action-on-demand"]
@@ -123,7 +123,7 @@ def test_a_github_session_never_imports_what_the_action_leaves_out(tmp_path: Pat
         ws = w.checkout(jobs.bare, tmp_path / "job")
         env = {**w.job_env(srv, ws, tmp_path / "runner", "workflow_dispatch", w.dispatch_event("plans/greeter.md")),
                "PLAN_RUNNER_MODE": "session", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-        code = ("import sys, runner.drivers.action as a; rc = a.run_action(dict(__import__('os').environ)); "
+        code = ("import sys, runner.drivers.actions.main as a; rc = a.run_action(dict(__import__('os').environ)); "
                 "print('LOADED', sorted(m for m in ('anthropic', 'rich') if m in sys.modules)); sys.exit(rc)")
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -19,7 +19,7 @@ import pytest
 
 from runner.adapters.render.termreport import to_terminal  # bodies escape the text they quote
 
-from runner.drivers.action import run_action
+from runner.drivers.actions.main import run_action
 from tests.e2e_act import world as w
 from tests.reliability_world import GH_SCRIPT, GitHubJobs
 from tests.servers.github import GitHubServer

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.errors import PlanRunnerError
-from runner.drivers.action_cli import install_root, writable_by_others
+from runner.drivers.actions.install import install_root, writable_by_others
 from tests.e2e_act import world as w
 from tests.e2e_act.hosted import CompositeRunner, HostedImage
 from tests.servers.github import GitHubServer
@@ -91,7 +91,7 @@ def test_the_action_installs_plan_runner_where_only_root_can_change_it(tmp_path:
     assert writable_by_others(python) is None
     # Its bytecode was compiled at install (no later job may write it): what a session imports, run as another
     # user, loads every module of the venv from a .pyc that is still valid after `place` copied it
-    imports = "import runner.drivers.cli_local, runner.drivers.cli_action, runner.drivers.session.phases"
+    imports = "import runner.drivers.cli.local_commands, runner.drivers.cli.action_commands, runner.drivers.session.phases"
     loaded = as_other(str(python), "-v", "-P", "-c", imports)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     compiled = [line for line in loaded.stderr.splitlines() if line.startswith("# code object from ")]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from runner.adapters import clock
-from runner.drivers.action import git_credentials, run_action
-from runner.drivers.action_env import normalise_plan_path
+from runner.drivers.actions.main import git_credentials, run_action
+from runner.drivers.actions.env import normalise_plan_path
 from runner.adapters.action_io import format_command, format_output
-from runner.drivers.action_tick import decide_tick, lost_dispatch, orphan_deadline
+from runner.drivers.actions.tick import decide_tick, lost_dispatch, orphan_deadline
 from runner.core.errors import PlanRunnerError
 from runner.core.ledger import Dispatched, SessionStarted
 from tests.e2e_act import world as w
@@ -311,7 +311,7 @@ def test_git_credentials_live_only_in_the_process_environment(monkeypatch):
 
 def test_decide_tick_leaves_finished_and_unstarted_plans_alone(jobs):
     """A plan without a ledger is never started by a tick."""
-    from runner.drivers.local import local_drivers
+    from runner.drivers.cli.local import local_drivers
     from runner.drivers.session import Session, Workspace
 
     clone = w.checkout(jobs.bare, jobs.root / "fresh")

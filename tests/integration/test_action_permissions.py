@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers.action import run_action
+from runner.drivers.actions.main import run_action
 from runner.adapters.github.permissions import check_job_permissions, granted_by, job_block, missing, needed
 from runner.core.errors import PlanRunnerError
 from runner.adapters.init import write_init

@@ -1,4 +1,4 @@
-"""The plan's `setup:` results in the Actions cache (issue 23; runner/drivers/action_setup.py): a later session job on a
+"""The plan's `setup:` results in the Actions cache (issue 23; runner/drivers/actions/setup_cache.py): a later session job on a
 fresh hosted runner restores them instead of running the set-up again, and an entry the setup record does not vouch
 for (saved by someone else under the key, or changed after the save) is refused and the set-up runs fresh.
 
@@ -24,7 +24,7 @@ import pytest
 from runner.adapters.judge import setup as setup_mod
 from runner.adapters.sandbox import agent_clone
 from runner.core.plan import SetupConfig
-from runner.drivers import action_setup
+from runner.drivers.actions import setup_cache as action_setup
 from tests.e2e_act import world as w
 from tests.e2e_act.hosted import ActionsCache, CompositeRunner, HostedImage, JobRun
 from tests.servers.github import GitHubServer

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.planfile import parse_plan
-from runner.drivers.preflight import PreflightError, _raise, problems
+from runner.drivers.session.preflight import PreflightError, _raise, problems
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.agent_tools import Workspace
+from runner.backends.anthropic.tools import Workspace
 from tests.git_repos import init_repo
 
 PLAN = "# Money\n\n## Stage 1: Format <!-- sessions: 2 -->\n\n- [ ] 1.1 Add cents to tools/moneyfmt.py\n"

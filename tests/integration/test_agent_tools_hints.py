@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runner.backends.agent_tools import TOOL_SPECS, Workspace
+from runner.backends.anthropic.tools import TOOL_SPECS, Workspace
 
 
 def _ws(root: Path) -> Workspace:

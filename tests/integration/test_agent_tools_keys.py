@@ -13,9 +13,9 @@ import yaml
 
 from runner.adapters.sandbox.agentenv import backend_agent_env
 from runner.backends import get_backend
-from runner.backends.base import SessionRequest
-from runner.backends.claude_code import ALLOWED_TOOLS, STREAM_LOG, build_claude_argv, mcp_config
-from runner.backends.codex import build_codex_argv
+from runner.backends.common.base import SessionRequest
+from runner.backends.claude_code.backend import ALLOWED_TOOLS, STREAM_LOG, build_claude_argv, mcp_config
+from runner.backends.codex.backend import build_codex_argv
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind
 from runner.core.plan import REQUIRED_TOOLS, AgentConfig
@@ -145,7 +145,7 @@ def test_the_documented_example_is_a_valid_agent():
 def test_the_real_codex_starts_the_plans_mcp_server(tmp_path):
     """The real Codex CLI, given the plan's server as its own config, starts it (initialize, tools/list) with the
     variable the plan names forwarded."""
-    from runner.backends.codex import CodexBackend
+    from runner.backends.codex.backend import CodexBackend
     from tests.servers.responses import ResponsesServer, reply as codex_reply
     from tests.integration.test_credentials import _codex_exe
 
@@ -173,7 +173,7 @@ def test_the_real_codex_starts_the_plans_mcp_server(tmp_path):
 
 
 def test_the_preflight_names_an_mcp_server_whose_command_is_missing(tmp_path):
-    from runner.drivers.preflight import problems
+    from runner.drivers.session.preflight import problems
 
     plan = parse_plan(_plan(f"  executable: {_claude()}\n  mcp_servers:\n    docs: {{command: no-such-mcp-server-1}}\n"
                             "    ok: {command: sh}\n"), "plans/p.md")

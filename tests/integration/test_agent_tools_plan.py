@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.agent_tools import TOOL_NAMES, Workspace
+from runner.backends.anthropic.tools import TOOL_NAMES, Workspace
 from runner.core.planfile import parse_plan, protected_changes
 
 PLAN = """\

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from runner.backends.agent_tools import OUTPUT_LIMIT, Workspace
+from runner.backends.anthropic.tools import OUTPUT_LIMIT, Workspace
 
 
 def _kill_escaped(pid_file: Path) -> None:

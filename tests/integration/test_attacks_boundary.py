@@ -490,7 +490,7 @@ def test_removals_and_reads_never_go_through_a_link(tmp_path):
     """A link to the judge's folder inside the agent's tree: removing the tree removes the link, not what it
     points to; a read through a linked folder gets nothing, and `plan-runner logs` shows nothing of a
     transcript that is a link (positive control: the same file, copied in, is shown)."""
-    from runner.drivers.transcripts import render_dir
+    from runner.drivers.cli.transcripts import render_dir
 
     judge = tmp_path / "judge"
     judge.mkdir()

@@ -11,10 +11,10 @@ from pathlib import Path
 import git
 import pytest
 
-from runner.backends.agent_tools import OUTPUT_LIMIT, Workspace, bound_output
-from runner.backends.anthropic_agent import AnthropicAgentBackend, resume_messages
-from runner.backends.anthropic_errors import parse_rate_limit_reset
-from runner.backends.base import get_backend
+from runner.backends.anthropic.tools import OUTPUT_LIMIT, Workspace, bound_output
+from runner.backends.anthropic.backend import AnthropicAgentBackend, resume_messages
+from runner.backends.anthropic.errors import parse_rate_limit_reset
+from runner.backends.common.base import get_backend
 from runner.core.evidence import ExitKind
 from runner.adapters.sandbox.supervise import NUDGE_TEXT
 from tests.agent_helpers import fast_backend, make_request, tool_results, user_texts

@@ -15,8 +15,8 @@ import pytest
 
 from runner.adapters.sandbox.agentenv import build_agent_env
 from runner.backends import get_backend
-from runner.backends.base import SessionRequest
-from runner.backends.claude_code import (
+from runner.backends.common.base import SessionRequest
+from runner.backends.claude_code.backend import (
     ALLOWED_TOOLS,
     CONFIG_SUBDIR,
     build_claude_argv,

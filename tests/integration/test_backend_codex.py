@@ -11,9 +11,9 @@ from pathlib import Path
 import git
 import pytest
 
-from runner.backends.base import SessionRequest, get_backend
-from runner.backends.codex import CodexBackend, build_codex_argv
-from runner.backends.codexjson import (
+from runner.backends.common.base import SessionRequest, get_backend
+from runner.backends.codex.backend import CodexBackend, build_codex_argv
+from runner.backends.codex.codexjson import (
     classify_codex_error,
     estimate_cost,
     parse_codex_stream,
@@ -237,7 +237,7 @@ def test_codex_hang_is_a_stall(tmp_path: Path, codex_exe: str) -> None:
 def test_the_event_log_kept_with_the_state_is_bounded_per_session(tmp_path: Path, monkeypatch) -> None:
     """A CLI that streams more events than the bound leaves a log of at most the bound (plus one newline per
     cut line), like Claude Code's stream log: the state never keeps an unbounded Codex log."""
-    import runner.backends.codex as codex_module
+    import runner.backends.codex.backend as codex_module
 
     monkeypatch.setattr(codex_module, "EVENT_LOG_LIMIT", 4000)
     line = '{"type":"item.completed","item":{"id":"item_%d","type":"agent_message","text":"%s"}}'

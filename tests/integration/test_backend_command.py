@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from runner.adapters.sandbox.agentenv import build_agent_env
-from runner.backends.base import SessionRequest, get_backend
-from runner.backends.command import build_argv, classify_command_exit
+from runner.backends.common.base import SessionRequest, get_backend
+from runner.backends.command.backend import build_argv, classify_command_exit
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind
 from runner.core.plan import AgentConfig

@@ -13,8 +13,8 @@ import git
 import pytest
 
 from runner.adapters.sandbox.agentenv import build_agent_env
-from runner.backends.base import SessionRequest, get_backend
-from runner.backends.script import parse_script
+from runner.backends.common.base import SessionRequest, get_backend
+from runner.backends.script.backend import parse_script
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind
 from runner.core.plan import AgentConfig

@@ -17,15 +17,15 @@ import pytest
 
 from core_builders import T0, evidence, plan, record, signals, work_commit
 from runner.backends import get_backend
-from runner.backends.meter import anthropic_cost, budget_tokens, read_meter, write_meter
-from runner.backends.streamjson import StreamJsonParser, parse_stream
+from runner.backends.common.meter import anthropic_cost, budget_tokens, read_meter, write_meter
+from runner.backends.claude_code.streamjson import StreamJsonParser, parse_stream
 from runner.core.actions import Outcome, Park
 from runner.core.evidence import ExitKind
 from runner.core.ledger import SessionRecord
 from runner.core.outcome import classify
 from runner.core.plan import BudgetConfig
 from runner.core.policy import decide_next, fold
-from runner.drivers.progress import cost_text
+from runner.drivers.cli.progress import cost_text
 from tests.agent_helpers import fast_backend, make_request
 from tests.servers.messages import MessagesServer, hang, reply, tool_use
 from tests.integration.test_backend_claude_code import _request, repo, srv  # noqa: F401  (fixtures)
@@ -179,7 +179,7 @@ def test_anthropic_backend_unreachable_endpoint_ends_at_once(tmp_path: Path) -> 
 
 def test_endpoint_credentials_are_never_shown() -> None:
     """A base URL with a user and password in it is shown without them."""
-    from runner.backends.endpoint import shown, unreachable_reason
+    from runner.backends.common.endpoint import shown, unreachable_reason
 
     assert shown("https://me:s3cret@proxy.example:8443/v1") == "https://proxy.example:8443/v1"
     assert "s3cret" not in unreachable_reason("http://me:s3cret@127.0.0.1:9", "ANTHROPIC_API_KEY", timeout_s=1)
@@ -264,7 +264,7 @@ def test_a_session_that_never_reached_the_model_runs_no_setup_or_gates(tmp_path:
 
 def test_codex_thread_and_turn_events_are_not_output():
     """Codex's `thread.started`/`turn.started` (and a reconnect notice) are its own: no work output; an item is."""
-    from runner.backends.codexjson import parse_codex_stream
+    from runner.backends.codex.codexjson import parse_codex_stream
 
     start = ['{"type":"thread.started","thread_id":"0199a213-81c0-7800-8aa1-bbab2a035a53"}', '{"type":"turn.started"}',
              '{"type":"error","message":"Reconnecting... 1/5"}']

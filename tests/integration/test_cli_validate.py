@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers import cli
+from runner.drivers.cli import main as cli
 from runner.core.errors import PlanRunnerError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,12 +21,12 @@ from runner.adapters.sandbox import agent_creds
 from runner.adapters.sandbox.agentenv import backend_agent_env, secret_values
 from runner.adapters.sandbox.identity import Identity
 from runner.backends import get_backend
-from runner.backends.base import SessionRequest
+from runner.backends.common.base import SessionRequest
 from runner.core.backend_spec import BACKENDS
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind
 from runner.core.plan import AgentConfig
-from runner.drivers.preflight import credential_problems
+from runner.drivers.session.preflight import credential_problems
 from tests.git_repos import init_repo
 from tests.servers.clouds import ACCESS_TOKEN, IMPERSONATED_TOKEN, OIDC_JWT, REQUEST_TOKEN, CloudServer
 from tests.servers.messages import reply
@@ -242,7 +242,7 @@ def test_the_real_codex_cli_runs_with_the_login_linked_and_the_login_is_never_sa
     """A ChatGPT login is linked into the agent's own CODEX_HOME (the real Codex CLI runs with it there; the key
     drives this run, as the ChatGPT backend's stand-in would need HTTPS); after the session the login is gone from
     what plan-runner keeps (the transcripts and the agent's saved state), and its tokens are secrets."""
-    from runner.backends.codex import CodexBackend
+    from runner.backends.codex.backend import CodexBackend
     from tests.servers.responses import ResponsesServer, reply as codex_reply
 
     exe = os.environ.get("PLAN_RUNNER_CODEX") or _codex_exe()

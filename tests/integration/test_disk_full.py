@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers import space
+from runner.drivers.session import space
 from tests.attack_world import Arena
 from tests.reliability_world import git, ledger
 

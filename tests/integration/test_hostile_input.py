@@ -15,10 +15,10 @@ from runner.adapters.render.termreport import to_terminal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.drivers.action import run_action
-from runner.drivers.action_env import normalise_plan_path
-from runner.backends.codexjson import parse_codex_stream
-from runner.backends.streamjson import parse_stream
+from runner.drivers.actions.main import run_action
+from runner.drivers.actions.env import normalise_plan_path
+from runner.backends.codex.codexjson import parse_codex_stream
+from runner.backends.claude_code.streamjson import parse_stream
 from runner.core.errors import PlanRunnerError
 from runner.adapters.github.events import GitHubContext, parse_event
 from runner.core.planfile import diff_tracker, parse_plan, plan_id_from_path, with_tracker

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers.action_tick import tick_plan
+from runner.drivers.actions.tick import tick_plan
 from runner.core.errors import StateConflict
-from runner.drivers.local import LocalDispatcher, LocalParker
+from runner.drivers.cli.local import LocalDispatcher, LocalParker
 from runner.drivers.session import Drivers, Workspace
 from runner.adapters.store.state import GitStateStore
 from tests.reliability_world import PLAN, cli_env, git, ledger, script, write_calc_project

@@ -41,7 +41,7 @@ def test_a_tick_over_many_due_plans_fetches_once_and_pushes_once(tmp_path: Path)
     from benchmarks.repos import build_repo, git
     from benchmarks.state_bench import NET_SCRIPT, _net, counting_git
     from runner.adapters.action_io import Reporter
-    from runner.drivers.action_tick import mode_tick
+    from runner.drivers.actions.tick import mode_tick
     from runner.adapters.github.events import GitHubContext
     from runner.adapters.github.client import GitHubDriver
     from runner.adapters.github.api import RetryPolicy

@@ -17,7 +17,7 @@ import pytest
 from runner.adapters.sandbox import proc
 
 from runner.adapters.sandbox import identity as sandbox
-from runner.backends.agent_tools import Workspace
+from runner.backends.anthropic.tools import Workspace
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 

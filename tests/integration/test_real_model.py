@@ -19,7 +19,7 @@ import anthropic
 import pytest
 
 from runner.adapters.advisor import AdvisorAnswer, consult_advisor, parse_advice
-from runner.backends.agent_tools import TOOL_NAMES, TOOL_SPECS
+from runner.backends.anthropic.tools import TOOL_NAMES, TOOL_SPECS
 from tests.real_model_world import clean_clone_gate, describe, make_project, run_plan
 from tests.servers.llama import LlamaServer, calls_text, model_path
 

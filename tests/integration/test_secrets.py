@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers.action import run_action
+from runner.drivers.actions.main import run_action
 from tests.e2e_act import world as w
 from tests.reliability_world import (
     MUL_STEP,

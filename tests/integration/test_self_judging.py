@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.drivers.action import run_action
+from runner.drivers.actions.main import run_action
 from tests.e2e_act import world as w
 from tests.conftest import agent_writable
 from tests.reliability_world import (

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from runner.adapters.sandbox.agentenv import build_agent_env, clean_path
-from runner.drivers.preflight import command_problem
+from runner.drivers.session.preflight import command_problem
 
 VENV_BIN = str(Path(sys.prefix) / "bin")  # plan-runner's own virtualenv (the tests run in one)
 

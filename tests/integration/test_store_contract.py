@@ -221,7 +221,7 @@ def test_a_local_session_runs_on_the_memory_store_through_the_port_alone(tmp_pat
     """The drivers ask only the port: a real local session (script agent, real gates, real git for the work) on
     the in-memory store records its start and verdict there, the next session starts from that state, and no
     state ref is written to the repository."""
-    from runner.drivers.local import LocalDispatcher, LocalParker
+    from runner.drivers.cli.local import LocalDispatcher, LocalParker
     from runner.drivers.session import Drivers, Workspace
     from runner.drivers.session import run_session
     from tests import reliability_world as rw

@@ -39,13 +39,13 @@ def test_the_status_line_takes_any_text(monkeypatch):
 
 
 def test_off_a_terminal_the_session_commands_do_not_load_rich():
-    code = "import sys, runner.drivers.cli_local, runner.adapters.render.term; runner.adapters.render.term.err.say('x'); assert 'rich' not in sys.modules"
+    code = "import sys, runner.drivers.cli.local_commands, runner.adapters.render.term; runner.adapters.render.term.err.say('x'); assert 'rich' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_the_demo_refuses_a_directory_that_holds_a_demo_already(tmp_path):
-    from runner.drivers.demo import create_demo_repo
+    from runner.drivers.cli.demo import create_demo_repo
 
     create_demo_repo(tmp_path)
     with pytest.raises(PlanRunnerError) as err:
@@ -55,7 +55,7 @@ def test_the_demo_refuses_a_directory_that_holds_a_demo_already(tmp_path):
 
 def test_the_status_line_moves_while_the_agent_is_quiet(monkeypatch):
     """On a terminal the elapsed time is redrawn every second, with no event from the agent."""
-    from runner.drivers import progress as progress_module
+    from runner.drivers.cli import progress as progress_module
 
     monkeypatch.setattr(sys, "stderr", _Tty())
     progress = progress_module.Progress()

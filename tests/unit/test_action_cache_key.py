@@ -1,4 +1,4 @@
-"""The action's `Cache key` step runs `python3 -P runner/drivers/action_cache.py key` on the runner's own python3,
+"""The action's `Cache key` step runs `python3 -P runner/drivers/actions/install_cache.py key` on the runner's own python3,
 before plan-runner or any of its dependencies is installed (action.yml): the module must run from the action's
 files with the standard library alone. Here it runs under `-I -S` (no site-packages, so neither plan-runner's
 install nor pydantic, jinja2 or GitPython can be found) and must print the key plan-runner computes itself."""
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.drivers.action_cache import cache_key
+from runner.drivers.actions.install_cache import cache_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = "---\nagent:\n  backend: claude-code\n---\n# A plan\n"
@@ -21,7 +21,7 @@ def test_the_key_step_runs_on_a_python_with_nothing_installed_and_gives_plan_run
     out = tmp_path / "github-output"
     env = {"ACTION_PATH": str(ROOT), "PLAN_RUNNER_PLAN": "plans/p.md", "GITHUB_WORKSPACE": str(tmp_path),
            "GITHUB_OUTPUT": str(out), "RUNNER_TEMP": str(tmp_path / "temp"), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-I", "-S", "-P", str(ROOT / "runner/drivers/action_cache.py"), "key"],
+    proc = subprocess.run([sys.executable, "-I", "-S", "-P", str(ROOT / "runner/drivers/actions/install_cache.py"), "key"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())

@@ -1,4 +1,4 @@
-"""The built-in agent's stuck rules (runner.backends.stuck), one by one, on plain records.
+"""The built-in agent's stuck rules (runner.backends.anthropic.stuck), one by one, on plain records.
 
 Each rule is pinned both ways: the loop it names is a stop, and the nearest thing that is iteration (an edit
 between two runs of a failing gate, one repeat fewer, a result that differs) is not.
@@ -6,8 +6,8 @@ between two runs of a failing gate, one repeat fewer, a result that differs) is 
 
 from __future__ import annotations
 
-from runner.backends import stuck as stuck_mod
-from runner.backends.stuck import ALTERNATION_STEPS, ERROR_REPEATS, RESULT_REPEATS, Step, since_change, step, stuck
+from runner.backends.anthropic import stuck as stuck_mod
+from runner.backends.anthropic.stuck import ALTERNATION_STEPS, ERROR_REPEATS, RESULT_REPEATS, Step, since_change, step, stuck
 
 GATE = {"command": "python -m pytest -q tests"}
 RED = "exit code 1\nFAILED tests/test_calc.py::test_add - assert -1 == 5\n1 failed in 0.03s"

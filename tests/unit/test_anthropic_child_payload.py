@@ -1,5 +1,5 @@
 """The built-in agent's isolated child reads back the agent's configuration the parent sends it
-(runner.backends.anthropic_agent.agent_payload): the same stall and time limit, in seconds, not read as minutes."""
+(runner.backends.anthropic.backend.agent_payload): the same stall and time limit, in seconds, not read as minutes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runner.backends.anthropic_agent import agent_payload
+from runner.backends.anthropic.backend import agent_payload
 from runner.core.plan import AgentConfig
 
 

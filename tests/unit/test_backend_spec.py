@@ -14,8 +14,8 @@ from runner.backends import get_backend
 from runner.core.backend_spec import BACKEND_NAMES, BACKENDS
 from runner.core.errors import PlanRunnerError
 from runner.core.plan import AgentConfig
-from runner.drivers import transcripts
-from runner.drivers.action_cli import CLIS
+from runner.drivers.cli import transcripts
+from runner.drivers.actions.install import CLIS
 
 ROOT = Path(__file__).resolve().parents[2]
 

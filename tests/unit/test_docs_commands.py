@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.drivers.cli import build_parser
+from runner.drivers.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -77,7 +77,7 @@ def _imports(name: str, tree: ast.Module, known: set[str]) -> tuple[set[str], se
             continue
         for n in names:
             if n == "runner" or n.startswith("runner."):
-                while n not in known:  # `runner.backends.base.X` -> the module that holds X
+                while n not in known:  # `runner.backends.common.base.X` -> the module that holds X
                     n = n.rpartition(".")[0]
                 inside.add(n)
             else:
@@ -227,3 +227,45 @@ def test_only_the_git_and_store_rooms_import_gitpython():
     known = set(modules)
     users = sorted(m for m in modules if any(lib.split(".")[0] in {"git", "gitdb"} for lib in _imports(m, modules[m], known)[1]))
     assert all(_room(m) in {"git", "store"} for m in users), users
+
+
+# The drivers and the backends are rooms too. The command line may start the Actions job (`plan-runner action`)
+# and a session; the job starts sessions; the session (its phases, the preflight, the disk reserve) neither.
+DRIVER_ROOM_MAY_IMPORT = {
+    "cli": {"actions", "session"},
+    "actions": {"session"},
+    "session": set(),
+}
+# One package per backend, its parser beside it; what they share is `common`, which imports no backend.
+BACKEND_ROOM_MAY_IMPORT = {
+    "common": set(),
+    "claude_code": {"common"},
+    "codex": {"common"},
+    "anthropic": {"common"},
+    "command": {"common"},
+    "script": {"common"},
+}
+_GROUP_ROOMS = {"drivers": DRIVER_ROOM_MAY_IMPORT, "backends": BACKEND_ROOM_MAY_IMPORT}
+
+
+def _group_room(module: str) -> tuple[str, str] | None:
+    parts = module.split(".")
+    return (parts[1], parts[2]) if len(parts) >= 4 and parts[1] in _GROUP_ROOMS else None
+
+
+def test_every_driver_and_backend_module_is_in_a_room():
+    """No module directly in runner/drivers or runner/backends (their `__init__` aside): each is in a room."""
+    modules = _modules()
+    stray = sorted(m for m in modules if m not in TOP_LEVEL and _package_of(m) in _GROUP_ROOMS and m.count(".") < 3
+                   and not (ROOT / m.replace(".", "/") / "__init__.py").exists())
+    assert stray == [], "move these modules into a room (runner/drivers/<room>/ or runner/backends/<room>/)"
+    rooms = {g: {r for m in modules if (gr := _group_room(m)) and gr[0] == g for r in [gr[1]]} for g in _GROUP_ROOMS}
+    assert rooms == {g: set(table) for g, table in _GROUP_ROOMS.items()}, "a new room needs its line in the tables"
+
+
+def test_driver_and_backend_rooms_import_only_the_rooms_they_may():
+    """e.g. a session never imports the command line or the Actions job; one backend never imports another."""
+    wrong = [f"{m} imports {d}" for m, deps in _graph().items() if _group_room(m) for d in sorted(deps)
+             if _group_room(d) and _group_room(d)[0] == _group_room(m)[0] and _group_room(d) != _group_room(m)
+             and _group_room(d)[1] not in _GROUP_ROOMS[_group_room(m)[0]][_group_room(m)[1]]]
+    assert wrong == []

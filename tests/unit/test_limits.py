@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from runner.backends.limits import parse_reset_hint, parse_reset_with_pattern, read_signal
+from runner.backends.common.limits import parse_reset_hint, parse_reset_with_pattern, read_signal
 
 NOW = datetime(2025, 6, 3, 14, 0, 0, tzinfo=UTC)
 BERLIN = ZoneInfo("Europe/Berlin")

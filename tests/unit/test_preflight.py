@@ -10,7 +10,7 @@ import pytest
 from runner.adapters.sandbox.agentenv import credential_vars, build_agent_env
 from runner.core.plan import GateConfig
 from runner.core.planfile import parse_plan
-from runner.drivers.preflight import PreflightError, check, gate_command_problem, problems
+from runner.drivers.session.preflight import PreflightError, check, gate_command_problem, problems
 
 PLAN = """\
 ---
@@ -96,7 +96,7 @@ def test_the_preflight_checks_the_agent_only_when_a_session_will_run(tmp_path):
 
     from runner.core.actions import Finish, RunSession, SessionKind
     from runner.core.policy import RunState
-    from runner.drivers.preflight import before_first_session
+    from runner.drivers.session.preflight import before_first_session
 
     broken = plan("claude-code", f"executable: {tmp_path / 'nope'}")
     ws = SimpleNamespace(env={"PATH": "/usr/bin:/bin", "ANTHROPIC_API_KEY": "k"}, repo=tmp_path, plan_path="plans/p.md",

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.codexjson import classify_codex_error
-from runner.backends.command import classify_command_exit
-from runner.backends.limits import read_signal, status_codes
+from runner.backends.codex.codexjson import classify_codex_error
+from runner.backends.command.backend import classify_command_exit
+from runner.backends.common.limits import read_signal, status_codes
 from runner.core.evidence import ExitKind
 from runner.core.plan import AgentConfig
 from runner.adapters.sandbox.supervise import ProcessExit

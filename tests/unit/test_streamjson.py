@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.backends.streamjson import (
+from runner.backends.claude_code.streamjson import (
     STOP_AUTH,
     STOP_TOKEN_BUDGET,
     StreamJsonParser,

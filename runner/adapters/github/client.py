@@ -45,7 +45,7 @@ _ANSWERS = re.compile(r"<!-- plan-runner:answers (\d{1,20}) -->")
 # person closed stays closed, though still kept up to date, until the finish).
 CLOSED_AT_PARK = "<!-- plan-runner:closed-at-park -->"
 WATCH_STATES = ("draft", "ready", "closed")  # what the watch pull request is left as (GitHubDriver.update_watch)
-# A plan's run: the time of its ledger's first entry (runner.drivers.watch.run_key). `plan-runner reset` starts a
+# A plan's run: the time of its ledger's first entry (runner.drivers.actions.watch.run_key). `plan-runner reset` starts a
 # new run (a new ledger); the watch pull request carries its run's key, so the next job tells the pull request of
 # a run before a reset from its own, closes it with a link to the backup ref and opens its own.
 _RUN_KEY = re.compile(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z")
@@ -174,7 +174,7 @@ class GitHubDriver:
         self.pull_request_starts_ci = self._pull_gh is not None
         self.dispatched_runs: list[tuple[str, int, str]] = []  # (ledger key, run id, run URL) GitHub reported
         self._label_ready = False
-        # The plan's current run and where a reset kept the run before (runner.drivers.watch.attach sets both for
+        # The plan's current run and where a reset kept the run before (runner.drivers.actions.watch.attach sets both for
         # a session job): without them every watch pull request of the plan is the current run's.
         self.run_key: Callable[[], str] = lambda: ""
         self.reset_note: Callable[[str], str] = lambda head_sha: (

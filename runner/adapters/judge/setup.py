@@ -76,7 +76,7 @@ def _place(cache_dir: Path, workdir: Path) -> Path:
 
 def archive_path(cache_dir: Path, workdir: Path, key: str) -> Path:
     """Where the archive of `key` built at `workdir` is kept (the Actions cache carries these files across jobs:
-    runner/drivers/action_setup.py)."""
+    runner/drivers/actions/setup_cache.py)."""
     return _place(cache_dir, workdir) / f"{key}.tar"
 
 

@@ -24,6 +24,7 @@ from runner.core.ledger import Ledger, SegmentedLedger
 
 NAMESPACE = "refs/plan-runner/state"
 TRACKING = "refs/plan-runner/remote-state"  # + /<remote>/<plan_id>
+BACKUP = "refs/plan-runner/backup"  # + /<plan>/<UTC time>/{state,branch}: what `plan-runner reset` kept
 LEDGER_DIR = "ledger"  # the ledger in segments: ledger/000000.jsonl, ledger/000001.jsonl, ...
 SEGMENT_ENTRIES = 256  # entries per segment; every segment but the last is full
 SEGMENT_NAME = re.compile(r"[0-9]{6}\.jsonl")

@@ -300,8 +300,8 @@ UNPUBLISHED = "not published: the report is in the summary of the job that parke
 
 
 def spent_so_far(ws, plan_id: str, started_at):
-    """The meter's last reading of the session started at `started_at` (runner.backends.meter), if it left one
+    """The meter's last reading of the session started at `started_at` (runner.backends.common.meter), if it left one
     in this machine's scratch: what a session cut short had spent counts toward `max_cost_usd` like any other."""
-    from runner.backends.meter import read_meter
+    from runner.backends.common.meter import read_meter
 
     return read_meter(ws.scratch_dir / plan_id / "transcripts", started_at)

@@ -232,9 +232,9 @@ def space_places(ws: Workspace) -> list:
 @contextmanager
 def recorded_interruptions(ws: Workspace, drivers: Drivers):
     """Run sessions inside: a Ctrl-C, SIGTERM or an unexpected failure mid-session is recorded, then re-raised.
-    A full file system (runner/drivers/space.py) is recorded in the space its reserve frees, and re-raised as
+    A full file system (runner/drivers/session/space.py) is recorded in the space its reserve frees, and re-raised as
     the clear OutOfSpace error; the reserve is made before anything starts."""
-    from runner.drivers import space
+    from runner.drivers.session import space
 
     places = space_places(ws)
     reserve = space.Reserve(places)

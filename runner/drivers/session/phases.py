@@ -30,7 +30,7 @@ from runner.adapters.sandbox import sweep
 from runner.core.backend_spec import BACKENDS
 from runner.adapters.sandbox.agentenv import backend_agent_env, build_agent_env, clean_path, key_like
 from runner.backends import SessionRequest, get_backend
-from runner.backends.endpoint import is_unreachable
+from runner.backends.common.endpoint import is_unreachable
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Verdict, Wait, describe
 from runner.core.errors import PlanRunnerError, Refused, StateConflict
 from runner.core.evidence import Evidence, SessionSignals

@@ -1,0 +1,447 @@
+"""The `anthropic` backend: a compact agent loop on the Messages API, in-process.
+
+The loop owns the end of a session: it stops when the model calls no more tools,
+on a refusal, on a bound (turns, tokens, time, stall), or when the model is stuck
+(runner.backends.anthropic.stuck: the same failing call, the same result again and again,
+two calls taking turns, with no change to the work tree between; the record's
+error says which rule). What the model says
+about its work (stop reason, "done", "all tests pass") is normalised into
+`Hints` and decides nothing. The conversation is written to
+`<transcript_dir>/<session id>.json` after every turn so a later job resumes it.
+
+Retries: the SDK's own retries are off (`max_retries=0` on the client) and this
+loop retries transient failures itself, `max_retries` times with exponential
+backoff honouring `retry-after`, so the bound is one number and a hanging
+server costs one stall timeout, not one per SDK retry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+from runner.adapters import clock as wallclock
+from runner.backends.anthropic.tools import TOOL_SPECS, Workspace
+from runner.backends.anthropic.errors import ApiFailure, classify_api_error
+from runner.backends.common.base import SessionRequest
+from runner.backends.common.claims import parse_claims
+from runner.backends.common.endpoint import probe, shown, unreachable_reason
+from runner.backends.common.meter import anthropic_cost, budget_tokens, write_meter
+from runner.backends.common.signals import session_signals
+from runner.backends.anthropic.stuck import Step, step, stuck
+from runner.core.evidence import ExitKind, Hints, SessionSignals
+from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+_FINAL_TEXT_LIMIT = 2000
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_STOP_REASONS = ("end_turn", "max_tokens", "tool_use", "pause_turn", "refusal", "stop_sequence")
+
+SYSTEM_PROMPT = (
+    "You are a coding agent working unattended in a git work tree. Use the tools to read, change and run "
+    "things; paths are relative to the work tree and cannot leave it. Commit your work with git through "
+    "run_shell. When you have nothing left to do, stop calling tools and say briefly what you did."
+)
+
+def estimate_cost(model: str, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> float | None:
+    """A list-price estimate (runner.backends.common.meter); None for a model the table does not know."""
+    return anthropic_cost(model, input_tokens, output_tokens, cache_read, cache_write)
+
+
+# ---- the saved conversation ---------------------------------------------------------------------
+
+
+def transcript_path(transcript_dir: Path, session_id: str) -> Path:
+    return Path(transcript_dir) / f"{session_id}.json"
+
+
+def load_transcript(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list):
+        raise ValueError("no `messages` list")
+    return messages
+
+
+def write_transcript(path: Path, session_id: str, model: str, messages: list[dict[str, Any]]) -> None:
+    """Atomically: a job killed mid-write must not leave half a conversation."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    payload = {"version": 1, "session_id": session_id, "model": model, "messages": messages}
+    tmp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
+
+
+def resume_messages(saved: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """The saved conversation made valid again, with `prompt` as the next user turn.
+
+    A job killed after the model asked for tools left tool_use blocks without results;
+    the API rejects that, so each gets a result saying it was not run. Empty assistant
+    turns are dropped and consecutive user turns merged, for the same reason.
+    """
+    out: list[dict[str, Any]] = []
+    for msg in saved:
+        content = msg.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == msg["role"]:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": msg["role"], "content": blocks})
+    new_turn: list[dict[str, Any]] = []
+    if out and out[-1]["role"] == "assistant":
+        for block in out[-1]["content"]:
+            if block.get("type") == "tool_use":
+                new_turn.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                                 "content": "not run: the previous session ended before this tool call ran"})
+    new_turn.append({"type": "text", "text": prompt})
+    if out and out[-1]["role"] == "user":
+        out[-1]["content"].extend(new_turn)
+    else:
+        out.append({"role": "user", "content": new_turn})
+    return out
+
+
+def _block_dict(block: Any) -> dict[str, Any]:
+    """The minimal form of a response block that the API accepts back as input."""
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return {"type": "text", "text": block.text}
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    return block.model_dump(mode="json", exclude_none=True)
+
+
+# ---- the loop -----------------------------------------------------------------------------------
+
+
+class _End(Exception):
+    def __init__(self, kind: ExitKind, error: str | None = None, reset_at: datetime | None = None) -> None:
+        super().__init__(error or kind.value)
+        self.kind, self.error, self.reset_at = kind, error, reset_at
+
+
+@dataclass
+class _Tally:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output_bytes: int = 0
+    tool_calls: int = 0
+    tool_failures: int = 0
+    nudges: int = 0
+    last_tool: str | None = None
+    stop_reason: str | None = None
+    final_text: str = ""
+    final_empty: bool = False
+    texts: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)  # every tool call, as the stuck rules read it
+    tree: str | None = None  # the work tree's digest after the last call that could change it
+
+
+ClientFactory = Callable[..., anthropic.Anthropic]
+
+
+def agent_payload(agent: AgentConfig) -> dict[str, Any]:
+    """The agent's configuration as the child reads it back (`AgentConfig.model_validate`). Durations are stored in
+    seconds but a bare number in a plan means minutes, so they travel with their unit: as plain numbers the child
+    once read a 6 s stall as 6 minutes, its own stall never fired, and the supervisor's backstop killed it without
+    its signals (the tokens it spent)."""
+    payload = agent.model_dump(mode="json")
+    for name in ("stall_minutes", "time_limit_minutes"):
+        payload[name] = format(getattr(agent, name), ".17f").rstrip("0").rstrip(".") + "s"
+    return payload
+
+
+class AnthropicAgentBackend:
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        max_retries: int = 2,
+        backoff_s: float = 2.0,
+        max_backoff_s: float = 60.0,
+        max_turns: int = 200,
+        max_tokens: int = 8192,
+        shell_timeout_s: float = 300.0,
+        client_factory: ClientFactory | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        new_session_id: str | None = None,
+    ) -> None:
+        self.new_session_id = new_session_id  # the id a fresh session takes (the isolated parent picks it)
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.shell_timeout_s = shell_timeout_s
+        self.client_factory = client_factory or anthropic.Anthropic
+        self.sleep = sleep
+
+    def run(self, request: SessionRequest) -> SessionSignals:
+        if request.identity.isolated:
+            return self._run_isolated(request)
+        started = time.monotonic()
+        model = request.agent.model or DEFAULT_MODEL
+        tally = _Tally()
+        session_id = request.resume_session_id or self.new_session_id or uuid.uuid4().hex
+        kind, error, reset_at = ExitKind.FINISHED, None, None
+        try:
+            if not _SESSION_ID.match(session_id):
+                raise _End(ExitKind.CRASHED, f"cannot resume: {session_id!r} is not a session id")
+            path = transcript_path(request.transcript_dir, session_id)
+            messages = self._start(request, path)
+            write_transcript(path, session_id, model, messages)
+            self._loop(request, model, session_id, path, messages, tally, started)
+        except _End as end:
+            kind, error, reset_at = end.kind, end.error, end.reset_at
+        claims, claimed_done = parse_claims(tally.texts[-1:])
+        total_in, cost = _spent(model, tally)
+        return session_signals(
+            self.name, kind,
+            exit_code=0 if kind is ExitKind.FINISHED else None,
+            session_id=session_id,
+            input_tokens=total_in,
+            output_tokens=tally.output_tokens,
+            cost_usd=cost,
+            # a call cut short (a stall, the time limit, a dropped stream) may have been billed: not in the tally
+            cost_lower_bound=kind in (ExitKind.STALLED, ExitKind.TIME_LIMIT, ExitKind.TRANSIENT),
+            reset_at=reset_at,
+            error=error,
+            output_bytes=tally.output_bytes,
+            nudges=tally.nudges,
+            tool_calls=tally.tool_calls,
+            tool_failures=tally.tool_failures,
+            last_tool=tally.last_tool,
+            duration_s=time.monotonic() - started,
+            hints=Hints(
+                claimed_done=claimed_done,
+                stop_reason=tally.stop_reason,
+                final_text=tally.final_text[-_FINAL_TEXT_LIMIT:],
+                claims=claims,
+                empty_output=tally.final_empty,
+                empty_plan=tally.tool_calls == 0,
+            ),
+        )
+
+    def _run_isolated(self, request: SessionRequest) -> SessionSignals:
+        """The same loop in a child process running as the agent's identity (runner.backends.anthropic.child)."""
+        agent = request.agent
+        session_id = request.resume_session_id or uuid.uuid4().hex  # known here even if the child dies mid-turn
+        payload = {
+            "workdir": str(request.workdir), "prompt": request.prompt, "agent": agent_payload(agent),
+            "state_dir": str(request.state_dir), "resume_session_id": request.resume_session_id,
+            "plan_path": str(request.plan_path) if request.plan_path else None,
+            "handoff_path": str(request.handoff_path) if request.handoff_path else None,
+            "options": {"max_turns": self.max_turns, "max_tokens": self.max_tokens,
+                        "shell_timeout_s": self.shell_timeout_s, "max_retries": self.max_retries,
+                        "backoff_s": self.backoff_s, "max_backoff_s": self.max_backoff_s,
+                        "new_session_id": session_id},
+        }
+        found: dict[str, Any] = {}
+
+        def on_line(line: str, ctl: Controller) -> None:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                return
+            if not isinstance(msg, dict):
+                return
+            if "signals" in msg:
+                found["signals"] = msg["signals"]
+            elif isinstance(msg.get("event"), str) and isinstance(msg.get("detail"), str):
+                request.on_event(msg["event"], msg["detail"])
+
+        # The loop bounds itself (time, stalls per call, turns); the supervisor's limits are the backstop.
+        exit_ = supervise(
+            [sys.executable, "-I", "-m", "runner.backends.anthropic.child"], cwd=request.workdir,
+            env=dict(request.env), stall_s=agent.stall_minutes * 2 + 10, time_limit_s=agent.time_limit_minutes + 30,
+            on_line=on_line, stdin_text=json.dumps(payload) + "\n", pid_file=request.pid_file,
+            identity=request.identity)
+        if "signals" in found:
+            try:
+                return SessionSignals.model_validate(found["signals"])
+            except ValueError:
+                pass
+        kind = {"stalled": ExitKind.STALLED, "time_limit": ExitKind.TIME_LIMIT}.get(exit_.reason, ExitKind.CRASHED)
+        return session_signals(self.name, kind, process=exit_, session_id=session_id,
+                               error=(exit_.stderr_tail.strip()[-_FINAL_TEXT_LIMIT:] or f"the agent process {exit_.reason}"))
+
+    def _start(self, request: SessionRequest, path: Path) -> list[dict[str, Any]]:
+        if request.resume_session_id is None:
+            return [{"role": "user", "content": [{"type": "text", "text": request.prompt}]}]
+        try:
+            saved = load_transcript(path)
+        except FileNotFoundError:
+            raise _End(ExitKind.CRASHED, f"cannot resume session {request.resume_session_id}: no saved conversation at {path}") from None
+        except (OSError, ValueError) as exc:
+            raise _End(ExitKind.CRASHED, f"cannot resume session {request.resume_session_id}: {path} is unreadable ({exc})") from None
+        return resume_messages(saved, request.prompt)
+
+    def _client(self, request: SessionRequest) -> anthropic.Anthropic:
+        key = request.env.get("ANTHROPIC_API_KEY")
+        token = request.env.get("ANTHROPIC_AUTH_TOKEN")
+        if not key and not token:
+            raise _End(ExitKind.AUTH, "no ANTHROPIC_API_KEY in the agent's environment")
+        return self.client_factory(
+            api_key=key or None,
+            auth_token=None if key else token,
+            base_url=request.env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
+            max_retries=0,
+        )
+
+    def _loop(self, request: SessionRequest, model: str, session_id: str, path: Path,
+              messages: list[dict[str, Any]], tally: _Tally, started: float) -> None:
+        agent = request.agent
+        meter = TokenMeter(agent.session_tokens)
+        workspace = Workspace(request.workdir, request.env, shell_timeout_s=min(self.shell_timeout_s, agent.stall_minutes),
+                              plan_path=request.plan_path)
+
+        def time_left() -> float:
+            return agent.time_limit_minutes - (time.monotonic() - started)
+
+        with self._client(request) as client:
+            for _turn in range(self.max_turns):
+                if time_left() <= 0:
+                    raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached")
+                message = self._call(client, model, messages, request, time_left)
+                blocks = [_block_dict(b) for b in message.content]
+                self._observe(message, blocks, tally)
+                if blocks:
+                    messages.append({"role": "assistant", "content": blocks})
+                    write_transcript(path, session_id, model, messages)
+                usage = message.usage
+                verdict = meter.add(budget_tokens(usage.input_tokens, usage.output_tokens,
+                                                  usage.cache_read_input_tokens or 0,
+                                                  usage.cache_creation_input_tokens or 0))
+                request.on_event("tokens", str(meter.used))
+                total_in, cost = _spent(model, tally)
+                write_meter(request.transcript_dir, total_in + tally.output_tokens, cost, cost is not None)
+                if verdict == "stop":
+                    raise _End(ExitKind.TOKEN_BUDGET, f"token budget reached ({meter.used} of {meter.budget})")
+                calls = [b for b in blocks if b["type"] == "tool_use"]
+                if message.stop_reason == "refusal":
+                    return  # a refused step ends the session; the evidence says what it amounts to
+                if not calls:
+                    if message.stop_reason == "pause_turn" and blocks:
+                        continue  # the API paused a long turn: sending it back lets the model go on
+                    return
+                results, spin = self._run_tools(workspace, calls, tally, request, time_left)
+                if verdict == "nudge":
+                    results.append({"type": "text", "text": NUDGE_TEXT})
+                    tally.nudges += 1
+                messages.append({"role": "user", "content": results})
+                write_transcript(path, session_id, model, messages)
+                if spin:
+                    raise _End(ExitKind.CRASHED, spin)
+            raise _End(ExitKind.TIME_LIMIT, f"the agent loop reached its bound of {self.max_turns} turns")
+
+    def _call(self, client: anthropic.Anthropic, model: str, messages: list[dict[str, Any]],
+              request: SessionRequest, time_left: Callable[[], float]) -> Any:
+        stall_s = request.agent.stall_minutes
+        last: ApiFailure | None = None
+        for attempt in range(self.max_retries + 1):
+            left = time_left()
+            if left <= 0:
+                raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached")
+            wait = min(stall_s, left)
+            try:
+                with client.messages.stream(
+                    model=model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT, tools=TOOL_SPECS,
+                    messages=messages, timeout=anthropic.Timeout(wait, connect=min(wait, 30.0)),
+                ) as stream:
+                    return stream.get_final_message()
+            except Exception as exc:
+                failure = classify_api_error(exc, wallclock.now())
+                if failure is None:
+                    raise
+            if failure.action == "stall":
+                if wait < stall_s:
+                    raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached while waiting for the API")
+                raise _End(ExitKind.STALLED, f"{failure.error} ({stall_s:g}s)")
+            if failure.action == "end":
+                raise _End(failure.kind, failure.error, failure.reset_at)
+            if failure.no_answer:
+                # no HTTP answer at all: if the endpoint cannot even be reached, retrying only burns the session
+                base_url = request.env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+                why = probe(base_url)
+                if why is not None:
+                    request.on_event("unreachable", shown(base_url))
+                    raise _End(ExitKind.TRANSIENT, unreachable_reason(base_url, "ANTHROPIC_API_KEY", found=why))
+            last = failure
+            if attempt < self.max_retries:
+                delay = failure.retry_after_s if failure.retry_after_s is not None else self.backoff_s * 2**attempt
+                self.sleep(max(0.0, min(delay, self.max_backoff_s, time_left())))
+        assert last is not None
+        raise _End(last.kind, f"{last.error} (after {self.max_retries + 1} attempts)")
+
+    def _observe(self, message: Any, blocks: list[dict[str, Any]], tally: _Tally) -> None:
+        usage = message.usage
+        tally.input_tokens += usage.input_tokens
+        tally.output_tokens += usage.output_tokens
+        tally.cache_read += usage.cache_read_input_tokens or 0
+        tally.cache_write += usage.cache_creation_input_tokens or 0
+        reason = message.stop_reason
+        tally.stop_reason = reason if reason in _STOP_REASONS else (str(reason) if reason else None)
+        text = "\n".join(b["text"] for b in blocks if b["type"] == "text").strip()
+        produced = len(text.encode()) + sum(len(json.dumps(b.get("input", {}))) for b in blocks if b["type"] == "tool_use")
+        tally.output_bytes += produced
+        tally.final_text = text
+        tally.final_empty = produced == 0
+        if text:
+            tally.texts.append(text)
+
+    def _run_tools(self, workspace: Workspace, calls: list[dict[str, Any]], tally: _Tally,
+                   request: SessionRequest, time_left: Callable[[], float]) -> tuple[list[dict[str, Any]], str | None]:
+        results: list[dict[str, Any]] = []
+        spin: str | None = None
+        if tally.tree is None:
+            tally.tree = workspace.tree_state()
+        for call in calls:
+            name, args = call["name"], call.get("input")
+            tally.tool_calls += 1
+            tally.last_tool = name
+            request.on_event("tool", name)
+            if spin is not None:  # the session is ending; later calls of the same turn are not run
+                outcome_ok, text = False, "not run: the session stopped (the agent is stuck)"
+            else:
+                outcome = workspace.run(name, args, time_left_s=max(0.1, time_left()))
+                outcome_ok, text = outcome.ok, outcome.text
+            results.append({"type": "tool_result", "tool_use_id": call["id"], "content": text, "is_error": not outcome_ok})
+            if not outcome_ok:
+                tally.tool_failures += 1
+            if spin is not None:
+                continue
+            changed = False
+            if name not in _READ_ONLY_TOOLS:
+                tree = workspace.tree_state()
+                changed, tally.tree = tree != tally.tree, tree
+            tally.steps.append(step(name, args, outcome_ok, text, changed))
+            found = stuck(tally.steps)
+            if found is not None:
+                spin = str(found)
+        return results, spin
+
+
+_READ_ONLY_TOOLS = frozenset({"list_files", "read_file"})
+
+
+def _spent(model: str, tally: _Tally) -> tuple[int, float | None]:
+    """(input tokens incl. cache reads and writes, estimated cost) of the responses so far."""
+    total_in = tally.input_tokens + tally.cache_read + tally.cache_write
+    return total_in, estimate_cost(model, total_in, tally.output_tokens, tally.cache_read, tally.cache_write)
+

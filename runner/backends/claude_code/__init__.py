@@ -1,0 +1,1 @@
+"""The Claude Code CLI backend and its stream-json parser."""

@@ -1,0 +1,1 @@
+"""The Codex CLI backend and its `codex exec --json` parser."""

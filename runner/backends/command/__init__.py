@@ -1,0 +1,1 @@
+"""Any CLI named by `agent.executable`."""

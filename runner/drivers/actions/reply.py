@@ -1,0 +1,163 @@
+"""`mode: reply` (on `issue_comment`): a human answers a park issue.
+
+Who may steer is asked from GitHub (the collaborator permission API), never taken
+from the payload; which plan the issue belongs to is read from the issue on GitHub
+(park label plus hidden marker). An unauthorised commenter gets one polite
+refusal and nothing else changes. An accepted reply is recorded in the ledger
+first (the instructions reach the next prompt), then acknowledged, the issue
+closed, and the next run dispatched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from runner.drivers.actions.env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
+from runner.core.actions import describe
+from runner.core.errors import PlanRunnerError
+from runner.adapters.github.events import GitHubContext, IssueComment
+from runner.adapters.github.client import answered_comments, written_by_plan_runner
+from runner.core.ledger import Reply
+from runner.core.planfile import plan_id_from_path
+from runner.core.policy import decide_after_reply
+from runner.core.replies import HELP, ReplyProblem, Verb, parse_reply
+from runner.adapters.render.report import defang
+from runner.drivers.session import Drivers, Session, Workspace, load_trusted_plan
+from runner.adapters.store.state import GitStateStore
+from runner.drivers.actions.tick import plan_clock
+from runner.drivers.session.phases import dispatch
+
+REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to this repository can steer "
+           "plan-runner, so this comment changes nothing. A maintainer can answer with one of the "
+           "commands in the issue description.")
+
+
+MAX_BACKLOG = 20  # earlier unanswered commands one reply job answers (the newest ones: each has had its own job)
+
+
+def issue_number_of(url: str | None) -> int | None:
+    """The number at the end of an issue URL (`.../issues/12`), or None."""
+    tail = (url or "").rstrip("/").rsplit("/", 2)
+    return int(tail[-1]) if len(tail) == 3 and tail[-2] == "issues" and tail[-1].isdigit() else None
+
+
+def _ignored(why: str) -> ModeResult:
+    return ModeResult(outcome="ignored", summary=f"# plan-runner reply: ignored\n\n{why}\n")
+
+
+def find_plan_path(repo, plan_id: str) -> str:
+    for path in plan_files(repo):
+        if plan_id_from_path(path) == plan_id:
+            return path
+    raise PlanRunnerError(
+        what=f"the park issue names plan {plan_id!r}, but no plans/*.md file has that id",
+        why="the plan file was renamed or deleted after the plan parked",
+        fix=f"restore plans/{plan_id}.md on the default branch, or close the issue")
+
+
+def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:
+    """Answer the event's command, and first every earlier command on the issue no job answered.
+
+    GitHub keeps one pending job per concurrency group: a third `/plan-runner` comment while a reply job runs
+    cancels the second's pending job. So each reply job reads the issue's comments and answers, oldest first,
+    every command that has no answer of plan-runner's yet (an answer names its comment in a hidden marker, and
+    counts only when plan-runner's own identity wrote it). No command is lost however GitHub orders the jobs.
+    """
+    ev = ctx.issue_comment()
+    if ev.action != "created":
+        return _ignored(f"comment {ev.action}, not created: only new comments steer a plan")
+    if ev.user_is_bot:
+        return _ignored(f"@{ev.user_login} is a bot")
+    if written_by_plan_runner(ev.body):  # its help text quotes the commands; the token may be a person's
+        return _ignored("the comment is plan-runner's own")
+    if ev.is_pull_request:
+        return _ignored("a comment on a pull request, not on a park issue")
+    if parse_reply(ev.body) is None:
+        return _ignored("no `/plan-runner` command in the comment")
+    issue = driver.park_issue(ev.issue_number)
+    plan_id = driver.plan_id_of_issue(issue)  # read from GitHub, not the payload
+    if plan_id is None:
+        return _ignored(f"#{ev.issue_number} is not a plan-runner park issue")
+    comments = driver.issue_comments(ev.issue_number)
+    answered = answered_comments(comments, issue.author)
+    if ev.comment_id in answered:
+        return _ignored(f"comment {ev.comment_id} was answered already (by a later comment's job, or this job's "
+                        "first run)")
+    earlier = [c for c in comments if c.comment_id < ev.comment_id and c.comment_id not in answered
+               and not c.user_is_bot and not written_by_plan_runner(c.body) and parse_reply(c.body) is not None]
+    earlier = earlier[-MAX_BACKLOG:]  # a flood of commands is answered by the jobs it starts, not all by one
+    results = [_answer(ctx, env, driver, rep, c, plan_id) for c in [*earlier, ev]]
+    if len(results) == 1:
+        return results[0]
+    decisive = [r for r in results if r.outcome in ("accepted", "stopped", "parked")]
+    head = decisive[-1] if decisive else results[-1]
+    parts = "\n".join(r.summary.replace("# plan-runner reply", "## plan-runner reply", 1) for r in results)
+    summary = (f"# plan-runner reply: {len(results)} commands answered\n\n{len(earlier)} earlier command(s) on "
+               f"#{ev.issue_number} had no answer (their jobs were cancelled while another reply job ran); "
+               f"answered oldest first.\n\n{parts}")
+    return ModeResult(outcome=head.outcome, next_action=head.next_action, issue_url=head.issue_url, summary=summary,
+                      annotations=[a for r in results for a in r.annotations],
+                      exit_code=max(r.exit_code for r in results))
+
+
+def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueComment, plan_id: str) -> ModeResult:
+    """One command comment on the park issue of `plan_id`, answered (every path leaves a marked answer)."""
+    command = parse_reply(ev.body)
+    assert command is not None
+    user = ev.user_login
+
+    def say(text: str) -> None:
+        driver.comment(ev.issue_number, text, answers=ev.comment_id)
+
+    if not driver.can_steer(user):
+        say(REFUSAL.format(user=user))
+        return ModeResult(outcome="refused", summary=f"# plan-runner reply: refused\n\n@{user} has no write "
+                          f"access to the repository; plan `{plan_id}` is unchanged.\n",
+                          annotations=[("warning", f"@{user} may not steer {plan_id}; nothing changed", "plan-runner reply")])
+    if isinstance(command, ReplyProblem):
+        say(f"@{user}: {defang(command.what)}.\n\n{HELP}")
+        return ModeResult(outcome="invalid", summary=f"# plan-runner reply: not understood\n\n{command.what}\n")
+
+    repo = workspace_root(env)
+    ws = Workspace(repo=repo, plan_path=find_plan_path(repo, plan_id), env=dict(env), remote=REMOTE,
+                   job=env.get("GITHUB_RUN_ID", "") or "actions")
+    trusted, _ = load_trusted_plan(ws)
+    fetch_work_branch(ws, trusted.work_branch)  # checkpoint states as the work branch has them
+    drivers = Drivers(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver)
+    s = Session(ws, drivers)
+    if not s.state.parked:
+        say(f"@{user}: plan `{plan_id}` is not parked any more (another reply or run moved it on), so this reply "
+            "changes nothing.")
+        return ModeResult(outcome="not-parked", summary=f"# plan-runner reply: `{plan_id}` is not parked\n")
+    if issue_number_of(s.state.park_issue) != ev.issue_number:
+        current = s.state.park_issue or "none"
+        say(f"@{user}: this is not the current park issue of plan `{plan_id}` (that is {current}), so this reply "
+            "changes nothing. Answer there.")
+        return _ignored(f"#{ev.issue_number} is an earlier park issue of `{plan_id}`; the current one is {current}")
+
+    verb = command.verb.value
+    action = decide_after_reply(verb, command.instructions, user, s.state, s.plan)
+    source = f"{ctx.server_url}/{ctx.repository}/issues/{ev.issue_number}#issuecomment-{ev.comment_id}"
+    s.write([Reply(at=ws.clock(), command=verb, text=command.instructions, user=user, source=source,
+                   next_action=action)])
+    driver.react(ev.comment_id, "+1")
+    if command.verb is Verb.STOP:
+        say(f"@{user}: plan `{plan_id}` is stopped. Nothing more runs; start it again with the workflow's "
+            "`Run workflow` button.")
+        driver.close_issue(ev.issue_number)
+        return ModeResult(outcome="stopped", next_action=describe(action),
+                          summary=f"# plan-runner reply: `{plan_id}` stopped by @{user}\n")
+    said = " Your instructions go into the next session's prompt." if command.instructions else ""
+    say(f"@{user}: `{verb}` accepted for plan `{plan_id}`.{said}\n\n"
+        f"Next: {describe(action)}. This issue is closed; plan-runner opens a new one if it parks again.")
+    driver.close_issue(ev.issue_number)
+    result = dispatch(s, action)
+    if result.status == "parked":  # GitHub refused the dispatch: parked again, with the fix, in a new issue
+        return ModeResult(outcome="parked", next_action=describe(result.action), issue_url=result.url or "",
+                          summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {result.message}\n",
+                          annotations=[("warning", f"{plan_id} parked: {result.message}", "plan-runner parked")])
+    driver.react(ev.comment_id, "rocket")
+    clock = plan_clock(ctx, driver, rep, Session(ws, drivers))
+    return ModeResult(outcome="accepted", next_action=describe(action),
+                      summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {describe(action)}; "
+                              "the next run is dispatched.\n" + (f"\n{clock}" if clock else ""))

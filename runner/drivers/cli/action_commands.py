@@ -1,0 +1,60 @@
+"""GitHub subcommands: `action` (the job step) and `init` (writes the workflow). Registered with `runner.drivers.cli.main.command`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from runner.drivers.cli.main import command, frozen_imports
+
+
+def _action_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=("session", "tick", "reply", "reconcile"), default=None,
+                        help="what the job does (default: $PLAN_RUNNER_MODE, else session); "
+                             "every other input comes from the environment (see action.yml)")
+    parser.add_argument("--cancelled", action="store_true",
+                        help="the job was cancelled and the session step did not finish its salvage: push what the "
+                             "agent left and report the stop (the action's `if: cancelled()` step)")
+
+
+@command("action", help="run as a GitHub Actions step: one session, a schedule tick, or a reply to a park issue",
+         arguments=_action_arguments)
+def cmd_action(args: argparse.Namespace) -> int:
+    with frozen_imports():
+        from runner.drivers.actions.main import run_action
+
+    return run_action(os.environ, mode=args.mode, cancelled=args.cancelled)
+
+
+def _init_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the repository (default: .)")
+    parser.add_argument("--force", action="store_true", help="overwrite files that exist")
+    parser.add_argument("--action-ref", default=None, metavar="OWNER/REPO@REF",
+                        help="the action the workflow uses (default: this release of plan-runner)")
+    from runner.adapters.init import AUTHS
+
+    parser.add_argument("--auth", choices=tuple(AUTHS), default="api-key",
+                        help="how the agent pays: an Anthropic API key (default), a Claude subscription token, "
+                             "Amazon Bedrock or Google Vertex AI through the job's OIDC token, Codex with an API key "
+                             "or a ChatGPT login (docs/github-actions.md, Credentials)")
+
+
+@command("init", help="write .github/workflows/plan-runner{,-clock,-reconcile}.yml and plans/example.md into a repository",
+         arguments=_init_arguments)
+def cmd_init(args: argparse.Namespace) -> int:
+    from runner.adapters.init import AUTHS, write_init
+
+    import sys
+
+    written = write_init(args.dir, force=args.force, action_ref=args.action_ref, auth=args.auth,
+                         warn=lambda text: print(f"warning: {text}", file=sys.stderr))
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: {AUTHS[args.auth].setup}, commit the files, then run the workflow "
+          "(Actions -> plan-runner -> Run workflow) with plan plans/example.md")
+    from runner.adapters.init import billing_lines
+
+    for line in billing_lines():
+        print(line)
+    return 0

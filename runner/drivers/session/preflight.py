@@ -1,0 +1,497 @@
+"""Preflight (SPEC section 9): before a run's first session, check what a session needs.
+
+A setup mistake (no `claude` on the PATH, no API key for the plan's backend, a gate whose
+command does not exist) would otherwise become recorded sessions: TimedOut starts, a park
+with "Please run /login", GatesRed blamed on the agent. The preflight finds these first
+and stops with what/why/fix, recording nothing. It reads the environment and the disk only:
+no network, no git writes, no agent.
+
+`problems(...)` returns every problem found (errors stop the run, warnings are printed);
+`check(...)` raises one PlanRunnerError listing the errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import stat
+import sys
+import shutil
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from runner.adapters.sandbox.agentenv import backend_agent_env, build_agent_env, clean_path
+from runner.backends.common.base import executable_of
+from runner.core.backend_spec import spec_of
+from runner.core.errors import PlanRunnerError
+from runner.core.plan import GateConfig, Plan
+from runner.adapters.sandbox import identity as sandbox
+from runner.adapters.sandbox.identity import unreachable
+
+# Words a shell runs without looking anything up on the PATH.
+_SHELL_WORDS = frozenset("""
+! [ [[ { } ( ) . : alias bg bind break builtin case cd command compgen complete continue declare dirs disown
+echo enable eval exec exit export false fc fg for function getopts hash help history if jobs kill let local
+logout mapfile popd printf pushd pwd read readarray readonly return select set shift shopt source suspend test
+time times trap true type typeset ulimit umask unalias unset until wait while
+""".split())
+
+@dataclass(frozen=True)
+class Problem:
+    level: Literal["error", "warning"]
+    what: str
+    why: str
+    fix: str
+
+    def line(self) -> str:
+        return f"{self.level}: {self.what}\n  why: {self.why}\n  fix: {self.fix}"
+
+
+def _which(name: str, env: Mapping[str, str], cwd: Path) -> str | None:
+    """Where a command word resolves: a path (relative to `cwd`) or a name on the environment's PATH."""
+    if "/" in name:
+        path = Path(name) if Path(name).is_absolute() else cwd / name
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    return shutil.which(name, path=env.get("PATH", os.defpath))
+
+
+def _login_file(backend: str, env: Mapping[str, str]) -> Path | None:
+    """The file a CLI's own login (`codex login`) leaves, if the agent can see it (the spec's `login_file`).
+    Claude Code is always given a private CLAUDE_CONFIG_DIR (docs/claude-code.md): a `claude` login is not used;
+    without CODEX_HOME the Codex backend points Codex at its own folder, where a login elsewhere is unseen."""
+    spec = spec_of(backend)
+    if spec is None or spec.login_file is None or not env.get(spec.login_file[0]):
+        return None
+    candidate = Path(env[spec.login_file[0]]) / spec.login_file[1]
+    return candidate if candidate.is_file() else None
+
+
+def agent_executable(plan: Plan, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """(the command the backend will start, the setting that names it) or (None, "") for an in-process backend."""
+    agent = plan.config.agent
+    spec = spec_of(agent.backend)
+    if spec is not None and spec.executable is not None:
+        return executable_of(agent.backend, agent, env), f"agent.executable (or {spec.executable.override_env})"
+    if agent.backend == "command":
+        return agent.executable, "agent.executable"
+    return None, ""
+
+
+def _install_hint(backend: str) -> str:
+    spec = spec_of(backend)
+    return spec.install_hint if spec is not None else ""
+
+
+def exposed_by_search(folder: Path, limit: int = 6) -> list[str]:
+    """What `chmod o+x folder` would hand every user of the machine: the entries in it that others may already
+    list or read once they can pass the folder (by name: o+x alone does not list the folder itself)."""
+    names: list[str] = []
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return names
+    for name in entries:
+        try:
+            st = os.lstat(folder / name)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o005 == 0o005:
+            names.append(f"{name}/")
+        elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o004:
+            names.append(name)
+        if len(names) >= limit:
+            names.append("...")
+            break
+    return names
+
+
+def reach_fix(path: str | Path, part: Path, *, tail: bool = True) -> str:
+    """The fix for a program the agent's user cannot reach: a shared location first; `chmod o+x` second, with
+    what it exposes said plainly; `isolation: none` last."""
+    shared = ("install it where every user may run it and no one else may write: a venv outside your home "
+              "(`sudo python3 -m venv /opt/plan-runner && sudo /opt/plan-runner/bin/pip install .`, not `-e`: "
+              "an editable install keeps the code in your home), or /usr/local")
+    if part.is_dir():
+        seen = exposed_by_search(part)
+        what = (f"every user of this machine, the agent's included, can then open anything in {part} whose name "
+                "they know or guess and that is readable by others: list its open folders and read its open "
+                "files (a home's ~/project, ~/.config, ~/.bashrc, ~/.ssh/*.pub)")
+        if seen:
+            what += f"; in {part} now: {', '.join(seen)}"
+        chmod = f"`chmod o+x {part}` ({what}; `chmod o-x {part}` undoes it)"
+    else:
+        chmod = f"`chmod o+rx {part}` (every user may then read and run that file)"
+    fix = f"{shared}; or {chmod}"
+    return fix + ("; or, locally and at your own risk, `isolation: none`" if tail else "")
+
+
+def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
+    agent = plan.config.agent
+    found: list[Problem] = []
+    exe, setting = agent_executable(plan, env)
+    if agent.backend == "command" and not exe:
+        found.append(Problem("error", "the command backend needs `agent.executable`",
+                             "no agent CLI is named in the plan's front matter", _install_hint("command")))
+    elif exe is not None and _which(exe, env, repo) is None:
+        found.append(Problem("error", f"the agent's executable {exe!r} ({agent.backend} backend) cannot be found",
+                             f"it is neither a path to an executable file nor a program on the PATH ({setting})",
+                             _install_hint(agent.backend)))
+    for name, server in agent.mcp_servers.items():
+        if server.command is not None and _which(server.command, env, repo) is None:
+            found.append(Problem("error", f"MCP server {name!r}: command {server.command!r} cannot be found",
+                                 "the agent's CLI starts it for every session; without it the plan's tools are missing "
+                                 "and every session would work without them",
+                                 "install it on the machine (or name it by its path), or correct `agent.mcp_servers` "
+                                 "in the plan"))
+    if agent.backend == "script":
+        if not agent.script:
+            found.append(Problem("error", "the script backend needs `agent.script`", "no session script is named",
+                                 "add `script: path/to/sessions.yaml` under `agent:`"))
+        else:
+            path = Path(agent.script) if Path(agent.script).is_absolute() else repo / agent.script
+            if not path.is_file():
+                found.append(Problem("error", f"the agent's script {agent.script} does not exist",
+                                     f"no file at {path}", "correct `agent.script` in the plan"))
+    if isolated:
+        resolved = _which(exe, env, repo) if exe else None
+        needed = [resolved] if resolved else []
+        if agent.backend in ("script", "anthropic"):
+            needed.append(sys.executable)  # the scripted agent and the built-in agent's loop run on this Python
+            needed.append(str(Path(__file__).resolve().parents[1]))  # ...from plan-runner's own package
+        for path in needed:
+            part = unreachable(path)
+            if part is not None:
+                found.append(Problem(
+                    "error", f"the agent's user cannot run {path}",
+                    f"the agent runs as an unprivileged user of its own, and {part} is not "
+                    f"{'searchable' if part.is_dir() and part != Path(path) else 'readable and executable'} "
+                    "by other users (checked along the path as it is run, symlinks included)",
+                    reach_fix(path, part)))
+    found += credential_problems(agent.backend, env, agent.passed_env, agent.provider)
+    return found
+
+
+def credential_problems(backend: str, env: Mapping[str, str], allow: tuple[str, ...] = (),
+                        provider: str | None = None) -> list[Problem]:
+    """The backend's credentials as its agent will see them (after the allow-list): the way of paying `env`
+    selects (runner.core.backend_spec: an API key, a subscription token, Bedrock, Vertex, a login file) must be
+    complete."""
+    spec = spec_of(backend)
+    if spec is None or not spec.auth:
+        return []
+    agent_env = backend_agent_env(env, backend, allow, provider)
+    way = spec.selected_auth(agent_env, provider)
+    if way is None:
+        return []
+    missing = way.missing(agent_env)
+    if way.switch is None:
+        if not missing or _login_file(backend, agent_env) is not None:
+            return []
+        login = {"claude-code": " (a `claude` /login is not used: each session gets a private config dir)",
+                 "codex": " (a `codex login` is not used: the backend gives Codex its own CODEX_HOME "
+                          "unless you set CODEX_HOME)"}.get(backend, "")
+        names = way.needs[0]
+        return [Problem("error", f"no credentials for the {backend} backend",
+                        f"none of {', '.join(names)} is set in plan-runner's environment, so the agent could not "
+                        "authenticate and every session would fail the same way",
+                        f"{way.fix}{login}; then run again")]
+    found = []
+    if missing:
+        found.append(Problem("error", f"{way.label} for the {backend} backend is incomplete",
+                             f"{'the plan says `provider: ' + provider + '`' if provider else way.switch + ' is set'}, "
+                             f"so the agent authenticates with {way.label}, and "
+                             f"{'; '.join(missing)} is not set in plan-runner's environment: every session "
+                             "would fail the same way", f"{way.fix}; then run again"))
+    if way.file_env and agent_env.get(way.file_env) and not Path(agent_env[way.file_env]).is_file():
+        found.append(Problem("error", f"{way.file_env} names no file",
+                             f"{agent_env[way.file_env]} does not exist, and {way.label} reads the agent's "
+                             "credentials from it", f"{way.fix}; then run again"))
+    return found
+
+
+def _first_word(command: str) -> str | None:
+    """The program a shell command starts, when plan-runner can tell (None: a builtin, an expansion...)."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        return None  # the shell parses it its own way; let the gate say so
+    words = [w for w in words if not ("=" in w and w.split("=", 1)[0].isidentifier())][:1]  # skip VAR=value
+    if not words:
+        return None
+    word = words[0]
+    for sep in (";", "&&", "||", "|", "&"):
+        word = word.split(sep, 1)[0]
+    if not word or word in _SHELL_WORDS or any(c in word for c in "$`*?<>(){}"):
+        return None  # a builtin, a keyword or an expansion: only the shell knows
+    return word
+
+
+def _untracked(repo: Path, path: Path) -> bool:
+    """`path` (in the user's working copy) exists but git does not track it: a fresh checkout lacks it."""
+    try:
+        rel = path.resolve().relative_to(repo.resolve())
+    except (ValueError, OSError):
+        return False
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(repo), "ls-files", "--error-unmatch", "--", str(rel)],
+                          capture_output=True)
+    return done.returncode == 1  # 128: not a repository (nothing to tell)
+
+
+_SETUP_HINT = ("add a `setup:` to the plan that makes it on a fresh checkout (a Python project: `setup: {run: "
+               "[\"python3 -m venv .venv\", \".venv/bin/pip install -e .[test]\"], cache: [.venv], key: "
+               "[pyproject.toml]}`, then run the gate as `.venv/bin/pytest`; a Node one: `setup: {run: [npm ci], "
+               "cache: [node_modules], key: [package-lock.json]}`)")
+
+
+def command_problem(label: str, command: str | None, env: Mapping[str, str], repo: Path, *,
+                    cwd: str | None = None, checkout: Path | None = None, extra_env: Mapping[str, str] | None = None,
+                    isolated: bool = False, required: bool = True, made: Collection[str] = ()) -> Problem | None:
+    """A command whose first word would not start where it runs: on a fresh checkout (`checkout`, set up
+    already; else `repo`, the user's working copy, which may hold ignored files a checkout lacks), with the
+    gates' PATH (`env`'s without plan-runner's own installation and without folders of `repo`), as the
+    agent's user when `isolated`. `required=False` (an optional gate): a warning, since its result decides
+    nothing. `made`: paths an earlier `setup:` command makes (`made_by_setup`); without a checkout, a
+    command under one of them is not reported (the set-up has not run here, and will before it)."""
+    if command is None:
+        return None
+    word = _first_word(command)
+    if word is None:
+        return None
+    if checkout is None and "/" in word and _under(word, made):
+        return None
+    level: Literal["error", "warning"] = "error" if required else "warning"
+    judged = ("every session would be judged red for it" if required else
+              "it would be red in every session's report; the gate is optional (`required: false`), so it decides "
+              "nothing")
+    root = checkout if checkout is not None else repo
+    where = root / cwd if cwd else root
+    gate_env = {**env, **(extra_env or {})}
+    gate_env["PATH"] = clean_path(gate_env.get("PATH", ""), also=(repo,))
+    found = _which(word, gate_env, where)
+    if found is not None:
+        if "/" in word and checkout is None and _untracked(repo, Path(found)):
+            return Problem("warning", f"{label}: {word} is not tracked by git",
+                           "gates and `setup:` run on a fresh checkout of the judged commit (tracked files only), "
+                           "so it is there only if the plan's `setup:` makes it",
+                           f"commit it, or {_SETUP_HINT}")
+        part = unreachable(found) if isolated else None
+        if part is not None:
+            return Problem(level, f"{label}: the agent's user cannot run {found}",
+                           f"gates run as the agent's unprivileged user, and {part} is not reachable by other users",
+                           f"{_SETUP_HINT}; or {reach_fix(found, part, tail=False)}")
+        return None
+    user_cwd = repo / cwd if cwd else repo
+    mine = _which(word, {**env, **(extra_env or {})}, user_cwd)
+    if "/" in word:
+        if mine is not None:
+            return Problem(level, f"{label}: {word} is not in a fresh checkout of the base commit",
+                           "it exists in your working copy but git does not track it (ignored or untracked), and "
+                           "gates run on a fresh checkout of the judged commit as the agent's user: it would exit "
+                           f"127 and {judged}", _SETUP_HINT)
+        return Problem("warning", f"{label}: {word} does not exist yet",
+                       "the command names a file that is not in the repository now",
+                       "ignore this if the plan's work creates it; else correct the command, or " + _SETUP_HINT)
+    if mine is not None:
+        return Problem(level, f"{label}: command {word!r} is not on the gates' PATH",
+                       f"it is found at {mine}, in plan-runner's own installation or your working copy, which the "
+                       f"gates never see: they run on a fresh checkout as the agent's user, so it would exit 127 "
+                       f"and {judged}",
+                       f"install it for the project in the plan's `setup:` and name it by its path there; "
+                       f"{_SETUP_HINT}")
+    return Problem(level, f"{label}: command {word!r} is not found",
+                   f"`{word}` is not a shell builtin and not on the PATH, so it would exit 127 and {judged}",
+                   f"install {word} on the machine, or make it in the plan's `setup:`; or correct the command "
+                   f"in the plan ({_SETUP_HINT})")
+
+
+def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path, *, checkout: Path | None = None,
+                         isolated: bool = False) -> Problem | None:
+    """A command gate whose first word resolves to nothing where the gate runs (the shell would exit 127)."""
+    return command_problem(f"gate {gate.name!r}", gate.run, env, repo, cwd=gate.cwd, checkout=checkout,
+                           extra_env=gate.env, isolated=isolated)
+
+
+@dataclass(frozen=True)
+class PlanCommand:
+    label: str
+    command: str
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    required: bool = True  # False: an optional gate, whose result decides nothing
+    made: frozenset[str] = frozenset()  # paths the `setup:` commands before it make
+
+
+def made_by_setup(commands: Sequence[str], cache: Sequence[str] = ()) -> frozenset[str]:
+    """The relative paths a list of `setup:` commands makes, as far as their words say: every word that is a
+    relative path (`.venv` of `python3 -m venv .venv`, `node_modules` of `--prefix node_modules`), and the
+    set-up's `cache:` paths (what it makes, by the plan's own account)."""
+    out = {c.strip("/") for c in cache if c.strip("/")}
+    for command in commands:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = command.split()
+        for word in words[1:]:
+            word = word.split("=", 1)[-1].strip("/")
+            if word and not word.startswith(("-", "/", "~", "$")) and not re.search(r"[*?\[\]{}<>|;&]", word):
+                out.add(word)
+    return frozenset(out)
+
+
+def _under(word: str, made: Collection[str]) -> bool:
+    path = word[2:] if word.startswith("./") else word
+    return any(path == m or path.startswith(m + "/") for m in made)
+
+
+def commands_of(plan: Plan) -> list[PlanCommand]:
+    """Every gate, `verify:` and `setup:` command of the plan, with what the `setup:` before it makes."""
+    setup = plan.config.setup
+    everything = made_by_setup(setup.run, setup.cache) if setup is not None else frozenset()
+    out = [PlanCommand(f"gate {g.name!r}", g.run, g.cwd, g.env, g.required, everything)
+           for g in plan.config.gates if g.run]
+    out += [PlanCommand(f"verify: of {c.id}", c.verify, made=everything) for c in plan.checkpoints if c.verify]
+    if setup is not None:
+        out += [PlanCommand(f"setup: command {i}", command, made=made_by_setup(setup.run[:i - 1]))
+                for i, command in enumerate(setup.run, 1)]
+    return out
+
+
+def one_fix_each(found: list[Problem]) -> list[Problem]:
+    """The same fix is given once: a later problem whose fix is word for word an earlier one's points to it."""
+    first: dict[str, str] = {}
+    out = []
+    for p in found:
+        if p.fix in first and len(p.fix) > 60:
+            p = Problem(p.level, p.what, p.why, f"the same as for {first[p.fix]}")
+        else:
+            first.setdefault(p.fix, p.what)
+        out.append(p)
+    return out
+
+
+def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False,
+             checkout: Path | None = None, setup_failed: str | None = None, *, agent: bool = True,
+             commands: bool = True) -> list[Problem]:
+    """Every problem a session of `plan` would meet, errors first. `checkout`: a fresh checkout of the base
+    commit, after `setup:` (`setup_failed`: what failed there), where the commands are resolved.
+    `agent`/`commands`: check the agent's program and credentials / the plan's commands."""
+    found = _check_agent(plan, env, repo, isolated) if agent else []
+    if not commands:
+        return sorted(found, key=lambda p: p.level != "error")
+    gate_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=())  # the gates' environment
+    if setup_failed:
+        found.append(Problem("error", "`setup:` fails on a fresh checkout of the base commit",
+                             f"{setup_failed}; every session's gates would run on an environment that is not set up",
+                             "make the command work on a fresh clone of the repository (run it there by hand), "
+                             "then run again"))
+    for c in commands_of(plan):
+        if setup_failed and c.label.startswith("setup:"):
+            continue
+        problem = command_problem(c.label, c.command, gate_env, repo, cwd=c.cwd, checkout=checkout, extra_env=c.env,
+                                  isolated=isolated and checkout is not None, required=c.required, made=c.made)
+        if problem is not None:
+            found.append(problem)
+    return one_fix_each(sorted(found, key=lambda p: p.level != "error"))
+
+
+def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None, isolated: bool = False,
+          checkout: Path | None = None, setup_failed: str | None = None) -> None:
+    """Raise one PlanRunnerError for the errors found; hand each warning to `warn`. `isolated`: the session
+    will run the agent as its own user, which must be able to reach the agent's program."""
+    _raise(plan, problems(plan, env, repo, isolated, checkout, setup_failed), warn)
+
+
+def _raise(plan: Plan, found: list[Problem], warn) -> None:
+    for p in found:
+        if p.level == "warning":
+            warn(p.line())
+    errors = [p for p in found if p.level == "error"]
+    if not errors:
+        return
+    if len(errors) == 1:
+        e = errors[0]
+        raise PreflightError(what=f"preflight: {e.what}", why=f"{e.why}; nothing was run or recorded", fix=e.fix)
+    raise PreflightError(
+        what=f"preflight: {len(errors)} problems stop {plan.path} before its first session",
+        why="; ".join(e.what for e in errors) + "; nothing was run or recorded",
+        fix="\n".join(f"{i}. {e.fix}" for i, e in enumerate(errors, 1)))
+
+
+class PreflightError(PlanRunnerError):
+    """A setup problem found before any session: nothing was recorded."""
+
+
+def before_first_session(ws, drivers, *, warn=lambda text: None, session=None, full: bool = False) -> None:
+    """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished, or
+    only the finish's pull request or a park is due).
+    `session`: the state as the caller read it already (no second fetch).
+    `full`: check the commands on a fresh, set-up checkout of the base even when the plan has sessions already
+    (`run` does, once per run). A later session job checks the agent only: its commands were checked before the
+    plan's first session, and a command the maintainer broke since is a set-up problem the session itself
+    records as NeedsHuman, blaming no one; a second checkout of the whole tree per session is not worth it
+    (docs/performance.md, section 1)."""
+    from runner.core.policy import folded
+    from runner.drivers.session import load_trusted_plan
+
+    from runner.core.actions import RunSession, Wait
+    from runner.core.policy import decide_start
+
+    if session is not None:
+        plan, state, current = session.trusted, session.state, session.plan
+    else:
+        plan, _ = load_trusted_plan(ws)
+        entries, _ = drivers.store.read(plan.id)
+        state = folded(entries)  # from the stored snapshot when it holds: no entry parsed
+        current = plan
+    if state.parked or state.finished or not isinstance(decide_start(state, current), (RunSession, Wait)):
+        return  # no agent will run (only a park or the finish's pull request is due): nothing of it to check
+    from runner.drivers.session import isolation_of
+
+    isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
+    _raise(plan, problems(plan, ws.env, ws.repo, isolated, commands=False), warn)  # the agent: no checkout needed
+    if state.sessions and not full:
+        return
+    from runner.adapters.sandbox import agent_clone
+
+    # An area of this preflight's own, never the plan's: two jobs starting the plan's first session at once both
+    # run a preflight, and the one that loses the start must not touch the winner's gates or clone.
+    area = agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
+    with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
+        try:
+            checked = _as_it_will_run(ws, plan, identity, area)
+            checkout, setup_failed = checked if checked is not None else (None, None)
+            _raise(plan, problems(plan, ws.env, ws.repo, identity.isolated, checkout, setup_failed, agent=False),
+                   warn)
+        finally:
+            agent_clone.discard_area(area, identity)  # in the background: nothing deleted on the critical path
+
+
+def _as_it_will_run(ws, plan: Plan, identity, area) -> tuple[Path, str | None] | None:
+    """A fresh checkout of the base commit, set up as the gates' will be (as the agent's user, with the
+    gates' environment): the path, and what failed in `setup:` (None: all good)."""
+    from runner.adapters.judge import setup as setup_mod
+    from runner.adapters.sandbox import agent_clone
+
+    trusted = setup_mod.trusted_commit(ws.repo, ws.remote, plan.config.base)
+    if trusted is None:
+        return None
+    scratch = ws.scratch_dir / plan.id
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def fresh(sha: str) -> Path:  # its index in the preflight's own area too (the plan's scratch is shared)
+        return agent_clone.checkout(area, identity, ws.repo, sha, area.root, keep=False)  # its area is discarded
+    workdir = fresh(trusted)
+    if plan.config.setup is None or not plan.config.setup.run:
+        return workdir, None
+    env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
+    env["HOME"] = str(area.gate_home)
+    env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))
+    failed = setup_mod.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
+                                 identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
+                                 checkout=fresh, on_event=ws.on_event)
+    return workdir, (failed[0].error or "a set-up command failed") if failed else None
