@@ -30,11 +30,12 @@ def run_suite(workers: int, paths: list[str]) -> dict:
     env = dict(os.environ, PLAN_RUNNER_TEST_WORKERS=str(workers))
     run = run_child([str(ROOT / "scripts" / "test"), "-q", "-p", "no:cacheprovider", *paths], cwd=ROOT, env=env,
                     timeout_s=3 * 3600)
-    found = _PYTEST_TIME.search(run.stdout)
+    # Without paths scripts/test runs two pytest sessions (the unit tier, then the rest): their sums.
+    found = _PYTEST_TIME.findall(run.stdout)
     cores = os.cpu_count() or 1
     return {"workers": workers, "returncode": run.returncode, "wall_s": round(run.wall_s, 1),
-            "pytest_s": float(found.group(3)) if found else None,
-            "passed": int(found.group(2)) if found else 0, "failed": int(found.group(1) or 0) if found else None,
+            "pytest_s": round(sum(float(f[2]) for f in found), 2) if found else None,
+            "passed": sum(int(f[1]) for f in found), "failed": sum(int(f[0] or 0) for f in found) if found else None,
             "cpu_s": round(run.cpu_s, 1), "busy": round(run.cpu_s / run.wall_s / cores, 3),
             # what failed, when something did: pytest's failure reports, or the end of its output
             "tail": "" if run.returncode == 0 else failures(run.stdout + run.stderr)}

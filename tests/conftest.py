@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import tests.hypothesis_profiles  # noqa: F401 (loads the Hypothesis profile PLAN_RUNNER_HYPOTHESIS names)
+
 
 # GitHub's pacing (0.25 s between calls, 1 s between writes) and backoff waits are for GitHub's sake; against the
 # suite's local server they were most of an in-process job's time (tests/integration/test_action_modes.py: 83 s -> 38 s).

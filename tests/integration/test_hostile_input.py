@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner.adapters.render.termreport import to_terminal
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.drivers.actions.main import run_action
@@ -24,6 +24,7 @@ from runner.adapters.github.events import GitHubContext, parse_event
 from runner.core.planfile import diff_tracker, parse_plan, plan_id_from_path, with_tracker
 from runner.core.replies import ReplyCommand, ReplyProblem, parse_reply
 from tests.e2e_act import world as w
+from tests.hypothesis_profiles import examples
 from tests.reliability_world import (
     MUL_STEP,
     git,
@@ -34,7 +35,7 @@ from tests.reliability_world import (
 )
 from tests.servers.github import GitHubServer
 
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(ci=120, thorough=1000))
 
 VALID_PLAN = """\
 ---

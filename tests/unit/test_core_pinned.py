@@ -30,6 +30,7 @@ from runner.core.actions import (  # noqa: E402
 )
 from runner.core.evidence import CommitInfo, Evidence, ExitKind, Hints  # noqa: E402
 from runner.core.outcome import RULES, classify  # noqa: E402
+from tests.hypothesis_profiles import examples  # noqa: E402
 
 _ROW_OUTCOME = {1: (Outcome.NEEDS_HUMAN, Blame.NONE), 2: (Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT),
                 3: (Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT), 4: (Outcome.ROLLED_OVER, Blame.ENVIRONMENT),
@@ -114,7 +115,7 @@ EVIDENCE = st.builds(
 )
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(EVIDENCE)
 def test_row_k_matches_iff_its_predicate_holds_and_no_earlier_row_does(e):
     """The verdict's row is the first row whose SPEC predicate holds, with that row's outcome and blame."""
@@ -125,7 +126,7 @@ def test_row_k_matches_iff_its_predicate_holds_and_no_earlier_row_does(e):
     assert [r.row for r in RULES] == list(range(1, 12))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(EVIDENCE)
 def test_verdict_fields_follow_from_the_row_and_the_evidence(e):
     """transient, reset_at, zero_output, advanced, rejected flips and all_failed each follow the SPEC's definition."""
@@ -153,7 +154,7 @@ def test_verdict_fields_follow_from_the_row_and_the_evidence(e):
     assert (v.fingerprint is not None) == (v.outcome in (Outcome.GATES_RED, Outcome.AGENT_ERROR, Outcome.NO_PROGRESS))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(EVIDENCE)
 def test_hint_notes_appear_exactly_when_the_claim_contradicts_the_evidence(e):
     """A claimed 'done' is noted unless Advanced; a `success` subtype is noted on limits, errors and parks."""

@@ -16,6 +16,7 @@ from runner.core.ledger import Advice
 from runner.core.outcome import classify
 from runner.core.plan import BudgetConfig
 from runner.core.policy import decide_after_advice, decide_next, fold
+from tests.hypothesis_profiles import examples
 
 states = st.sampled_from(list(CheckpointState) + [None])
 hints = st.builds(
@@ -46,6 +47,7 @@ evidences = st.builds(
 )
 
 
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(evidences)
 def test_every_evidence_yields_exactly_one_outcome(e):
     """classify is total and deterministic: one outcome, one matching row."""
@@ -53,6 +55,7 @@ def test_every_evidence_yields_exactly_one_outcome(e):
     assert v == classify(e) and v.outcome in Outcome and 1 <= v.rule <= 11
 
 
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(evidences, hints)
 def test_hints_never_change_the_outcome(e, other_hints):
     """Replacing everything the model said about itself leaves the verdict's outcome alone."""
@@ -60,6 +63,7 @@ def test_hints_never_change_the_outcome(e, other_hints):
     assert classify(swapped).outcome is classify(e).outcome
 
 
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(evidences)
 def test_claimed_done_without_work_is_never_advanced_or_progress(e):
     """A 'done' hint with no work commits never counts as Advanced or Progress."""
@@ -76,6 +80,7 @@ outcome_pairs = st.sampled_from([(o, b) for o, b in [
     (Outcome.NO_PROGRESS, Blame.AGENT)]])
 
 
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(st.lists(outcome_pairs, max_size=30))
 def test_environment_blamed_outcomes_never_burn_an_attempt(seq):
     """Stage attempts only grow on agent-blamed outcomes."""
@@ -90,7 +95,7 @@ def test_environment_blamed_outcomes_never_burn_an_attempt(seq):
             assert after == before + 1
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(ci=150, thorough=1500))
 @given(st.lists(outcome_pairs, min_size=1, max_size=10), st.lists(st.sampled_from(["retry", "resume", "skip", "oops"]),
                                                                    min_size=1, max_size=5),
        st.booleans(), st.integers(1, 12))

@@ -18,6 +18,7 @@ from runner.adapters.github.events import (
     WorkflowDispatch,
     parse_event,
 )
+from tests.hypothesis_profiles import examples
 
 EVENTS = Path(__file__).parents[1] / "fixtures" / "events"
 
@@ -175,7 +176,7 @@ NEAR = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(ci=75, thorough=1500))
 @given(st.sampled_from(["issue_comment", "workflow_dispatch", "schedule", "push", ""]), JSON | NEAR)
 def test_arbitrary_payload_never_crashes(name: str, payload: object) -> None:
     """Any JSON payload gives an event record or a PlanRunnerError, never another exception."""
@@ -187,7 +188,7 @@ def test_arbitrary_payload_never_crashes(name: str, payload: object) -> None:
         assert isinstance(event, IssueComment | WorkflowDispatch | Schedule | OtherEvent)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(st.dictionaries(st.sampled_from(["GITHUB_API_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID",
                                         "GITHUB_SERVER_URL", "GITHUB_WORKFLOW_REF"]), st.text(max_size=30)))
 def test_arbitrary_environment_never_crashes(env: dict[str, str]) -> None:

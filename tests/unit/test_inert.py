@@ -12,20 +12,24 @@ import sys
 import unicodedata
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from runner.adapters.action_io import Reporter, format_command
 from runner.adapters.render.term import Output
 from runner.core import inert
 from runner.core.inert import defang, fence, md_code, md_text, strip_control
 from tests import runner_command_parser as rcp
+from tests.hypothesis_profiles import examples
 
 # Text an attacker would write: the characters that matter to the parser, to the line splitter, to ICU.
 _SPECIAL = list(":#[] \t\r\n%;,=@`|\\") + ["\x1b", "\x85", "\x00", "\u200b", "\u2028", "\u00a0", "\u3000",
                                           "\ufeff", "\u00ad", "\u2060", "\x9b", "\u202e", "\x1c"]
-_TEXT = st.lists(st.one_of(st.sampled_from(_SPECIAL), st.sampled_from(["error", "add-mask", "stop-commands",
-                                                                          "warning file=a.py,line=1", "::", "##["]),
-                           st.characters()), max_size=40).map("".join)
+# The pieces a forged command is made of, ready-joined too (a line break, blanks, then `::`): the random
+# examples reach them at the ci budget (hypothesis_profiles.py), not only at 1,500 examples.
+_PIECES = ["error", "add-mask", "stop-commands", "warning file=a.py,line=1", "::", "##[", "\n::", "\n ::",
+           "\r\n\t::", "\n\u3000::", " ##[", "\r##[", "##[error]", "::add-mask::"]
+_TEXT = st.lists(st.one_of(st.sampled_from(_SPECIAL), st.sampled_from(_PIECES), st.characters()),
+                 max_size=40).map("".join)
 _ANY_TEXT = st.one_of(_TEXT, st.text(max_size=80))
 
 FORGED = [
@@ -40,6 +44,7 @@ FORGED = [
     "#\u200b#[error]zero width inside the prefix",
     "\u200b::error::a zero width space before the colons",
     ":\u00ad:error::a soft hyphen between the colons",
+    ":\x80:error::a C1 control between the colons",
     "##[ERROR]upper case",
 ]
 
@@ -61,7 +66,15 @@ def test_the_legacy_form_is_read_anywhere_in_a_line_and_lines_end_at_cr():
     assert rcp.try_parse_v2("x ::error::y", rcp.REGISTERED) is None  # `::` only where the line starts
 
 
-@settings(max_examples=1500, deadline=None)
+def _forged_pinned(test):
+    """Every forged line of FORGED as an explicit example: run first, in every profile, whatever the budget."""
+    for text in FORGED:
+        test = example(text)(test)
+    return test
+
+
+@_forged_pinned
+@settings(max_examples=examples(ci=300, thorough=5000))
 @given(_ANY_TEXT)
 def test_no_output_of_defang_parses_as_a_command(text):
     out = defang(text)
@@ -70,14 +83,15 @@ def test_no_output_of_defang_parses_as_a_command(text):
         assert "##[" not in rcp.fold(line) and not rcp.trim_start(rcp.fold(line)).startswith("::")
 
 
-@settings(max_examples=800, deadline=None)
+@_forged_pinned
+@settings(max_examples=examples(ci=150, thorough=3000))
 @given(_ANY_TEXT)
 def test_no_markdown_neutraliser_output_parses_as_a_command(text):
     for out in (md_text(text), md_code(text), md_code(text, in_table=True), fence(text)):
         assert rcp.commands(out) == [], repr(out)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(ci=200, thorough=2000))
 @given(_ANY_TEXT)
 def test_strip_control_leaves_no_control_or_invisible_character(text):
     out = strip_control(text)
@@ -89,7 +103,8 @@ def test_the_ignorable_class_covers_every_format_character():
     assert [hex(ord(c)) for c in cf if strip_control("a" + c + "b") != "ab"] == []
 
 
-@settings(max_examples=300, deadline=None)
+@_forged_pinned
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(_ANY_TEXT)
 def test_the_job_log_reporter_prints_nothing_the_runner_reads(text):
     """What the Actions driver logs (events, preflight lines) and prints as a summary without a summary file."""
@@ -100,7 +115,8 @@ def test_the_job_log_reporter_prints_nothing_the_runner_reads(text):
     assert rcp.commands(out.getvalue()) == [], repr(out.getvalue())
 
 
-@settings(max_examples=300, deadline=None)
+@_forged_pinned
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(_ANY_TEXT)
 def test_the_local_output_in_a_log_prints_nothing_the_runner_reads(text):
     buf = io.StringIO()

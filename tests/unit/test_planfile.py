@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.core.errors import PlanError, PlanRunnerError
@@ -24,6 +24,7 @@ from runner.core.planfile import (
     set_checkpoint_state,
     with_tracker,
 )
+from tests.hypothesis_profiles import examples
 
 PLAN = """\
 ---
@@ -418,7 +419,7 @@ def _check_parse(text: str) -> None:
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(ci=150, thorough=3000))
 @given(st.text(max_size=400))
 def test_fuzz_arbitrary_text(text: str) -> None:
     """Any text either parses or raises PlanError with located problems."""
@@ -426,7 +427,7 @@ def test_fuzz_arbitrary_text(text: str) -> None:
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(ci=150, thorough=3000))
 @given(st.lists(st.one_of(_LINES, st.text(max_size=30)), max_size=25))
 def test_fuzz_plan_shaped_text(lines: list[str]) -> None:
     """Plan-shaped text built from real fragments either parses or raises PlanError; tracker helpers never crash."""

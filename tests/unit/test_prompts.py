@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.core.actions import RunSession, SessionKind
@@ -22,6 +22,7 @@ from runner.adapters.render.prompts import (
     render_prompt,
     stage_excerpt,
 )
+from tests.hypothesis_profiles import examples
 
 PLAN_TEXT = """\
 ---
@@ -351,6 +352,7 @@ def test_stage_excerpt_falls_back_when_the_heading_is_missing() -> None:
     assert "- [x] 1.1 Sessions table with a migration" in excerpt
 
 
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(st.text(alphabet=st.sampled_from("`ab\n ~"), max_size=60))
 def test_fence_is_never_closed_from_inside(text: str) -> None:
     """Whatever backticks the text holds, the fence's body is exactly the text."""
@@ -359,6 +361,7 @@ def test_fence_is_never_closed_from_inside(text: str) -> None:
     assert blocks[0] == text.rstrip("\n") or blocks[0] == text.removesuffix("\n")
 
 
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(st.text(alphabet=st.sampled_from("`ab "), min_size=1, max_size=30))
 def test_inline_code_wraps_any_backticks(text: str) -> None:
     """Inline code uses a backtick run longer than any inside the text."""

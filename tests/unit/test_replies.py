@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.core.replies import MAX_INSTRUCTIONS, ReplyCommand, ReplyProblem, Verb, parse_reply
+from tests.hypothesis_profiles import examples
 
 
 @pytest.mark.parametrize("verb", list(Verb))
@@ -100,14 +101,14 @@ def test_expressions_are_kept_verbatim() -> None:
     assert parse_reply(f"/plan-runner resume {text}") == ReplyCommand(Verb.RESUME, text)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(ci=300, thorough=3000))
 @given(st.text())
 def test_any_text_parses_without_crashing(body: str) -> None:
     """Arbitrary comment text yields a command, a problem or None, never an exception."""
     assert parse_reply(body) is None or isinstance(parse_reply(body), ReplyCommand | ReplyProblem)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(ci=200, thorough=2000))
 @given(st.sampled_from(list(Verb)), st.text(alphabet=st.characters(blacklist_categories=("Cs",))))
 def test_single_line_instructions_survive_verbatim(verb: Verb, text: str) -> None:
     """Instructions without line breaks come back exactly, modulo surrounding whitespace."""

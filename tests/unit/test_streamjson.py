@@ -20,6 +20,7 @@ from runner.backends.claude_code.streamjson import (
     parse_stream,
 )
 from runner.core.evidence import ExitKind
+from tests.hypothesis_profiles import examples
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "claude-code"
 
@@ -156,7 +157,7 @@ def test_malformed_lines_are_counted_and_ignored() -> None:
     assert parser.session_id == "1a7ad00a-983e-46d2-ad06-7c80ff842a16"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(st.lists(st.one_of(st.text(max_size=50), st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=10),
     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tracemalloc
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.core.tail import BoundedTail
+from tests.hypothesis_profiles import examples
 
 
 def test_keeps_everything_below_the_bound() -> None:
@@ -59,6 +60,7 @@ def test_memory_stays_flat_however_much_is_fed() -> None:
     assert tail.total_bytes == 50 * 1024 * 1024 and len(tail) == 16384
 
 
+@settings(max_examples=examples(ci=100, thorough=1000))
 @given(st.lists(st.binary(max_size=50), max_size=40), st.integers(min_value=1, max_value=64))
 def test_tail_equals_the_end_of_the_concatenation(chunks: list[bytes], bound: int) -> None:
     """Whatever the chunking, the kept bytes are the last `bound` bytes of everything fed."""

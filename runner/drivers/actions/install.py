@@ -175,7 +175,7 @@ def ensure_agent_cli(plan: Plan, env: dict[str, str], log=lambda text: None) -> 
 
 # The runtime dependencies the action installs only when a plan needs them (pyproject.toml, `[tool.plan-runner]
 # action-on-demand`): the module, the requirement as pyproject.toml states it, and what needs it.
-ON_DEMAND = {"anthropic": "anthropic>=0.40"}
+ON_DEMAND = {"anthropic": "anthropic>=0.40,<3"}
 
 
 def needed_modules(plan: Plan) -> list[str]:
