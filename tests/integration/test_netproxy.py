@@ -238,3 +238,112 @@ def test_close_cuts_connections_and_removes_the_socket(echo: int) -> None:
     s.close()
     assert not folder.exists()
     proxy.close()  # idempotent
+
+
+class _TlsModel:
+    """An HTTPS endpoint on the machine's loopback with a certificate from a test CA (trustme): records the
+    headers it receives and answers 200."""
+
+    def __init__(self, cert) -> None:  # noqa: ANN001 - a trustme LeafCert
+        import http.server
+        import ssl
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                seen.append({k.lower(): v for k, v in self.headers.items()} | {":path": self.path})
+                self.send_response(200)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        cert.configure_cert(context)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"https://localhost:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_route_goes_over_verified_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """To an https endpoint the key travels over TLS, and only to a certificate the machine trusts: with the test
+    CA trusted the request arrives with the real key; with it not trusted, the proxy answers 502 and sends
+    nothing."""
+    import trustme
+
+    ca = trustme.CA()
+    endpoint = _TlsModel(ca.issue_cert("localhost"))
+    route = Route("anthropic", endpoint.url, "x-api-key", "sk-over-tls", "ANTHROPIC_BASE_URL", ANTHROPIC_SECRETS,
+                  "ANTHROPIC_API_KEY")
+    request = b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: p\r\ncontent-length: 2\r\n\r\n{}"
+    try:
+        with start_proxy(AllowList(), (route,)) as proxy:
+            untrusted = _talk(proxy.socket_path, request)
+        assert untrusted.startswith(b"HTTP/1.1 502") and b"cannot reach the model endpoint" in untrusted
+        assert endpoint.seen == []
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+        with start_proxy(AllowList(), (route,)) as proxy:
+            trusted = _talk(proxy.socket_path, request)
+        assert trusted.startswith(b"HTTP/1.0 200") and trusted.endswith(b"ok")
+        (seen,) = endpoint.seen
+        assert seen["x-api-key"] == "sk-over-tls" and seen[":path"] == "/v1/messages"
+        assert seen["host"] == endpoint.url.removeprefix("https://")
+    finally:
+        endpoint.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _relays_on(port: int) -> list[str]:
+    """Pids of relay processes listening for `port` (their command line holds the relay's source and the port)."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"plan-runner relay" in b" ".join(argv) and str(port).encode() in argv:
+            found.append(pid)
+    return found
+
+
+def test_the_relay_execs_the_command_and_dies_with_it(tmp_path: Path) -> None:
+    """The command keeps the relay's pid (exec) and its stdio; the relay is gone once the command is, even with
+    no PID namespace to end it; a command that cannot start is exit 127 with the reason."""
+    import subprocess
+    import sys
+
+    from runner.adapters.netproxy import relay_argv
+
+    port = _free_port()
+    with start_proxy(AllowList()) as proxy:
+        argv = relay_argv([sys.executable, "-c", "import os; print(os.getpid())"], python=sys.executable,
+                          socket=str(proxy.socket_path), port=port)
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        out, _ = child.communicate(timeout=60)
+        assert child.returncode == 0 and int(out) == child.pid
+        deadline = time.monotonic() + 5
+        while _relays_on(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _relays_on(port) == []
+        missing = subprocess.run(relay_argv([str(tmp_path / "no-such-program")], python=sys.executable,
+                                            socket=str(proxy.socket_path), port=_free_port()),
+                                 capture_output=True, text=True, timeout=60)
+        assert missing.returncode == 127 and "cannot run" in missing.stderr and "no-such-program" in missing.stderr

@@ -61,6 +61,11 @@ def srv() -> Iterator[MessagesServer]:
 
 
 def _sandboxed(proxy: NetProxy, env: dict[str, str], argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return _sandboxed_stdin(proxy, env, argv, tmp_path, None)
+
+
+def _sandboxed_stdin(proxy: NetProxy, env: dict[str, str], argv: list[str], tmp_path: Path,
+                     stdin: str | None) -> subprocess.CompletedProcess:
     """`argv` in a network namespace of its own (and PID, IPC, UTS), the proxy's socket bound in, behind the relay."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
@@ -71,7 +76,8 @@ def _sandboxed(proxy: NetProxy, env: dict[str, str], argv: list[str], tmp_path: 
                "--bind", str(proxy.bind[0]), proxy.bind[1], "--chdir", str(home), "--clearenv",
                *[a for k, v in inside.items() for a in ("--setenv", k, v)],
                *proxy.wrap(argv, python=sys.executable)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, input=stdin,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)
 
 
 # Run inside: what the sandbox can reach, and whether the key is anywhere a process there can read.
@@ -175,3 +181,39 @@ def test_claude_code_subscription_token_is_added_outside(srv: MessagesServer, tm
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
     (request,) = srv.message_requests
     assert request.headers["authorization"] == f"Bearer {KEY}" and "oauth-" in request.headers["anthropic-beta"]
+
+
+def test_codex_with_an_api_key_holds_a_placeholder(tmp_path: Path) -> None:
+    """The real Codex CLI inside, its provider pointed (by the backend's own argv builder, given the sandbox's
+    environment) at the route: the Responses server sees the real key as a Bearer token."""
+    from runner.backends.codex import build_codex_argv
+    from tests.servers.responses import ResponsesServer
+    from tests.servers.responses import reply as responses_reply
+
+    exe = os.environ.get("PLAN_RUNNER_CODEX") or str(ROOT / ".ci/node/codex/node_modules/.bin/codex")
+    if not os.access(exe, os.X_OK):
+        installed = subprocess.run(["bash", str(ROOT / "scripts" / "install-codex.sh")], capture_output=True,
+                                   text=True, timeout=600)
+        assert installed.returncode == 0, installed.stderr[-2000:]
+        exe = installed.stdout.strip().splitlines()[-1]
+    work = tmp_path / "home" / "work"
+    work.mkdir(parents=True)
+    (tmp_path / "home" / ".codex").mkdir()
+    with ResponsesServer() as srv:
+        srv.enqueue(responses_reply("codex through the route"))
+        host_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "OPENAI_API_KEY": KEY,
+                    "OPENAI_BASE_URL": srv.url, "CODEX_HOME": str(tmp_path / "home" / ".codex")}
+        access = model_access(BACKENDS["codex"], None, host_env)
+        with start_proxy(expand([]), access.routes) as proxy:
+            inside = proxy.sandbox_env(host_env)
+            argv = build_codex_argv(os.path.realpath(exe), model="gpt-5-codex", workdir=work, env=inside,
+                                    resume_thread_id=None)
+            run = _sandboxed_stdin(proxy, host_env, argv, tmp_path, "say hi")
+            refused = proxy.refused()
+        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        assert "codex through the route" in run.stdout
+        headers = [r.headers for r in srv.requests if r.is_responses]
+        assert headers and all(h["authorization"] == f"Bearer {KEY}" for h in headers)
+        # the model's traffic all took the route; what Codex tries besides it (its feature flags at ab.chatgpt.com,
+        # a check at github.com) is refused and counted, once per host
+        assert not any("openai" in r.host for r in refused) and all(r.count <= 2 for r in refused)
