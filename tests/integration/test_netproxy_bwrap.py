@@ -186,7 +186,7 @@ def test_claude_code_subscription_token_is_added_outside(srv: MessagesServer, tm
 def test_codex_with_an_api_key_holds_a_placeholder(tmp_path: Path) -> None:
     """The real Codex CLI inside, its provider pointed (by the backend's own argv builder, given the sandbox's
     environment) at the route: the Responses server sees the real key as a Bearer token."""
-    from runner.backends.codex import build_codex_argv
+    from runner.backends.codex.backend import build_codex_argv
     from tests.servers.responses import ResponsesServer
     from tests.servers.responses import reply as responses_reply
 
