@@ -143,6 +143,7 @@ class Evidence(Record):
     base_sha: str
     head_sha: str
     commits: tuple[CommitInfo, ...] = ()
+    commits_left_out: int = 0  # commits past runner.core.bounds.COMMIT_LIMIT, not listed (the work ones listed first)
     flips: tuple[Flip, ...] = ()
     tampering: tuple[str, ...] = ()  # human-readable: what protected file the agent changed
     deleted_tests: tuple[str, ...] = ()  # test files the session deleted: reported, a human judges

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.core.actions import Blame, Outcome, Verdict
+from runner.core.bounds import bound_list
 from runner.core.evidence import CheckpointState, Evidence, ExitKind, Flip
 
 _FAILED_KINDS = {ExitKind.CRASHED, ExitKind.AUTH, ExitKind.RATE_LIMIT, ExitKind.TRANSIENT,
@@ -212,7 +213,8 @@ def classify(evidence: Evidence) -> Verdict:
         outcome=rule.outcome,
         blame=rule.blame,
         rule=rule.row,
-        reasons=tuple(reasons + _hint_notes(evidence, rule.outcome)),
+        # bounded whatever the agent wrote (runner.core.bounds): the record and every report quote these
+        reasons=bound_list(reasons, "reason(s)") + bound_list(_hint_notes(evidence, rule.outcome), "note(s)"),
         observed_at=evidence.observed_at,
         fingerprint=_fingerprint(rule.outcome, evidence),
         transient=rule.row == 3,

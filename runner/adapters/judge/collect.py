@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from runner.adapters.git import work as gitwork
+from runner.core.bounds import bound_evidence, plan_too_big
 from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
 from runner.adapters.judge.gates import GateCache, GateEvent, run_gates
 from runner.adapters.judge.setup import SETUP_FIX
@@ -61,6 +62,9 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
     elif head_text is None:
         found.append(f"the plan file {path} was deleted")
         changes[path] = scene.plan_text
+    elif too_big := plan_too_big(scene.plan_text, head_text):  # read no further: parsing it is the attack
+        found.append(f"{path}: {too_big}")
+        changes[path] = scene.plan_text
     else:
         problems = protected_changes(scene.plan_text, head_text, path)
         if problems:
@@ -83,6 +87,8 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
 
 def _flips(scene: SessionScene, agent_head_text: str | None, final_text: str) -> tuple[Flip, ...]:
     after = with_tracker(scene.plan, final_text)
+    if agent_head_text is not None and plan_too_big(scene.plan_text, agent_head_text):
+        agent_head_text = None  # not read (see _repair_tampering): none of its ticks is in the session's commits
     by_agent = with_tracker(scene.plan, agent_head_text) if agent_head_text is not None else None
     flips = []
     for f in diff_tracker(scene.plan, after):
@@ -211,13 +217,13 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     gates = _set_up_problems(gates, scene.plan, on_base)
     if checkout is None:  # the gates ran in `repo` (a session's judge tree has no files: nothing to discard there)
         _discard_gate_byproducts(repo)
-    return Evidence(
+    return bound_evidence(Evidence(
         plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,
         started_at=scene.started_at, observed_at=observed_at, base_sha=scene.base_sha, head_sha=head,
         commits=commits, flips=flips, tampering=tuple(extra_tampering) + tuple(tampering), gates=gates,
         deleted_tests=deleted_tests, leaked_secrets=leaked, carried_commits=carried,
         signals=signals, handoff=handoff, next_checkpoint=scene.checkpoint,
-    )
+    ))
 
 
 def revert_rejected_flips(scene: SessionScene, evidence: Evidence, rejected: tuple[str, ...]) -> str:

@@ -1,0 +1,132 @@
+"""Bounds on everything an agent's output becomes in plan-runner's record. Pure.
+
+Whatever the agent writes (a plan with a million checkpoint-shaped lines, a megabyte of handoff, ten
+thousand commits, an error text the size of a log), what plan-runner keeps of it is cut to these limits,
+with a count of what was left out, so that a session adds at most a fixed amount to the plan's state
+ref (docs/plan-format.md, "What a session adds to the state"):
+
+* a text (a reason, a hint, an error, a note, a commit's summary) at most TEXT_LIMIT characters;
+* a name (a file path, a session id, a checkpoint id) at most NAME_LIMIT characters;
+* a list (reasons, rejected flips, tampering found, deleted tests, claims) at most LIST_LIMIT items, the
+  last of which says how many more were left out;
+* commits at most COMMIT_LIMIT, each with at most FILE_LIMIT file names;
+* the handoff at most HANDOFF_LIMIT characters;
+* the plan file as the agent left it is read only when it is at most PLAN_GROWTH_BYTES and
+  PLAN_GROWTH_LINES beyond the base's: a larger one is a protected change in itself (restored whole).
+
+A ledger entry built from bounded records is at most ENTRY_LIMIT bytes of JSON; `runner.core.ledger`
+refuses a bigger one, and a segment of the ledger (SEGMENT_ENTRIES entries) is so far under GitHub's
+100 MB limit on a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, Hints, SessionSignals
+
+TEXT_LIMIT = 2_000
+NAME_LIMIT = 300
+LIST_LIMIT = 40
+COMMIT_LIMIT = 200
+FILE_LIMIT = 40
+HANDOFF_LIMIT = 32_000
+GATE_OUTPUT_LIMIT = 8_000
+PLAN_GROWTH_BYTES = 256 * 1024
+PLAN_GROWTH_LINES = 2_000
+ENTRY_LIMIT = 256 * 1024
+
+
+def bound_text(text: str, limit: int = TEXT_LIMIT) -> str:
+    """`text` cut to `limit` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - 60)  # room for the note
+    return text[:keep] + f" [... {len(text) - keep:,} more characters left out]"
+
+
+def bound_tail(text: str, limit: int) -> str:
+    """The end of `text` (an output's tail matters most), saying how many characters were left out before it."""
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - 60)
+    return f"[... {len(text) - keep:,} earlier characters left out] " + text[len(text) - keep:]
+
+
+def bound_name(name: str | None) -> str | None:
+    return None if name is None else bound_text(name, NAME_LIMIT)
+
+
+def bound_list(items: Sequence[str], what: str = "item(s)", limit: int = LIST_LIMIT,
+               text_limit: int = TEXT_LIMIT) -> tuple[str, ...]:
+    """At most `limit` texts, each bounded; the last one says how many more `what` were left out."""
+    kept = [bound_text(i, text_limit) for i in items[:limit if len(items) <= limit else limit - 1]]
+    if len(items) > limit:
+        kept.append(f"... and {len(items) - len(kept):,} more {what} left out")
+    return tuple(kept)
+
+
+def plan_too_big(base_text: str, head_text: str) -> str | None:
+    """Why the agent's version of the plan is too big to read (None: it is not)."""
+    grown_bytes = len(head_text.encode("utf-8", "surrogatepass")) - len(base_text.encode("utf-8", "surrogatepass"))
+    grown_lines = head_text.count("\n") - base_text.count("\n")
+    if grown_bytes <= PLAN_GROWTH_BYTES and grown_lines <= PLAN_GROWTH_LINES:
+        return None
+    return (f"the plan file grew by {grown_bytes:,} bytes and {grown_lines:,} lines (at most {PLAN_GROWTH_BYTES:,} "
+            f"bytes and {PLAN_GROWTH_LINES:,} lines are read): it was not read, and was restored from the base commit")
+
+
+def _commit(c: CommitInfo) -> CommitInfo:
+    files = c.files if len(c.files) <= FILE_LIMIT else (
+        *(bound_text(f, NAME_LIMIT) for f in c.files[:FILE_LIMIT - 1]),
+        f"... and {len(c.files) - FILE_LIMIT + 1:,} more file(s)")
+    return c.evolve(summary=bound_text(c.summary), author=bound_text(c.author, NAME_LIMIT),
+                    files=tuple(bound_text(f, NAME_LIMIT) for f in files))
+
+
+def _commits(commits: tuple[CommitInfo, ...]) -> tuple[CommitInfo, ...]:
+    """At most COMMIT_LIMIT commits: the work commits first (they are what a verdict counts), in order."""
+    if len(commits) <= COMMIT_LIMIT:
+        return tuple(_commit(c) for c in commits)
+    work = [c for c in commits if c.counts_as_work and not c.wip]
+    rest = [c for c in commits if not (c.counts_as_work and not c.wip)]
+    kept = {id(c) for c in (work + rest)[:COMMIT_LIMIT]}
+    return tuple(_commit(c) for c in commits if id(c) in kept)
+
+
+def _gate(g: GateResult) -> GateResult:
+    return g.evolve(name=bound_text(g.name, NAME_LIMIT), output_tail=bound_tail(g.output_tail, GATE_OUTPUT_LIMIT),
+                    error=None if g.error is None else bound_text(g.error),
+                    needs_human=None if g.needs_human is None else bound_text(g.needs_human),
+                    setup_problem=None if g.setup_problem is None else bound_text(g.setup_problem))
+
+
+def _flip(f: Flip) -> Flip:
+    return f.evolve(checkpoint_id=bound_text(f.checkpoint_id, NAME_LIMIT),
+                    verify_output=bound_tail(f.verify_output, GATE_OUTPUT_LIMIT))
+
+
+def bound_hints(h: Hints) -> Hints:
+    return h.evolve(stop_reason=bound_name(h.stop_reason), result_subtype=bound_name(h.result_subtype),
+                    final_text=bound_tail(h.final_text, TEXT_LIMIT), claims=bound_list(h.claims, "claim(s)", 10))
+
+
+def bound_signals(s: SessionSignals) -> SessionSignals:
+    return s.evolve(agent_session_id=bound_name(s.agent_session_id), error=None if s.error is None else
+                    bound_text(s.error), last_tool=bound_name(s.last_tool), hints=bound_hints(s.hints),
+                    backend=bound_text(s.backend, NAME_LIMIT))
+
+
+def bound_evidence(e: Evidence) -> Evidence:
+    """`e` with every part the agent wrote cut to the bounds above."""
+    commits = _commits(e.commits)
+    return e.evolve(
+        commits=commits, carried_commits=_commits(e.carried_commits),
+        flips=tuple(_flip(f) for f in e.flips),  # of the base's checkpoints only: the maintainer's plan bounds them
+        tampering=bound_list(e.tampering, "protected change(s)"),
+        deleted_tests=bound_list(e.deleted_tests, "deleted test file(s)", text_limit=NAME_LIMIT),
+        leaked_secrets=bound_list(e.leaked_secrets, "file(s)", text_limit=NAME_LIMIT),
+        gates=tuple(_gate(g) for g in e.gates), signals=bound_signals(e.signals),
+        handoff=None if e.handoff is None else bound_text(e.handoff, HANDOFF_LIMIT),
+        commits_left_out=e.commits_left_out + len(e.commits) - len(commits),
+    )

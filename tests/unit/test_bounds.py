@@ -1,0 +1,83 @@
+"""runner.core.bounds: whatever an agent writes, what the record keeps of it is bounded, with a count of what
+was left out (issue 46)."""
+
+from __future__ import annotations
+
+from core_builders import evidence, signals, work_commit
+
+from runner.core.bounds import (
+    COMMIT_LIMIT, FILE_LIMIT, HANDOFF_LIMIT, LIST_LIMIT, NAME_LIMIT, PLAN_GROWTH_BYTES, PLAN_GROWTH_LINES,
+    TEXT_LIMIT, bound_evidence, bound_list, bound_tail, bound_text, plan_too_big,
+)
+from runner.core.evidence import CommitInfo, Hints
+from runner.core.outcome import classify
+
+BASE = "---\nagent: {backend: script}\n---\n# P\n\n## Stage 1: A\n- [ ] 1.1 One\n"
+
+
+def test_a_short_text_is_kept_as_it_is():
+    """Nothing is cut from a text within the bound."""
+    assert bound_text("x" * TEXT_LIMIT) == "x" * TEXT_LIMIT
+
+
+def test_a_long_text_is_cut_to_the_bound_and_says_how_much_was_left_out():
+    """A megabyte of text keeps its start, at most TEXT_LIMIT characters, and the count of the rest."""
+    out = bound_text("a" * 1_000_000)
+    assert len(out) <= TEXT_LIMIT and out.startswith("a" * 100)
+    kept = out.index(" [...")
+    assert f"{1_000_000 - kept:,} more characters left out" in out
+
+
+def test_a_tail_keeps_the_end():
+    """An output's tail keeps its last characters and counts the earlier ones."""
+    out = bound_tail("b" * 10_000 + "END", 500)
+    assert len(out) <= 500 and out.endswith("END") and "earlier characters left out" in out
+
+
+def test_a_long_list_keeps_its_first_items_and_counts_the_rest():
+    """Ten thousand items: LIST_LIMIT kept, the last one counting what was left out; each item bounded."""
+    out = bound_list([f"item {i} " + "z" * 5000 for i in range(10_000)], "reason(s)")
+    assert len(out) == LIST_LIMIT
+    assert out[-1] == f"... and {10_000 - LIST_LIMIT + 1:,} more reason(s) left out"
+    assert all(len(i) <= TEXT_LIMIT for i in out)
+    assert bound_list(["a", "b"]) == ("a", "b")
+
+
+def test_a_plan_grown_past_the_bound_is_not_read():
+    """A plan within PLAN_GROWTH_LINES/BYTES of its base is read; more lines or more bytes are not."""
+    assert plan_too_big(BASE, BASE + "note\n" * (PLAN_GROWTH_LINES - 10)) is None
+    assert "not read" in plan_too_big(BASE, BASE + "- [x] 9.1 x\n" * (PLAN_GROWTH_LINES + 1))
+    assert "not read" in plan_too_big(BASE, BASE + "n" * (PLAN_GROWTH_BYTES + 1))
+
+
+def test_every_part_of_the_evidence_the_agent_wrote_is_bounded():
+    """Tampering lines, a handoff, commit messages, file lists, commits, an error and the hints are cut."""
+    commits = tuple(CommitInfo(sha=f"{i:040x}", summary="s" * 50_000, files=tuple(f"f{j}" for j in range(5000)))
+                    for i in range(COMMIT_LIMIT + 50))
+    e = bound_evidence(evidence(
+        commits=commits, tampering=tuple(f"t{i}" for i in range(100_000)), handoff="h" * 10_000_000,
+        signals=signals(error="e" * 100_000, agent_session_id="i" * 10_000,
+                        hints=Hints(final_text="f" * 100_000, claims=tuple(f"c{i}" for i in range(1000))))))
+    assert len(e.tampering) == LIST_LIMIT and "more protected change(s) left out" in e.tampering[-1]
+    assert len(e.handoff) <= HANDOFF_LIMIT
+    assert len(e.commits) == COMMIT_LIMIT and e.commits_left_out == 50
+    assert all(len(c.summary) <= TEXT_LIMIT and len(c.files) == FILE_LIMIT for c in e.commits)
+    assert e.commits[0].files[-1] == f"... and {5000 - FILE_LIMIT + 1:,} more file(s)"
+    assert len(e.signals.error) <= TEXT_LIMIT and len(e.signals.agent_session_id) <= NAME_LIMIT
+    assert len(e.signals.hints.final_text) <= TEXT_LIMIT and len(e.signals.hints.claims) <= 10
+    assert len(e.model_dump_json()) < 2_000_000
+
+
+def test_the_work_commits_are_the_ones_kept():
+    """Past COMMIT_LIMIT, the commits that count as work are listed first: a verdict counts them."""
+    tracker = tuple(CommitInfo(sha=f"{i:040x}", summary="tick", counts_as_work=False) for i in range(COMMIT_LIMIT))
+    e = bound_evidence(evidence(commits=tracker + (work_commit(),)))
+    assert len(e.work_commits) == 1 and len(e.commits) == COMMIT_LIMIT
+
+
+def test_a_verdicts_reasons_are_bounded_whatever_the_evidence_holds():
+    """A hundred thousand protected changes (unbounded evidence, as a test may build it) still make at most
+    LIST_LIMIT reasons, the last counting the rest."""
+    v = classify(evidence(tampering=tuple(f"plans/p.md: checkpoint 9.{i} was added" for i in range(100_000))))
+    assert len(v.reasons) <= LIST_LIMIT + 3
+    assert any(r.endswith("more reason(s) left out") for r in v.reasons)
