@@ -51,9 +51,16 @@ def _preflight(ws, drivers, session=None, *, full: bool = False) -> None:
     """SPEC 9: before the first session, stop on a setup mistake with what/why/fix, recording nothing.
     `session`: the plan and state as the caller read them already (not read twice)."""
     from runner.drivers.session.preflight import before_first_session
+    from runner.drivers.cli.progress import StepLine
 
-    before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"), session=session,
-                         full=full)
+    line = StepLine("preflight", "a fresh checkout of the base commit")  # a live line on a terminal only
+    hook, ws.on_event = ws.on_event, line.event
+    try:
+        before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"), session=session,
+                             full=full)
+    finally:
+        line.stop()
+        ws.on_event = hook
 
 
 def _session_arguments(parser: argparse.ArgumentParser) -> None:

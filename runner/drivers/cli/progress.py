@@ -11,6 +11,49 @@ from runner.core.actions import Wait, short
 from runner.adapters.render.term import err, out
 
 
+class StepLine:
+    """A live line for work that prints nothing of its own (the preflight's fresh checkout of the base, each
+    `setup:` command): what runs and for how long, redrawn every second on a terminal, and a line for each
+    finished step above it. Off a terminal it prints nothing (the events print what they printed before)."""
+
+    def __init__(self, label: str, first: str) -> None:
+        self.label, self.what, self.since = label, first, time.monotonic()
+        self.status = err.status(self._text())
+        self._stopped = threading.Event()
+        if self.status:
+            threading.Thread(target=self._tick, name=f"{label}-line", daemon=True).start()
+
+    def _text(self) -> str:
+        return f"{self.label}: {self.what} · {time.monotonic() - self.since:.0f}s"
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(1.0):
+            if self.status and not self._stopped.is_set():
+                self.status.update(self._text())
+
+    def _done(self) -> None:
+        if self.status:
+            err.say(f"  {self.label}: {self.what} ({time.monotonic() - self.since:.0f}s)")
+
+    def step(self, what: str) -> None:
+        self._done()
+        self.what, self.since = what, time.monotonic()
+        if self.status:
+            self.status.update(self._text())
+
+    def event(self, kind: str, detail: str) -> None:
+        """A session's event hook (`ws.on_event`) while the step line shows."""
+        if kind == "setup" and not detail.startswith(("cache ", "building the cache", "the key files")):
+            self.step(f"setup: {detail}")
+        elif kind in ("warning", "isolation"):
+            err.say(f"  {kind}: {detail}", "yellow")
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.status:
+            self.status.stop()
+
+
 class Progress:
     """Live progress on the terminal: session, kind, elapsed, tokens, last tool, gates, outcomes.
 
@@ -26,6 +69,7 @@ class Progress:
         self.tool = "-"
         self.retry = ""
         self.waiting: str | None = None
+        self.step: tuple[str, float] | None = None  # a `setup:` command running now, and since when
         self.status = err.status("starting")
         self._stopped = threading.Event()
         if self.status:
@@ -40,11 +84,19 @@ class Progress:
         if self.status and not self._stopped.is_set():
             elapsed = time.monotonic() - self.started
             retry = f" · API retry {self.retry}" if self.retry else ""
+            if self.step is not None:
+                command, since = self.step
+                self.status.update(f"session {self.session} · {elapsed:5.0f}s · setup: {command} · "
+                                   f"{time.monotonic() - since:.0f}s")
+                return
             self.status.update(f"session {self.session} · {elapsed:5.0f}s · {self.tokens} tokens · "
                                f"last tool {self.tool}{retry}")
 
     def event(self, kind: str, detail: str) -> None:
         self.waiting = None
+        self.step = None
+        if kind == "setup" and not detail.startswith(("cache ", "building the cache", "the key files")):
+            self.step = (detail, time.monotonic())
         if kind == "session":
             self.started, self.session, self.tokens, self.tool, self.retry = time.monotonic(), detail, "0", "-", ""
             err.say(f"session {detail}", "bold")

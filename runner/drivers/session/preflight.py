@@ -385,8 +385,10 @@ def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = Fa
         return sorted(found, key=lambda p: p.level != "error")
     gate_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=())  # the gates' environment
     if setup_failed:
+        error, _, said = setup_failed.partition("\n")
         found.append(Problem("error", "`setup:` fails on a fresh checkout of the base commit",
-                             f"{setup_failed}; every session's gates would run on an environment that is not set up",
+                             f"{error}; every session's gates would run on an environment that is not set up"
+                             + (f"; the command's last lines:\n{said}" if said else ""),
                              "make the command work on a fresh clone of the repository (run it there by hand), "
                              "then run again"))
     for c in commands_of(plan):
@@ -415,7 +417,8 @@ def _raise(plan: Plan, found: list[Problem], warn) -> None:
         return
     if len(errors) == 1:
         e = errors[0]
-        raise PreflightError(what=f"preflight: {e.what}", why=f"{e.why}; nothing was run or recorded", fix=e.fix)
+        then = "\n  " if "\n" in e.why else "; "  # after a command's quoted lines, on a line of its own
+        raise PreflightError(what=f"preflight: {e.what}", why=f"{e.why}{then}nothing was run or recorded", fix=e.fix)
     raise PreflightError(
         what=f"preflight: {len(errors)} problems stop {plan.path} before its first session",
         why="; ".join(e.what for e in errors) + "; nothing was run or recorded",
@@ -494,4 +497,11 @@ def _as_it_will_run(ws, plan: Plan, identity, area) -> tuple[Path, str | None] |
     failed = setup_mod.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
                                  identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
                                  checkout=fresh, on_event=ws.on_event)
-    return workdir, (failed[0].error or "a set-up command failed") if failed else None
+    return workdir, setup_failure(failed[0]) if failed else None
+
+
+def setup_failure(result, lines: int = 12) -> str:
+    """What failed in `setup:`: the error, and the command's last lines of output (what it said about why)."""
+    said = [line for line in (result.output_tail or "").rstrip().splitlines() if line.strip()][-lines:]
+    text = result.error or "a set-up command failed"
+    return text + ("\n" + "\n".join(f"    | {line}" for line in said) if said else "")
