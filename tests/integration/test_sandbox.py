@@ -127,17 +127,89 @@ def test_a_judge_with_passwordless_sudo_isolates_like_a_hosted_runner():
     assert f"isolated as user {sandbox.agent_user_name(0, entry.pw_uid)}" in proc.stderr
 
 
-def test_without_root_or_sudo_a_session_refuses_to_run_unisolated():
-    """No isolation available: the session stops with what/why/fix and records nothing, unless isolation: none."""
+MAKE_AGENT_REPO = textwrap.dedent("""\
+    import sys
+    sys.path.insert(0, {root!r})
+    from pathlib import Path
+    import tests.integration.test_session_local as t
+    t.make_repo(Path({where!r}), agent={agent!r})
+    """)
+SNOOP = """#!/bin/sh
+cat {key} > leak.txt 2>&1 || true
+ls -A {home} 2>/dev/null | sed 's/^/home: /' >> leak.txt
+setsid sh -c 'exec -a {marker} sleep 300' </dev/null >/dev/null 2>&1 &
+printf 'def mul(a, b):\\n    return a * b\\n' > calc/mul.py
+sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/calc.md
+git add -A && git commit -q -m 'Add mul, tick 1.1'
+"""
+
+
+def _snooping_session_as(entry: pwd.struct_passwd, tag: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    """A command agent that reads ~/.ssh/id_rsa and lists the home into a committed file, leaves a setsid
+    sleeper, and does the work; the session as `entry`: its result and what the agent committed."""
+    home = Path(entry.pw_dir)
+    key = home / ".ssh" / "id_rsa"
+    for made in (_as_user(entry, ["mkdir", "-p", "-m", "0700", str(key.parent)], str(home)),
+                 _as_user(entry, ["sh", "-c", f"echo PRIVATE-KEY-{tag} > {key} && chmod 600 {key}"], str(home))):
+        assert made.returncode == 0, made.stderr
+    where = home / tag
+    subprocess.run(["rm", "-rf", str(where)], check=True)
+    agent = SNOOP.format(key=key, home=home, marker=f"pr-snoop-{tag}")
+    code = MAKE_AGENT_REPO.format(root=str(ROOT), where=str(where), agent=agent)
+    made = _as_user(entry, [sys.executable, "-c", code],
+                    entry.pw_dir)
+    assert made.returncode == 0, made.stderr
+    repo = where / "repo"
+    proc = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json", *extra], str(repo))
+    shown = _as_user(entry, ["git", "show", "plan-runner/calc:leak.txt"], str(repo))
+    return proc, shown.stdout
+
+
+def test_an_ordinary_user_without_sudo_runs_the_agent_isolated_in_namespaces():
+    """Issue 49: no root, no sudo (a laptop): the session runs isolated in kernel namespaces and advances; the agent
+    cannot read ~/.ssh/id_rsa nor list the home, and its setsid sleeper is gone. Control: `--isolation none`
+    hands the same agent the key."""
     entry = _user("pr-test-plain", sudo=False)
-    proc = _session_as(entry, "plain-trial")
-    assert proc.returncode == 2 and "cannot isolate the agent" in proc.stderr and "isolation: none" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    repo = Path(entry.pw_dir) / "plain-trial" / "repo"
-    ran = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json", "--isolation", "none"],
-                   str(repo))
-    assert ran.returncode == 0 and json.loads(ran.stdout)["outcome"] == "Advanced", ran.stderr
-    assert "no isolation" in ran.stderr
+    proc, leak = _snooping_session_as(entry, "plain-ns")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
+    assert "isolated in kernel namespaces" in proc.stderr and "Traceback" not in proc.stderr
+    assert "PRIVATE-KEY" not in leak and "home: .ssh" not in leak.splitlines(), leak
+    left = subprocess.run(["pgrep", "-f", "pr-snoop-plain-ns"], capture_output=True, text=True).stdout
+    assert left == "", left
+    proc, leak = _snooping_session_as(entry, "plain-none", "--isolation", "none")
+    assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
+    assert "PRIVATE-KEY-plain-none" in leak and "home: .ssh" in leak.splitlines(), leak
+    subprocess.run(["pkill", "-f", "pr-snoop-plain-none"], check=False)  # the control's sleeper: unconfined
+
+
+SETUP = ("setup:\n  run: [\"mkdir -p .made && echo ok > .made/x && mkdir -p built && echo 1 > built/out\"]\n"
+         "  cache: [.made]\n  key: [plans/calc.md]\nbudget:")
+
+
+@pytest.mark.parametrize("sudo", [True, False], ids=["sudo-user", "plain-user"])
+def test_a_plan_with_setup_runs_its_first_session_as_an_ordinary_user(sudo):
+    """Issue 49: as an ordinary user with passwordless sudo (GitHub's `runner`: pooled agent user) the first
+    session of a plan with `setup:` crashed (PermissionError stat-ing the agent's 0700 clone, recorded as
+    Interrupted); without sudo it runs in kernel namespaces. Both advance, and what set-up made (its cache and an
+    untracked folder) is excluded from the agent's commits."""
+    entry = _user("pr-test-sudo" if sudo else "pr-test-plain", sudo=sudo)
+    tag = "setup-sudo" if sudo else "setup-plain"
+    where = Path(entry.pw_dir) / tag
+    subprocess.run(["rm", "-rf", str(where)], check=True)
+    made = _as_user(entry, [sys.executable, "-c", MAKE_REPO.format(root=str(ROOT), where=str(where))], entry.pw_dir)
+    assert made.returncode == 0, made.stderr
+    repo = where / "repo"
+    plan = repo / "plans" / "calc.md"
+    code = f"from pathlib import Path; p = Path({str(plan)!r}); p.write_text(p.read_text().replace('budget:', {SETUP!r}, 1))"
+    edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git commit -qam setup', sys.executable, code], str(repo))
+    assert edit.returncode == 0 and "setup:" in plan.read_text(), edit.stderr
+    proc = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(repo))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
+    assert "Traceback" not in proc.stderr and "PermissionError" not in proc.stderr
+    tracked = _as_user(entry, ["git", "ls-tree", "-r", "--name-only", "plan-runner/calc"], str(repo)).stdout.split()
+    assert "calc/mul.py" in tracked and ".made/x" not in tracked and "built/out" not in tracked, tracked
 
 
 def test_unreachable_names_the_private_folder_that_hides_a_program(tmp_path):
@@ -265,12 +337,14 @@ def test_a_judge_with_sudo_passes_no_secret_on_sudos_command_line_and_uses_the_c
         assert lines["in-cgroup"] == "True", done.stdout
 
 
-def test_the_readme_first_command_finishes_for_a_sudo_user_with_a_private_home():
+@pytest.mark.parametrize("sudo", [True, False], ids=["sudo-user", "plain-user"])
+def test_the_readme_first_command_finishes_for_an_ordinary_user_with_a_private_home(sudo):
     """Issue 20: an ordinary user with passwordless sudo and a 0750 home copies plan-runner into it and runs the
     README's first command there, as written (venv, `pip install -e .` from the machine's package index, `demo`).
     The agent's user cannot run that venv's python, so the demo falls back with its note and finishes its plan
-    (it once parked: AgentError twice, `.venv/bin/python3.11: Permission denied`, exit 3)."""
-    entry = _user("pr-test-reach", sudo=True)
+    (it once parked: AgentError twice, `.venv/bin/python3.11: Permission denied`, exit 3). Issue 49: without
+    sudo the demo runs isolated in kernel namespaces (it used to run unisolated), and finishes."""
+    entry = _user("pr-test-reach" if sudo else "pr-test-reach-plain", sudo=sudo)
     home = Path(entry.pw_dir)
     src, tmp = home / "plan-runner", home / "tmp"
     subprocess.run(["rm", "-rf", str(src), str(tmp)], check=True)
@@ -291,6 +365,9 @@ def test_the_readme_first_command_finishes_for_a_sudo_user_with_a_private_home()
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     assert sandbox.unreachable(src / ".venv" / "bin" / "python") == home
-    assert "the demo runs without isolation" in text and f"{home} is private" in text, text[:2000]
+    if sudo:
+        assert "the demo runs without isolation" in text and f"{home} is private" in text, text[:2000]
+    else:
+        assert "without isolation" not in text and "isolated in kernel namespaces" in text, text[:2000]
     assert "finished: every checkpoint is done" in text and "Traceback" not in text
     assert "Permission denied" not in text

@@ -272,6 +272,33 @@ def _exclude(workdir: Path, made: list[str]) -> None:
         fh.write("\n# made by the plan's setup: (plan-runner)\n" + "".join(f"/{p}\n" for p in made))
 
 
+# Run as the agent in its own clone: the set-up cache's paths (arguments) and every untracked top path (what set-up
+# made) appended to the clone's exclude file, so the agent's leftovers commit never takes them.
+_EXCLUDE_SCRIPT = r"""
+[ -d .git ] && [ ! -L .git ] || exit 0
+mkdir -p .git/info || exit 0
+{ printf '\n# made by the plan'"'"'s setup: (plan-runner)\n'
+  for r in "$@"; do printf '/%s\n' "$r"; done
+  git -c core.hooksPath=/dev/null -c core.fsmonitor=false ls-files --others --directory --exclude-standard \
+    | sed 's|/$||; s|^|/|'
+  git -c core.hooksPath=/dev/null -c core.fsmonitor=false ls-files --others --directory --ignored \
+    --exclude-standard | sed 's|/$||; s|^|/|'
+} >> .git/info/exclude
+"""
+
+
+def _exclude_as_agent(workdir: Path, roots: tuple[str, ...], identity: Identity) -> None:
+    from runner.adapters.sandbox.proc import StartFailed, capture
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir.parent / "home"),
+           "LANG": "C.UTF-8", "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        capture(["sh", "-c", _EXCLUDE_SCRIPT, "exclude", *roots], cwd=workdir, env=env, time_limit_s=120,
+                identity=identity)
+    except StartFailed:
+        pass
+
+
 def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
                  identity: Identity, cache_dir: Path, trusted_sha: str | None, checkout: Callable[[str], Path],
                  reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None,
@@ -286,6 +313,11 @@ def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env
                        trusted_sha=trusted_sha, checkout=again, on_event=on_event, keep=keep)
     identity.kill_all()
     roots = untar.clean_roots(setup.cache)
+    if identity.sudo:
+        # A judge that is not root cannot enter the agent's 0700 clone (stat-ing its .git crashed every first
+        # session with a setup: on a GitHub-hosted runner): the agent's own git lists and excludes what set-up made.
+        _exclude_as_agent(workdir, roots, identity)
+        return (failed[0].error or "a set-up command failed") if failed else None
     made = [*roots, *_untracked_tops(repo, sha, workdir, roots)]
     git_dir = workdir / ".git"
     if made and git_dir.is_dir() and not git_dir.is_symlink():

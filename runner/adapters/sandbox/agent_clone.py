@@ -247,6 +247,8 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     place (KeptSetup then proves them unchanged, or they are restored again)."""
     identity.kill_all()
     _own_root(area, repo)
+    if identity.room is not None:
+        identity.room.grant(area.root)
     hold_area(area)
     if area.root not in _proofs:  # (a proof under way: the tree is hidden already, and being walked)
         _keep_gates(area, identity, scratch)
@@ -259,6 +261,8 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
             raise PlanRunnerError(what=f"the work branch {branch!r} is missing in {repo}",
                                   why="it was deleted while the session started", fix="run the session again")
         store = seed_store(repo, branch) if identity.isolated else None
+        if store is not None and identity.room is not None:
+            identity.room.show(store)  # the clone's objects: borrowed, read-only
     except GitCommandError as exc:
         raise PlanRunnerError(what=f"could not seed the agent's clone of the work branch {branch!r}",
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
@@ -758,6 +762,8 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     preflight's own area) is not recorded."""
     identity.kill_all()
     _own_root(area, repo)
+    if identity.room is not None:
+        identity.room.grant(area.root)
     target = into or area.gates
     if into is None:
         _brought_back.pop(area.root, None)

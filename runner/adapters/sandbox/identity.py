@@ -27,9 +27,11 @@ every untrusted process), removed with every HOME it was started with, and with 
 directly in /tmp, /var/tmp and /dev/shm, when the lease ends: the next session on the same uid, another
 plan's included, finds none of it.
 
-Without either (an ordinary user, no sudo), no isolation is possible: local mode
-runs only with `isolation: none` (plan) or `--isolation none`, and says so on every
-session; Actions mode refuses.
+Without either (an ordinary user, no sudo: a laptop), untrusted code runs in kernel namespaces instead
+(runner.adapters.sandbox.room, bubblewrap): as plan-runner's own uid, but seeing only the agent's area,
+the seed store it borrows from, the toolchain read-only and a private TMP and HOME; its own PID namespace
+ends everything it started when its first process exits (issue 49). `isolation: none` (plan) or
+`--isolation none` runs it unconfined, and says so on every session; Actions mode refuses that.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.sandbox import fsafe, tools
+from runner.adapters.sandbox import fsafe, room as rooms, tools
 from runner.core.errors import PlanRunnerError
 
 Isolation = Literal["auto", "user", "none"]
@@ -167,6 +169,8 @@ class Identity:
     name: str = ""
     sudo: bool = False  # the judge is not root: untrusted code starts through `sudo -n`
     session: _Session | None = field(default=None, compare=False, repr=False)
+    # kernel namespaces instead of another uid (an ordinary user without sudo): uid is plan-runner's own
+    room: rooms.Namespaces | None = field(default=None, compare=False, repr=False)
 
     @property
     def isolated(self) -> bool:
@@ -176,7 +180,14 @@ class Identity:
     def cgroup(self) -> Path | None:
         return self.session.cgroup if self.session else None
 
+    @property
+    def other_user(self) -> bool:
+        """Untrusted code runs as another uid (the pool): what it may reach is decided by file modes."""
+        return self.isolated and self.room is None
+
     def describe(self) -> str:
+        if self.room is not None:
+            return self.room.describe()
         if not self.isolated:
             return "no isolation (isolation: none): the agent runs as plan-runner's own user"
         how = "" if self.cgroup is not None or self.session is None else \
@@ -190,6 +201,9 @@ class Identity:
         launcher, which reads `env` from a private file (never from a command line) and joins the cgroup."""
         if not self.isolated:
             return Launch(list(argv), {"cwd": cwd, "env": dict(env)})
+        if self.room is not None:
+            made = self.room.command(argv, env, cwd, self.room.view_for(Path(cwd), judge_dir("agents")))
+            return Launch(made.argv, made.popen)
         env = dict(env)
         if self.session is not None:
             if self.session.tmp is not None:
@@ -218,8 +232,8 @@ class Identity:
         the agent started (its real uid stays the agent's) is found too. A zombie whose threads are all gone is
         not live (it runs nothing, a signal cannot remove it, its parent reaps it); a zombie *leader* whose
         other threads run on (its main thread left with the bare `exit` syscall) is: a SIGKILL to its id ends
-        them all."""
-        if not self.isolated:
+        them all. In a room, none: each process's PID namespace ended with it."""
+        if not self.other_user:
             return []
         found = []
         me = str(self.uid).encode()
@@ -248,8 +262,9 @@ class Identity:
         included; every process it started is in there and cannot leave), then, without a cgroup or with
         `everywhere` (the lease's start and end), every thread group of its uid (a few passes end any fork
         loop: a process being killed cannot fork again); how many the uid scan found. Raises if something
-        survives."""
-        if not self.isolated:
+        survives. In a room, nothing to do: what a process started was in its PID namespace, which the kernel
+        emptied when that process (bwrap's child) or bwrap ended (proc.run kills bwrap's group)."""
+        if not self.other_user:
             return 0
         if self.cgroup is not None:
             _kill_cgroup(self.cgroup, self.sudo)
@@ -282,7 +297,7 @@ class Identity:
         """Make `path` (a tree plan-runner just created in a folder of its own) owned by this identity, through
         descriptors: no link the tree holds is followed (runner.adapters.sandbox.fsafe). `below`: the trusted
         folder to walk from when `path`'s own folder is this identity's (e.g. the agent's clone)."""
-        if not self.isolated:
+        if not self.other_user:
             return
         if self.sudo:
             _sudo_chown(path, f"{self.uid}:{self.gid}")
@@ -488,6 +503,9 @@ class Lease:
 
     def release(self) -> None:
         identity = self.identity
+        if identity.room is not None:
+            identity.room.close()
+            return
         try:
             identity.kill_all(everywhere=True)
             session = identity.session
@@ -732,12 +750,7 @@ def acquire(isolation: Isolation, *, actions: bool = False, prefer_uid: int | No
                 "`isolation: none` to the plan's front matter (or pass --isolation none)")
     how = available()
     if how is None:
-        raise PlanRunnerError(
-            what="plan-runner cannot isolate the agent on this machine",
-            why="it is neither root nor allowed `sudo -n`, so the agent (and the code it writes, gates included) "
-                "would run as your own user: it could read your credentials and forge its own verdict",
-            fix="run as root or with passwordless sudo; or, locally and at your own risk, add "
-                "`isolation: none` to the plan's front matter (or pass --isolation none)")
+        return _room_lease()
     sudo = how == "sudo"
     tools.harden(need_sudo=sudo)  # before the first agent starts: absolute tools, a PATH nobody else can write
     pool = lock_dir()
@@ -788,6 +801,25 @@ def acquire(isolation: Isolation, *, actions: bool = False, prefer_uid: int | No
     raise PlanRunnerError(what=f"all {POOL_SIZE} agent identities are busy",
                           why="that many sessions run at once on this machine",
                           fix="wait for some to finish, or run fewer plans at once")
+
+
+def _room_lease() -> Lease:
+    """An ordinary user without sudo: kernel namespaces (bubblewrap) as plan-runner's own uid."""
+    from runner.adapters.sandbox.agentenv import own_roots
+
+    also = [Path(p) for p in own_roots()] + [Path(sys.base_prefix), Path(sys.executable)]
+    claude = os.environ.get("PLAN_RUNNER_CLAUDE")
+    if claude:
+        also.append(Path(claude))
+    shown = rooms.toolchain(os.environ.get("PATH", os.defpath), also, homes=[Path.home()],
+                            private=[judge_dir("agents").parent])
+    made = rooms.open_room(toolchain_roots=shown, base=judge_dir("rooms"))
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return Lease(Identity(uid=uid, gid=gid, name=name, room=made))
 
 
 def _slot_order(prefer_uid: int | None) -> list[int]:

@@ -162,7 +162,10 @@ class Namespaces:
     tools: tuple[Path, ...] = ()  # install roots shown read-only beside the system folders
     overlay: bool = True  # the kernel mounts an overlay in a user namespace (Linux 5.11+)
     said: tuple[str, ...] = ()  # what opening the room changed on the machine (lifting a restriction)
+    network: bool = True  # the host's network for every process (until the allow-list proxy lands)
     _closed: bool = field(default=False, repr=False)
+    _readonly: set[Path] = field(default_factory=set, repr=False)
+    _writable: set[Path] = field(default_factory=set, repr=False)
 
     isolated = True
 
@@ -174,6 +177,23 @@ class Namespaces:
     def home(self) -> Path:
         """The private HOME, outside; inside it is INSIDE_HOME (in the room's TMP)."""
         return self.tmp / "home"
+
+    def show(self, path: Path) -> None:
+        """`path` read-only to every later process of this room (the seed store the agent's clone borrows from)."""
+        self._readonly.add(Path(path))
+
+    def grant(self, path: Path) -> None:
+        """`path` writable to every later process of this room (the agent's area: its clone, HOME, state)."""
+        self._writable.add(Path(path))
+
+    def view_for(self, cwd: Path, areas: Path) -> View:
+        """A session's process sees, writable, the areas granted and the agent's area its folder is in (one
+        folder under `areas`: its clone, HOME, state and gates' tree); read-only, what `show` named. Nothing else
+        of the machine, whatever its folder (a process started in `/` sees the same)."""
+        writable = set(self._writable)
+        if areas in cwd.parents:
+            writable.add(areas / cwd.relative_to(areas).parts[0])
+        return View(writable=tuple(sorted(writable)), readonly=tuple(sorted(self._readonly)), network=self.network)
 
     def describe(self) -> str:
         return "isolated in kernel namespaces (bubblewrap): the clone, a private HOME and TMP, the toolchain read-only"
@@ -202,6 +222,9 @@ class Namespaces:
         mounts: list[tuple[str, Path]] = [("--ro-bind", p) for p in self.tools]
         mounts += [("--ro-bind", Path(p)) for p in view.readonly]
         mounts += [("--bind", Path(p)) for p in view.writable]
+        program = Path(argv[0]) if argv and os.path.isabs(argv[0]) else None
+        if program is not None and not any(_covers(m[1], program) for m in mounts):
+            mounts.append(("--ro-bind", program))  # the program the plan names (a command agent): read-only
         for kind, p in sorted(mounts, key=lambda m: len(m[1].parts)):  # outer folders first
             if os.path.exists(p):
                 args += [kind, str(p), str(p)]

@@ -51,7 +51,7 @@ class SessionRequest:
         """A folder in the agent's state directory that the agent's processes can write (a CLI's config dir):
         made by the agent's identity itself when isolated."""
         path = Path(self.state_dir).resolve() / name
-        if not self.identity.isolated:
+        if not self.identity.other_user:  # (in a room: the same uid)
             path.mkdir(parents=True, exist_ok=True)
             return path
         from runner.adapters.sandbox import proc

@@ -165,8 +165,9 @@ def create_demo_repo(root: Path) -> tuple[Path, Path]:
 
 
 def _demo_isolation(err) -> str | None:
-    """The demo isolates its scripted agent like any plan where it can; where it cannot (no root or sudo, or a
-    Python the agent's user cannot run), it says why and runs unisolated: its agent is plan-runner's own script."""
+    """The demo isolates its scripted agent like any plan; where the agent's pooled user cannot run this Python (a
+    venv in a private home, as root or with sudo), it says why and runs unisolated: its agent is plan-runner's own
+    script. An ordinary user without sudo isolates in kernel namespaces, which need no other user."""
     import sys
 
     from runner.adapters.sandbox import identity as sandbox
@@ -174,8 +175,8 @@ def _demo_isolation(err) -> str | None:
     package = Path(__file__).resolve().parents[1]
     private = [p for p in (sandbox.unreachable(sys.executable), sandbox.unreachable(package)) if p is not None]
     if sandbox.available() is None:
-        why = "plan-runner is neither root nor allowed `sudo -n` here"
-    elif private:
+        return None  # an ordinary user: kernel namespaces, as its own uid (runner.adapters.sandbox.room)
+    if private:
         why = (f"the agent's user cannot run this Python or plan-runner's code ({private[0]} is private: checked "
                "along the path as it runs, the venv's own bin/python included)")
     else:

@@ -468,7 +468,7 @@ def before_first_session(ws, drivers, *, warn=lambda text: None, session=None, f
         try:
             checked = _as_it_will_run(ws, plan, identity, area)
             checkout, setup_failed = checked if checked is not None else (None, None)
-            _raise(plan, problems(plan, ws.env, ws.repo, identity.isolated, checkout, setup_failed, agent=False),
+            _raise(plan, problems(plan, ws.env, ws.repo, identity.other_user, checkout, setup_failed, agent=False),
                    warn)
         finally:
             agent_clone.discard_area(area, identity)  # in the background: nothing deleted on the critical path
