@@ -136,7 +136,9 @@ def test_a_second_session_job_on_a_fresh_runner_restores_the_install_instead_of_
     image2, second, second_s = session_job(tmp_path, "job2", cache, offline=True)
     assert second.status == "success", second.text
     assert second.step("restore").outputs["cache-hit"] == "true" and cache.restored == cache.saved
-    assert second.step("prepare").outputs["save"] == "false" and len(cache.saved) == 1  # a hit saves nothing
+    # a hit saves nothing, and a plan needing no agent CLI and no set-up cache starts no second plan-runner process
+    assert second.step("install").outputs["built"] == "false" and first.step("install").outputs["built"] == "true"
+    assert not second.step("prepare").ran and len(cache.saved) == 1
     assert not second.step(next(s.id for s in second.steps if s.name == "Save the install")).ran
     venv = Path(second.step("install").outputs["python"]).parent.parent
     assert venv.parent == image2.install_root

@@ -25,4 +25,15 @@ def test_the_key_step_runs_on_a_python_with_nothing_installed_and_gives_plan_run
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
-    assert outputs == {"key": cache_key(ROOT, PLAN), "dir": str(tmp_path / "temp" / "plan-runner-cache")}
+    assert outputs == {"key": cache_key(ROOT, PLAN), "dir": str(tmp_path / "temp" / "plan-runner-cache"),
+                       "prepare": "true"}
+
+
+def test_prepare_is_needed_for_an_agent_cli_or_a_setup_and_only_then() -> None:
+    from runner.drivers.actions.install_cache import needs_prepare
+
+    assert needs_prepare(PLAN) and needs_prepare("---\nagent:\n  backend: codex\n---\n")
+    assert needs_prepare("---\ngates: []\n---\n# no backend named: the default, Claude Code\n")
+    assert not needs_prepare("---\nagent:\n  backend: script\n---\n# setup: in the body is not the front matter\n")
+    assert needs_prepare("---\nagent:\n  backend: script\nsetup:\n  run: [npm ci]\n---\n")
+

@@ -47,6 +47,20 @@ def plan_backend(plan_text: str) -> str:
     return match[1].lower() if match else "default"
 
 
+# Backends whose sessions need no agent CLI installed (runner/drivers/actions/install.py CLIS names the others).
+NO_CLI_BACKENDS = frozenset({"script", "command", "anthropic"})
+_SETUP = re.compile(r"^setup\s*:", re.MULTILINE)
+
+
+def needs_prepare(plan_text: str) -> bool:
+    """Whether `prepare` has work beyond staging a miss: an agent CLI to install, or a `setup:` whose cache keys
+    it reads. False lets a job whose install is already in place (a cache hit, or a runner's earlier job) skip
+    that second plan-runner process (about 2.5 s). A wrong `true` costs that time; a wrong `false` only a CLI
+    the session step then installs itself, so every doubt is `true`."""
+    front = plan_text[3:].split("\n---", 1)[0] if plan_text.startswith("---") and "\n---" in plan_text[3:] else ""
+    return plan_backend(plan_text) not in NO_CLI_BACKENDS or bool(_SETUP.search(front))
+
+
 def source_digest(action_path: Path, python_version: str) -> str:
     """What the install depends on, hashed: the same inputs as the venv's key in action.yml."""
     h = hashlib.sha256()
@@ -119,7 +133,8 @@ def cmd_key(env: Mapping[str, str]) -> int:
     except OSError:
         text = ""
     staging = Path(env.get("RUNNER_TEMP") or "/tmp") / "plan-runner-cache"
-    step_outputs(env, key=cache_key(action, text), dir=str(staging))
+    step_outputs(env, key=cache_key(action, text), dir=str(staging),
+                 prepare="true" if needs_prepare(text) else "false")
     return 0
 
 
