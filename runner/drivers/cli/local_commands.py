@@ -186,10 +186,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 1 if any(r.get("error") for r in rows) else 0
     ok = [r for r in rows if not r.get("error")]
-    out.table("plan-runner status", ("plan", "stage", "done", "attempts left", "sessions", "cost", "last outcome", "next"),
+    out.table("plan-runner status", ("plan", "stage", "done", "attempts left", "sessions", "cost", "last outcome"),
               [(r["plan"], r["stage"], f"{r['done']}/{r['checkpoints']}", str(r["attempts_left"]),
                 str(r["sessions"]), cost_text(r["cost_usd"], r.get("cost_lower_bound", False)) if r["cost_known"] else "-", r["last_outcome"] or "-",
-                r["next"]) for r in ok])
+                ) for r in ok])
+    for r in ok:  # below the table, a line each: a column cut paths and commands mid-word
+        out.say(f"{r['plan']}, next: {r['next']}")
     for r in rows:
         if r.get("error"):
             err.say(f"{r['path']}: {r['error']}\n  fix: {r['fix']}", "bold red")
