@@ -9,11 +9,15 @@ The table is a discrete-event model of what GitHub starts, read from the files (
 * the clock's `schedule` fires at every cron slot (`ticks_per_hour` of its cron) while the workflow is enabled, one
   tick job each; the session workflow has no `schedule` (checked: a file with one is the old single workflow,
   whose tick fires at every slot whatever waits);
-* every completed run of the session workflow is a `workflow_run` event for the reconcile file, whose job runs
-  only when its `if:` holds (evaluated here for the run's trigger and conclusion);
+* a completed run of the session workflow is a `workflow_run` event for the reconcile file only when a person
+  started it (the plan's first session): GitHub starts no workflow for the events of the job's token but the two
+  dispatches, and every later session is dispatched by the job before it. The reconcile job runs only when its
+  `if:` holds (evaluated here for the run's trigger and conclusion);
 * plan-runner's clock rule (runner/drivers/actions/tick.py `needs_clock`, `set_clock`; tests/integration/test_action_clock.py
-  shows it against the test server): a job that leaves a plan waiting enables the clock, the first tick that finds
-  no plan waiting (the one that dispatches the woken plan) disables it; the commit of new files enables it once.
+  shows it against the test server): a job that leaves a plan waiting, or a session that starts, enables the clock;
+  it stays on while a session runs or is dispatched (so a job that dies is reconciled with no person); the first
+  tick that finds no plan waiting and no session running or dispatched disables it; the commit of new files
+  enables it once. A session dispatches the next, so a plan's sessions back to back keep the clock on throughout.
 
 Scenarios, a 30-day month: an idle repository; a finished plan; a plan parked for a human for two weeks; a plan
 waiting out a five-hour usage limit; a 30-session plan (sessions of `SESSION_MINUTES` of agent and gates plus the
@@ -120,16 +124,21 @@ class Month:
         succeed."""
         enabled = self.first_month and not self.files.session_has_schedule
         waits = sorted(waits)
+        length = SESSION_MINUTES + SETUP_SECONDS / 60
+        running = [(start, start + math.ceil(length)) for start in sessions]
         for i, _start in enumerate(sessions):
-            self.sessions.append(SESSION_MINUTES + SETUP_SECONDS / 60)
+            self.sessions.append(length)
+            if i > 0:  # dispatched by the job before it: its end is no event (GitHub's rule for the job's token)
+                continue
             if self.files.reconcile_runs("workflow_dispatch", "failure" if i in failed else "success"):
                 self.reconciles += 1
             else:
                 self.skipped += 1
+        busy = waits + running
         for minute in range(MONTH_MINUTES):
-            for start, _end in waits:
+            for start, _end in busy:
                 if start == minute:
-                    enabled = True  # the job that leaves the plan waiting enables the clock
+                    enabled = True  # the job that leaves the plan waiting, or a session that starts, enables it
             if minute % 60 not in self.files.clock_slots:
                 continue
             if self.files.session_has_schedule:  # the old single workflow: every slot, whatever waits
@@ -138,8 +147,8 @@ class Month:
             if not enabled:
                 continue
             self.ticks += 1
-            if not any(start <= minute < end for start, end in waits):
-                enabled = False  # the tick that finds no plan waiting (or dispatches the woken one) disables it
+            if not any(start <= minute < end for start, end in busy):
+                enabled = False  # the tick that finds no plan waiting and no session running disables it
         return self
 
 
@@ -266,8 +275,10 @@ def print_measured() -> None:
         files = read_files(Path(tmp))
     month = Month(files, first_month=True)
     month.ticks = got["ticks"]  # type: ignore[assignment]
-    for outcome in got["outcomes"]:  # type: ignore[union-attr]
+    for i, _outcome in enumerate(got["outcomes"]):  # type: ignore[arg-type]
         month.sessions.append(SESSION_MINUTES + SETUP_SECONDS / 60)
+        if i > 0:  # dispatched by the job before it: GitHub sends no workflow_run for the job token's run
+            continue
         if files.reconcile_runs("workflow_dispatch", "success"):
             month.reconciles += 1
         else:

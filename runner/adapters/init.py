@@ -210,8 +210,9 @@ def billing_lines(opts: InitOptions = InitOptions()) -> list[str]:
         "one is billed 0 minutes a month (one tick after you commit the files, which turns the clock off).",
         f"billing: a plan waiting out a rate or usage limit is billed one tick a job while it waits ({per_hour} an "
         f"hour: a 5-hour wait, at most {per_hour * 5 + 1} minutes), then the clock turns itself off.",
-        "billing: each session is one job, billed its own minutes (agent, gates, about 1 minute of set-up); a session "
-        "run that ends is a workflow_run event whose reconcile job is skipped unless the run failed (skipped: 0).",
+        "billing: each session is one job, billed its own minutes (agent, gates, about 1 minute of set-up), plus the "
+        f"clock's ticks while sessions run ({per_hour} an hour), which find a session whose job died: GitHub sends no "
+        "workflow_run for a run the job's token dispatched.",
     ]
 
 
@@ -314,7 +315,7 @@ def write_init(directory: Path, *, force: bool = False, action_ref: str | None =
             what=f"{old} is plan-runner's old single workflow: its tick runs every 30 minutes whatever waits",
             why="that is about 1,440 billable minutes a month on a private repository (72 % of the free plan's 2,000), "
                 "billed while no plan waits; plan-runner now runs the tick in a clock it enables only while a plan "
-                "waits, and reconciles a killed session from GitHub's workflow_run event",
+                "waits or a session runs",
             fix=MIGRATE_FIX)
     if existing and not force:
         names = ", ".join(str(p) for p in existing)

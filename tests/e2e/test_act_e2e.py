@@ -66,6 +66,58 @@ def copy_action_source(dest: Path) -> Path:
     return dest
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (by parent pid, whatever session or group it made for itself)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def lost_runner(cmd: list[str], cwd: Path, env: dict[str, str], when: str, timeout: float = 240) -> str:
+    """Run act until its output says `when`, then SIGKILL act and everything it started, at once (a runner lost
+    mid-job: no signal to catch, no `if: cancelled()` step, nothing pushed). The output so far."""
+    import signal
+    import threading
+
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if when in line:
+                seen.set()
+        seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    seen.wait(timeout)
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(30)
+    reader.join(10)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    return "".join(lines)
+
+
 class ActWorld:
     def __init__(self, root: Path, srv: GitHubServer, files: dict[str, str] | None = None,
                  env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False,
@@ -102,13 +154,20 @@ class ActWorld:
         srv.set_permission("maintainer", "write")
         srv.set_permission("stranger", "read")
 
-    def act(self, event_name: str, payload: dict) -> None:
+    def act(self, event_name: str, payload: dict, run_id: int | None = None, kill_when: str | None = None) -> None:
+        """One act run of the workflow GitHub runs for `event_name`. A `workflow_dispatch` runs as the server's run
+        `run_id` (a dispatch's; default: a new run a maintainer started), started and completed at the server as
+        GitHub would. `kill_when`: the job's runner is lost once its log says this (act and every process it
+        started are SIGKILLed: nothing of the job runs after), and GitHub marks the run failed."""
         self.runs += 1
         event = self.root / f"event-{self.runs}.json"
         event.write_text(json.dumps(payload))
         workflow = WORKFLOWS.get(event_name, "plan-runner.yml")
         if event_name == "schedule":  # GitHub starts no run for a disabled workflow's schedule
             assert self.srv.schedule_fires(workflow), f"{workflow} is disabled: its schedule would not run"
+        if event_name == "workflow_dispatch":
+            run_id = run_id or self.srv.add_run(workflow, actor="maintainer", inputs=payload.get("inputs"))
+            self.srv.start_run(run_id)
         cmd = ["act", event_name, "-W", f".github/workflows/{workflow}", "-e", str(event),
                "-P", "ubuntu-latest=-self-hosted", "--action-offline-mode",
                "--action-cache-path", str(self.root / "act-cache"),
@@ -117,7 +176,7 @@ class ActWorld:
                "--local-repository", f"{CACHE}={ROOT / 'tests/e2e_act/cache-unavailable'}",
                "--env", "GITHUB_REPOSITORY=octo-org/demo", "--env", f"GITHUB_API_URL={self.srv.url}",
                "--env", f"GITHUB_WORKFLOW_REF=octo-org/demo/.github/workflows/{workflow}@refs/heads/main",
-               "--env", f"GITHUB_RUN_ID={1000 + self.runs}",
+               "--env", f"GITHUB_RUN_ID={run_id or 900_000 + self.runs}",
                "--env", f"PLAN_RUNNER_INSTALL_ROOT={self.image.install_root}",
                "--env", f"PIPX_BIN_DIR={self.image.pipx_bin}", "--env", f"PATH={self.image.path}",
                "-s", f"GITHUB_TOKEN={self.srv.token}", "-s", f"ANTHROPIC_API_KEY={API_KEY}"]
@@ -127,12 +186,20 @@ class ActWorld:
         # A self-hosted act job inherits this process's environment: leave out what the test machine sets for
         # plan-runner (scripts/test's PLAN_RUNNER_CLAUDE points at the real CLI), as a hosted runner has none of it.
         host = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
+        log = self.root / f"act-{self.runs}-{event_name}.log"
+        if kill_when is not None:
+            text = lost_runner(cmd, self.clone, host, kill_when)
+            log.write_text(text)
+            assert kill_when in text, f"act run {self.runs} ended before `{kill_when}`; log:\n" + text[-6000:]
+            assert self.srv.complete_run(run_id, "failure") is None  # the job token's dispatch: no workflow_run
+            return
         proc = subprocess.run(cmd, cwd=self.clone, capture_output=True, text=True, timeout=240,
                               stdin=subprocess.DEVNULL, env=host)
-        log = self.root / f"act-{self.runs}-{event_name}.log"
         log.write_text(proc.stdout + proc.stderr)
         assert proc.returncode == 0, f"act run {self.runs} ({event_name}) failed; log:\n" + log.read_text()[-6000:]
         assert API_KEY not in proc.stdout + proc.stderr and self.srv.token not in proc.stdout
+        if event_name == "workflow_dispatch":
+            self.srv.complete_run(run_id, "success")
 
     def new_dispatches(self) -> list:
         fresh = self.srv.dispatches[self.seen_dispatches:]
@@ -145,7 +212,7 @@ class ActWorld:
         while fresh := self.new_dispatches():
             for d in fresh:
                 assert d.workflow == "plan-runner.yml" and d.ref == "main"
-                self.act("workflow_dispatch", {"inputs": d.inputs, "ref": f"refs/heads/{d.ref}"})
+                self.act("workflow_dispatch", {"inputs": d.inputs, "ref": f"refs/heads/{d.ref}"}, run_id=d.run_id)
                 ran += 1
                 assert ran <= limit, "more dispatches than the plan has sessions"
         return ran
@@ -173,14 +240,17 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert world.outcomes() == ["Advanced", "LimitBackoff"]
         assert world.new_dispatches() == []  # waiting: nothing dispatched until the limit resets
 
-        # The wait turned the clock on; its tick after the reset wakes the plan: sessions 3 (advances) and 4 (asks
-        # a human). Nothing waits after that: the tick turns the clock off again.
+        # Session 1 turned the clock on as it started (a job that dies must be found); the wait keeps it on. Its tick
+        # after the reset wakes the plan: sessions 3 (advances) and 4 (asks a human). Nothing runs or waits after
+        # that: the next tick turns the clock off.
         assert srv.enabled == ["plan-runner-clock.yml"] and srv.disabled == []
         time.sleep(2.5)
         world.act("schedule", w.schedule_event())
-        assert srv.disabled == ["plan-runner-clock.yml"] and not srv.schedule_fires("plan-runner-clock.yml")
+        assert srv.disabled == [] and srv.schedule_fires("plan-runner-clock.yml")  # session 3 is dispatched
         assert world.follow_dispatches() == 2
         assert world.outcomes() == ["Advanced", "LimitBackoff", "Advanced", "NeedsHuman"]
+        world.act("schedule", w.schedule_event())
+        assert srv.disabled == ["plan-runner-clock.yml"] and not srv.schedule_fires("plan-runner-clock.yml")
         issues = [i for i in srv.issues.values() if not i.get("pull")]
         assert len(issues) == 1
         issue = issues[0]
@@ -211,8 +281,7 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert [i for i in srv.issues.values() if i.get("pull")] == []
         refused = [i for i in srv.issues.values() if not i.get("pull") and i["state"] == "open"]
         assert len(refused) == 1 and "Allow GitHub Actions to create and approve pull requests" in refused[0]["body"]
-        assert not srv.schedule_fires("plan-runner-clock.yml")  # parked: no clock; a tick GitHub ran late anyway:
-        srv.workflow_states["plan-runner-clock.yml"] = "active"
+        assert srv.schedule_fires("plan-runner-clock.yml")  # on since the reply dispatched session 5; its tick:
         world.act("schedule", w.schedule_event())
         assert world.new_dispatches() == [] and finish_posts(srv) == 1
         assert not srv.schedule_fires("plan-runner-clock.yml")

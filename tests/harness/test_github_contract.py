@@ -92,7 +92,9 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         d.react(comment, "+1")
         d.comment(number, "accepted")
         d.close_issue(number)
-        d.dispatch_next("plans/a.md", "a#2")
+        run = d.dispatch_next("plans/a.md", "a#2")
+        assert run is not None and not d.run_ended(run)  # queued
+        assert srv.complete_run(run, "cancelled") is None and d.run_ended(run)  # the job token's run: no event
         with pytest.raises(Refused):
             d.open_finish("a", "plan-runner/a", "main", "plan-runner: a", "report")
         srv.actions_can_create_prs = True

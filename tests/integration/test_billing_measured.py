@@ -17,6 +17,6 @@ def test_a_measured_month_ticks_only_while_a_plan_waits(tmp_path):
     assert got["outcomes"] == ["Advanced", "LimitBackoff", "Advanced", "NeedsHuman"], got
     assert got["sessions"] == 4 and got["dispatches"] == 3 and got["parked"]
     # the first slot's tick finds the plan waiting already (sessions 1 and 2 ran before it: the clock is on from the
-    # commit), the limit resets 2.5 intervals later, the 4th tick wakes the plan and turns the clock off; parked
-    # after session 4, the plan costs nothing for the rest of the month
-    assert got["tick_slots"] == [0, 1, 2, 3], got
+    # commit), the limit resets 2.5 intervals later, the 4th tick wakes the plan (the dispatched session keeps the
+    # clock on), the 5th finds it parked and turns the clock off; the plan costs nothing for the rest of the month
+    assert got["tick_slots"] == [0, 1, 2, 3, 4], got

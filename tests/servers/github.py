@@ -19,6 +19,11 @@ published OpenAPI description by tests/harness/test_github_contract.py):
   whose dispatch answers 422 "Workflow does not have 'workflow_dispatch' trigger";
 * `srv.add_custom_role(name, base)`: a custom repository role, reported as
   GitHub does (`permission` the base role's legacy name, `role_name` the name);
+* GitHub's rule for what the job's token does ("Triggering a workflow from a workflow"): events
+  caused by GITHUB_TOKEN start no workflow run, except `workflow_dispatch` and `repository_dispatch`
+  (`srv.starts_runs(event, actor)`). Every dispatch starts a run (`srv.runs`, `GET .../actions/runs/{id}`);
+  `srv.complete_run(id, conclusion)` ends it and returns the `workflow_run` event GitHub would deliver,
+  or None: for a run the job's token dispatched, none comes;
 * a body longer than 65,536 characters is refused with 422.
 
 Beside REST it answers `POST /graphql` for the one mutation plan-runner sends there,
@@ -44,6 +49,11 @@ from tests.servers import github_shapes as shapes
 ROLES = ("admin", "maintain", "write", "triage", "read", "none")
 MAX_BODY = 65_536  # characters GitHub accepts in an issue, comment or pull request body
 BOT = "github-actions[bot]"  # the login of a job's GITHUB_TOKEN
+# The only events the job's token causes that start workflow runs (docs.github.com, "Triggering a workflow from a
+# workflow": "events triggered by the GITHUB_TOKEN, with the exception of workflow_dispatch and repository_dispatch,
+# will not create a new workflow run").
+JOB_TOKEN_TRIGGERS = frozenset({"workflow_dispatch", "repository_dispatch"})
+RUN_CONCLUSIONS = ("success", "failure", "cancelled", "timed_out", "skipped", "neutral", "action_required", "stale")
 # The legacy `permission` field folds the newer roles into the old four.
 LEGACY = {"admin": "admin", "maintain": "write", "write": "write", "triage": "read", "read": "read",
           "none": "none"}
@@ -121,6 +131,7 @@ class GitHubServer:
         self.disabled: list[str] = []  # workflow files `PUT .../disable` was called for
         # file -> GitHub's `state`: a file not listed is `active` (a workflow committed is enabled).
         self.workflow_states: dict[str, str] = {}
+        self.runs: dict[int, dict[str, Any]] = {}  # workflow runs by id (a dispatch starts one; srv.add_run)
         self.check_runs: dict[str, list[dict[str, Any]]] = {}
         self.ready_for_review: list[int] = []  # pull requests GraphQL's markPullRequestReadyForReview took out of draft
         self.statuses: dict[str, list[dict[str, Any]]] = {}
@@ -237,6 +248,47 @@ class GitHubServer:
         workflow starts no run for any trigger, "Disabling and enabling a workflow")."""
         with self.lock:
             return self.workflow_active(file)
+
+    def starts_runs(self, event: str, actor: str) -> bool:
+        """Whether an `event` that `actor` caused starts workflow runs: not when the actor is the job's token (the
+        Actions bot), but for the two dispatches."""
+        return actor != BOT or event in JOB_TOKEN_TRIGGERS
+
+    def add_run(self, workflow: str = "plan-runner.yml", *, event: str = "workflow_dispatch", actor: str = "maintainer",
+                ref: str = "main", inputs: dict[str, Any] | None = None) -> int:
+        """A workflow run GitHub started (e.g. a person's dispatch from the Actions tab); its id."""
+        with self.lock:
+            run_id = self.next_id()
+            self.user_json(actor)
+            self.runs[run_id] = {"id": run_id, "workflow": workflow, "event": event, "actor": actor, "ref": ref,
+                                 "inputs": dict(inputs or {}), "status": "queued", "conclusion": None,
+                                 "created_at": shapes.now_iso(), "updated_at": shapes.now_iso(),
+                                 "number": len(self.runs) + 1}
+            return run_id
+
+    def start_run(self, run_id: int) -> None:
+        with self.lock:
+            self.runs[run_id].update(status="in_progress", updated_at=shapes.now_iso())
+
+    def complete_run(self, run_id: int, conclusion: str) -> dict[str, Any] | None:
+        """The run ends with `conclusion` (a cancel, a timeout, a lost runner: GitHub marks it so). Returns the
+        `workflow_run` (completed) event payload GitHub delivers to the workflows that listen for it, or None when
+        it starts no run: the run was caused by the job's token (a session dispatched by the session before it),
+        and GitHub starts no workflow for the events of that token but the two dispatches."""
+        assert conclusion in RUN_CONCLUSIONS, conclusion
+        with self.lock:
+            run = self.runs[run_id]
+            run.update(status="completed", conclusion=conclusion, updated_at=shapes.now_iso())
+            if not self.starts_runs("workflow_run", run["actor"]):
+                return None
+            return {"action": "completed", "workflow_run": {
+                "id": run_id, "conclusion": conclusion, "event": run["event"], "status": "completed",
+                "path": f".github/workflows/{run['workflow']}", "name": run["workflow"].rsplit(".", 1)[0],
+                "head_branch": run["ref"]}, "sender": {"login": run["actor"]}}
+
+    def run_json(self, record: dict[str, Any]) -> dict[str, Any]:
+        return shapes.workflow_run(self.repo_api, self.html_url, record, self.repo_json(),
+                                   self.user_json(record["actor"]), self.resolve_sha(record["ref"]))
 
     def add_issue(self, title: str, body: str = "", *, user: str | None = None,
                   labels: tuple[str, ...] = (), state: str = "open") -> int:

@@ -311,3 +311,28 @@ def commit_status(repo_api: str, record: dict[str, Any]) -> dict[str, Any]:
         "created_at": record["created_at"],
         "updated_at": record["created_at"],
     }
+
+
+def workflow_run(repo_api: str, html: str, record: dict[str, Any], repo_json: dict[str, Any],
+                 actor: dict[str, Any], head_sha: str) -> dict[str, Any]:
+    """GET .../actions/runs/{run_id}: the fields GitHub's description requires."""
+    ident = record["id"]
+    url = f"{repo_api}/actions/runs/{ident}"
+    wf_id = sum(record["workflow"].encode()) + 1000
+    return {
+        "id": ident, "name": record["workflow"].rsplit(".", 1)[0], "node_id": node_id("WorkflowRun", ident),
+        "check_suite_id": ident + 1, "head_branch": record["ref"], "head_sha": head_sha,
+        "path": f".github/workflows/{record['workflow']}", "run_number": record["number"], "run_attempt": 1,
+        "display_title": record["workflow"], "event": record["event"], "status": record["status"],
+        "conclusion": record["conclusion"], "workflow_id": wf_id, "url": url,
+        "html_url": f"{html}/actions/runs/{ident}", "pull_requests": [], "created_at": record["created_at"],
+        "updated_at": record["updated_at"], "run_started_at": record["created_at"], "actor": actor,
+        "triggering_actor": actor, "jobs_url": f"{url}/jobs", "logs_url": f"{url}/logs",
+        "check_suite_url": f"{repo_api}/check-suites/{ident + 1}", "artifacts_url": f"{url}/artifacts",
+        "cancel_url": f"{url}/cancel", "rerun_url": f"{url}/rerun", "previous_attempt_url": None,
+        "workflow_url": f"{repo_api}/actions/workflows/{wf_id}",
+        "head_commit": {"id": head_sha, "tree_id": head_sha, "message": "plan-runner", "timestamp": record["created_at"],
+                        "author": {"name": "Maintainer", "email": "m@example.invalid"},
+                        "committer": {"name": "Maintainer", "email": "m@example.invalid"}},
+        "repository": repo_json, "head_repository": repo_json, "head_repository_id": repo_json["id"],
+    }

@@ -214,6 +214,22 @@ class GitHubDriver:
         with github_call(f"{'enabling' if enabled else 'disabling'} {workflow}"):
             self._request("PUT", f"/actions/workflows/{quote(workflow, safe='')}/{verb}")
 
+    def run_ended(self, run_id: int) -> bool:
+        """Whether GitHub says the workflow run ended without succeeding (`GET .../actions/runs/{id}`, `actions:
+        read`): cancelled, timed out, or failed (a lost runner, a crash). The clock's tick asks it of a session's
+        run: GitHub sends no `workflow_run` event for a run the job's token dispatched, so this is how a session
+        whose job died is found before its deadline. Still queued or running, a success, or a run GitHub does not
+        know (404: deleted; the session's deadline still holds): False."""
+        with github_call(f"reading workflow run {run_id}"):
+            try:
+                _, data = self._request("GET", f"/actions/runs/{int(run_id)}", parameters={
+                    "exclude_pull_requests": "true"})
+            except GithubException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+        return data.get("status") == "completed" and data.get("conclusion") not in ("success", "skipped")
+
     def dispatch_next(self, plan_path: str, key: str) -> int | None:
         """One POST: a workflow_dispatch of the session workflow on the running ref; the id of the run GitHub
         started (`return_run_details`), or None when GitHub answered without it (204, older servers).

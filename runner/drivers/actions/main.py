@@ -26,7 +26,7 @@ from typing import TextIO
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.action_io import PUSH_TOKEN, Reporter, git_credentials, parse_bool
-from runner.core.actions import Finish, Park, RunSession, Wait, describe
+from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, Wait, describe
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.exits import Exit
 from runner.adapters.github.events import GitHubContext
@@ -105,6 +105,17 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     # with what/why/fix before any session is recorded
     before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
     version = s.version
+    from runner.drivers.actions.tick import needs_clock, plan_clock, set_clock
+
+    # The clock runs while a session does, so that a job that dies (cancelled, timed out, its runner lost) is
+    # reconciled with no person and no `workflow_run` (none comes for a run the job's token dispatched): on already
+    # when whoever dispatched this run left the plan needing it, else enabled here, before the session starts.
+    clock_on = needs_clock(s) is not None
+    clock_line = ""
+    if not clock_on and isinstance(decide_start(s.state, s.plan), (RunSession, ConsultAdvisor)):
+        clock_line = set_clock(ctx, driver, rep, {s.trusted.id: f"session {s.state.sessions + 1} starting"},
+                               may_disable=False)
+        clock_on = ": enabled" in clock_line
     result = run_session(ws, drivers, session=s)  # the state as read above: no second fetch
     rows = rows_of(s, ctx)
     mr = session_mode_result(result, rows)
@@ -118,8 +129,8 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         rep.log(f"plan-runner watch: {note}")
         mr.annotations.append(("warning", note.splitlines()[0], "plan-runner watch"))
         mr.summary += f"\n> **The plan's pull request was not updated.**\n\n{fence(note)}\n"
-    from runner.drivers.actions.tick import plan_clock
-    clock = plan_clock(ctx, driver, rep, Session(ws, drivers))  # a wait (or an unconfirmed dispatch) needs the clock
+    # a wait, a dispatched session or an unconfirmed dispatch needs the clock
+    clock = clock_line + plan_clock(ctx, driver, rep, Session(ws, drivers), already_on=clock_on)
     mr.summary += f"\n{clock}" if clock else ""
     for key, run_id, url in getattr(driver, "dispatched_runs", ()):  # the run GitHub started for the dispatch
         rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())

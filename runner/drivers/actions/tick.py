@@ -13,7 +13,7 @@ waiting enables it, a tick that finds none waiting disables it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 
 from runner.adapters import clock as wallclock
@@ -104,16 +104,36 @@ def ended_run(s: Session, ended: frozenset[int]) -> int | None:
     return run if run in ended else None
 
 
+def watched_run(s: Session) -> int | None:
+    """The workflow run this plan's open session runs in, or its next session was dispatched as (GitHub named it):
+    the run the clock's tick asks GitHub about. None: no such run, or none known."""
+    open_ = s.state.open_session
+    if open_ is not None:
+        return int(open_.job) if open_.job.isdigit() else None
+    n = s.state.sessions + 1
+    return dispatched_run(s.entries, n) if s.state.last_dispatch >= n else None
+
+
 def needs_clock(s: Session) -> str | None:
-    """Why this plan needs the clock (the tick's schedule), or None. Only two things wait on a clock: a plan
-    waiting out a rate or usage limit until a known reset, and a dispatch GitHub named no run for (a lost call is
-    found only by its age). A running session needs none: its run's end is an event (mode reconcile)."""
+    """Why this plan needs the clock (the tick's schedule), or None. Three things wait on a clock: a plan waiting
+    out a rate or usage limit until a known reset; a dispatch GitHub named no run for (a lost call is found only by
+    its age); and a session that runs, or was dispatched: if its job dies (cancelled, timed out, its runner lost,
+    a crash) nothing else would ever look at the plan again. GitHub starts no workflow for the events of the job's
+    token but the two dispatches ("Triggering a workflow from a workflow"), so the end of a run one session
+    dispatched for the next is no `workflow_run` event: the clock's tick asks GitHub how the run ended
+    (`GitHubDriver.run_ended`) and reconciles the session, or reconciles it past its deadline."""
     st = s.state
-    if st.finished or st.open_session is not None or not s.entries or stopped_by_reply(s.entries):
+    if st.finished or not s.entries:
+        return None
+    if st.open_session is not None:
+        return f"session {st.open_session.n} running (reconciled if its job dies)"
+    if stopped_by_reply(s.entries):
         return None
     n = st.sessions + 1
     if st.last_dispatch >= n:
-        return None if dispatched_run(s.entries, n) is not None else f"dispatch of session {n} has no run yet"
+        run = dispatched_run(s.entries, n)
+        return (f"dispatch of session {n} has no run yet" if run is None
+                else f"session {n} dispatched as run {run} (reconciled if its job dies)")
     action = decide_start(st, s.plan)
     if isinstance(action, Wait):
         return f"waiting until {action.until.isoformat(timespec='seconds')}"
@@ -150,11 +170,21 @@ def decide_tick(s: Session, now: datetime, ended: frozenset[int] = frozenset()) 
 
 
 def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None,
-              ended: frozenset[int] = frozenset()) -> tuple[str, bool]:
+              ended: frozenset[int] = frozenset(), ask: Callable[[int], bool] | None = None) -> tuple[str, bool]:
     """One plan's tick: reconcile, then dispatch at most one run. Returns (a line for the summary, dispatched?).
-    `ended`: runs GitHub said ended without succeeding: their sessions are reconciled now, not after a deadline."""
+    `ended`: runs GitHub said ended without succeeding: their sessions are reconciled now, not after a deadline.
+    `ask`: whether GitHub says a run ended without succeeding (`GitHubDriver.run_ended`), asked of the run of the
+    plan's open or dispatched session (one call a running plan; none for a plan that waits, is parked or done)."""
     s = Session(ws, drivers)
     now = ws.clock()
+    run = watched_run(s)
+    if ask is not None and run is not None and run not in ended:
+        try:
+            if ask(run):
+                ended = ended | {run}
+                log(f"{s.trusted.id}: GitHub says run {run} ended without succeeding")
+        except PlanRunnerError as err:  # the deadline still holds: the next tick asks again
+            log(f"{s.trusted.id}: could not ask GitHub how run {run} is: {err.what}")
     open_ = s.state.open_session
     if open_ is not None and (now >= orphan_deadline(open_.started_at, s.trusted) or ended_run(s, ended)):
         fetch_work_branch(ws, s.trusted.work_branch)
@@ -293,10 +323,12 @@ def set_clock(ctx: GitHubContext, driver, rep, waiting: Mapping[str, str], *, ma
     return f"Clock `{clock}`: disabled (no plan waits on a clock: nothing is billed until one does).\n"
 
 
-def plan_clock(ctx: GitHubContext, driver, rep, s: Session) -> str:
-    """After a session or a reply: enable the clock when this plan now waits on it (a line for the summary)."""
+def plan_clock(ctx: GitHubContext, driver, rep, s: Session, *, already_on: bool = False) -> str:
+    """After a session or a reply: enable the clock when this plan now needs it (a line for the summary).
+    `already_on`: this job enabled it, or found the plan needing it already (whoever left it so enabled it, and no
+    tick disables the clock while a plan needs it): no call."""
     why = needs_clock(s)
-    return set_clock(ctx, driver, rep, {s.trusted.id: why}, may_disable=False) if why else ""
+    return set_clock(ctx, driver, rep, {s.trusted.id: why}, may_disable=False) if why and not already_on else ""
 
 
 OLD_SINGLE_WORKFLOW = (
@@ -328,7 +360,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         spaces[plan_id] = ws
         later.calls = calls.setdefault(plan_id, [])
         try:
-            line, went = tick_plan(ws, drivers, rep.log, ended)
+            line, went = tick_plan(ws, drivers, rep.log, ended, ask=getattr(driver, "run_ended", None))
         except StateConflict:
             line = "another job moved the plan first; nothing to do"
         except PlanRunnerError as err:
