@@ -248,3 +248,23 @@ def test_init_refuses_an_unknown_way_of_paying(tmp_path):
         write_init(tmp_path, action_ref=SHA_REF, auth="paypal")
     assert "bedrock" in err.value.render()
     assert not (tmp_path / ".github").exists()
+
+
+def test_init_ends_with_every_step_left_on_github_in_order(tmp_path):
+    """Outside GitHub, `init`'s last lines are what is left to do there: the action's home first when the workflow
+    names the placeholder (it cannot run until then), the secret, the setting that lets Actions open the plan's
+    pull request, then commit, push and run."""
+    placeholder = tmp_path / "a"
+    placeholder.mkdir()
+    out = _cli("init", str(placeholder), "--action-ref", "plan-runner/plan-runner@v0", cwd=placeholder)
+    assert out.returncode == 0, out.stderr
+    steps = out.stdout.split("\nnext:\n", 1)[1].splitlines()
+    assert steps[0].startswith("  1. replace `plan-runner/plan-runner@v0` in the workflow files"), out.stdout
+    assert steps[1].startswith("  2. add the ANTHROPIC_API_KEY secret")
+    assert steps[2].startswith("  3. let Actions open the plan's pull request") and "Workflow permissions" in steps[2]
+    assert steps[3].startswith("  4. commit the files on the default branch and push")
+    pinned = tmp_path / "b"
+    pinned.mkdir()
+    out = _cli("init", str(pinned), "--action-ref", SHA_REF, cwd=pinned)
+    steps = out.stdout.split("\nnext:\n", 1)[1].splitlines()
+    assert steps[0].startswith("  1. add the ANTHROPIC_API_KEY secret") and "replace" not in out.stdout, out.stdout

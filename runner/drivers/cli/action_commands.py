@@ -40,6 +40,25 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
                              "or a ChatGPT login (docs/github-actions.md, Credentials)")
 
 
+def next_steps(written: list[Path], secret: str) -> list[str]:
+    """What is left to do on GitHub after `init`, in order: the action's home first when the workflow names the
+    placeholder, the secret, the setting without which the plan's pull request is refused, then commit and run."""
+    from runner.adapters.init import DEFAULT_ACTION_REF
+
+    steps = []
+    texts = [p.read_text(encoding="utf-8") for p in written if p.suffix == ".yml"]
+    if any(f"uses: {DEFAULT_ACTION_REF}" in text for text in texts):
+        steps.append(f"replace `{DEFAULT_ACTION_REF}` in the workflow files with where the action lives (run "
+                     "`plan-runner init --force --action-ref <owner>/plan-runner@<sha>`; docs/github-actions.md, "
+                     "Where the action lives): until then the workflow cannot run")
+    steps.append(f"{secret} (Settings -> Secrets and variables -> Actions)")
+    steps.append("let Actions open the plan's pull request: Settings -> Actions -> General -> Workflow permissions -> "
+                 "Allow GitHub Actions to create and approve pull requests")
+    steps.append("commit the files on the default branch and push, then run the workflow (Actions -> plan-runner -> "
+                 "Run workflow) with plan plans/example.md")
+    return ["next:"] + [f"  {i}. {step}" for i, step in enumerate(steps, 1)]
+
+
 @command("init", help="write .github/workflows/plan-runner{,-clock,-reconcile}.yml and plans/example.md into a repository",
          arguments=_init_arguments)
 def cmd_init(args: argparse.Namespace) -> int:
@@ -51,8 +70,8 @@ def cmd_init(args: argparse.Namespace) -> int:
                          warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     for path in written:
         print(f"wrote {path}")
-    print(f"next: {AUTHS[args.auth].setup}, commit the files, then run the workflow "
-          "(Actions -> plan-runner -> Run workflow) with plan plans/example.md")
+    for line in next_steps(written, AUTHS[args.auth].setup):
+        print(line)
     from runner.adapters.init import billing_lines
 
     for line in billing_lines():
