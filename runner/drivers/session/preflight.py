@@ -132,15 +132,27 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
     agent = plan.config.agent
     found: list[Problem] = []
     exe, setting = agent_executable(plan, env)
+    # The agent starts on its own PATH: yours without plan-runner's installation and your working copy's folders
+    # (runner.drivers.session.phases), so a name is looked up there, as it will be.
+    agent_env = {**env, "PATH": clean_path(env.get("PATH", ""), also=(repo,))}
     if agent.backend == "command" and not exe:
         found.append(Problem("error", "the command backend needs `agent.executable`",
                              "no agent CLI is named in the plan's front matter", _install_hint("command")))
-    elif exe is not None and _which(exe, env, repo) is None:
-        found.append(Problem("error", f"the agent's executable {exe!r} ({agent.backend} backend) cannot be found",
-                             f"it is neither a path to an executable file nor a program on the PATH ({setting})",
-                             _install_hint(agent.backend)))
+    elif exe is not None and _which(exe, agent_env, repo) is None:
+        yours = _which(exe, env, repo)
+        if yours is not None:
+            found.append(Problem("error", f"the agent's executable {exe!r} ({agent.backend} backend) is not on the "
+                                          "agent's PATH",
+                                 f"it is found at {yours}, in plan-runner's own installation or your working copy, "
+                                 "which the agent's PATH leaves out: the session could not start it",
+                                 f"name it by a path the agent can run (`agent.executable: {yours}` if that is "
+                                 "outside both), or install it on the machine (e.g. /usr/local/bin)"))
+        else:
+            found.append(Problem("error", f"the agent's executable {exe!r} ({agent.backend} backend) cannot be found",
+                                 f"it is neither a path to an executable file nor a program on the PATH ({setting})",
+                                 _install_hint(agent.backend)))
     for name, server in agent.mcp_servers.items():
-        if server.command is not None and _which(server.command, env, repo) is None:
+        if server.command is not None and _which(server.command, agent_env, repo) is None:
             found.append(Problem("error", f"MCP server {name!r}: command {server.command!r} cannot be found",
                                  "the agent's CLI starts it for every session; without it the plan's tools are missing "
                                  "and every session would work without them",
@@ -156,7 +168,7 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
                 found.append(Problem("error", f"the agent's script {agent.script} does not exist",
                                      f"no file at {path}", "correct `agent.script` in the plan"))
     if isolated:
-        resolved = _which(exe, env, repo) if exe else None
+        resolved = _which(exe, agent_env, repo) if exe else None
         needed = [resolved] if resolved else []
         if agent.backend in ("script", "anthropic"):
             needed.append(sys.executable)  # the scripted agent and the built-in agent's loop run on this Python
