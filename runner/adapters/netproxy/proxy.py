@@ -28,6 +28,7 @@ import ipaddress
 import os
 import socket
 import ssl
+import sys
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -142,9 +143,10 @@ class NetProxy:
         """(the socket's folder outside, where the sandbox must bind it read-write inside)."""
         return self.socket_path.parent, os.path.dirname(INSIDE_SOCKET)
 
-    def wrap(self, argv: list[str] | tuple[str, ...], *, python: str) -> list[str]:
-        """`argv` behind the relay (runner.adapters.netproxy.relay), for a sandbox that binds `bind`."""
-        return relay_argv(argv, python=python, socket=INSIDE_SOCKET, port=INSIDE_PORT)
+    def wrap(self, argv: list[str] | tuple[str, ...], *, python: str | None = None) -> list[str]:
+        """`argv` behind the relay (runner.adapters.netproxy.relay), for a sandbox that binds `bind`. `python`: an
+        interpreter the sandbox shows (default: plan-runner's own, which the room shows read-only)."""
+        return relay_argv(argv, python=python or sys.executable, socket=INSIDE_SOCKET, port=INSIDE_PORT)
 
     def sandbox_env(self, env: Mapping[str, str], *, port: int = INSIDE_PORT) -> dict[str, str]:
         """`env` for a run behind this proxy: no model key or endpoint of the host's (a route's placeholder and
