@@ -184,8 +184,8 @@ def test_claude_code_subscription_token_is_added_outside(srv: MessagesServer, tm
 
 
 def test_codex_with_an_api_key_holds_a_placeholder(tmp_path: Path) -> None:
-    """The real Codex CLI inside, its provider pointed (by the backend's own argv builder, given the sandbox's
-    environment) at the route: the Responses server sees the real key as a Bearer token."""
+    """The real Codex CLI inside, its command line built by the backend from plan-runner's environment and its
+    endpoint pointed at the route by `wrap`: the Responses server sees the real key as a Bearer token."""
     from runner.backends.codex.backend import build_codex_argv
     from tests.servers.responses import ResponsesServer
     from tests.servers.responses import reply as responses_reply
@@ -205,9 +205,10 @@ def test_codex_with_an_api_key_holds_a_placeholder(tmp_path: Path) -> None:
                     "OPENAI_BASE_URL": srv.url, "CODEX_HOME": str(tmp_path / "home" / ".codex")}
         access = model_access(BACKENDS["codex"], None, host_env)
         with start_proxy(expand([]), access.routes) as proxy:
-            inside = proxy.sandbox_env(host_env)
-            argv = build_codex_argv(os.path.realpath(exe), model="gpt-5-codex", workdir=work, env=inside,
+            # built from plan-runner's own environment, as the backend does: wrap() points it at the route
+            argv = build_codex_argv(os.path.realpath(exe), model="gpt-5-codex", workdir=work, env=host_env,
                                     resume_thread_id=None)
+            assert any(srv.url in a for a in argv)
             run = _sandboxed_stdin(proxy, host_env, argv, tmp_path, "say hi")
             refused = proxy.refused()
         assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])

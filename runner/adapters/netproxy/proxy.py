@@ -146,7 +146,18 @@ class NetProxy:
     def wrap(self, argv: list[str] | tuple[str, ...], *, python: str | None = None) -> list[str]:
         """`argv` behind the relay (runner.adapters.netproxy.relay), for a sandbox that binds `bind`. `python`: an
         interpreter the sandbox shows (default: plan-runner's own, which the room shows read-only)."""
-        return relay_argv(argv, python=python or sys.executable, socket=INSIDE_SOCKET, port=INSIDE_PORT)
+        return relay_argv(self.inside_argv(argv), python=python or sys.executable, socket=INSIDE_SOCKET,
+                          port=INSIDE_PORT)
+
+    def inside_argv(self, argv: list[str] | tuple[str, ...], *, port: int = INSIDE_PORT) -> list[str]:
+        """`argv` with a route's real endpoint, where a CLI is given it on its command line (Codex:
+        `-c model_providers.plan_runner.base_url="https://api.openai.com/v1"`), replaced by the route's address
+        inside: the argv is built from plan-runner's environment, the process gets the sandbox's."""
+        out = list(argv)
+        for route in self.routes.values():
+            real = route.upstream.rstrip("/")
+            out = [a.replace(real, route.inside_base_url(port)) if real in a else a for a in out]
+        return out
 
     def sandbox_env(self, env: Mapping[str, str], *, port: int = INSIDE_PORT) -> dict[str, str]:
         """`env` for a run behind this proxy: no model key or endpoint of the host's (a route's placeholder and
