@@ -138,7 +138,7 @@ def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
     if any(os.environ.get(f"GIT_CONFIG_KEY_{i}") == header for i in range(n)):
         yield
         return
-    names = ("GIT_CONFIG_COUNT",)
+    names: tuple[str, ...] = ("GIT_CONFIG_COUNT",)
     names += (f"GIT_CONFIG_KEY_{n}", f"GIT_CONFIG_VALUE_{n}")
     saved = {k: os.environ.get(k) for k in names}
     os.environ[f"GIT_CONFIG_KEY_{n}"] = header

@@ -128,7 +128,7 @@ def resolve_ref(url: str, ref: str, timeout_s: float = 15.0) -> str | None:
                               env={"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     except (OSError, subprocess.TimeoutExpired):
         return None
-    refs = dict(reversed(line.split("\t", 1)) for line in proc.stdout.splitlines() if "\t" in line)
+    refs = {name: sha for sha, name in (line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)}
     for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}"):  # peeled tag first
         if _SHA.fullmatch(refs.get(name, "")):
             return refs[name]

@@ -24,7 +24,7 @@ def load_plan(path: Path, root: Path) -> Plan:
     try:
         resolved = path.resolve(strict=True)
     except (FileNotFoundError, RuntimeError) as e:
-        raise PlanError([Problem(shown, 1, f"cannot open the plan: {e.strerror or e}", "check the path")]) from None
+        raise PlanError([Problem(shown, 1, f"cannot open the plan: {getattr(e, 'strerror', None) or e}", "check the path")]) from None
     if not resolved.is_relative_to(root_resolved):
         why = "is a symlink to" if path.is_symlink() else "resolves to"
         raise PlanError([Problem(shown, 1, f"the plan {why} {resolved}, outside {root_resolved}",

@@ -109,8 +109,7 @@ def meaningful_lines(text: str) -> list[str]:
     lines = normalise(text).splitlines()
     picked = [line for line in lines if _MEANINGFUL.search(line)] or lines
     # The same line repeated (retries, loops) must not change the identity of the failure.
-    seen: set[str] = set()
-    unique = [line for line in picked if not (line in seen or seen.add(line))]
+    unique = list(dict.fromkeys(picked))  # the first of each, in order
     return unique[-_MAX_LINES:]
 
 

@@ -6,10 +6,10 @@ carries a `type`; unknown fields are rejected so a corrupted ledger is noticed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from datetime import datetime
-from typing import Annotated, Literal, Protocol, Union, overload, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, Union, overload, runtime_checkable
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -238,7 +238,7 @@ class Ledger(EntrySequence):
         try:
             return parse_entry(line)
         except ValidationError as exc:
-            first = exc.errors()[0] if exc.errors() else {}
+            first: Mapping[str, Any] = exc.errors()[0] if exc.errors() else {}
             detail = f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', exc)}"
             raise self._error(self._line_number(index), detail) from None
 
@@ -300,7 +300,7 @@ class SegmentedLedger(Ledger):
         try:
             return parse_entry(lines[local].decode("utf-8", "replace"))
         except ValidationError as exc:
-            first = exc.errors()[0] if exc.errors() else {}
+            first: Mapping[str, Any] = exc.errors()[0] if exc.errors() else {}
             detail = f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', exc)}"
             raise self._error_for(seg)(_line_number(raw, local), detail) from None
 

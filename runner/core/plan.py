@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
@@ -63,8 +63,12 @@ class Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
-Backend = Literal[BACKEND_NAMES]  # the rows of runner.core.backend_spec.BACKENDS
-Provider = Literal[PROVIDERS]  # every backend's ways of paying
+if TYPE_CHECKING:  # Literals made from the table at run time, which a type checker cannot read: str to it
+    Backend = str
+    Provider = str
+else:
+    Backend = Literal[BACKEND_NAMES]  # the rows of runner.core.backend_spec.BACKENDS
+    Provider = Literal[PROVIDERS]  # every backend's ways of paying
 
 
 # Tools plan-runner's sessions need (edit the tree, commit with git, tick the plan): never disallowed.

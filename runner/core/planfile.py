@@ -107,7 +107,7 @@ def with_tracker(plan: Plan, head_text: str) -> Plan:
     head lost or mangled keeps its base state; `protected_changes` reports the damage.
     """
     _, _, _, body = _lenient_body(head_text, plan.path)
-    head = {}
+    head: dict[str, Item] = {}
     for item in body.items:
         if item.kind == "checkpoint":
             head.setdefault(item.checkpoint_id, item)
@@ -260,7 +260,7 @@ def restore_protected(base_text: str, head_text: str) -> str:
     base_lines, base_fm, base_start, base = _lenient_body(base_text)
     head_lines, _, head_start, head = _lenient_body(head_text)
 
-    def segments(lines: list[str], start: int, items: list[Item]) -> tuple[list[str], dict, list[str]]:
+    def segments(lines: list[str], start: int, items: list[Item]) -> tuple[list[str], dict, list[tuple[str, str]]]:
         """(preamble, notes per item key, keys in order); notes of duplicates go to the previous item."""
         bounds = [i.index for i in items] + [len(lines)]
         first = bounds[0]
@@ -279,7 +279,7 @@ def restore_protected(base_text: str, head_text: str) -> str:
     # kept as free text (under a base checkpoint it would read as that id's first line)
     head_pre, head_notes, _ = segments(head_lines, head_start, sorted(head.items + head.repeats, key=lambda i: i.index))
     _, base_notes, _ = segments(base_lines, base_start, base.items)
-    head_items = {}
+    head_items: dict[tuple[str, str], Item] = {}
     for item in head.items:
         head_items.setdefault(item.key, item)
     base_keys = {i.key for i in base.items}
@@ -306,15 +306,15 @@ def restore_protected(base_text: str, head_text: str) -> str:
     out = list(base_lines[:base_start]) if base_fm is not None else []
     out += place(head_pre + orphan.get(None, []), not base.items, headings=False)
     for n, item in enumerate(base.items):
-        last = n == len(base.items) - 1
+        is_last = n == len(base.items) - 1
         line = base_lines[item.index]
         mine = head_items.get(item.key)
         if mine is not None:
             if item.kind == "checkpoint":
                 line = rewrite_state(line, mine.state, mine.blocked_reason)
-            out += [line] + place(head_notes.get(item.key, []) + orphan.get(item.key, []), last)
+            out += [line] + place(head_notes.get(item.key, []) + orphan.get(item.key, []), is_last)
         else:
-            out += [line] + place(base_notes.get(item.key, []), last)
+            out += [line] + place(base_notes.get(item.key, []), is_last)
     out += moved
     out = [line if line.endswith(("\n", "\r")) or n == len(out) - 1 else line + "\n" for n, line in enumerate(out)]
     restored = "".join(out)

@@ -140,9 +140,9 @@ def disagreements(lines: list[str], start: int, body: Body) -> list[Disagreement
             continue
         number = index + 1
         if a is not None and b is None:
-            n = cm_line_of.get(index)
-            where = (_WHERE.get(_block_at(tokens, n) or "", "not a structural line in the rendered plan")
-                     if n is not None else "not a line of its own in the rendered plan (a Unicode line or "
+            cm_n = cm_line_of.get(index)
+            where = (_WHERE.get(_block_at(tokens, cm_n) or "", "not a structural line in the rendered plan")
+                     if cm_n is not None else "not a line of its own in the rendered plan (a Unicode line or "
                                            "paragraph separator, a form feed or a vertical tab splits it for "
                                            "plan-runner only)")
             out.append(Disagreement(
@@ -151,13 +151,13 @@ def disagreements(lines: list[str], start: int, body: Body) -> list[Disagreement
                 "make it plain Markdown that reads the same everywhere: close an HTML comment or tag on the line "
                 "it opens (or leave a blank line after an HTML block), do not indent it under code, keep it "
                 "out of blockquotes and paragraphs, and use only ordinary line breaks"))
-        elif a is None:
+        elif a is None and b is not None:  # (both None: equal, skipped above)
             out.append(Disagreement(
                 number, f"a reader of the rendered plan sees {_describe(b)} on line {number}, but plan-runner "
                         "does not read it as one (a fence, heading or line break the two read differently)",
                 "write stages as `## Stage N: Title` and checkpoints as `- [ ] N.M Title` on lines of their own, "
                 "outside code fences, with fences opened and closed by plain ``` lines"))
-        else:
+        elif a is not None and b is not None:  # always, here
             out.append(Disagreement(
                 number, f"line {number} reads as {_describe(a)} to plan-runner and as {_describe(b)} to a reader",
                 "write the line plainly so that both read it the same"))

@@ -181,7 +181,7 @@ def _field_help(loc: YamlPath) -> str:
     return model.model_fields[loc[-1]].description or ""
 
 
-def problem_from_error(err: dict, lines: dict[YamlPath, int], path: str, default_line: int) -> Problem:
+def problem_from_error(err: typing.Mapping[str, typing.Any], lines: dict[YamlPath, int], path: str, default_line: int) -> Problem:
     loc = tuple(err["loc"])
     kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
     line = line_of(lines, loc, default_line)
@@ -300,7 +300,7 @@ def _check_gates(gates: list, lines: dict[YamlPath, int], path: str, default: in
         if not isinstance(gate, dict):
             continue  # pydantic reports the wrong type
 
-        def at(*key: str | int) -> int:
+        def at(*key: str | int, i: int = i) -> int:  # this gate's index, bound now
             return line_of(lines, ("gates", i, *key), default)
 
         label = f"gate `{gate['name']}`" if isinstance(gate.get("name"), str) else f"gate #{i + 1}"

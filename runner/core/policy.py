@@ -154,8 +154,8 @@ def folded(ledger: StoredLedger | Sequence[Entry]) -> RunState:
     store vouched that the snapshot was folded from exactly this ledger, else folded entry by entry (a plain
     sequence of entries is folded). A snapshot that does not parse, or comes from another fold version, is never
     trusted."""
-    stored = isinstance(ledger, StoredLedger)
-    raw = ledger.snapshot if stored else None
+    stored = ledger if isinstance(ledger, StoredLedger) else None
+    raw = stored.snapshot if stored is not None else None
     if raw:
         try:
             snap = json.loads(raw)
@@ -163,8 +163,8 @@ def folded(ledger: StoredLedger | Sequence[Entry]) -> RunState:
                 return RunState.model_validate(snap["state"])
         except (ValueError, KeyError, TypeError, ValidationError):
             pass
-    if stored:
-        ledger.parse_all()
+    if stored is not None:
+        stored.parse_all()
     return fold(ledger)
 
 

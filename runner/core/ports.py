@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runner.core.errors import StateConflict
-from runner.core.ledger import Entry, StoredLedger
+from runner.core.ledger import Entry, EntrySequence
 
 # (sha or None to delete, ref, expected remote sha or None for absent): a ref update pushed with the state
 RefUpdate = tuple[str | None, str, str | None]
@@ -41,7 +41,7 @@ class AppendOptions:
 class StateStore(Protocol):
     """The append-only ledger per plan, with compare-and-swap writes; plans never conflict with each other."""
 
-    def read(self, plan_id: str) -> tuple[StoredLedger, str | None]:
+    def read(self, plan_id: str) -> tuple[EntrySequence, str | None]:
         """The plan's ledger and a version token (None if the plan has no state). The ledger carries the stored
         snapshot only when it was folded from exactly these entries."""
 

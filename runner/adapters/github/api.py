@@ -143,7 +143,9 @@ class ReadRetryAdapter(requests.adapters.HTTPAdapter):
     """Reads the body of a GET or HEAD answer at once and asks again (bounded by the Retry's total, with
     its backoff) when it is cut off; other answers are left to requests, so a write is never repeated."""
 
-    def send(self, request: requests.PreparedRequest, stream: bool = False, **kwargs: Any) -> requests.Response:
+    def send(self, request: requests.PreparedRequest, stream: bool = False, timeout: Any = None, verify: Any = True,
+             cert: Any = None, proxies: Mapping[str, str] | None = None) -> requests.Response:
+        kwargs: dict[str, Any] = {"timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
         if stream or (request.method or "").upper() not in _SAFE_TO_REPEAT:
             return super().send(request, stream=stream, **kwargs)
         retry = self.max_retries

@@ -210,7 +210,7 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
     failed = _run_commands(setup, workdir, env, identity, on_event)
     if failed is None:
         return ()
-    if can_probe:
+    if can_probe and checkout is not None and trusted_sha is not None:  # (can_probe says they are)
         base_dir = checkout(trusted_sha)
         on_base = _run_commands(setup, base_dir, env, identity, on_event)
         checkout(sha)  # the gates judge the judged commit, set up or not

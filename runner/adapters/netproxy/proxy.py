@@ -313,7 +313,7 @@ class NetProxy:
             up_writer.close()
             raise _Refused(500, "plan-runner: the model key contains a line break")
         kept = [(n, v) for n, v in headers if n not in _HOP_BY_HOP and n not in STRIPPED_HEADERS and n != "host"]
-        netloc = up.hostname if up.port is None else f"{up.hostname}:{up.port}"
+        netloc = f"{up.hostname}" if up.port is None else f"{up.hostname}:{up.port}"
         up_writer.write(_head(method, "/" + rest, [("host", netloc), *kept, (route.header, route.value)]))
         return up_reader, up_writer
 
@@ -376,7 +376,7 @@ def start_proxy(allow: AllowList, routes: tuple[Route, ...] = (), *, sock_dir: P
     """Start one run's proxy. `sock_dir`: a private folder for the socket (made 0700 here when not given; a unix
     socket's path must stay under 108 bytes). Close it with `close()` or a `with` block."""
     owns = sock_dir is None
-    folder = Path(tempfile.mkdtemp(prefix="plan-runner-net-")) if owns else Path(sock_dir)
+    folder = Path(tempfile.mkdtemp(prefix="plan-runner-net-")) if sock_dir is None else Path(sock_dir)
     path = folder / "net.sock"
     if len(os.fsencode(path)) >= 104:
         raise ValueError(f"the proxy's socket path is too long for a unix socket: {path}")

@@ -120,7 +120,7 @@ def render_report(plan: Plan, state: RunState, *, title: str, verdict: Verdict |
         hints=_hints(evidence) if evidence else [], failures=_failures(evidence) if evidence else [],
         next_action=describe(next_action) if next_action is not None else "",
     ))
-    return redact(text, secrets)
+    return Markdown(redact(text, secrets))
 
 
 def render_park_issue(plan: Plan, report: str, checkpoint: str | None, *, local: bool = False) -> Markdown:

@@ -43,7 +43,6 @@ import os
 import secrets
 import sys
 import pwd
-import shutil
 import signal
 import stat
 import subprocess
@@ -302,6 +301,7 @@ class Identity:
         if self.sudo:
             _sudo_chown(path, f"{self.uid}:{self.gid}")
             return
+        assert self.uid is not None and self.gid is not None  # isolated: both are set
         fsafe.chown_tree(Path(path), self.uid, self.gid, below=Path(below or Path(path).parent))
 
     def reclaim(self, path: Path) -> None:

@@ -45,7 +45,7 @@ import stat
 import struct
 import subprocess
 import time
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -341,7 +341,7 @@ def same_listed(now: dict[str, bytes], recorded: dict[str, Key], root_fd: int) -
         return False
     for rel, ln in now.items():
         key = recorded[rel]
-        if key.__class__ is bytes:
+        if isinstance(key, bytes):
             if ln != key:
                 return False
         elif ln != key[0]:
@@ -574,7 +574,7 @@ class Inodes:
         return len(self._a)
 
 
-def inodes(entries: dict[str, Key]) -> Inodes:
+def inodes(entries: Mapping[str, Key]) -> Inodes:
     """The inode numbers a record names (a line's sixth field: the five before it hold no space)."""
     return Inodes([int(_line_of(k).split(b" ", 6)[5]) for k in entries.values()])
 

@@ -137,7 +137,7 @@ def _code_paths() -> list[str]:
     for entry in sys.path:
         if entry and os.path.isdir(entry) and not entry.endswith(".zip"):
             paths.append(entry)
-    for folder, dirs, files in os.walk(package):
+    for folder, dirs, _files in os.walk(package):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
         paths.append(folder)
     out: list[str] = []

@@ -91,7 +91,10 @@ def read_ledger(objects: GitObjects, plan_id: str, tree: Tree) -> Ledger:
     entry = tree[LEDGER_DIR]
     snapshot_sha = tree.get(SNAPSHOT, (0, None))[1]
     parts = segments(objects, plan_id, entry)
-    loaders = [lambda sha=sha: objects.get(sha, b"blob") or b"" for _, sha in parts]
+    def loader(sha: str) -> Callable[[], bytes]:
+        return lambda: objects.get(sha, b"blob") or b""
+
+    loaders = [loader(sha) for _, sha in parts]
     sizes = snapshot = None
     if snapshot_sha and parts:
         data = objects.get(snapshot_sha, b"blob")

@@ -29,7 +29,7 @@ from git.exc import GitCommandError
 from runner.adapters.git.work import push_leased, ref_sha, remotes, run_git, stderr_of
 from runner.adapters.store.dirs import DIR_LIMIT, bound_dir, checkout_tree, redact_file, scan, store_dir
 from runner.adapters.store.layout import (
-    FILES, LEDGER_DIR, NAMESPACE, SNAPSHOT, TRACKING, ZERO, append_segments, check_name, ledger_extends,
+    FILES, NAMESPACE, SNAPSHOT, TRACKING, ZERO, append_segments, check_name, ledger_extends,
     ledger_text, read_ledger, snapshot_blob, state_ref,
 )
 from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree, missing_commit
@@ -237,7 +237,7 @@ class GitStateStore:
         its plans once more after its own push (to record the runs GitHub started, to tell whether any plan waits on
         the clock). A write on a version another job moved meanwhile still fails on its lease."""
         if self.remote is not None:
-            self._fresh |= {p for p in plan_ids if ref_sha(self.repo, self.tracking(p)) is not None}
+            self._fresh |= {p for p in plan_ids if (t := self.tracking(p)) is not None and ref_sha(self.repo, t) is not None}
 
     def push_pending(self, plan_id: str) -> bool:
         """Push what was written locally only (a `started` entry) if the local state is ahead of the remote's

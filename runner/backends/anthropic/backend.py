@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 
@@ -41,6 +41,9 @@ from runner.backends.common.signals import session_signals
 from runner.backends.anthropic.stuck import Step, step, stuck
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+
+if TYPE_CHECKING:
+    from runner.core.plan import AgentConfig
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -361,8 +364,10 @@ class AnthropicAgentBackend:
             wait = min(stall_s, left)
             try:
                 with client.messages.stream(
-                    model=model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT, tools=TOOL_SPECS,
-                    messages=messages, timeout=anthropic.Timeout(wait, connect=min(wait, 30.0)),
+                    model=model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT,
+                    tools=TOOL_SPECS,  # type: ignore[arg-type]  # JSON dicts of the ToolParam shape
+                    messages=messages,  # type: ignore[arg-type]  # JSON dicts of the MessageParam shape
+                    timeout=anthropic.Timeout(wait, connect=min(wait, 30.0)),
                 ) as stream:
                     return stream.get_final_message()
             except Exception as exc:

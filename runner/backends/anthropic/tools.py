@@ -381,7 +381,7 @@ class Workspace:
         if len(old) != len(new):
             problem = f"it has {len(new)} lines instead of {len(old)} (no line may be added or removed)"
         else:
-            for n, (a, b) in enumerate(zip(old, new)):
+            for n, (a, b) in enumerate(zip(old, new, strict=True)):  # as long as each other, checked above
                 if a == b:
                     continue
                 if n not in by_index:

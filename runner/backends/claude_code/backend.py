@@ -67,7 +67,7 @@ def allowed_tools(agent: AgentConfig | None) -> tuple[str, ...]:
 def mcp_config(agent: AgentConfig) -> dict:
     """`--mcp-config`'s JSON: a server's variables as `${NAME}`, expanded by the CLI from the agent's environment
     (the file holds no value)."""
-    servers = {}
+    servers: dict[str, dict[str, object]] = {}
     for name, server in agent.mcp_servers.items():
         if server.url is not None:
             servers[name] = {"type": "http", "url": server.url}

@@ -392,8 +392,8 @@ def decide_exit(
             return signal.exit_kind, f"claude exited {returncode}: {tail[0]}".strip()[:ERROR_CHARS]
         return ExitKind.CRASHED, f"claude exited {returncode} without a result message {tail[0]}".strip()[:ERROR_CHARS]
     if result.get("is_error") is True or result.get("subtype") != "success":
-        text = result.get("result")
-        detail = text if isinstance(text, str) else ""
+        said = result.get("result")
+        detail = said if isinstance(said, str) else ""
         # no structured error the CLI named: its words ("Credit balance is too low", "You've hit your
         # weekly limit · resets ...") are read by the shared reader
         signal = read_signal((parser.api_error_text or "") + "\n" + detail, parser.now())

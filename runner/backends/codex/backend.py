@@ -108,7 +108,7 @@ def mcp_options(agent: AgentConfig) -> list[str]:
         key = f"mcp_servers.{name}"
         if server.url is not None:
             options += ["-c", f"{key}.url={_toml_string(server.url)}"]
-        else:
+        elif server.command is not None:  # always, when there is no url (McpServer's validator)
             options += ["-c", f"{key}.command={_toml_string(server.command)}",
                         "-c", f"{key}.args={json.dumps(list(server.args))}"]
             if server.env:

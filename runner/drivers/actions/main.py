@@ -13,7 +13,6 @@ way: step outputs, a job summary, annotations; secrets masked before anything pr
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -344,11 +343,11 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
         if space.exhausted(exc):  # a full disk is the runner's state, not a bug: say what is full
             import tempfile
 
-            err = space.out_of_space([Path.cwd(), Path(tempfile.gettempdir())], when="in the job",
-                                     outcome="The session this job ran, if any, is recorded by the next job "
-                                             "(it salvages the agent's work).")
-            return ModeResult(outcome="error", summary=error_summary(err),
-                              annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
+            full = space.out_of_space([Path.cwd(), Path(tempfile.gettempdir())], when="in the job",
+                                      outcome="The session this job ran, if any, is recorded by the next job "
+                                              "(it salvages the agent's work).")
+            return ModeResult(outcome="error", summary=error_summary(full),
+                              annotations=[("error", full.what, "plan-runner")], exit_code=full.exit_code)
         trace = traceback.format_exc()
         result = ModeResult(outcome="error", exit_code=Exit.UNEXPECTED,
                             summary=f"# plan-runner: unexpected error\n\n`{type(exc).__name__}: {exc}`\n\n"

@@ -153,7 +153,7 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueCo
     driver.close_issue(ev.issue_number)
     result = dispatch(s, action)
     if result.status == "parked":  # GitHub refused the dispatch: parked again, with the fix, in a new issue
-        return ModeResult(outcome="parked", next_action=describe(result.action), issue_url=result.url or "",
+        return ModeResult(outcome="parked", next_action=describe(result.action) if result.action is not None else "", issue_url=result.url or "",
                           summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {result.message}\n",
                           annotations=[("warning", f"{plan_id} parked: {result.message}", "plan-runner parked")])
     driver.react(ev.comment_id, "rocket")

@@ -135,7 +135,8 @@ class _Job:
         self.trusted = setup.trusted_commit(self.ws.repo, REMOTE, self.plan.config.base)
         self.cacheable = bool(self.setup is not None and self.setup.run and untar.clean_roots(self.setup.cache)
                               and self.trusted)
-        self.key = setup.setup_key(self.setup, self.ws.repo, self.trusted) if self.cacheable else ""
+        self.key = (setup.setup_key(self.setup, self.ws.repo, self.trusted)
+                    if self.cacheable and self.setup is not None and self.trusted else "")  # (cacheable says they are)
         self.scratch = self.ws.scratch_dir / self.plan.id
         self.cache_dir = self.scratch / "setup-cache"
         self.area = agent_clone.area_for(self.ws.repo, self.plan.id)

@@ -56,7 +56,7 @@ def unaccounted_after(plan: Plan) -> timedelta:
     """How long after its dispatch intent a session can still be running without a word on the remote: a
     dispatched session records its start only locally (one push less), so until its final push the remote
     shows only the intent. Queueing (LOST_DISPATCH_AFTER) plus the longest a session can run."""
-    zero = datetime(2000, 1, 1)
+    zero = datetime(2000, 1, 1, tzinfo=timezone.utc)
     return LOST_DISPATCH_AFTER + (orphan_deadline(zero, plan) - zero)
 
 
@@ -140,7 +140,8 @@ def needs_clock(s: Session) -> str | None:
     return None
 
 
-def decide_tick(s: Session, now: datetime, ended: frozenset[int] = frozenset()) -> tuple[str, object | None]:
+def decide_tick(s: Session, now: datetime, ended: frozenset[int] = frozenset()
+                ) -> tuple[str, RunSession | Wait | ConsultAdvisor | Park | Finish | None]:
     """(what the tick sees, the action to dispatch or None). Pure over the session's state; `ended`: runs GitHub
     said ended without succeeding (mode reconcile)."""
     st = s.state

@@ -31,6 +31,7 @@ class LocalDispatcher:
 
     def dispatch_next(self, plan_path: str, key: str) -> int | None:
         self.dispatched.append(key)
+        return None  # no run id: the loop goes on in this process
 
 
 @dataclass

@@ -194,11 +194,11 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         if space.exhausted(exc) and not os.environ.get(DEBUG_ENV):
             import tempfile
 
-            err = space.out_of_space([Path.cwd(), Path(tempfile.gettempdir())], when="",
-                                     outcome="plan-runner stopped before it started a session or after it "
-                                             "ended; nothing of a session was lost.")
-            print(err.render(), file=sys.stderr)
-            return err.exit_code
+            full = space.out_of_space([Path.cwd(), Path(tempfile.gettempdir())], when="",
+                                      outcome="plan-runner stopped before it started a session or after it "
+                                              "ended; nothing of a session was lost.")
+            print(full.render(), file=sys.stderr)
+            return full.exit_code
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
         else:

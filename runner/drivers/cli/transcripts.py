@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from runner.adapters.sandbox import fsafe
-from runner.core.backend_spec import BACKENDS, spec_of
+from runner.core.backend_spec import BACKENDS
 from runner.core.errors import PlanRunnerError
 
 RESULT_LINES = 8  # lines of one tool result shown
@@ -129,7 +129,8 @@ def _codex(path: Path, thread_id: str | None) -> list[str]:
             continue
         if not keep:
             continue
-        item = msg.get("item") if isinstance(msg.get("item"), dict) else {}
+        raw_item = msg.get("item")
+        item: dict = raw_item if isinstance(raw_item, dict) else {}
         if kind == "item.completed" and item.get("type") == "agent_message":
             lines.append("agent: " + _cut(item.get("text", ""), 20))
         elif kind == "item.completed" and item.get("type") == "command_execution":
@@ -209,7 +210,7 @@ def _read_anthropic(directory: Path, names: list[str], session_id: str | None) -
     # the built-in agent saves its conversation in its own state folder when it runs isolated
     # (runner.drivers.session.phases)
     state = [directory / "agent-state" / n for n in fsafe.list_regular(directory / "agent-state", below=directory)
-             if spec_of("anthropic").owns_transcript(n)]
+             if BACKENDS["anthropic"].owns_transcript(n)]
     lines: list[str] = []
     for path in sorted([*(directory / n for n in names), *state]):
         if path.name.startswith("script-") or path.name.startswith("."):

@@ -34,5 +34,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["EVIDENCE_FILE", "FAULT_POINTS", "TRANSCRIPTS_DIR", "UNPUBLISHED", "Drivers", "Session",
-           "SessionResult", "Workspace", "agent_pid_file", "fault_point", "isolation_of", "judge_tree", "load_trusted_plan",
-           *_LAZY]
+           "SessionResult", "Workspace", "agent_pid_file", "fault_point", "isolation_of", "judge_tree", "load_trusted_plan"]
+__all__ += list(_LAZY)

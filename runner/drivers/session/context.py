@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -69,7 +69,7 @@ class Drivers:
 class Workspace:
     repo: Path
     plan_path: str  # repository-relative
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))  # the install adds CLI paths to it
     remote: str | None = None
     job: str = field(default_factory=lambda: f"local:{socket.gethostname()}:{os.getpid()}")
     clock: Callable[[], datetime] = field(default=lambda: wallclock.now())  # runner/adapters/clock.py (its testing switch)

@@ -97,7 +97,7 @@ def _write_with_work(s: Session, entries: list, saved: Salvaged) -> None:
     """The record, with the salvaged work branch in the same atomic push; the remote's copy as now seen."""
     work = _with_work(s, saved)
     s.write(entries, also_push=work)
-    if work:  # the next session leases its own push on what the remote now holds
+    if work and saved.head is not None:  # (work: there is a head) the next session leases its push on the remote's
         gitwork.run_git(s.ws.repo, "update-ref", f"refs/remotes/{s.ws.remote}/{s.trusted.work_branch}", saved.head)
 
 

@@ -173,15 +173,15 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
         if agent.backend in ("script", "anthropic"):
             needed.append(sys.executable)  # the scripted agent and the built-in agent's loop run on this Python
             needed.append(str(Path(__file__).resolve().parents[1]))  # ...from plan-runner's own package
-        for path in needed:
-            part = unreachable(path)
+        for needed_path in needed:
+            part = unreachable(needed_path)
             if part is not None:
                 found.append(Problem(
-                    "error", f"the agent's user cannot run {path}",
+                    "error", f"the agent's user cannot run {needed_path}",
                     f"the agent runs as an unprivileged user of its own, and {part} is not "
-                    f"{'searchable' if part.is_dir() and part != Path(path) else 'readable and executable'} "
+                    f"{'searchable' if part.is_dir() and part != Path(needed_path) else 'readable and executable'} "
                     "by other users (checked along the path as it is run, symlinks included)",
-                    reach_fix(path, part)))
+                    reach_fix(needed_path, part)))
     found += credential_problems(agent.backend, env, agent.passed_env, agent.provider)
     return found
 

@@ -67,7 +67,7 @@ class Usage:
         return f"{self.mount} (holding {self.path}): {_size(self.free_bytes)} free, {inodes}"
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
