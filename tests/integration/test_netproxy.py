@@ -377,3 +377,21 @@ def test_a_sessions_network_has_a_proxy_per_phase() -> None:
             net.proxy("agent")
         with pytest.raises(ValueError):
             SessionNetwork(NetworkConfig(), AgentConfig(), {}).proxy("verify")  # type: ignore[arg-type]
+
+
+def test_a_keep_alive_client_holds_no_slot_after_its_answer() -> None:
+    """The far side closing ends the connection: a client that keeps its socket open (an HTTP pool) does not
+    hold one of the bounded slots after its response."""
+    with MessagesServer() as srv, start_proxy(AllowList(), (_route(srv),), max_connections=1) as proxy:
+        pooled = socket.socket(socket.AF_UNIX)
+        pooled.settimeout(10)
+        pooled.connect(str(proxy.socket_path))
+        pooled.sendall(b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\ncontent-length: 2\r\n\r\n{}")
+        answer = b""
+        while chunk := pooled.recv(65536):  # the proxy closes once the server has
+            answer += chunk
+        assert b" 200 " in answer.split(b"\r\n")[0]
+        time.sleep(0.2)
+        # the first client's socket is still open on its side; the one slot is free again
+        assert _connect(proxy.socket_path, "x.example.com:443").startswith(b"HTTP/1.1 403")
+        pooled.close()

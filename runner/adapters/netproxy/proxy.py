@@ -48,6 +48,7 @@ MAX_REFUSED_HOSTS = 100  # distinct refused destinations remembered; further one
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 15 * 60.0  # a spliced connection with no byte either way for this long is closed
+HALF_CLOSE_GRACE_S = 60.0  # after the client closed its side, how long the far side may still answer
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
                "trailer", "upgrade"}
 _MODEL_ENV = (*ANTHROPIC_SECRETS, *OPENAI_SECRETS, "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL")
@@ -318,7 +319,19 @@ class NetProxy:
         return up_reader, up_writer
 
     async def _splice(self, reader, writer, up_reader, up_writer) -> None:
-        await asyncio.gather(self._copy(reader, up_writer), self._copy(up_reader, writer))
+        """Bytes both ways until the far side is done: when it closes, the connection ends (a keep-alive client
+        holds no slot after its response); when the client closes first, the far side has HALF_CLOSE_GRACE_S
+        to finish its answer."""
+        down = asyncio.ensure_future(self._copy(up_reader, writer))
+        up = asyncio.ensure_future(self._copy(reader, up_writer))
+        try:
+            await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+            if not down.done():
+                await asyncio.wait({down}, timeout=HALF_CLOSE_GRACE_S)
+        finally:
+            for task in (down, up):
+                task.cancel()
+            await asyncio.gather(down, up, return_exceptions=True)
 
     async def _copy(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         try:
