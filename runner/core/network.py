@@ -266,7 +266,7 @@ class Refusal:
         return f"{host}:{self.port} ({self.count}x, {self.why})" if self.port else f"{host} ({self.count}x, {self.why})"
 
 
-def refusals_line(by_phase: Mapping[str, Iterable[Refusal]], *, limit: int = 10) -> str | None:
+def refusals_line(by_phase: Mapping[Phase, Iterable[Refusal]], *, limit: int = 10) -> str | None:
     """One line for the session's report: what each phase was refused, most tried first; None if nothing was."""
     parts = []
     for phase, refusals in by_phase.items():

@@ -12,15 +12,15 @@ from collections.abc import Mapping
 from runner.adapters.netproxy.proxy import NetProxy, start_proxy
 from runner.core.backend_spec import BACKENDS
 from runner.core.network import PHASES, ModelAccess, Phase, Refusal, allow_list, model_access, refusals_line
+from runner.core.plan import AgentConfig, NetworkConfig
 
 
 class SessionNetwork:
     """The proxies of one session. `network` is the plan's NetworkConfig, `agent` its AgentConfig, `env`
     plan-runner's own environment (where the model key is read: it stays in this process)."""
 
-    def __init__(self, network: object, agent: object, env: Mapping[str, str]) -> None:
-        spec = BACKENDS[getattr(agent, "backend")]
-        self.access: ModelAccess = model_access(spec, getattr(agent, "provider", None), env)
+    def __init__(self, network: NetworkConfig, agent: AgentConfig, env: Mapping[str, str]) -> None:
+        self.access: ModelAccess = model_access(BACKENDS[agent.backend], agent.provider, env)
         self._network = network
         self._proxies: dict[Phase, NetProxy] = {}
         self._refused: dict[Phase, tuple[Refusal, ...]] = {}
