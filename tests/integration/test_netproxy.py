@@ -97,6 +97,15 @@ def test_an_allowed_name_never_reaches_the_machine(echo: int) -> None:
         assert _connect(proxy.socket_path, f"localhost:{echo}").endswith(b"echo:ping")
 
 
+def test_any_host_means_public_hosts() -> None:
+    """`*` does not cover the machine's private networks (10/8, 192.168/16, a docker bridge, fc00::/7): those are
+    reached only by a rule naming them."""
+    with start_proxy(expand(["*"])) as proxy:
+        for target in ("10.1.2.3:443", "192.168.0.1:80", "172.17.0.1:443", "[fd00::1]:443"):
+            answer = _connect(proxy.socket_path, target)
+            assert answer.startswith(b"HTTP/1.1 403") and b"a private address" in answer, (target, answer)
+
+
 def test_plain_http_is_forwarded_only_when_allowed(echo: int) -> None:
     with start_proxy(expand([f"127.0.0.1:{echo}"])) as proxy:
         ok = _talk(proxy.socket_path, f"GET http://127.0.0.1:{echo}/simple/?q=1 HTTP/1.1\r\nHost: 127.0.0.1:{echo}\r\n"

@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 import h11
 
 from runner.adapters.netproxy.relay import INSIDE_PORT, INSIDE_SOCKET, relay_argv
-from runner.core.network import (ANTHROPIC_SECRETS, OPENAI_SECRETS, PLACEHOLDER_KEY, STRIPPED_HEADERS, AllowList,
-                                 HostRule, Refusal, Route, normalise_host)
+from runner.core.network import (ANTHROPIC_SECRETS, ANY_HOST, OPENAI_SECRETS, PLACEHOLDER_KEY, STRIPPED_HEADERS,
+                                 AllowList, HostRule, Refusal, Route, normalise_host)
 
 HEAD_LIMIT = 64 * 1024  # a request head larger than this is refused (431)
 CHUNK = 64 * 1024
@@ -259,25 +259,35 @@ class NetProxy:
             self._refuse(host, port, "not allowed")
             raise _Refused(403, f"plan-runner: {host}:{port} is not in this run's network allow-list "
                                 f"(the plan's `network:`; allowed: {self.allow})")
-        address = await self._address(host, port, rule)
-        try:
-            return await asyncio.wait_for(asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise _Refused(502, f"plan-runner: cannot connect to {host}:{port} ({_reason(exc)})") from None
+        last: BaseException | None = None
+        for address in await self._addresses(host, port, rule):  # each address in turn (an IPv6 one may not route)
+            try:
+                return await asyncio.wait_for(asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError) as exc:
+                last = exc
+        raise _Refused(502, f"plan-runner: cannot connect to {host}:{port} ({_reason(last) if last else 'no address'})")
 
-    async def _address(self, host: str, port: int, rule: HostRule) -> str:
-        """The address to connect to: resolved here, outside, and never a local one unless the rule names it."""
+    async def _addresses(self, host: str, port: int, rule: HostRule) -> list[str]:
+        """The addresses to try: resolved here, outside; never a loopback or link-local one (the machine's own
+        ports, cloud metadata) unless the rule names the address itself, and under `*` no private one either."""
         try:
             infos = await self._loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise _Refused(502, f"plan-runner: the name {host} does not resolve ({_reason(exc)})") from None
-        addresses = [str(info[4][0]) for info in infos]
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        if rule.literal:
+            return addresses
         local = [a for a in addresses if _is_local(a)]
-        if local and not rule.literal:
+        if local:
             self._refuse(host, port, f"resolves to the local address {local[0]}")
             raise _Refused(403, f"plan-runner: {host} resolves to {local[0]}, a local address; only a rule naming "
                                 f"the address itself (e.g. `{local[0]}:{port}`) reaches it")
-        return addresses[0]
+        private = [a for a in addresses if _is_private(a)]
+        if private and rule.host == ANY_HOST:
+            self._refuse(host, port, f"resolves to the private address {private[0]}, which `*` does not cover")
+            raise _Refused(403, f"plan-runner: {host} resolves to {private[0]}, a private address; `*` covers public "
+                                f"hosts only: list `{host}` (or the address) in the plan's `network:`")
+        return addresses
 
     async def _forward(self, method: str, target: str, headers: list[tuple[str, str]]):
         parts = urlsplit(target)
@@ -376,6 +386,14 @@ def _is_local(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast
+
+
+def _is_private(address: str) -> bool:
+    """10/8, 172.16/12, 192.168/16, 100.64/10 (carrier NAT), fc00::/7 and the like: the machine's own networks."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global
 
 
 def _reason(exc: BaseException) -> str:
