@@ -20,6 +20,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from git import Git, Repo
 from git.exc import GitCommandError, GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
@@ -71,8 +72,8 @@ def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[s
     Raises GitCommandError on a non-zero exit (its `stderr` says why).
     """
     g = Git(str(repo))
-    kwargs = dict(stdout_as_string=False, strip_newline_in_stdout=False,
-                  env={**BOT_ENV, **(env or {}), **judge_git_env(env)})
+    kwargs: dict[str, Any] = dict(stdout_as_string=False, strip_newline_in_stdout=False,
+                                  env={**BOT_ENV, **(env or {}), **judge_git_env(env)})
     try:
         if data is None:
             return g.execute(["git", *args], **kwargs)
@@ -125,11 +126,10 @@ def _ref_reader(repo: Path | str) -> Repo | None:
     key = _key(repo)
     if key not in _repos:
         try:
-            handle: Repo | None = Repo(key)
+            opened = Repo(key)
         except (InvalidGitRepositoryError, NoSuchPathError):
             return None  # not cached: it may become a repository; git will say what is wrong
-        if (Path(handle.common_dir) / "reftable").is_dir():
-            handle = None
+        handle = None if (Path(opened.common_dir) / "reftable").is_dir() else opened
         _repos[key] = handle
     return _repos[key]
 
@@ -763,7 +763,9 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
          "--unified=0", old, new, "--"], as_process=True, env={**BOT_ENV})
     found: list[str] = []
     current, in_header, adding, continuing, carry = "", False, False, False, b""
-    stream = proc.proc.stdout
+    popen = proc.proc
+    assert popen is not None and popen.stdout is not None  # as_process: a running git with its output on a pipe
+    stream = popen.stdout
     try:
         for piece in iter(lambda: stream.readline(1 << 20), b""):
             if not continuing:
@@ -786,7 +788,7 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
             continuing = not piece.endswith(b"\n")
     finally:
         stream.close()
-        code = proc.proc.wait()
+        code = popen.wait()
     if code != 0:
         raise PlanRunnerError(what=f"could not compare {old[:12]} with {new[:12]} to look for secrets",
                               why=f"git diff exited with code {code}",
