@@ -7,7 +7,16 @@ between two runs of a failing gate, one repeat fewer, a result that differs) is 
 from __future__ import annotations
 
 from runner.backends.anthropic import stuck as stuck_mod
-from runner.backends.anthropic.stuck import ALTERNATION_STEPS, ERROR_REPEATS, RESULT_REPEATS, Step, since_change, step, stuck
+from runner.backends.anthropic.stuck import (
+    ALTERNATION_STEPS,
+    CYCLE_STEPS,
+    ERROR_REPEATS,
+    RESULT_REPEATS,
+    Step,
+    since_change,
+    step,
+    stuck,
+)
 
 GATE = {"command": "python -m pytest -q tests"}
 RED = "exit code 1\nFAILED tests/test_calc.py::test_add - assert -1 == 5\n1 failed in 0.03s"
@@ -27,7 +36,7 @@ def status() -> Step:
 
 def test_the_thresholds_are_a_careful_peers():
     """OpenHands' numbers: 3 identical errors, 4 identical results, A-B-A-B-A-B."""
-    assert (ERROR_REPEATS, RESULT_REPEATS, ALTERNATION_STEPS) == (3, 4, 6)
+    assert (ERROR_REPEATS, RESULT_REPEATS, ALTERNATION_STEPS, CYCLE_STEPS) == (3, 4, 6, 6)
 
 
 def test_the_same_failing_call_three_times_with_no_change_is_repeated_error():
@@ -78,7 +87,7 @@ def test_durations_do_not_make_a_result_different():
 def test_the_same_successful_call_again_and_again_is_repeated_result():
     """`git status` thirteen times in a row, each identical, is a stop at the fourth."""
     steps = []
-    for n in range(13):
+    for _ in range(13):
         steps.append(status())
         if stuck(steps) is not None:
             break
@@ -129,3 +138,30 @@ def test_the_rules_are_read_in_order_errors_first(monkeypatch):
     assert stuck(steps).rule == "repeated_error"
     monkeypatch.setattr(stuck_mod, "ERROR_REPEATS", 99)
     assert stuck(steps).rule == "repeated_result"
+
+
+def test_a_longer_loop_with_nothing_new_is_a_cycle():
+    """The 1.5B's loop: the same write (no change), the gate's name run as a command, a failing edit, again."""
+    same_write = write(changed=False)
+    run = step("run_shell", {"command": "tests"}, False, "exit code 127\nbash: tests: command not found", False)
+    edit = step("edit_file", {"path": "t.py", "old_string": "tests", "new_string": "x"}, False, "not found", False)
+    steps = [same_write, run, edit] * 3
+    assert stuck(steps[:-1]) is None  # eight steps: the last six are not all repeats yet
+    found = stuck(steps)
+    assert found is not None and found.rule == "cycle" and "edit_file" in str(found)
+
+
+def test_steps_that_bring_something_new_are_not_a_cycle():
+    reads = [step("read_file", {"path": f"f{n}.py"}, True, "x", False) for n in range(4)]
+    run = gate()
+    steps = [run, reads[0], run, reads[1], run, reads[2], run, reads[3], run]
+    assert stuck(steps) is None
+
+
+def test_the_same_calls_with_new_results_are_not_a_cycle():
+    """A log that grows between reads is news, even with the same calls."""
+    steps = []
+    for n in range(6):
+        steps += [step("read_file", {"path": "log.txt"}, True, "line\n" * (n + 1), False),
+                  step("run_shell", {"command": "sleep 1"}, True, "exit code 0", False)]
+    assert stuck(steps) is None

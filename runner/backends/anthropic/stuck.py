@@ -6,7 +6,9 @@ A careful peer's rules (OpenHands' stuck detector is the reference), on frozen r
 * ``repeated_result``: the same call with the same result :data:`RESULT_REPEATS` times in a row (`git status`
   thirteen times, each identical, is not work);
 * ``alternation``: two calls taking turns, each with the same result every time, for :data:`ALTERNATION_STEPS`
-  steps in a row (read, run, read, run...).
+  steps in a row (read, run, read, run...);
+* ``cycle``: :data:`CYCLE_STEPS` steps in a row that each repeat, call and result, a step made since the work tree
+  last changed (a longer loop: write the same text, run, edit, write, run, edit...).
 
 Nothing counts across a change to the work tree: a step that changed it (a file written, a commit) starts the
 count again, so re-running a failing gate after each edit is iteration, never a repeat. Results are compared
@@ -29,6 +31,7 @@ from runner.core.fingerprint import normalise_error
 ERROR_REPEATS = 3
 RESULT_REPEATS = 4
 ALTERNATION_STEPS = 6  # A B A B A B: three rounds of the same two calls
+CYCLE_STEPS = 6  # after the first round, six steps with nothing new: A B C A B C A B C
 
 
 @dataclass(frozen=True)
@@ -92,4 +95,10 @@ def stuck(steps: Sequence[Step]) -> Stuck | None:
         if all(_same(s, (a, b)[i % 2]) for i, s in enumerate(window)):
             return Stuck("alternation", f"two calls took turns {ALTERNATION_STEPS} times with the same results and no "
                                         f"change to the work tree: {_short(a.call, 150)} / {_short(b.call, 150)}")
+    if len(tail) > CYCLE_STEPS:
+        start = len(tail) - CYCLE_STEPS
+        if all(any(_same(tail[i], earlier) for earlier in tail[:i]) for i in range(start, len(tail))):
+            calls = list(dict.fromkeys(s.call for s in tail[start:]))
+            return Stuck("cycle", f"{CYCLE_STEPS} calls in a row only repeated calls made since the work tree last "
+                                  f"changed, with the same results: {_short(' / '.join(calls), 400)}")
     return None
