@@ -115,3 +115,18 @@ def test_the_plan_file_and_python_caches_are_not_uncommitted_work(ws: Workspace)
     (ws.root / "tools" / "x.pyc").write_bytes(b"\0")
     out = ws.run("mark_done", {"checkpoint": "1.1"})
     assert out.ok, out.text
+
+
+def test_a_python_file_that_no_longer_parses_is_written_but_the_call_says_so(ws: Workspace) -> None:
+    """The 1.5B dropped a docstring's quotes; it learnt it from the gate only. Now at once: a failed call naming
+    the line, the text written (the model's own work, not lost); a file that parses, or one not Python, is fine."""
+    broken = 'def shout(text):\n    "The text in capitals.""\n    return text.upper()\n'
+    assert ws.run("write_file", {"path": "textutil.py", "content": broken}) == \
+        ws.run("write_file", {"path": "textutil.py", "content": broken})  # the same answer each time
+    out = ws.run("write_file", {"path": "textutil.py", "content": broken})
+    assert not out.ok and out.text.startswith("wrote 70 bytes to textutil.py, but it is not valid Python now: line 2 ('\"The text in capitals.\"\"'): ")
+    assert (ws.root / "textutil.py").read_text() == broken
+    edit = ws.run("edit_file", {"path": "textutil.py", "old_string": '"The text in capitals.""',
+                                "new_string": '"""The text in capitals."""'})
+    assert edit.ok, edit.text
+    assert ws.run("write_file", {"path": "notes.txt", "content": 'def ("'}).ok

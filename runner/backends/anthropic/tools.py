@@ -164,6 +164,23 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+def _check_python(target: Path, text: str, done: str) -> None:
+    """A Python file that no longer parses: the change stays written, but the call says so at once (small
+    models drop a docstring's quotes and only learn it from the gate, sessions later)."""
+    if target.suffix != ".py":
+        return
+    try:
+        compile(text, str(target.name), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        lines = text.splitlines()
+        shown = f" ({lines[exc.lineno - 1].strip()[:200]!r})" if exc.lineno and 0 < exc.lineno <= len(lines) else ""
+        raise ToolError(f"{done}, but it is not valid Python now: line {exc.lineno}{shown}: {exc.msg}. Fix that line "
+                        f"with edit_file (old_string: the line as it is now, new_string: the line fixed), or read_file "
+                        f"the file and write it again.") from None
+    except (ValueError, RecursionError, MemoryError):
+        return
+
+
 class Workspace:
     """The work tree as the tools see it; `plan_path` is the plan file, which the file tools guard."""
 
@@ -328,6 +345,7 @@ class Workspace:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         self._known.add(target)
+        _check_python(target, content, f"wrote {len(content.encode('utf-8'))} bytes to {rel}")
         return f"wrote {len(content.encode('utf-8'))} bytes to {rel}"
 
     def edit_file(self, path: object, old_string: object, new_string: object) -> str:
@@ -355,6 +373,7 @@ class Workspace:
         new_text = text.replace(old_string, new_string, 1)
         self._guard_plan(target, new_text)
         target.write_text(new_text, encoding="utf-8")
+        _check_python(target, new_text, f"edited {path}")
         return f"edited {path}"
 
     # -- the plan file --
