@@ -47,7 +47,7 @@ def main():
           "tools": ["Bash", "Edit", "Read", "Write"], "model": "stand-in", "permissionMode": "dontAsk",
           "claude_code_version": VERSION,
           "apiKeySource": "ANTHROPIC_API_KEY" if os.environ.get("ANTHROPIC_API_KEY") else "none"})
-    checkpoint = re.search(r"Your task is checkpoint \*\*(\S+) ", prompt)
+    checkpoint = re.search(r"Your task is checkpoint (?:\*\*)?(\d+(?:\.\d+)+)", prompt)
     handoff = re.search(r"write a handoff to `([^`]+)`", prompt)
     steps = scenario.get(checkpoint.group(1) if checkpoint else "", [])
     if not os.environ.get("ANTHROPIC_API_KEY"):

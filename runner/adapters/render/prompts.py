@@ -28,7 +28,7 @@ from runner.core.evidence import CheckpointState, Evidence, GateResult
 from runner.core.plan import GateConfig, Plan, Stage
 from runner.core.planfile_body import rewrite_state
 
-__all__ = ["PromptContext", "fence", "inline_code", "render_handoff_from_evidence", "render_prompt", "stage_excerpt"]
+__all__ = ["PromptContext", "failure_pointers", "fence", "inline_code", "instead_of", "render_handoff_from_evidence", "render_prompt", "stage_excerpt"]
 
 _TEMPLATES = {
     SessionKind.DELIVERY: "prompt_delivery.j2",
@@ -177,7 +177,92 @@ def _tick_view(plan_text: str, checkpoint: dict | None, stage: Stage | None) -> 
         return None
     more = stage is not None and any(c.state is not CheckpointState.DONE and c.id != checkpoint["id"]
                                      for c in stage.checkpoints)
-    return {"before": before.rstrip(), "after": after.rstrip(), "more": more}
+    box_before, box_after = _BOX.match(before), _BOX.match(after)
+    return {"before": before.rstrip(), "after": after.rstrip(), "more": more,
+            "box_before": box_before.group(1) if box_before else "- [ ]",
+            "box_after": box_after.group(1) if box_after else "- [x]"}
+
+
+_BOX = re.compile(r"^\s*([-*+][ \t]+\[[ xX]\])")
+# A test file as pytest and unittest name it: `tests/test_x.py`, `x_test.py`, or unittest's dotted id.
+_TEST_FILE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*(?:test_\w+|\w+_test)\.py)\b")
+_UNITTEST_ID = re.compile(r"^(?:FAIL|ERROR): (\S+) \(([\w.]+)\)", re.M)
+_PY_PATH = re.compile(r"(?:File \"([^\"]+\.py)\", line \d+|(?<![\w/.-])([\w./-]+\.py):\d+|\((/[^()\s]+\.py)\))")
+
+
+def _is_test(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
+def failure_pointers(tail: str) -> dict:
+    """The failing test files and the modules they point at, from a gate's output (pytest or unittest): the
+    files a fix starts from. Paths are made relative to the checkout the gate ran in, found from a test file
+    the output names; other absolute paths (the standard library, site-packages) are left out."""
+    tests: list[str] = []
+    for found in _TEST_FILE.finditer(tail):
+        if not found.group(1).startswith("/") and found.group(1) not in tests:
+            tests.append(found.group(1))
+    for found in _UNITTEST_ID.finditer(tail):
+        # `test_x (tests.test_m.Case.test_x)`, or a module that failed to import: `tests.test_m (unittest...)`
+        dotted = found.group(1) if "." in found.group(1) else found.group(2).rsplit(".", 2)[0]
+        path = dotted.replace(".", "/") + ".py"
+        if _is_test(path) and path not in tests:
+            tests.append(path)
+    paths = [a or b or c for a, b, c in _PY_PATH.findall(tail)]
+    roots = {p[: -len(t)] for p in paths for t in tests if p.startswith("/") and p.endswith("/" + t)}
+    if not roots:  # no relative name to anchor on: a test folder's parent is the checkout
+        roots = {p[: p.rindex(d) + 1] for p in paths for d in ("/tests/", "/test/") if p.startswith("/") and d in p
+                 and _is_test(p)}
+    modules: list[str] = []
+    for path in paths:
+        if path.startswith("/"):
+            root = next((r for r in roots if path.startswith(r)), None)
+            if root is None:
+                continue
+            path = path[len(root):]
+        if "site-packages/" in path or path.startswith(".") or _is_test(path):  # a venv in the checkout
+            if _is_test(path) and path not in tests and path.rsplit("/", 1)[-1] != "conftest.py":
+                tests.append(path)
+            continue
+        if path not in modules:
+            modules.append(path)
+    guessed = []
+    if not modules:  # an assertion shows no frame of the code under test: its name after the test file's
+        for t in tests:
+            name = t.rsplit("/", 1)[-1].removeprefix("test_").removesuffix("_test.py").removesuffix(".py") + ".py"
+            if name not in guessed:
+                guessed.append(name)
+    return {"tests": tests[:5], "modules": modules[:5], "guessed": guessed[:5]}
+
+
+_STUCK = re.compile(r"^stuck \((\w+)\): .*?: (\w+) (\{.*?\})(?:: |$)", re.S)
+
+
+def instead_of(error: str | None) -> str | None:
+    """What to do instead of the call the built-in agent repeated until it was stopped (its `stuck (...)` error)."""
+    found = _STUCK.match(error or "")
+    if found is None:
+        return None
+    rule, tool = found.group(1), found.group(2)
+    if rule in ("repeated_result", "alternation"):
+        return ("Its results could not change because nothing in the work tree changed between the calls. Instead of "
+                "calling it again, do the next step: change the code the task names (read_file, then write_file or "
+                "edit_file), run the gates, commit; if the work is done and committed, tick and stop.")
+    advice = {
+        "edit_file": "Instead of edit_file with the same old_string, read_file the file and write_file it whole with "
+                     "your change, keeping everything else.",
+        "read_file": "Instead of read_file of that path, call list_files with `.` to see the real paths.",
+        "list_files": "Instead, call list_files with `.` to see the real paths.",
+        "write_file": "Instead of writing the whole file again, change only the lines that need it with edit_file "
+                      "(old_string: one line copied exactly from read_file's result, new_string: that line changed).",
+        "mark_done": "Instead of mark_done again, commit the work first (`git add -A && git commit -m '<message>'`); "
+                     "if mark_done says the checkpoint is unknown, give its id as the task shows it.",
+        "run_shell": "Instead of running the same command again, read the error above, change the code it points at "
+                     "(read_file, then write_file or edit_file), and only then run it again.",
+    }
+    return advice.get(tool)
+
 
 
 def _gate_target(gate: GateConfig) -> str:
@@ -276,7 +361,8 @@ def _environment() -> jinja2.Environment:
 
 
 def _plan_view(plan: Plan) -> dict:
-    return {"title": plan.title or plan.id, "id": plan.id, "path": plan.path, "branch": plan.work_branch,
+    # `named`: the plan has a title of its own; a bare id ("mathx") in bold was read as a path by small models
+    return {"title": plan.title or plan.id, "named": bool(plan.title), "id": plan.id, "path": plan.path, "branch": plan.work_branch,
             "gates": _gate_views(plan)}
 
 
@@ -292,6 +378,8 @@ def render_prompt(action: RunSession, context: PromptContext) -> str:
         handoff = render_handoff_from_evidence(plan, context.history or ((last,) if last else ()))
         handoff_by_plan_runner = True
     instructions = context.instructions if context.instructions is not None else action.instructions
+    stage_text = _task_text(context.trusted_text or context.plan_text, stage_obj) if stage_obj else ""
+    failing = _failing_gate_views(plan, last.gates) if last else []
     values = {
         "kind": action.kind.value,
         "reason": action.reason,
@@ -299,13 +387,18 @@ def render_prompt(action: RunSession, context: PromptContext) -> str:
         "plan": _plan_view(plan),
         "checkpoint": checkpoint,
         "stage": stage,
-        "stage_text": _task_text(context.trusted_text or context.plan_text, stage_obj) if stage_obj else "",
+        "stage_text": stage_text,
         "tick": _tick_view(context.plan_text, checkpoint, stage_obj),
+        "checkpoint_shown": bool(checkpoint) and _checkpoint_line(stage_text, checkpoint["id"]) is not None,
+        "handoff_rule": not (action.kind is SessionKind.DELIVERY
+                             and sum(c.state is not CheckpointState.DONE for c in plan.checkpoints) <= 1),
+        "pointers": failure_pointers("\n".join(g["tail"] for g in failing)) if failing else None,
+        "instead": instead_of(last.signals.error) if last else None,
         "handoff_path": context.handoff_path,
         "previous_handoff": _clip_end(handoff, HANDOFF_CHARS) if handoff and handoff.strip() else None,
         "handoff_by_plan_runner": handoff_by_plan_runner,
         "last": _session_view(last),
-        "failing_gates": _failing_gate_views(plan, last.gates) if last else [],
+        "failing_gates": failing,
         "rejected_flips": list(context.rejected_flips),
         "instructions": instructions.strip() if instructions and instructions.strip() else None,
     }

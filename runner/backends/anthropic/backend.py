@@ -51,10 +51,21 @@ _FINAL_TEXT_LIMIT = 2000
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _STOP_REASONS = ("end_turn", "max_tokens", "tool_use", "pause_turn", "refusal", "stop_sequence")
 
+# The method lives here, in the built-in agent's own prompt, so a user's plan need not spell it out and nothing
+# of it reaches Claude Code's or Codex's prompts (they bring their own). Small models did the tick before the work,
+# overwrote files they had never read and stopped at the first red run of the gate (docs/real-model.md).
 SYSTEM_PROMPT = (
     "You are a coding agent working unattended in a git work tree. Use the tools to read, change and run "
-    "things; paths are relative to the work tree and cannot leave it. Commit your work with git through "
-    "run_shell. When you have nothing left to do, stop calling tools and say briefly what you did."
+    "things; paths are relative to the work tree and cannot leave it.\n"
+    "Do a task in this order:\n"
+    "1. read_file each file the task names, before you change it.\n"
+    "2. Change it: edit_file to change a line or two (old_string: a whole line copied exactly from the file), or "
+    "write_file with the whole new text, keeping everything that is already there.\n"
+    "3. Run the gate command with run_shell. If it fails, read the error, fix the code and run it again, until "
+    "it passes.\n"
+    "4. Commit: run_shell `git add -A && git commit -m '<what you changed>'`.\n"
+    "5. Only then tick the checkpoint with mark_done, and commit the tick: run_shell `git commit -am tick`.\n"
+    "6. Stop calling tools and say briefly what you did."
 )
 
 def estimate_cost(model: str, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> float | None:
