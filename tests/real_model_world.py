@@ -1,10 +1,13 @@
 """The small real project the real-model tests run plans on, and the independent check of a verdict.
 
-`calc.py` has a one-line bug (`add` subtracts); `tests/test_calc.py` is a real pytest test of it;
-`plans/fix.md` asks to fix it with the built-in `anthropic` backend and a real pytest gate. The
-repository has a bare `origin`, so plan-runner pushes its branch there. `clean_clone_gate` clones
-that remote afresh, checks out the pushed commit and runs the gate itself: the verdict must agree
-with what it shows.
+`calc.py` has a one-line bug (`add` subtracts); `tests/test_calc.py` is a real unittest test of it;
+`plans/fix.md` asks to fix it with the built-in `anthropic` backend and a real gate. The world brings its
+own interpreter: its `setup:` makes a virtualenv with the `python3` on the gates' PATH (no pip, nothing
+downloaded) and the gate runs that venv's `python -m unittest` (the standard library), so nothing of this
+test run's Python, of plan-runner's venv or of /root is needed: it runs the same from a plain venv, as an
+ordinary user. The repository has a bare `origin`, so plan-runner pushes its branch there.
+`clean_clone_gate` clones that remote afresh, checks out the pushed commit, makes the venv and runs the
+gate itself: the verdict must agree with what it shows.
 """
 
 from __future__ import annotations
@@ -36,20 +39,25 @@ def ledger(repo: Path, plan_id: str = PLAN_ID) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-# `python` is this test run's interpreter: run_plan and clean_clone_gate put its directory first on PATH.
-# No absolute path of the checkout reaches the plan, so the prompt is byte-identical on every machine
-# (greedy decoding of the same prompt gives the same run).
-GATE = "python -m pytest -q -p no:cacheprovider tests"
+# The world's own interpreter: no absolute path of the checkout or of this interpreter reaches the plan, so the
+# prompt is byte-identical on every machine (greedy decoding of the same prompt gives the same run).
+SETUP = "python3 -m venv --without-pip .venv"
+GATE = ".venv/bin/python -m unittest discover -s tests -t . -q"
 
 
 def gate_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """`base` (default: this process's environment) with this interpreter's directory first on PATH."""
+    """`base` (default: this process's environment) without this interpreter's directory on PATH, nor a venv's
+    or Python's variables: what the world runs, it brings."""
     env = dict(os.environ if base is None else base)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    here = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != here)
+    for name in [k for k in env if k == "VIRTUAL_ENV" or k.startswith("PYTHON")]:
+        del env[name]
     return env
 
 CALC = "def add(a, b):\n    return a - b\n"
-TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n    assert add(-1, 1) == 0\n"
+TEST = ("import unittest\n\nfrom calc import add\n\n\nclass AddTest(unittest.TestCase):\n    def test_add(self):\n"
+        "        self.assertEqual(add(2, 3), 5)\n        self.assertEqual(add(-1, 1), 0)\n")
 
 PLAN = """\
 ---
@@ -59,7 +67,11 @@ agent:
   stall_minutes: {stall}
   time_limit_minutes: {time_limit}
   session_tokens: 400000
-{advisor}gates:
+{advisor}setup:
+  run:
+    - {setup}
+  cache: [.venv]
+gates:
   - name: tests
     run: {gate}
 budget:
@@ -73,7 +85,7 @@ The function `add(a, b)` in the file `calc.py` returns a - b; `tests/test_calc.p
 Do these steps, one tool call each, and nothing else:
 1. read_file `calc.py`.
 2. write_file `calc.py` with `add` returning a + b.
-3. run_shell `python -m pytest -q tests` (it must pass).
+3. run_shell `{gate}` (it must pass).
 4. run_shell `git commit -am fix-add`.
 5. mark_done `1.1`.
 6. run_shell `git commit -am tick-1.1`, then answer.
@@ -90,13 +102,12 @@ def make_project(tmp: Path, *, model: str, time_limit: str = "10m", max_sessions
     (repo / "plans").mkdir()
     (repo / "calc.py").write_text(CALC)
     (repo / "tests" / "test_calc.py").write_text(TEST)
-    (repo / ".gitignore").write_text("__pycache__/\n")
-    # `pytest` and `python -m pytest` both import calc from the root (an agent runs either)
-    (repo / "conftest.py").write_text("")
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / ".gitignore").write_text("__pycache__/\n.venv/\n")
     advisor = f"advisor:\n  model: {advisor_model}\n" if advisor_model else ""
     (repo / "plans" / f"{PLAN_ID}.md").write_text(PLAN.format(
-        model=model, time_limit=time_limit, gate=GATE, max_sessions=max_sessions, attempts=attempts, advisor=advisor,
-        stall=stall))
+        model=model, time_limit=time_limit, gate=GATE, setup=SETUP, max_sessions=max_sessions, attempts=attempts,
+        advisor=advisor, stall=stall))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "calc with a bug in add")
@@ -120,6 +131,12 @@ class RunResult:
         return [e for e in self.ledger if e.get("type") == "session"]
 
 
+def plan_runner_command() -> list[str]:
+    """The `plan-runner` entry point of the venv this test runs in (as a user runs it), else `python -m runner`."""
+    found = Path(sys.executable).parent / "plan-runner"
+    return [str(found)] if found.exists() else [sys.executable, "-m", "runner"]
+
+
 def run_plan(repo: Path, url: str, *, timeout_s: float) -> RunResult:
     """`plan-runner run plans/fix.md` as a child process, the agent pointed at the model server."""
     import time
@@ -128,11 +145,10 @@ def run_plan(repo: Path, url: str, *, timeout_s: float) -> RunResult:
     home = repo.parent / "home"  # no global git config of the machine's user reaches the run
     home.mkdir(exist_ok=True)
     env.update(HOME=str(home), GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="sk-local-model",
-               PYTHONPATH=str(Path(__file__).resolve().parents[1]),
                GIT_AUTHOR_NAME="Agent", GIT_AUTHOR_EMAIL="agent@example.invalid",
                GIT_COMMITTER_NAME="Agent", GIT_COMMITTER_EMAIL="agent@example.invalid")
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "runner", "run", f"plans/{PLAN_ID}.md", "--max-wait", "0"],
+    proc = subprocess.run([*plan_runner_command(), "run", f"plans/{PLAN_ID}.md", "--max-wait", "0"],
                           cwd=repo, capture_output=True, text=True, env=env, timeout=timeout_s)
     return RunResult(proc.returncode, proc.stdout, proc.stderr, ledger(repo, PLAN_ID), time.monotonic() - started)
 
@@ -172,9 +188,10 @@ def clean_clone_gate(tmp: Path) -> CleanCheck:
     if not head:
         return CleanCheck(None, False, False, False, 0, "")
     git(clone, "checkout", "-q", head)
+    subprocess.run(SETUP, shell=True, cwd=clone, check=True, capture_output=True, timeout=300, env=gate_env())
     proc = subprocess.run(GATE, shell=True, cwd=clone, capture_output=True, text=True, timeout=300, env=gate_env())
-    probe = subprocess.run([sys.executable, "-c", "import calc; print(calc.add(2, 3) == 5 and calc.add(-1, 1) == 0)"],
-                           cwd=clone, capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([".venv/bin/python", "-c", "import calc; print(calc.add(2, 3) == 5 and calc.add(-1, 1) == 0)"],
+                           cwd=clone, capture_output=True, text=True, timeout=60, env=gate_env())
     plan_text = (clone / "plans" / f"{PLAN_ID}.md").read_text()
     authors = git(clone, "log", "--format=%an", f"origin/main..{head}").splitlines()
     original = git(clone, "show", f"origin/main:plans/{PLAN_ID}.md")

@@ -1,0 +1,43 @@
+"""A plan written the way users write them (tests/real_model_worlds.py: a goal per checkpoint, no tool named),
+run with Qwen2.5-Coder-1.5B (greedy, one thread, sha256-pinned weights, pinned node-llama-cpp) through the real
+`plan-runner run` and the built-in `anthropic` backend; the world brings its own interpreter (a venv its
+`setup:` makes), so this runs from a plain venv. Deterministic: greedy decoding of a byte-identical prompt.
+
+Requires the credit, and that every verdict agrees with a clean clone of the pushed commit (the gate, the
+checkpoint's own check and a probe of the behaviour run by hand). The other worlds and the 0.5B are measured by
+benchmarks/real_model_worlds.py (docs/real-model.md), not asserted: what a small model does with them is
+whatever it does, and only the agreement is a property of plan-runner.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.real_model_worlds import WORLDS, agrees, check_world, make_world, run_world
+from tests.servers.llama import LlamaServer, calls_text, model_path
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # minutes of CPU inference: see docs/real-model.md
+
+MODEL = "qwen-1.5b"
+WORLD = "bugfix"
+
+
+def test_the_1_5b_model_earns_a_user_written_checkpoint_and_every_verdict_agrees_with_a_clean_clone(tmp_path):
+    world = WORLDS[WORLD]
+    repo = make_world(tmp_path, world, MODEL, time_limit="25m")
+    started = time.monotonic()
+    with LlamaServer(model_path(MODEL), max_tokens_cap=1024) as srv:
+        run = run_world(repo, srv.url, timeout_s=3300)
+        replies = srv.replies()
+    check = check_world(tmp_path, world)
+    problems = agrees(run, check, world)
+    story = (json.dumps(run.sessions, indent=1, default=str)[-6000:] + f"\n{check}\n{problems}\n" + run.stderr[-3000:]
+             + "\n" + calls_text(replies) + f"\n[{time.monotonic() - started:.0f} s with the server start]")
+    print(story)
+    assert "Traceback" not in run.stderr, story
+    assert not problems, story
+    assert run.credited == world.checkpoints and run.exit_code == 0, story
+    assert check.plan_intact and check.work_commits >= 1, story
