@@ -5,7 +5,8 @@
 Renders real prompts from real plan and evidence records (the e2e world's plan, a user-written world's, a Claude
 Code and a Codex plan, a plan with two stages, gates and a verify) for delivery, fix-gates and fix-error, plus the
 built-in agent's system prompt, and counts each with a model's own tokenizer (`tests/servers/llama/count_tokens.mjs`,
-vocabulary only). One line per prompt: tokens, characters, name. Run it on two commits to compare.
+vocabulary only). One line per prompt: tokens, characters, name. To compare two commits, run it in a checkout of
+each with this file and tests/real_model_world*.py copied in (the plans then are the same).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runner.adapters.render.prompts import PromptContext, render_prompt  # noqa: E402
-from runner.backends import anthropic_agent  # noqa: E402
+try:
+    from runner.backends.anthropic import backend as anthropic_agent  # noqa: E402
+except ImportError:  # a commit before the backends became packages, for a before/after comparison
+    from runner.backends import anthropic_agent  # type: ignore[no-redef]  # noqa: E402
 from runner.core.actions import RunSession, SessionKind  # noqa: E402
 from runner.core.evidence import CommitInfo, Evidence, ExitKind, GateResult, SessionSignals  # noqa: E402
 from runner.core.planfile import parse_plan  # noqa: E402
@@ -49,9 +53,10 @@ STUCK = ('stuck (repeated_error): the same call failed 3 times in a row with the
 
 
 def _plans() -> dict[str, tuple[str, str]]:
-    from tests.real_model_world import GATE, PLAN
+    from tests.real_model_world import GATE, PLAN, SETUP
     from tests.real_model_worlds import WORLDS, plan_text
-    e2e = PLAN.format(model="qwen-1.5b", stall="5m", time_limit="25m", gate=GATE, max_sessions=2, attempts=2, advisor="")
+    e2e = PLAN.format(model="qwen-1.5b", stall="5m", time_limit="25m", gate=GATE, setup=SETUP, max_sessions=2,
+                      attempts=2, advisor="")
     user = plan_text(WORLDS["bugfix"], "qwen-1.5b")
     two = plan_text(WORLDS["two-checkpoints"], "qwen-1.5b")
     hello = ("---\nagent:\n  backend: {b}\ngates:\n  - name: tests\n    run: python3 -m pytest -q\n---\n# Hello\n\n"
