@@ -88,11 +88,12 @@ def test_mark_done_with_uncommitted_work_says_commit_first_and_ticks_nothing(ws:
     assert ws.run("read_file", {"path": "tools/moneyfmt.py"}).ok
     assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "CENTS = 100\n"}).ok
     out = ws.run("mark_done", {"checkpoint": "1.1"})
-    assert not out.ok and out.text.startswith("commit your work first: `git commit -am <message>`, then mark_done 1.1")
+    assert not out.ok and out.text.startswith("commit your work first: your next call is run_shell with the command "
+                                              "`git commit -am 'work for 1.1'`, then mark_done 1.1 again")
     assert "tools/moneyfmt.py" in out.text and (ws.root / "plans" / "money.md").read_text() == PLAN
     (ws.root / "tools" / "cents.py").write_text("C = 1\n")
     untracked = ws.run("mark_done", {"checkpoint": "1.1"})
-    assert not untracked.ok and "`git add -A && git commit -m <message>`" in untracked.text
+    assert not untracked.ok and "`git add -A && git commit -m 'work for 1.1'`" in untracked.text
     assert "tools/cents.py (new)" in untracked.text
     _git(ws, "git add -A && git commit -qm cents")
     done = ws.run("mark_done", {"checkpoint": "1.1"})

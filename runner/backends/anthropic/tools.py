@@ -477,10 +477,11 @@ class Workspace:
         pending = self._uncommitted()
         if pending:
             shown = ", ".join(pending[:10]) + (f" and {len(pending) - 10} more" if len(pending) > 10 else "")
-            how = ("git add -A && git commit -m <message>" if any(p.endswith(" (new)") for p in pending)
-                   else "git commit -am <message>")
-            raise ToolError(f"commit your work first: `{how}`, then mark_done {checkpoint_id} (uncommitted: {shown}). "
-                            f"Nothing was ticked.")
+            # a command that works as written: a small model copies it (a literal `<message>` is a bash error)
+            how = (f"git add -A && git commit -m 'work for {checkpoint_id}'" if any(p.endswith(" (new)") for p in pending)
+                   else f"git commit -am 'work for {checkpoint_id}'")
+            raise ToolError(f"commit your work first: your next call is run_shell with the command `{how}`, then "
+                            f"mark_done {checkpoint_id} again (uncommitted: {shown}). Nothing was ticked.")
         head = self._git("rev-parse", "-q", "--verify", "HEAD")
         if pending is not None and head == self._start_head and self._ask_once(f"tick:{checkpoint_id}"):
             raise ToolError(f"nothing has been committed in this session. A tick counts only with the checkpoint's work "
