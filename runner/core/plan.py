@@ -77,7 +77,8 @@ REQUIRED_TOOLS = ("Bash", "Edit", "Write", "Read")
 # refused (say it with agent.allowed_tools / disallowed_tools / mcp_servers instead).
 CLAUDE_POLICY_FLAGS = ("--permission-mode", "--allowedTools", "--allowed-tools", "--disallowedTools",
                        "--disallowed-tools", "--dangerously-skip-permissions", "--allow-dangerously-skip-permissions",
-                       "--mcp-config", "--strict-mcp-config", "--permission-prompt-tool", "--tools")
+                       "--mcp-config", "--strict-mcp-config", "--permission-prompt-tool", "--tools",
+                       "--setting-sources", "--settings")
 _TOOL_RULE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*(\(.*\))?$")
 _MCP_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")  # no "__": it separates mcp__server__tool
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

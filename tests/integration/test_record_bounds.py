@@ -11,7 +11,7 @@ import pytest
 
 from runner.adapters.store.dirs import DIR_LIMIT
 from runner.core.bounds import ENTRY_LIMIT, LIST_LIMIT, TEXT_LIMIT
-from tests.attack_world import arena  # noqa: F401 - the fixture
+from tests.attack_world import CREDITED, arena  # noqa: F401 - the fixture
 from tests.reliability_world import ledger_lines
 
 pytestmark = pytest.mark.integration
@@ -69,3 +69,35 @@ def test_every_text_an_agent_writes_is_cut_with_a_count_of_what_was_left_out(are
     files = [f for c in evidence["commits"] for f in c["files"]]
     assert any(f.endswith("more file(s)") for f in files) and len(files) < 1000
     assert all(len(c["summary"]) <= TEXT_LIMIT for c in evidence["commits"])
+
+
+def test_agent_cli_settings_committed_by_the_agent_are_reverted_and_park(arena):
+    """`.claude/`, `.mcp.json` and `.codex/` committed on the work branch are protected: reverted before anything
+    is pushed, and the session parks for a human saying which."""
+    a = arena("agent_config")
+    run = a.session()
+    assert run.outcome == "NeedsHuman", run.out
+    text = "\n".join(run.out["reasons"])
+    for path in (".claude/settings.json", ".mcp.json", ".codex/config.toml"):
+        assert path in text
+    tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", "plan-runner/calc"], cwd=a.bare,
+                          capture_output=True, text=True).stdout
+    assert "calc/mul.py" in tree and ".claude/" not in tree and ".mcp.json" not in tree and ".codex/" not in tree
+    a.assert_all_well(run)
+
+
+def test_only_session_transcripts_that_read_as_json_lines_are_kept_of_the_agents_state(arena):
+    """Of what the agent wrote into its CLI's state folder, only a session transcript reading as JSON lines
+    reaches the state ref: settings, the CLI's own state file, compressed and binary files (under any name),
+    plain text under a transcript's name are all left out."""
+    a = arena("state_smuggle")
+    run = a.session()
+    assert run.outcome in CREDITED, run.out
+    assert b"state-write-failed" not in a.loot_text(), a.loot_text()[-2000:]
+    tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", REF], cwd=a.bare, capture_output=True,
+                          text=True, check=True).stdout.splitlines()
+    kept = [p for p in tree if "agent-state/" in p]
+    assert [p.rsplit("/", 1)[1] for p in kept] == ["0123abcd-honest.jsonl"], kept
+    blobs = subprocess.run(f"git rev-list --objects {REF} | git cat-file --batch-check='%(objectname)' | "
+                           "git cat-file --batch", shell=True, cwd=a.bare, capture_output=True).stdout
+    assert b"HOSTILE-SMUGGLED" not in blobs and b"sandbox_mode" not in blobs and b"\x1f\x8b" not in blobs

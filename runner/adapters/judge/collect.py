@@ -23,6 +23,9 @@ from runner.adapters.sandbox.identity import Identity
 from runner.core.planfile import diff_tracker, protected_changes, restore_protected, set_checkpoint_state, with_tracker
 
 PROTECTED_PATHS = [".github/workflows/", ".github/actions/", "action.yml"]
+# The agent CLIs' own configuration in the project (settings, hooks, MCP servers): a later session must not start
+# with what an earlier one wrote there (the CLIs are also started to ignore them: runner.backends.claude_code, codex).
+AGENT_CONFIG_PATHS = [".claude/", ".mcp.json", ".codex/"]
 # What looks like a test file in the common layouts; deleting one can turn a red gate green.
 _TEST_FILE = re.compile(r"(^|/)(tests?|__tests__|specs?)/|(^|/)test_[^/]*$|_test\.[^/]+$|\.(test|spec)\.[^/]+$"
                         r"|(^|/)[^/]*Tests?\.(java|kt|cs|swift)$")
@@ -74,6 +77,10 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
     for changed in gitwork.files_changed(repo, scene.base_sha, head, PROTECTED_PATHS):
         found.append(f"{gitwork.display_path(changed)} (workflow/action files are not the agent's to change)")
         changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
+    for changed in gitwork.files_changed(repo, scene.base_sha, head, AGENT_CONFIG_PATHS):
+        if changed not in changes:
+            found.append(f"{gitwork.display_path(changed)} (the agent CLIs' own settings are plan-runner's to set)")
+            changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
     for changed in gitwork.files_changed(repo, scene.base_sha, head, list(scene.plan.config.protected)):
         if changed in changes:
             continue

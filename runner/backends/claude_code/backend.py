@@ -81,7 +81,11 @@ def build_claude_argv(
     executable: str, *, model: str | None, resume_session_id: str | None, extra_args: tuple[str, ...] = (),
     agent: AgentConfig | None = None, mcp_config_path: Path | None = None,
 ) -> list[str]:
+    # No settings file is read (user: the config dir the agent could write last session and that is kept for the
+    # next; project and local: `.claude/` in the work tree) and no MCP server but the plan's: what the agent may do
+    # is set by this command line alone, never widened by a file it wrote (issue 46).
     argv = [executable, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
+            "--setting-sources", "", "--strict-mcp-config",
             "--permission-mode", "dontAsk", "--allowedTools", ",".join(allowed_tools(agent))]
     if agent is not None and agent.disallowed_tools:
         argv += ["--disallowedTools", ",".join(agent.disallowed_tools)]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import guard, setup, untar
+from runner.adapters.judge.agent_state import keep_resumable
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.adapters.judge.gates import GateCache, run_gates
 from runner.adapters.judge.guard import redact_text
@@ -419,6 +420,7 @@ def import_work(s: Session, b: Begun, ran: AgentRan, identity: sandbox.Identity)
     imported = agentarea.export_work(ran.area, identity, ws.repo, plan.work_branch, b.base_sha, plan.id,
                                      ws.scratch_dir / plan.id)
     skipped = agentarea.save_state(ran.area, identity, b.transcripts / AGENT_STATE)
+    skipped += keep_resumable(b.transcripts / AGENT_STATE)  # an allow-list: transcripts, read as JSON lines
     moved += _take_in(ws.repo, plan.work_branch, b.base_sha, imported, judge_tree(ws, plan.id))
     for note in imported.notes:
         ws.on_event("warning", note)
