@@ -12,6 +12,7 @@ prompt or be blocked by a pre-commit hook while saving the agent's work.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import re
 import subprocess
@@ -19,6 +20,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -398,6 +400,20 @@ def fast_forward(repo: Path, branch: str, head: str, *, own: Path | None = None)
 # --- plan-runner's own work tree --------------------------------------------------------------
 
 
+@contextmanager
+def _worktrees_locked(repo: Path):
+    """Held around every `git worktree add`, `remove` and `prune` of plan-runner's: a prune in one session would
+    otherwise take the registration another session's `worktree add` has just made and not yet finished
+    (.git/worktrees/<name> without its gitdir), and that session fail (twenty plans at once in one repository)."""
+    path = objects_dir(repo).parent / "plan-runner-worktrees.lock"
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def attach_tree(repo: Path, tree: Path, branch: str) -> Path:
     """plan-runner's own linked work tree of one plan (under .git/plan-runner/<plan>/, with its own HEAD), with
     `branch` checked out: the judge commits there (commit_files, from objects), never in the user's work tree,
@@ -411,14 +427,15 @@ def attach_tree(repo: Path, tree: Path, branch: str) -> Path:
         import shutil
 
         shutil.rmtree(tree, ignore_errors=True)
-        run_git(repo, "worktree", "prune")
-        tree.parent.mkdir(parents=True, exist_ok=True)
-        _refuse_checked_out(repo, branch, tree)
-        try:
-            run_git(repo, "worktree", "add", "--quiet", "--no-checkout", str(tree), branch)
-        except GitCommandError as exc:
-            raise _fail(f"could not make plan-runner's own work tree for {branch!r} at {tree}", exc,
-                        f"run `git -C {repo} worktree prune`, then run again") from None
+        with _worktrees_locked(repo):
+            run_git(repo, "worktree", "prune")
+            tree.parent.mkdir(parents=True, exist_ok=True)
+            _refuse_checked_out(repo, branch, tree)
+            try:
+                run_git(repo, "worktree", "add", "--quiet", "--no-checkout", str(tree), branch)
+            except GitCommandError as exc:
+                raise _fail(f"could not make plan-runner's own work tree for {branch!r} at {tree}", exc,
+                            f"run `git -C {repo} worktree prune`, then run again") from None
         return tree
     try:
         if current_branch(tree) != branch:
@@ -444,18 +461,19 @@ def release_tree(tree: Path) -> None:
 
 def remove_tree(repo: Path, tree: Path) -> None:
     """plan-runner's own work tree gone, folder and registration."""
-    if (tree / ".git").is_file():
-        try:
-            run_git(repo, "worktree", "remove", "--force", "--force", str(tree))
-        except GitCommandError:
-            pass
     import shutil
 
-    shutil.rmtree(tree, ignore_errors=True)
-    try:
-        run_git(repo, "worktree", "prune")
-    except GitCommandError:
-        pass
+    with _worktrees_locked(repo):
+        if (tree / ".git").is_file():
+            try:
+                run_git(repo, "worktree", "remove", "--force", "--force", str(tree))
+            except GitCommandError:
+                pass
+        shutil.rmtree(tree, ignore_errors=True)
+        try:
+            run_git(repo, "worktree", "prune")
+        except GitCommandError:
+            pass
 
 
 def branch_refspecs(remote: str, *branches: str) -> list[str]:

@@ -716,12 +716,25 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
     if not on_branch:
         refspecs.append(f"+HEAD:{ns}/other")
     try:
-        gitwork.run_git(repo, "update-ref", "--stdin", data=f"delete {ns}/branch\ndelete {ns}/other\n".encode())
-        gitwork.run_git(repo, "-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true", "fetch",
-                        "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance", str(copy), *refspecs)
-    except GitCommandError as exc:
-        return Imported(None, None, tuple(notes), problem=f"the agent's commits failed git's checks: "
-                                                          f"{gitwork.stderr_of(exc)[-1000:]}")
+        for attempt in (1, 2):
+            try:
+                gitwork.run_git(repo, "update-ref", "--stdin",
+                                data=f"delete {ns}/branch\ndelete {ns}/other\n".encode())
+                gitwork.run_git(repo, "-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true", "fetch",
+                                "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance", str(copy),
+                                *refspecs)
+                break
+            except GitCommandError as exc:
+                err = gitwork.stderr_of(exc)
+                if not _own_git_fault(err):
+                    return Imported(None, None, tuple(notes), problem=f"the agent's commits failed git's checks: "
+                                                                      f"{err[-1000:]}")
+                if attempt == 2:  # plan-runner's own repository, not the agent's objects: nobody's fault here
+                    raise PlanRunnerError(
+                        what="git could not bring the agent's commits into plan-runner's repository",
+                        why=err[-1000:] or str(exc),
+                        fix=f"run again (the agent's work is kept in its clone); if it recurs, `git -C {repo} "
+                            "worktree prune` and `git fsck`") from None
     finally:
         copy.unlink(missing_ok=True)
     head = gitwork.ref_sha(repo, f"{ns}/branch") if has_branch else None
@@ -730,6 +743,15 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
         notes.append(f"the agent left HEAD off the work branch (at {other[:12]}, kept locally as {ns}/other); "
                      f"only {branch!r} is judged")
     return Imported(head, other if other != head else None, tuple(notes))
+
+
+# git's complaints about the judge's own repository (another session's work tree or a lock it holds), not about
+# the objects the agent sent: a concurrent session's `worktree add`/`prune`, a ref lock.
+_OWN_FAULT = ("worktrees/", "unable to lock", "cannot lock ref", ".lock': File exists")
+
+
+def _own_git_fault(stderr: str) -> bool:
+    return any(s in stderr for s in _OWN_FAULT)
 
 
 def _copy_regular(src: Path, dst: Path, identity: Identity, limit: int) -> str | None:
