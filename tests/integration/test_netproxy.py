@@ -404,3 +404,31 @@ def test_a_keep_alive_client_holds_no_slot_after_its_answer() -> None:
         # the first client's socket is still open on its side; the one slot is free again
         assert _connect(proxy.socket_path, "x.example.com:443").startswith(b"HTTP/1.1 403")
         pooled.close()
+
+
+KEEP_ALIVE_CLIENT = r"""
+import httpx, sys
+base, n = sys.argv[1], int(sys.argv[2])
+body = {"model": "claude-test-1", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+with httpx.Client(trust_env=False) as client:  # one pooled connection, reused while the server allows it
+    codes = [client.post(base + "/v1/messages", json=body, headers={"x-api-key": "p"}).status_code for _ in range(n)]
+print(" ".join(map(str, codes)))
+"""
+
+
+def test_a_pooled_client_makes_request_after_request() -> None:
+    """Every answer through the proxy says `connection: close` (each request comes on a connection of its own,
+    checked again), so a pooled HTTP client never sends a request into a connection that is ending."""
+    import subprocess
+    import sys
+
+    from runner.adapters.netproxy import relay_argv
+
+    port = _free_port()
+    with MessagesServer() as srv, start_proxy(AllowList(), (_route(srv),)) as proxy:
+        argv = relay_argv([sys.executable, "-c", KEEP_ALIVE_CLIENT, f"http://127.0.0.1:{port}/anthropic", "40"],
+                          python=sys.executable, socket=str(proxy.socket_path), port=port)
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == ["200"] * 40
+        assert len(srv.requests) == 40 and {r.headers["x-api-key"] for r in srv.requests} == {"sk-ant-real-key"}

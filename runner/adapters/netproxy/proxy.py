@@ -247,7 +247,7 @@ class NetProxy:
             await _answer(writer, refused.status, refused.why)
             return
         try:
-            await self._splice(reader, writer, up_reader, up_writer)
+            await self._splice(reader, writer, up_reader, up_writer, http=method != "CONNECT")
         finally:
             up_writer.close()
 
@@ -328,11 +328,11 @@ class NetProxy:
         up_writer.write(_head(method, "/" + rest, [("host", netloc), *kept, (route.header, route.value)]))
         return up_reader, up_writer
 
-    async def _splice(self, reader, writer, up_reader, up_writer) -> None:
+    async def _splice(self, reader, writer, up_reader, up_writer, *, http: bool) -> None:
         """Bytes both ways until the far side is done: when it closes, the connection ends (a keep-alive client
         holds no slot after its response); when the client closes first, the far side has HALF_CLOSE_GRACE_S
-        to finish its answer."""
-        down = asyncio.ensure_future(self._copy(up_reader, writer))
+        to finish its answer. For an HTTP request (not a tunnel) the response says `connection: close`."""
+        down = asyncio.ensure_future(self._answer_back(up_reader, writer, http))
         up = asyncio.ensure_future(self._copy(reader, up_writer))
         try:
             await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
@@ -342,6 +342,28 @@ class NetProxy:
             for task in (down, up):
                 task.cancel()
             await asyncio.gather(down, up, return_exceptions=True)
+
+    async def _answer_back(self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, http: bool) -> None:
+        """The far side's bytes to the client; an HTTP response's head first rewritten to `connection: close`:
+        every request comes on a connection of its own, where it is checked (and its key replaced) again. A
+        client told nothing would send its next request on this connection, which ends with this response."""
+        if http:
+            try:
+                while True:
+                    head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), self._idle_s)
+                    status, _, rest = head.partition(b"\r\n")
+                    code = status.split(b" ", 2)[1] if status.count(b" ") else b""
+                    if code.startswith(b"1") and code != b"101":  # 100 Continue, 103 Early Hints: as they are
+                        writer.write(head)
+                        continue
+                    kept = [line for line in rest.split(b"\r\n")
+                            if line and line.split(b":", 1)[0].strip().lower() not in (b"connection", b"keep-alive")]
+                    writer.write(b"\r\n".join([status, *kept, b"connection: close", b"", b""]))
+                    break
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
+                writer.close()
+                return
+        await self._copy(up_reader, writer)
 
     async def _copy(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         try:
