@@ -151,3 +151,23 @@ def test_clean_removes_the_areas_of_gone_repositories_at_once(sandbox_root, tmp_
     assert proc.returncode == 0, proc.stderr
     assert f"removed {stale.root} (its repository is gone)" in proc.stderr.replace("\n", "")
     assert not os.path.lexists(stale.root)
+
+
+def test_a_repository_that_cannot_be_looked_at_may_still_exist_and_keeps_its_areas(sandbox_root, tmp_path,
+                                                                                     monkeypatch):
+    """Only a path that is not there (ENOENT, ENOTDIR) is gone: a record the sweeping user cannot look at (a
+    folder on the way it may not search, a failing disk) may name a repository that still exists."""
+    area = _used(_repo(tmp_path / "private" / "repo"), "p", tmp_path / "s")
+    real = os.lstat
+    hidden = str(tmp_path / "private")
+
+    def lstat(path, *args, **kwargs):  # what an ordinary user meets at another user's 0750 home
+        if str(path).startswith(hidden + "/"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(sweep.os, "lstat", lstat)
+    assert sweep.sweep() == [] and area.root.is_dir()
+    monkeypatch.setattr(sweep.os, "lstat", real)
+    shutil.rmtree(tmp_path / "private")
+    assert area.root in sweep.sweep()  # gone now: its area goes (and its seed store)

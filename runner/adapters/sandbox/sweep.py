@@ -39,7 +39,13 @@ def _gone(origin: Path, st: os.stat_result, now: float) -> bool:
     text = read_private(origin)
     if text is None or not text.endswith("\n") or "\n" in text[:-1] or not text.startswith("/"):
         return now - st.st_mtime >= UNRECORDED_AFTER_S
-    return not os.path.lexists(text[:-1])
+    try:
+        os.lstat(text[:-1])
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:  # unreadable on the way (another user's private folder, a disk that fails): it may exist
+        return False
+    return False
 
 
 def sweep(*, now: float | None = None, wait: bool = True) -> list[Path]:

@@ -390,11 +390,19 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.plan is None:
         for folder in demo_folders():
             done += clean_demo(folder)
-        from runner.adapters.sandbox import sweep
-
-        done += [f"removed {path} (its repository is gone)" for path in sweep.sweep()]
     for line in done:
         err.say(line)
-    if not done:
+    gone: list[Path] = []
+    if args.plan is None:
+        from runner.adapters.sandbox import sweep
+
+        err.say("looking for the areas of repositories that no longer exist (one that may still exist, such as a "
+                "repository in a folder you cannot read, keeps its areas)")
+        gone = sweep.sweep(wait=False)  # each renamed aside now (a session starting then makes a new one)
+        for path in gone:
+            err.say(f"removed {path} (its repository is gone)")
+        if gone:
+            err.say(f"their files are being deleted in the background ({len(gone)} folder(s))")
+    if not done and not gone:
         err.say("nothing to clean")
     return 0
