@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import socket
 import subprocess
 import sys
 import textwrap
@@ -181,6 +182,89 @@ def test_an_ordinary_user_without_sudo_runs_the_agent_isolated_in_namespaces():
     assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
     assert "PRIVATE-KEY-plain-none" in leak and "home: .ssh" in leak.splitlines(), leak
     subprocess.run(["pkill", "-f", "pr-snoop-plain-none"], check=False)  # the control's sleeper: unconfined
+
+
+NET_PROBE = """#!/bin/sh
+python3 - > net.txt 2>&1 <<'PY'
+import os, socket
+def direct(port):
+    try:
+        return socket.create_connection(("127.0.0.1", port), timeout=3).recv(16).decode() or "connected"
+    except OSError as exc:
+        return f"no ({exc.__class__.__name__})"
+def proxied(port):
+    proxy = os.environ.get("HTTPS_PROXY", "")
+    if not proxy:
+        return "no proxy"
+    host, _, pport = proxy.rsplit("/", 1)[-1].partition(":")
+    s = socket.create_connection((host, int(pport)), timeout=5)
+    s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\n\\r\\n".encode())
+    data = b""
+    while b"\\r\\n\\r\\n" not in data:
+        chunk = s.recv(256)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\\r\\n\\r\\n")
+    if b" 200" in head and not body:
+        body = s.recv(16)
+    return f"{head.split(chr(13).encode())[0].decode()} {body.decode()}".strip()
+for port in (LISTED, UNLISTED):
+    print(f"direct {port}: {direct(port)}")
+    print(f"proxied {port}: {proxied(port)}")
+print("key:", os.environ.get("ANTHROPIC_API_KEY", "-"))
+PY
+printf 'def mul(a, b):\\n    return a * b\\n' > calc/mul.py
+sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/calc.md
+git add -A && git commit -q -m 'Add mul, tick 1.1'
+"""
+
+
+def _listener() -> tuple[socket.socket, int]:
+    srv = socket.create_server(("127.0.0.1", 0))
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.sendall(b"hello")
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_proxy():
+    """Issue 49, item 4, as an ordinary user without sudo: the agent's room has no network of its own (a host port
+    is out of reach directly); through the allow-list proxy it reaches the address the plan's `network: agent:`
+    lists and is refused one it does not."""
+    listed_srv, listed = _listener()
+    unlisted_srv, unlisted = _listener()
+    try:
+        entry = _user("pr-test-plain", sudo=False)
+        where = Path(entry.pw_dir) / "net-ns"
+        subprocess.run(["rm", "-rf", str(where)], check=True)
+        agent = NET_PROBE.replace("UNLISTED", str(unlisted)).replace("LISTED", str(listed))
+        made = _as_user(entry, [sys.executable, "-c", MAKE_AGENT_REPO.format(root=str(ROOT), where=str(where),
+                                                                             agent=agent)], entry.pw_dir)
+        assert made.returncode == 0, made.stderr
+        repo = where / "repo"
+        plan = repo / "plans" / "calc.md"
+        network = f'network:\n  agent: ["127.0.0.1:{listed}"]\nbudget:'
+        code = f"from pathlib import Path; p = Path({str(plan)!r}); p.write_text(p.read_text().replace('budget:', {network!r}, 1))"
+        edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git commit -qam network', sys.executable, code], str(repo))
+        assert edit.returncode == 0, edit.stderr
+        proc = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(repo))
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
+        seen = _as_user(entry, ["git", "show", "plan-runner/calc:net.txt"], str(repo)).stdout.splitlines()
+    finally:
+        listed_srv.close()
+        unlisted_srv.close()
+    assert seen[0].startswith(f"direct {listed}: no"), seen
+    assert seen[1].startswith(f"proxied {listed}: HTTP/1.1 200") and seen[1].endswith("hello"), seen
+    assert seen[2].startswith(f"direct {unlisted}: no"), seen
+    assert seen[3].startswith(f"proxied {unlisted}: HTTP/1.1 403") or " 40" in seen[3], seen
 
 
 SETUP = ("setup:\n  run: [\"mkdir -p .made && echo ok > .made/x && mkdir -p built && echo 1 > built/out\"]\n"

@@ -224,6 +224,25 @@ class Identity:
             argv = [_sudo(), "-n", "--", *argv]
         return Launch(argv, {"cwd": "/", "env": {}}, Path(name))
 
+    @contextmanager
+    def network(self, phase: str, network: object, access: object, refused: list | None = None) -> Iterator[None]:
+        """In a room, every process of the block reaches only what the plan's `network:` allows `phase` (and for
+        the agent its model, through a credential route: the key stays outside), through an allow-list proxy of
+        its own; what it was refused is appended to `refused`. Another uid (the pool) keeps the host's network."""
+        if self.room is None:
+            yield
+            return
+        from runner.adapters.netproxy import start_proxy
+        from runner.core.network import allow_list
+
+        routes = getattr(access, "routes", ()) if phase == "agent" else ()
+        with start_proxy(allow_list(network, phase, access), routes) as proxy, self.room.behind(proxy):
+            try:
+                yield
+            finally:
+                if refused is not None:
+                    refused.extend(proxy.refused())
+
     # --- stopping everything it started -------------------------------------------------------
 
     def pids(self) -> list[int]:

@@ -27,11 +27,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from runner.adapters.netproxy import NetProxy
 
 from runner.core.errors import PlanRunnerError
 
@@ -166,6 +171,7 @@ class Namespaces:
     _closed: bool = field(default=False, repr=False)
     _readonly: set[Path] = field(default_factory=set, repr=False)
     _writable: set[Path] = field(default_factory=set, repr=False)
+    _proxy: NetProxy | None = field(default=None, repr=False)
 
     isolated = True
 
@@ -195,6 +201,17 @@ class Namespaces:
             writable.add(areas / cwd.relative_to(areas).parts[0])
         return View(writable=tuple(sorted(writable)), readonly=tuple(sorted(self._readonly)), network=self.network)
 
+    @contextmanager
+    def behind(self, proxy: NetProxy) -> Iterator[None]:
+        """Every process started in the block has no network but the allow-list proxy's (runner.adapters.netproxy):
+        its own network namespace, the proxy's socket folder bound in, the relay before its command, and an
+        environment without the model's key (the proxy adds it outside)."""
+        self._proxy = proxy
+        try:
+            yield
+        finally:
+            self._proxy = None
+
     def describe(self) -> str:
         return "isolated in kernel namespaces (bubblewrap): the clone, a private HOME and TMP, the toolchain read-only"
 
@@ -203,6 +220,12 @@ class Namespaces:
             raise PlanRunnerError(what="a process was started in a closed room", why="the session had ended",
                                   fix="report this as a bug")
         env = dict(env)
+        program = Path(argv[0]) if argv and os.path.isabs(argv[0]) else None
+        if self._proxy is not None:  # last: nothing after this may put the key back
+            outside, inside = self._proxy.bind
+            view = replace(view, network=False, binds=(*view.binds, (outside, inside)))
+            env = self._proxy.sandbox_env(env)
+            argv = self._proxy.wrap(list(argv), python=sys.executable)
         home = env.get("HOME", "")
         if not home or not any(_covers(Path(w), Path(home)) for w in view.writable):
             env["HOME"] = INSIDE_HOME
@@ -222,7 +245,6 @@ class Namespaces:
         mounts: list[tuple[str, Path]] = [("--ro-bind", p) for p in self.tools]
         mounts += [("--ro-bind", Path(p)) for p in view.readonly]
         mounts += [("--bind", Path(p)) for p in view.writable]
-        program = Path(argv[0]) if argv and os.path.isabs(argv[0]) else None
         if program is not None and not any(_covers(m[1], program) for m in mounts):
             mounts.append(("--ro-bind", program))  # the program the plan names (a command agent): read-only
         for kind, p in sorted(mounts, key=lambda m: len(m[1].parts)):  # outer folders first

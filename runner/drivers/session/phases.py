@@ -22,6 +22,7 @@ from runner.adapters.judge import guard, setup, untar
 from runner.adapters.judge.agent_state import keep_resumable
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.adapters.judge.gates import GateCache, run_gates
+from runner.core.network import model_access
 from runner.adapters.judge.guard import redact_text
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.adapters.sandbox import agent_clone as agentarea
@@ -402,7 +403,9 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
             s.secrets = sorted({*s.secrets, token}, key=lambda v: (-len(v), v))
         creds.renewal.start(identity, on_token=fetched)
     try:
-        signals = get_backend(plan.config.agent.backend).run(request)
+        # in a room (kernel namespaces), the agent's network is the plan's allow-list and its model's route only
+        with identity.network("agent", plan.config.network, model_access(spec, agent.provider, ws.env)):
+            signals = get_backend(plan.config.agent.backend).run(request)
     finally:
         if creds.renewal is not None:
             creds.renewal.stop()
