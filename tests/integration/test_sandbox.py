@@ -267,6 +267,46 @@ def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_pr
     assert seen[3].startswith(f"proxied {unlisted}: HTTP/1.1 403") or " 40" in seen[3], seen
 
 
+KEY = "sk-ant-api03-plan-runner-test-key-0123456789abcdef"
+SHOW_ENV = ("env | grep -i -e anthropic -e proxy > env.txt; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' "
+            "| grep -c sk-ant-api03 >> env.txt; printf 'def mul(a, b):\\n    return a * b\\n' > calc/mul.py; "
+            "sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/calc.md; git add -A && git commit -qm 'Add mul, tick 1.1'")
+
+
+def test_in_namespaces_an_api_key_agent_never_holds_its_key():
+    """Issue 49, item 4: the built-in agent (an API-key backend) of an ordinary user without sudo runs in the room
+    behind the proxy: no process in it holds the key (its environment has a placeholder and the proxy's address),
+    yet every request reaches the model with the real key, which the proxy added outside."""
+    from tests.servers.messages import MessagesServer, reply, tool_use
+
+    entry = _user("pr-test-plain", sudo=False)
+    where = Path(entry.pw_dir) / "key-ns"
+    subprocess.run(["rm", "-rf", str(where)], check=True)
+    made = _as_user(entry, [sys.executable, "-c", MAKE_AGENT_REPO.format(root=str(ROOT), where=str(where),
+                                                                         agent="#!/bin/sh\n")], entry.pw_dir)
+    assert made.returncode == 0, made.stderr
+    repo = where / "repo"
+    plan = repo / "plans" / "calc.md"
+    code = (f"import re; from pathlib import Path; p = Path({str(plan)!r}); "
+            "p.write_text(re.sub(r'backend: command\\n  executable: .*\\n', 'backend: anthropic\\n', p.read_text()))")
+    edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git commit -qam anthropic', sys.executable, code], str(repo))
+    assert edit.returncode == 0 and "backend: anthropic" in plan.read_text(), edit.stderr
+    with MessagesServer() as srv:
+        srv.enqueue(reply(tool_use("run_shell", {"command": SHOW_ENV})), reply("Done: mul added."))
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": entry.pw_dir, "LANG": "C.UTF-8",
+               "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": srv.url}
+        proc = subprocess.run([sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], cwd=repo,
+                              env=env, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], capture_output=True,
+                              text=True, timeout=180)
+        keys = [r.headers.get("x-api-key") for r in srv.message_requests]
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
+    seen = _as_user(entry, ["git", "show", "plan-runner/calc:env.txt"], str(repo)).stdout
+    assert KEY not in seen and "ANTHROPIC_BASE_URL=http://127.0.0.1:" in seen, seen
+    assert seen.splitlines()[-1] == "0", seen  # no process of the room holds it in its environment
+    assert keys and set(keys) == {KEY}, keys
+
+
 SETUP = ("setup:\n  run: [\"mkdir -p .made && echo ok > .made/x && mkdir -p built && echo 1 > built/out\"]\n"
          "  cache: [.made]\n  key: [plans/calc.md]\nbudget:")
 
