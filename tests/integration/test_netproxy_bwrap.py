@@ -21,7 +21,7 @@ import pytest
 from runner.adapters.netproxy import INSIDE_PORT, NetProxy, start_proxy
 from runner.core.backend_spec import BACKENDS
 from runner.core.network import expand, model_access
-from tests.servers.messages import MessagesServer, reply
+from tests.servers.messages import MessagesServer, reply, tool_use
 
 pytestmark = pytest.mark.integration
 
@@ -149,21 +149,25 @@ def test_inside_only_the_route_and_the_allowed_leave(srv: MessagesServer, machin
 
 
 def test_claude_code_inside_holds_a_placeholder(srv: MessagesServer, tmp_path: Path) -> None:
-    """The real Claude Code CLI inside, given a placeholder key and the route's address, gets its answer: the
-    Messages server sees the real key, and with plan-runner's quiet settings nothing else is tried."""
-    srv.enqueue(reply("claude through the route"))
+    """The real Claude Code CLI inside, given a placeholder key and the route's address, works a tool turn and
+    gets its answer: the Messages server sees the real key on every request, and with plan-runner's quiet
+    settings nothing else is tried."""
+    srv.enqueue(reply(tool_use("Bash", {"command": "echo from-the-tool", "description": "echo"})),
+                reply("claude through the route"))
     host_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "ANTHROPIC_API_KEY": KEY,
                 "ANTHROPIC_BASE_URL": srv.url, **QUIET_ENV}
     access = model_access(BACKENDS["claude-code"], None, host_env)
     with start_proxy(expand([]), access.routes) as proxy:
         run = _sandboxed(proxy, host_env, [_claude(), "-p", "say hi", "--output-format", "json",
-                                           "--model", "claude-test-1"], tmp_path)
+                                           "--model", "claude-test-1", "--allowedTools", "Bash"], tmp_path)
         refused = proxy.refused()
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
     assert json.loads(run.stdout)["result"] == "claude through the route"
-    (request,) = srv.message_requests
-    assert request.headers["x-api-key"] == KEY and request.headers["user-agent"].startswith("claude-cli/")
-    assert "authorization" not in request.headers
+    requests = srv.message_requests
+    assert len(requests) == 2 and "from-the-tool" in json.dumps(requests[1].json["messages"][-1])
+    for request in requests:
+        assert request.headers["x-api-key"] == KEY and request.headers["user-agent"].startswith("claude-cli/")
+        assert "authorization" not in request.headers
     assert refused == ()
     assert not any(KEY in p.read_text(errors="replace") for p in (tmp_path / "home").rglob("*") if p.is_file())
 
