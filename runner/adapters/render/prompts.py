@@ -389,7 +389,7 @@ def render_prompt(action: RunSession, context: PromptContext) -> str:
         "stage": stage,
         "stage_text": stage_text,
         "tick": _tick_view(context.plan_text, checkpoint, stage_obj),
-        "checkpoint_shown": bool(checkpoint) and _checkpoint_line(stage_text, checkpoint["id"]) is not None,
+        "checkpoint_shown": bool(checkpoint and _checkpoint_line(stage_text, checkpoint["id"]) is not None),
         "handoff_rule": not (action.kind is SessionKind.DELIVERY
                              and sum(c.state is not CheckpointState.DONE for c in plan.checkpoints) <= 1),
         "pointers": failure_pointers("\n".join(g["tail"] for g in failing)) if failing else None,
