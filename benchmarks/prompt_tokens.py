@@ -118,7 +118,7 @@ def count(texts: dict[str, str], model: str) -> dict[str, int]:
         done = subprocess.run(["node", str(SERVER_DIR / "count_tokens.mjs"), "--model", str(weights), *files],
                               cwd=SERVER_DIR, capture_output=True, text=True, check=True, timeout=600)
     counts = [int(line.split(" ", 1)[0]) for line in done.stdout.splitlines()]
-    return dict(zip(texts, counts))
+    return dict(zip(texts, counts, strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:

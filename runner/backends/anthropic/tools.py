@@ -294,7 +294,7 @@ class Workspace:
             where = base.parent
             while where != self.root and not where.is_dir():
                 where = where.parent
-            note = f"there is no {path!r}{self._did_you_mean(base)} Its nearest folder, {self._rel(where)!r}, holds:\n"
+            note = f"there is no {path!r}{self._did_you_mean(base) or '.'} Its nearest folder, {self._rel(where)!r}, holds:\n"
             base = where
         entries: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):  # does not follow symlinked directories
