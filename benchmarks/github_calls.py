@@ -25,7 +25,7 @@ from runner.adapters.github.client import GitHubDriver
 from runner.adapters.github.api import RetryPolicy
 from runner.core.ledger import Finished, Parked, SessionRecord
 from runner.core.outcome import Blame, Outcome
-from runner.drivers.session import Drivers, Workspace
+from runner.drivers.session import Ports, Workspace
 from runner.adapters.store.state import GitStateStore
 from runner.drivers.session.phases import run_session
 from tests.servers.github import GitHubServer
@@ -71,8 +71,8 @@ def _session_calls(srv: GitHubServer, repo: Path, plan_path: str, env: dict[str,
     ctx = GitHubContext.from_env(env)
     with GitHubDriver(ctx, TOKEN, retry=RetryPolicy.fast()) as driver:
         ws = Workspace(repo=repo, plan_path=plan_path, env=env, remote="origin")
-        drivers = Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver, parker=driver)
-        n, calls, result = _counted(srv, lambda: run_session(ws, drivers))
+        ports = Ports(store=GitStateStore(repo, remote="origin"), dispatcher=driver, parker=driver)
+        n, calls, result = _counted(srv, lambda: run_session(ws, ports))
     return n, calls, result.status
 
 

@@ -24,9 +24,9 @@ def main() -> None:
     rows: list[dict] = []
     inner = local.run_session
 
-    def timed(ws, drivers, *args, **kwargs):
+    def timed(ws, ports, *args, **kwargs):
         started = time.perf_counter()
-        result = inner(ws, drivers, *args, **kwargs)
+        result = inner(ws, ports, *args, **kwargs)
         wall = time.perf_counter() - started
         evidence = result.evidence
         if evidence is not None:  # (a call that ran no session: the plan finished, or nothing was due)

@@ -233,7 +233,7 @@ def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[di
     from runner.adapters.github.events import GitHubContext
     from runner.adapters.github.client import GitHubDriver
     from runner.adapters.github.api import RetryPolicy
-    from runner.drivers.session import Drivers, Workspace
+    from runner.drivers.session import Ports, Workspace
     from runner.adapters.store.state import GitStateStore
     from runner.drivers.session.phases import run_session
 
@@ -249,8 +249,8 @@ def _two_sessions(workdir: Path, name: str, srv, env: dict[str, str]) -> list[di
             (workdir / f"{name}-{n}").mkdir()
             api_before = len(srv.calls)
             with counting_git(workdir / f"{name}-{n}") as calls:
-                result = run_session(ws, Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver,
-                                                 parker=driver))
+                result = run_session(ws, Ports(store=GitStateStore(repo, remote="origin"), dispatcher=driver,
+                                               parker=driver))
         net = _net(calls)
         out.append({"session": n, "status": result.status,
                     "outcome": result.record.outcome.value if result.record else None,

@@ -24,7 +24,7 @@ from runner.adapters.github.client import GitHubDriver
 from runner.adapters.github.api import RetryPolicy
 from runner.core.ledger import parse_entry
 from runner.core.policy import fold
-from runner.drivers.session import Drivers, Workspace
+from runner.drivers.session import Ports, Workspace
 from runner.adapters.store.state import GitStateStore
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
@@ -232,7 +232,7 @@ class GitHubJobs:
         ws = Workspace(repo=repo, plan_path="plans/greeter.md", env=env, remote="origin", job=env["GITHUB_RUN_ID"],
                        clock=lambda: datetime.now(UTC) + shift)
         with GitHubDriver(GitHubContext.from_env(env), self.srv.token, retry=RetryPolicy.fast()) as driver:
-            return tick_plan(ws, Drivers(store=GitStateStore(repo, remote="origin"), dispatcher=driver, parker=driver))
+            return tick_plan(ws, Ports(store=GitStateStore(repo, remote="origin"), dispatcher=driver, parker=driver))
 
     def ledger(self) -> list[dict]:
         return w.ledger(self.bare, "greeter")

@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.core.ledger import SessionRecord
 
-DEFAULT_ADVISOR_MODEL = "claude-haiku-4-5"
 HISTORY_LIMIT = 8000  # characters of history the advisor reads
 _MAX_TOKENS = 400
 _TIMEOUT_S = 60.0

@@ -201,7 +201,7 @@ MIGRATE_FIX = (
 
 
 def billing_lines(opts: InitOptions = InitOptions()) -> list[str]:
-    """What the repository will be billed for the files init writes (docs/github-actions.md, "Billing";
+    """What the repository will be billed for the files init writes (docs/github-actions.md, "What it costs";
     benchmarks/billing.py computes the figures from these files)."""
     per_hour = ticks_per_hour(opts.cron)
     return [

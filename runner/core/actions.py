@@ -41,7 +41,7 @@ class Verdict(Record):
 
     outcome: Outcome
     blame: Blame
-    rule: int  # row of the outcome table (SPEC section 6) that matched
+    rule: int  # row of the outcome table (the README, "How a session is judged") that matched
     reasons: tuple[str, ...]
     observed_at: datetime
     fingerprint: str | None = None  # failure fingerprint for the circuit breaker

@@ -3,7 +3,7 @@
 Whatever the agent writes (a plan with a million checkpoint-shaped lines, a megabyte of handoff, ten
 thousand commits, an error text the size of a log), what plan-runner keeps of it is cut to these limits,
 with a count of what was left out, so that a session adds at most a fixed amount to the plan's state
-ref (docs/plan-format.md, "What a session adds to the state"):
+ref (docs/plan-format.md):
 
 * a text (a reason, a hint, an error, a note, a commit's summary) at most TEXT_LIMIT characters;
 * a name (a file path, a session id, a checkpoint id) at most NAME_LIMIT characters;

@@ -1,6 +1,6 @@
 """Failure fingerprints: the same failure gives the same short hash from run to run.
 
-The circuit breaker (SPEC section 6) compares fingerprints of consecutive
+The circuit breaker (the README, "How a session is judged") compares fingerprints of consecutive
 sessions, so everything that changes between two runs of the *same* failure
 (timestamps, durations, temp paths, addresses, PIDs, ports, seeds) is replaced
 by a placeholder, and only the lines that identify the failure (error names,

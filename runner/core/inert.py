@@ -1,4 +1,4 @@
-"""Text that is not ours, made inert before plan-runner publishes it (SPEC 4b, invariant 6).
+"""Text that is not ours, made inert before plan-runner publishes it (docs/security.md, "The mechanism").
 
 Agents and gate code print what they like; plan-runner copies some of it into the job
 log, the summary, issues, pull requests, park files and the terminal. There it must stay

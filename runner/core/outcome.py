@@ -1,4 +1,4 @@
-"""classify(evidence) -> Verdict: the outcome table of SPEC section 6, in code.
+"""classify(evidence) -> Verdict: the outcome table of the README ("How a session is judged"), in code.
 
 Pure: no clock, no I/O. Rules are checked in order and the first match wins.
 Hints (what the model said about itself) are never read by a rule; they are

@@ -60,6 +60,9 @@ Duration = Annotated[
 
 
 class Config(BaseModel):
+    """A section of the front matter. A duration is named for what it holds, seconds (`stall_s`); the plan's key is
+    its alias (`stall_minutes`, where a bare number means minutes), the only name a model is built with."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
@@ -118,8 +121,9 @@ class AgentConfig(Config):
     model: str | None = Field(None, description="Model name passed to the backend.")
     executable: str | None = Field(None, description="CLI name or path, for CLI backends.")
     args: tuple[str, ...] = Field((), description="Extra arguments for CLI backends.")
-    stall_minutes: Duration = Field(12 * 60, description="No output for this long -> Stalled.")
-    time_limit_minutes: Duration = Field(90 * 60, description="Hard limit for one session -> TimedOut.")
+    stall_s: Duration = Field(12 * 60, alias="stall_minutes", description="No output for this long -> Stalled.")
+    time_limit_s: Duration = Field(90 * 60, alias="time_limit_minutes",
+                                  description="Hard limit for one session -> TimedOut.")
     session_tokens: int = Field(600_000, gt=0, description="Token budget: nudge at 80 %, stop at 100 % -> RolledOver.")
     env: tuple[str, ...] = Field((), description="Extra environment variable names passed to the agent.")
     script: str | None = Field(None, description="script backend: path of the session script file.")
@@ -201,7 +205,7 @@ class GateConfig(Config):
     http: str | None = Field(None, description="URL; status 2xx and a body that does not report failure is green.")
     checks: tuple[str, ...] | None = Field(None, description="Names of check runs / commit statuses to wait for.")
     required: bool = True
-    timeout_minutes: Duration = 20 * 60
+    timeout_s: Duration = Field(20 * 60, alias="timeout_minutes")
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -239,7 +243,7 @@ class SetupConfig(Config):
                                                    "kept between sessions, e.g. `.venv`.")
     key: tuple[str, ...] = Field((), description="Files whose content keys the cache (lock files). The cache is "
                                                  "reused only while they, and the commands, are unchanged.")
-    timeout_minutes: Duration = 20 * 60
+    timeout_s: Duration = Field(20 * 60, alias="timeout_minutes")
 
 
 HostEntry = Annotated[

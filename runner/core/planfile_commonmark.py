@@ -1,4 +1,4 @@
-"""One reading of the tracker: plan-runner's scanner checked against CommonMark (issue 22).
+"""One reading of the tracker: plan-runner's scanner checked against CommonMark.
 
 `planfile_body.scan_body` reads stage headings and checkpoint lines line by line. People read the plan rendered
 (GitHub: CommonMark with extensions), where an HTML comment or tag left open, an indented code block, a setext

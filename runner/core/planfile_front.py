@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from runner.core.errors import Problem
 from runner.core.plan import PlanConfig
@@ -157,10 +158,15 @@ def _model_at(loc: YamlPath) -> type[BaseModel] | None:
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in _keys(model):
             return None
-        model = _unwrap(model.model_fields[part].annotation)
+        model = _unwrap(_keys(model)[part].annotation)
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _keys(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A model's fields by the key a plan writes: the alias where there is one (`stall_minutes` for `stall_s`)."""
+    return {info.alias or name: info for name, info in model.model_fields.items()}
 
 
 def _unwrap(annotation: object) -> object:
@@ -176,9 +182,9 @@ def _unwrap(annotation: object) -> object:
 
 def _field_help(loc: YamlPath) -> str:
     model = _model_at(loc)
-    if model is None or not loc or not isinstance(loc[-1], str) or loc[-1] not in model.model_fields:
+    if model is None or not loc or not isinstance(loc[-1], str) or loc[-1] not in _keys(model):
         return ""
-    return model.model_fields[loc[-1]].description or ""
+    return _keys(model)[loc[-1]].description or ""
 
 
 def problem_from_error(err: typing.Mapping[str, typing.Any], lines: dict[YamlPath, int], path: str, default_line: int) -> Problem:
@@ -189,7 +195,7 @@ def problem_from_error(err: typing.Mapping[str, typing.Any], lines: dict[YamlPat
     see = f"see {FORMAT_DOC}"
     if kind == "extra_forbidden":
         model = _model_at(loc)
-        known = list(model.model_fields) if model else []
+        known = list(_keys(model)) if model else []
         where = f"`{dotted(loc[:-1])}`" if loc[:-1] else "the front matter"
         guess = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
         fix = (f"did you mean `{guess[0]}`? " if guess else "remove it; ") + f"keys allowed here: {', '.join(known)}"

@@ -115,7 +115,7 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
         park_issue=None,  # a session ran: any earlier park is over
         parked_at=None,
         # Work no verdict credited to a checkpoint (cut short, judged red, NeedsHuman, Progress, NoProgress) is
-        # judged again with the next session's evidence: only Advanced credits it (issue 27, item 5).
+        # judged again with the next session's evidence: only Advanced credits it.
         uncredited_base=None if r.outcome is Outcome.ADVANCED else (state.uncredited_base or r.base_sha or None),
     )
 

@@ -17,7 +17,7 @@ import pytest
 from runner.drivers.actions.tick import tick_plan
 from runner.core.errors import StateConflict
 from runner.drivers.cli.local import LocalDispatcher, LocalParker
-from runner.drivers.session import Drivers, Workspace
+from runner.drivers.session import Ports, Workspace
 from runner.adapters.store.state import GitStateStore
 from tests.reliability_world import PLAN, cli_env, git, ledger, script, write_calc_project
 
@@ -80,9 +80,9 @@ def _ticker(bare: Path, clone: Path, ids: list[str], stop: threading.Event, seen
             if plan_id not in with_state:
                 continue
             ws = Workspace(repo=clone, plan_path=f"plans/{plan_id}.md", remote="origin", job="tick")
-            drivers = Drivers(store=store, dispatcher=LocalDispatcher(), parker=LocalParker(clone / ".git" / "r"))
+            ports = Ports(store=store, dispatcher=LocalDispatcher(), parker=LocalParker(clone / ".git" / "r"))
             try:
-                seen.append((plan_id, tick_plan(ws, drivers)))
+                seen.append((plan_id, tick_plan(ws, ports)))
             except StateConflict:  # the tick lost a race with the plan's own session: it yields, as mode_tick does
                 seen.append((plan_id, ("yielded", False)))
         store.close()

@@ -222,7 +222,7 @@ def test_a_local_session_runs_on_the_memory_store_through_the_port_alone(tmp_pat
     the in-memory store records its start and verdict there, the next session starts from that state, and no
     state ref is written to the repository."""
     from runner.drivers.cli.local import LocalDispatcher, LocalParker
-    from runner.drivers.session import Drivers, Workspace
+    from runner.drivers.session import Ports, Workspace
     from runner.drivers.session import run_session
     from tests import reliability_world as rw
 
@@ -230,11 +230,11 @@ def test_a_local_session_runs_on_the_memory_store_through_the_port_alone(tmp_pat
                         remote=False)
     store = MemoryStateStore()
     ws = Workspace(repo=repo, plan_path="plans/calc.md", env=rw.cli_env(PLAN_RUNNER_ISOLATION="none"))
-    drivers = Drivers(store=store, dispatcher=LocalDispatcher(), parker=LocalParker(tmp_path / "reports"))
-    first = run_session(ws, drivers)
+    ports = Ports(store=store, dispatcher=LocalDispatcher(), parker=LocalParker(tmp_path / "reports"))
+    first = run_session(ws, ports)
     assert first.record is not None and first.record.outcome.value in ("Advanced", "Progress"), first.message
     assert first.record.decided_by is not None  # the policy's rule, recorded with the verdict
-    second = run_session(ws, drivers)
+    second = run_session(ws, ports)
     entries, _ = store.read("calc")
     kinds = [e.type for e in entries]
     assert kinds.count("started") == 2 and kinds.count("session") == 2 and kinds[:2] == ["started", "session"]

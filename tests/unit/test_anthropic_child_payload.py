@@ -17,4 +17,4 @@ def test_the_child_reads_the_same_configuration_the_parent_holds(duration):
                                         "time_limit_minutes": duration, "session_tokens": 5000})
     child = AgentConfig.model_validate(json.loads(json.dumps(agent_payload(agent))))  # as it crosses the pipe
     assert child == agent
-    assert child.stall_minutes == agent.stall_minutes and child.time_limit_minutes == agent.time_limit_minutes
+    assert child.stall_s == agent.stall_s and child.time_limit_s == agent.time_limit_s

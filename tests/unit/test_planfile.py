@@ -77,8 +77,8 @@ def test_parse_full_plan() -> None:
     plan = parse_plan(PLAN, "plans/add-auth.md")
     assert plan.id == "add-auth" and plan.title == "Add authentication"
     assert plan.work_branch == "plan-runner/add-auth"
-    assert plan.config.agent.stall_minutes == 45 and plan.config.agent.time_limit_minutes == 90
-    assert plan.config.gates[0].timeout_minutes == 7200 and plan.config.gates[1].kind == "http"
+    assert plan.config.agent.stall_s == 45 and plan.config.agent.time_limit_s == 90
+    assert plan.config.gates[0].timeout_s == 7200 and plan.config.gates[1].kind == "http"
     assert [(s.number, s.title, s.sessions) for s in plan.stages] == [(1, "Session store", 2), (2, "Protect the API", 3)]
     assert [(c.id, c.state) for c in plan.checkpoints] == [("1.1", S.TODO), ("1.2", S.DONE), ("2.1", S.TODO), ("2.2", S.BLOCKED)]
     assert plan.checkpoint("1.1").verify == "pytest -q tests/test_sessions.py"

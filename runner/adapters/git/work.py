@@ -47,8 +47,8 @@ BOT_ENV = {
 }
 _NO_SIGN = ("-c", "commit.gpgsign=false")
 # plan-runner's own git never runs code or follows indirections someone else could have planted:
-# no hooks, no fsmonitor, no replace objects, no pager (SPEC 4b, invariant 3). Nor does it start a background
-# `gc --auto` (a repository of many loose objects): a detached gc still running when the agent starts would
+# no hooks, no fsmonitor, no replace objects, no pager (docs/security.md, "The mechanism"). Nor does it start
+# a background `gc --auto` (a repository of many loose objects): a detached gc still running when the agent starts would
 # rewrite .git (info/refs, packs) during the agent's run, read by the guard as the agent's tampering.
 _JUDGE_CONFIG = (("core.hooksPath", os.devnull), ("core.fsmonitor", "false"), ("core.untrackedCache", "false"),
                  ("protocol.ext.allow", "never"), ("gc.auto", "0"), ("maintenance.auto", "false"))
@@ -532,7 +532,7 @@ def push_branch(repo: Path, branch: str, remote: str, expected_remote_sha: str |
     head = _resolve(repo, f"refs/heads/{branch}")
     ref = f"refs/heads/{branch}"
     if expected_remote_sha and expected_remote_sha != head and not _is_ancestor(repo, expected_remote_sha, head):
-        # The remote only moves forward (SPEC 4b, invariant 5): every commit it holds stays reachable.
+        # The remote only moves forward (docs/security.md, "The mechanism"): every commit it holds stays reachable.
         raise PlanRunnerError(
             what=f"refusing to push the work branch {branch!r}: it would drop commits from {remote!r}",
             why=f"the remote's {expected_remote_sha[:12]} is not in the history of {head[:12]}; plan-runner never "
@@ -582,15 +582,6 @@ def push_leased(repo: Path | str, remote: str, updates: Sequence[tuple[str | Non
         why=err or out or "git push failed",
         fix="check the remote URL, the token's `contents: write` permission and any branch protection rule",
     )
-
-
-def delete_remote_ref(repo: Path | str, remote: str, ref: str) -> bool:
-    """Best effort: a leftover ref is harmless, so a failure here must not fail a finished session."""
-    try:
-        run_git(repo, "push", "--porcelain", "--no-verify", remote, f":{ref}")
-        return True
-    except GitCommandError:
-        return False
 
 
 # --- leftovers and plan-runner's own commits -------------------------------------------------

@@ -514,7 +514,7 @@ class GitHubDriver:
                     no_ci_after_s: float = NO_CI_AFTER_S) -> GateResult:
         with github_call(f"reading checks of {sha[:12]}"):
             return collect_checks_gate(self._request, gate, sha,
-                                       timeout_s=gate.timeout_minutes if timeout_s is None else timeout_s,
+                                       timeout_s=gate.timeout_s if timeout_s is None else timeout_s,
                                        poll_s=poll_s, pushed_with_job_token=pushed_with_job_token,
                                        no_ci_after_s=no_ci_after_s)
 

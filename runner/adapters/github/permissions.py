@@ -25,7 +25,7 @@ import yaml
 from runner.core.errors import PlanRunnerError
 from runner.core.plan import Plan
 
-# What each mode does with the token (docs/github-actions.md, "Permissions").
+# What each mode does with the token (docs/github-actions.md, "Permissions and tokens").
 NEEDED: dict[str, dict[str, str]] = {
     "session": {"contents": "write", "issues": "write", "pull-requests": "write", "actions": "write"},
     "tick": {"contents": "write", "actions": "write"},

@@ -3,8 +3,8 @@
 Command gates run in a shell through `runner.adapters.sandbox.proc.run` (own process group, the
 agent's identity; a timeout kills the whole group, and nothing a gate started
 outlives it), their output streamed into a bounded tail. HTTP gates are red on a
-transport error, a non-2xx status, or a 2xx body that reports failure (SPEC
-section 5). A required gate that fails is run once more so a flaky test is
+transport error, a non-2xx status, or a 2xx body that reports failure (docs/plan-format.md,
+"Front matter"). A required gate that fails is run once more so a flaky test is
 reported as flaky instead of burning an attempt. This module is an adapter: it
 spawns processes and speaks HTTP; the verdict is computed elsewhere.
 """
@@ -155,7 +155,7 @@ def run_command_gate(
     try:
         # its own process group, as `identity`: a timeout kills every descendant, and after the gate
         # nothing it started runs on (a daemon that called setsid included, when isolated)
-        finished = proc.run([*_shell(), gate.run], cwd=cwd, env=full_env, time_limit_s=gate.timeout_minutes,
+        finished = proc.run([*_shell(), gate.run], cwd=cwd, env=full_env, time_limit_s=gate.timeout_s,
                             on_output=tail.feed, merge_stderr=True, identity=identity,
                             term_grace_s=_TERM_GRACE_S, drain_s=_DRAIN_GRACE_S,
                             stop_leftovers_at_exit=False)  # a background job may finish its output
@@ -166,7 +166,7 @@ def run_command_gate(
     output = tail.text()
     error = None
     if timed_out:
-        error = f"timed out after {gate.timeout_minutes:g}s; the process group was killed"
+        error = f"timed out after {gate.timeout_s:g}s; the process group was killed"
     passed = finished.succeeded
     return GateResult(
         **base,
@@ -192,11 +192,11 @@ def run_http_gate(gate: GateConfig, *, tail_bytes: int = TAIL_BYTES) -> GateResu
     tail = BoundedTail(tail_bytes)
     head = bytearray()
     started = time.monotonic()
-    deadline = started + gate.timeout_minutes
+    deadline = started + gate.timeout_s
     status = None
     content_type = ""
     try:
-        with httpx.Client(timeout=min(gate.timeout_minutes, 60.0), follow_redirects=True) as client:
+        with httpx.Client(timeout=min(gate.timeout_s, 60.0), follow_redirects=True) as client:
             with client.stream("GET", gate.http, headers={"Accept": "application/json, */*"}) as response:
                 status = response.status_code
                 content_type = response.headers.get("content-type", "")
@@ -244,7 +244,7 @@ def body_failure(body: bytes, content_type: str = "") -> str | None:
     """Why a 2xx body reports failure, or None when it does not (or is not JSON).
 
     A body that says it did not succeed is a failure whatever the status code
-    (SPEC section 5): ``success: false``, ``ok: false``, ``healthy: false``, a
+    (docs/plan-format.md, "Front matter"): ``success: false``, ``ok: false``, ``healthy: false``, a
     failing ``status``, or a non-empty ``error``/``errors``.
     """
     text = body.decode("utf-8", errors="replace").strip()
@@ -273,7 +273,7 @@ def body_failure(body: bytes, content_type: str = "") -> str | None:
 
 def gate_definition_hash(gate: GateConfig) -> str:
     """Hash of everything that defines what a gate does; any edit is a cache miss."""
-    return hashlib.sha256(gate.model_dump_json().encode()).hexdigest()[:16]
+    return hashlib.sha256(gate.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
 
 
 class GateCache:

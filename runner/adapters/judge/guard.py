@@ -116,19 +116,3 @@ def redact_evidence(evidence: Evidence, secrets: Iterable[str]) -> Evidence:
     raw = evidence.model_dump_json()
     clean = redact_text(raw, forms)
     return evidence if clean == raw else Evidence.model_validate_json(clean)
-
-
-def redact_tree(root: Path, secrets: Iterable[str]) -> None:
-    """Redact secret values from every file under `root` (transcripts kept with the state)."""
-    forms = [f.encode() for f in _forms(secrets)]
-    if not forms or not root.is_dir():
-        return
-    for path in root.rglob("*"):
-        if not path.is_file() or path.is_symlink():
-            continue
-        data = path.read_bytes()
-        clean = data
-        for form in forms:
-            clean = clean.replace(form, b"***")
-        if clean != data:
-            path.write_bytes(clean)

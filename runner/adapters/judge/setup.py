@@ -1,4 +1,5 @@
-"""The plan's `setup:` commands, run on a fresh checkout before the gates (SPEC 4b, invariant 4; SPEC 9).
+"""The plan's `setup:` commands, run on a fresh checkout before the gates, as the agent's identity (docs/security.md;
+docs/usage.md, "The preflight and `setup:`").
 
 They are the project's code (`pip install -e .` runs its setup.py), so they run as the agent's
 identity, like the gates. What they produce under `cache:` is kept by plan-runner, out of the
@@ -135,7 +136,7 @@ def _run_commands(setup: SetupConfig, workdir: Path, env: Mapping[str, str], ide
     for i, command in enumerate(setup.run, 1):
         on_event("setup", command)
         # seconds, written with their unit: a bare number would be read as minutes again
-        gate = GateConfig(name=f"setup {i}", run=command, timeout_minutes=f"{setup.timeout_minutes}s")
+        gate = GateConfig(name=f"setup {i}", run=command, timeout_minutes=f"{setup.timeout_s}s")
         result = run_command_gate(gate, workdir=workdir, env=env, identity=identity)
         if not result.passed:
             return result.model_copy(update={"error": (result.error or f"exit {result.exit_code}")

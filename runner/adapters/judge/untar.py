@@ -9,7 +9,7 @@ Only the standard library, and no `TarFile.extractall(filter=...)`: that argumen
   ever written *through* a link: every member is reached from a descriptor of the destination, one
   `openat(O_NOFOLLOW | O_DIRECTORY)` per folder, so a link on the way (there before, or swapped in by a
   racing process of the tree's owner) is refused, and a link at a member's own path is removed, never
-  followed (issue 22: plan-runner handles these trees as root);
+  followed (plan-runner handles these trees as root);
 * reading a tree to archive it walks the same way: links are stored as links, at any depth, never followed;
 * files get no setuid/setgid/sticky bits and no group/other write; everything is owned by the extracting
   user (the caller then hands the tree to the agent's identity).

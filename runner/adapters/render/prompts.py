@@ -276,7 +276,7 @@ def _gate_target(gate: GateConfig) -> str:
 def _gate_views(plan: Plan) -> list[dict]:
     return [
         {"name": g.name, "kind": g.kind, "target": _gate_target(g), "required": g.required,
-         "cwd": g.cwd, "timeout_s": g.timeout_minutes}
+         "cwd": g.cwd, "timeout_s": g.timeout_s}
         for g in plan.config.gates
     ]
 

@@ -174,10 +174,14 @@ def agent_payload(agent: AgentConfig) -> dict[str, Any]:
     seconds but a bare number in a plan means minutes, so they travel with their unit: as plain numbers the child
     once read a 6 s stall as 6 minutes, its own stall never fired, and the supervisor's backstop killed it without
     its signals (the tokens it spent)."""
-    payload = agent.model_dump(mode="json")
-    for name in ("stall_minutes", "time_limit_minutes"):
-        payload[name] = format(getattr(agent, name), ".17f").rstrip("0").rstrip(".") + "s"
+    payload = agent.model_dump(mode="json", by_alias=True)
+    payload["stall_minutes"] = _seconds(agent.stall_s)
+    payload["time_limit_minutes"] = _seconds(agent.time_limit_s)
     return payload
+
+
+def _seconds(value: float) -> str:
+    return format(value, ".17f").rstrip("0").rstrip(".") + "s"
 
 
 class AnthropicAgentBackend:
@@ -283,7 +287,7 @@ class AnthropicAgentBackend:
         # The loop bounds itself (time, stalls per call, turns); the supervisor's limits are the backstop.
         exit_ = supervise(
             [sys.executable, "-I", "-m", "runner.backends.anthropic.child"], cwd=request.workdir,
-            env=dict(request.env), stall_s=agent.stall_minutes * 2 + 10, time_limit_s=agent.time_limit_minutes + 30,
+            env=dict(request.env), stall_s=agent.stall_s * 2 + 10, time_limit_s=agent.time_limit_s + 30,
             on_line=on_line, stdin_text=json.dumps(payload) + "\n", pid_file=request.pid_file,
             identity=request.identity)
         if "signals" in found:
@@ -322,11 +326,11 @@ class AnthropicAgentBackend:
               messages: list[dict[str, Any]], tally: _Tally, started: float) -> None:
         agent = request.agent
         meter = TokenMeter(agent.session_tokens)
-        workspace = Workspace(request.workdir, request.env, shell_timeout_s=min(self.shell_timeout_s, agent.stall_minutes),
+        workspace = Workspace(request.workdir, request.env, shell_timeout_s=min(self.shell_timeout_s, agent.stall_s),
                               plan_path=request.plan_path)
 
         def time_left() -> float:
-            return agent.time_limit_minutes - (time.monotonic() - started)
+            return agent.time_limit_s - (time.monotonic() - started)
 
         with self._client(request) as client:
             for _turn in range(self.max_turns):
@@ -366,7 +370,7 @@ class AnthropicAgentBackend:
 
     def _call(self, client: anthropic.Anthropic, model: str, messages: list[dict[str, Any]],
               request: SessionRequest, time_left: Callable[[], float]) -> Any:
-        stall_s = request.agent.stall_minutes
+        stall_s = request.agent.stall_s
         last: ApiFailure | None = None
         for attempt in range(self.max_retries + 1):
             left = time_left()

@@ -1,4 +1,4 @@
-"""The built-in agent's loop in a process of its own, run as the agent's identity (SPEC 4b).
+"""The built-in agent's loop in a process of its own, run as the agent's identity (docs/security.md, "The mechanism").
 
 Its tools (shell commands, file writes) are the agent's actions: they must not run
 inside plan-runner's process, where they could read the GitHub token or write the

@@ -183,8 +183,8 @@ class CodexBackend:
 
             try:
                 exit_ = supervise(
-                    argv, cwd=request.workdir, env=env, stall_s=agent.stall_minutes,
-                    time_limit_s=agent.time_limit_minutes, on_line=on_line, stdin_text=request.prompt,
+                    argv, cwd=request.workdir, env=env, stall_s=agent.stall_s,
+                    time_limit_s=agent.time_limit_s, on_line=on_line, stdin_text=request.prompt,
                     kill_grace_s=self.kill_grace_s, pid_file=request.pid_file, identity=request.identity,
                 )
             finally:
@@ -198,9 +198,9 @@ class CodexBackend:
 
         kind, error, reset_at = ExitKind.FINISHED, None, None
         if exit_.reason == "stalled":
-            kind, error = ExitKind.STALLED, f"no output for {agent.stall_minutes:g}s"
+            kind, error = ExitKind.STALLED, f"no output for {agent.stall_s:g}s"
         elif exit_.reason == "time_limit":
-            kind, error = ExitKind.TIME_LIMIT, f"time limit of {agent.time_limit_minutes:g}s reached"
+            kind, error = ExitKind.TIME_LIMIT, f"time limit of {agent.time_limit_s:g}s reached"
         elif fold.error is not None:
             kind, reset_at = classify_codex_error(fold.error, wallclock.now().astimezone())
             error = normalise_error(fold.error)

@@ -65,9 +65,9 @@ def classify_command_exit(result: ProcessExit, stdout_tail: list[str], agent: Ag
     The CLI's words are read by the one shared reader (`limits.read_signal`: billing, auth, limits with their
     reset, unreachable endpoint, overload); `agent.limit_patterns` add to its limit patterns."""
     if result.reason == "stalled":
-        return CommandExit(ExitKind.STALLED, f"no output for {agent.stall_minutes:g}s")
+        return CommandExit(ExitKind.STALLED, f"no output for {agent.stall_s:g}s")
     if result.reason == "time_limit":
-        return CommandExit(ExitKind.TIME_LIMIT, f"time limit of {agent.time_limit_minutes:g}s reached")
+        return CommandExit(ExitKind.TIME_LIMIT, f"time limit of {agent.time_limit_s:g}s reached")
     if result.reason == "stopped":
         return CommandExit(ExitKind.CRASHED, result.stop_detail or "stopped")
     err_lines = [ln for ln in result.stderr_tail.splitlines() if ln.strip()]
@@ -160,7 +160,7 @@ class CommandBackend:
 
             result = supervise(
                 argv, cwd=request.workdir, env=env,
-                stall_s=agent.stall_minutes, time_limit_s=agent.time_limit_minutes, on_line=on_line,
+                stall_s=agent.stall_s, time_limit_s=agent.time_limit_s, on_line=on_line,
                 stdin_text=request.prompt if agent.prompt_via == "stdin" else None,
                 pid_file=request.pid_file, identity=request.identity,
             )

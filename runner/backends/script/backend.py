@@ -263,9 +263,9 @@ class _Session:
         if self.budget_hit:
             return ExitKind.TOKEN_BUDGET, f"token budget of {self.meter.budget} reached"
         if result.reason == "stalled":
-            return ExitKind.STALLED, f"no output for {self.request.agent.stall_minutes:g}s"
+            return ExitKind.STALLED, f"no output for {self.request.agent.stall_s:g}s"
         if result.reason == "time_limit":
-            return ExitKind.TIME_LIMIT, f"time limit of {self.request.agent.time_limit_minutes:g}s reached"
+            return ExitKind.TIME_LIMIT, f"time limit of {self.request.agent.time_limit_s:g}s reached"
         if result.reason == "stopped":
             return ExitKind.CRASHED, result.stop_detail or "stopped"
         if result.returncode != 0 or self.error_kind is not None:
@@ -302,7 +302,7 @@ class ScriptBackend:
         try:
             result = supervise(
                 argv, cwd=request.workdir, env=dict(request.env),
-                stall_s=request.agent.stall_minutes, time_limit_s=request.agent.time_limit_minutes,
+                stall_s=request.agent.stall_s, time_limit_s=request.agent.time_limit_s,
                 on_line=state.on_line, keep_stdin_open=True,
                 stdin_text=json.dumps({"type": "prompt", "text": request.prompt}) + "\n",
                 kill_grace_s=1.0,

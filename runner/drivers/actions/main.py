@@ -1,4 +1,4 @@
-"""`plan-runner action`: the GitHub Actions job, in one of three modes (SPEC section 8).
+"""`plan-runner action`: the GitHub Actions job, in one of three modes (docs/github-actions.md, "The jobs").
 
 * `session`: one session of the plan (`runner.drivers.session.phases.run_session`) with the GitHub driver.
 * `tick` (schedule): wake plans whose wait is over, reconcile orphans; `runner.drivers.actions.tick`.
@@ -34,7 +34,7 @@ from runner.core.policy import decide_start
 from runner.adapters.render.report import fence, render_summary
 from runner.drivers.actions.env import REMOTE, ModeResult, github_workspace, plan_input
 from runner.core.planfile import plan_id_from_path
-from runner.drivers.session import Drivers, Session, SessionResult, Workspace, judge_tree
+from runner.drivers.session import Ports, Session, SessionResult, Workspace, judge_tree
 from runner.adapters.store.state import GitStateStore
 
 MODES = ("session", "tick", "reply", "reconcile")
@@ -70,12 +70,12 @@ def head_checks_runner(driver, repo: Path, env: Mapping[str, str] | None = None)
 def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Reporter) -> ModeResult:
     ws = github_workspace(env, plan_input(env, ctx))
     ws.on_event = lambda kind, detail: rep.log(f"plan-runner {kind}: {detail}")
-    drivers = Drivers(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
-                      checks_runner=head_checks_runner(driver, judge_tree(ws, plan_id_from_path(ws.plan_path)), env))
+    ports = Ports(store=GitStateStore(ws.repo, remote=REMOTE), dispatcher=driver, parker=driver,
+                  checks_runner=head_checks_runner(driver, judge_tree(ws, plan_id_from_path(ws.plan_path)), env))
     from runner.drivers.actions.watch import attach, rows_of, update_watch
 
     if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):
-        s = Session(ws, drivers)
+        s = Session(ws, ports)
         action = decide_start(s.state, s.plan)
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
@@ -92,7 +92,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.session.preflight import before_first_session
     from runner.drivers.session.phases import run_session
 
-    s = Session(ws, drivers)
+    s = Session(ws, ports)
     attach(driver, ctx, s, REMOTE)  # which run of the plan this is: a reset's earlier pull request is closed
     # The job's token must be able to do what the session leads to (push, park, dispatch, open the pull request):
     # checked from the workflow's `permissions:` before anything is installed or recorded.
@@ -100,9 +100,9 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     if isinstance(decide_start(s.state, s.plan), (RunSession, Wait)):  # a session may run: it needs its CLI
         ensure_agent_cli(s.trusted, ws.env, rep.log)  # before anything of the session is recorded
     ensure_python_packages(s.trusted, ws.env, rep.log)  # the SDK for the built-in backend or advisor, if left out
-    # SPEC 9: a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
+    # a setup mistake (no agent CLI, no key, a gate command that does not exist) fails the job
     # with what/why/fix before any session is recorded
-    before_first_session(ws, drivers, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
+    before_first_session(ws, ports, warn=lambda text: rep.log(f"plan-runner preflight {text}"), session=s)
     version = s.version
     from runner.drivers.actions.tick import needs_clock, plan_clock, set_clock
 
@@ -115,7 +115,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         clock_line = set_clock(ctx, driver, rep, {s.trusted.id: f"session {s.state.sessions + 1} starting"},
                                may_disable=False)
         clock_on = ": enabled" in clock_line
-    result = run_session(ws, drivers, session=s)  # the state as read above: no second fetch
+    result = run_session(ws, ports, session=s)  # the state as read above: no second fetch
     rows = rows_of(s, ctx)
     mr = session_mode_result(result, rows)
     notes: list[str] = []
@@ -129,7 +129,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         mr.annotations.append(("warning", note.splitlines()[0], "plan-runner watch"))
         mr.summary += f"\n> **The plan's pull request was not updated.**\n\n{fence(note)}\n"
     # a wait, a dispatched session or an unconfirmed dispatch needs the clock
-    clock = clock_line + plan_clock(ctx, driver, rep, Session(ws, drivers), already_on=clock_on)
+    clock = clock_line + plan_clock(ctx, driver, rep, Session(ws, ports), already_on=clock_on)
     mr.summary += f"\n{clock}" if clock else ""
     for key, run_id, url in getattr(driver, "dispatched_runs", ()):  # the run GitHub started for the dispatch
         rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())
@@ -243,7 +243,7 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         ctx = GitHubContext.from_env(env)
         ws = github_workspace(env, plan_input(env, ctx))
         # The local state, as this job wrote it (no fetch: the remote may not hold the start yet).
-        s = Session(ws, Drivers(store=GitStateStore(ws.repo, remote=None), dispatcher=None, parker=None))
+        s = Session(ws, Ports(store=GitStateStore(ws.repo, remote=None), dispatcher=None, parker=None))
         open_ = s.state.open_session
         if open_ is None:
             return "no session was running: nothing to push"

@@ -22,7 +22,7 @@ from runner.core.planfile import plan_id_from_path
 from runner.core.policy import decide_after_reply
 from runner.core.replies import HELP, ReplyProblem, Verb, parse_reply
 from runner.adapters.render.report import defang
-from runner.drivers.session import Drivers, Session, Workspace, load_trusted_plan
+from runner.drivers.session import Ports, Session, Workspace, load_trusted_plan
 from runner.adapters.store.state import GitStateStore
 from runner.drivers.actions.tick import plan_clock
 from runner.drivers.session.phases import dispatch
@@ -123,8 +123,8 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueCo
                    job=env.get("GITHUB_RUN_ID", "") or "actions")
     trusted, _ = load_trusted_plan(ws)
     fetch_work_branch(ws, trusted.work_branch)  # checkpoint states as the work branch has them
-    drivers = Drivers(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver)
-    s = Session(ws, drivers)
+    ports = Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver)
+    s = Session(ws, ports)
     if not s.state.parked:
         say(f"@{user}: plan `{plan_id}` is not parked any more (another reply or run moved it on), so this reply "
             "changes nothing.")
@@ -157,7 +157,7 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueCo
                           summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {result.message}\n",
                           annotations=[("warning", f"{plan_id} parked: {result.message}", "plan-runner parked")])
     driver.react(ev.comment_id, "rocket")
-    clock = plan_clock(ctx, driver, rep, Session(ws, drivers))
+    clock = plan_clock(ctx, driver, rep, Session(ws, ports))
     return ModeResult(outcome="accepted", next_action=describe(action),
                       summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {describe(action)}; "
                               "the next run is dispatched.\n" + (f"\n{clock}" if clock else ""))

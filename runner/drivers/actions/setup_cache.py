@@ -1,4 +1,4 @@
-"""The plan's `setup:` results in the Actions cache (issue 23), so that a later session job on a fresh hosted runner
+"""The plan's `setup:` results in the Actions cache, so that a later session job on a fresh hosted runner
 restores them instead of running the plan's whole set-up again (a real project's `pip install -e .[test]`).
 
 What is cached is what the set-up cache of runner/adapters/judge/setup.py keeps on the runner's disk: one archive
@@ -242,9 +242,9 @@ def _session_due(job: _Job) -> bool:
     from runner.core.actions import RunSession
     from runner.core.policy import decide_start
     from runner.drivers.actions.env import REMOTE
-    from runner.drivers.session import Drivers, Session
+    from runner.drivers.session import Ports, Session
 
-    s = Session(job.ws, Drivers(store=GitStateStore(job.ws.repo, remote=REMOTE), dispatcher=None, parker=None))
+    s = Session(job.ws, Ports(store=GitStateStore(job.ws.repo, remote=REMOTE), dispatcher=None, parker=None))
     return isinstance(decide_start(s.state, s.plan), RunSession)
 
 

@@ -6,7 +6,7 @@ than it could possibly run (or whose run GitHub says ended: reconcile), is recon
 gets at most one dispatch. Parked, stopped, finished and waiting plans cost nothing:
 the only API calls are the dispatches of the plans that are due.
 
-The clock (docs/github-actions.md, "Billing"): the tick's schedule lives in a workflow of
+The clock (docs/github-actions.md, "What it costs"): the tick's schedule lives in a workflow of
 its own that runs only while some plan needs it (`needs_clock`): a job that leaves a plan
 waiting enables it, a tick that finds none waiting disables it.
 """
@@ -27,7 +27,7 @@ from runner.core.ledger import Dispatched, Reply, SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.policy import decide_start
 from runner.core.planfile import plan_id_from_path
-from runner.drivers.session import Drivers, Session, Workspace
+from runner.drivers.session import Ports, Session, Workspace
 from runner.adapters.store.state import GitStateStore
 from runner.drivers.session.cut_short import reconcile_orphan
 from runner.drivers.session.phases import dispatch, park_refused_dispatch, record_dispatched_run
@@ -38,8 +38,8 @@ LOST_DISPATCH_AFTER = timedelta(minutes=30)  # a dispatched run that never start
 
 def orphan_deadline(started_at: datetime, plan: Plan) -> datetime:
     """When a session that started at `started_at` cannot still be running in a live job."""
-    gates = sum(g.timeout_minutes for g in plan.config.gates) * 2  # a red required gate runs twice
-    return started_at + timedelta(seconds=plan.config.agent.time_limit_minutes + gates) + ORPHAN_MARGIN
+    gates = sum(g.timeout_s for g in plan.config.gates) * 2  # a red required gate runs twice
+    return started_at + timedelta(seconds=plan.config.agent.time_limit_s + gates) + ORPHAN_MARGIN
 
 
 def stopped_by_reply(entries: Sequence) -> bool:
@@ -170,13 +170,13 @@ def decide_tick(s: Session, now: datetime, ended: frozenset[int] = frozenset()
     return seen, action
 
 
-def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None,
+def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
               ended: frozenset[int] = frozenset(), ask: Callable[[int], bool] | None = None) -> tuple[str, bool]:
     """One plan's tick: reconcile, then dispatch at most one run. Returns (a line for the summary, dispatched?).
     `ended`: runs GitHub said ended without succeeding: their sessions are reconciled now, not after a deadline.
     `ask`: whether GitHub says a run ended without succeeding (`GitHubDriver.run_ended`), asked of the run of the
     plan's open or dispatched session (one call a running plan; none for a plan that waits, is parked or done)."""
-    s = Session(ws, drivers)
+    s = Session(ws, ports)
     now = ws.clock()
     run = watched_run(s)
     if ask is not None and run is not None and run not in ended:
@@ -189,7 +189,7 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None,
     open_ = s.state.open_session
     if open_ is not None and (now >= orphan_deadline(open_.started_at, s.trusted) or ended_run(s, ended)):
         fetch_work_branch(ws, s.trusted.work_branch)
-        s = Session(ws, drivers)  # with the work branch's tracker, for the decision after the orphan
+        s = Session(ws, ports)  # with the work branch's tracker, for the decision after the orphan
         reconcile_orphan(s)
         log(f"{s.trusted.id}: reconciled session {open_.n} (job {open_.job or '?'} never finished)")
     seen, action = decide_tick(s, now, ended)
@@ -207,13 +207,13 @@ def tick_plan(ws: Workspace, drivers: Drivers, log=lambda text: None,
         if run is None and len(intents) < 2:
             s.write([Dispatched(at=now, for_session=n, key=f"{s.trusted.id}#{n}:redo")])
             try:
-                drivers.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}")
+                ports.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}")
             except Refused as err:
                 result = park_refused_dispatch(s, err)
                 return f"parked: {result.message}", False
             return f"{seen}: session {n} never reported; dispatched again ({describe(action)})", True
         fetch_work_branch(ws, s.trusted.work_branch)
-        s = Session(ws, drivers)
+        s = Session(ws, ports)
         reconcile_orphan(s, started=_unaccounted_start(s, n, intents[0] if intents else None, action))
         log(f"{s.trusted.id}: reconciled session {n} " + (f"(run {run} ended without a word)" if run is not None
                                                           else f"(dispatched {len(intents)} times, never reported)"))
@@ -345,7 +345,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
     store = GitStateStore(repo, remote=REMOTE)
     with_state = set(store.plans())
     later = _DispatchLater()
-    drivers = Drivers(store=store, dispatcher=later, parker=driver)
+    ports = Ports(store=store, dispatcher=later, parker=driver)
     store.defer_pushes()  # every plan's writes go in one atomic push, after the loop
     rows, dispatched, failed = [], 0, 0
     annotations = []
@@ -361,7 +361,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         spaces[plan_id] = ws
         later.calls = calls.setdefault(plan_id, [])
         try:
-            line, went = tick_plan(ws, drivers, rep.log, ended, ask=getattr(driver, "run_ended", None))
+            line, went = tick_plan(ws, ports, rep.log, ended, ask=getattr(driver, "run_ended", None))
         except StateConflict:
             line = "another job moved the plan first; nothing to do"
         except PlanRunnerError as err:
@@ -386,8 +386,8 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
             except Refused as err:  # only a person can fix it: park once with the fix (voids the intent)
                 dispatched -= 1
                 try:
-                    parked = park_refused_dispatch(Session(spaces[plan_id], Drivers(store=store, dispatcher=driver,
-                                                                                    parker=driver)), err)
+                    parked = park_refused_dispatch(Session(spaces[plan_id], Ports(store=store, dispatcher=driver,
+                                                                                  parker=driver)), err)
                     row[1] = f"parked: {parked.message}"
                 except StateConflict:
                     row[1] = "another job moved the plan first; nothing to do"
@@ -405,12 +405,12 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         store.reuse_fetched(runs)
         store.defer_pushes()
         for plan_id, (n, key, run_id) in runs.items():
-            record_dispatched_run(Session(spaces[plan_id], drivers), n, key, run_id)
+            record_dispatched_run(Session(spaces[plan_id], ports), n, key, run_id)
         store.flush()
     store.reuse_fetched(spaces)  # no fetch more: the state as this tick left it
     for plan_id, ws in spaces.items():
         try:
-            why = needs_clock(Session(ws, drivers))
+            why = needs_clock(Session(ws, ports))
         except PlanRunnerError:
             continue
         if why:

@@ -11,8 +11,8 @@ names the old one. `reset` itself has no GitHub token, so the job does it with i
 people watch is the place they review and merge, and its diff shows the work so far (docs/github-actions.md).
 
 Everything the agent wrote that reaches the description goes through render's Markdown escaping (published
-text, SPEC 4b invariant 6). The watch view is a report, never a decision: when GitHub refuses it (the setting
-that lets Actions open pull requests is off, a missing permission, an outage) the session's outcome stands and
+text, docs/security.md, "Hostile and broken input"). The watch view is a report, never a decision: when GitHub
+refuses it (the setting that lets Actions open pull requests is off, a missing permission, an outage) the session's outcome stands and
 the job summary says what to change.
 """
 

@@ -189,7 +189,7 @@ def _demo_isolation(err) -> str | None:
 def run_demo(directory: Path | None = None) -> int:
     from runner.drivers.cli.progress import Progress, print_result, print_sessions_table
     from runner.adapters.render.term import err, out
-    from runner.drivers.cli.local import EXIT_FINISHED, local_drivers, local_workspace, run_loop
+    from runner.drivers.cli.local import EXIT_FINISHED, local_ports, local_workspace, run_loop
 
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="plan-runner-demo-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -197,17 +197,17 @@ def run_demo(directory: Path | None = None) -> int:
     err.say(f"plan-runner demo: a real repository at {repo}\n"
             "The agent is scripted; gates, git and every verdict are real.\n", "bold")
     ws = local_workspace(plan, isolation=_demo_isolation(err))
-    drivers = local_drivers(ws)
+    ports = local_ports(ws)
     progress = Progress()
     ws.on_event = progress.event
     from runner.drivers.session.lock import plan_lock
 
     try:
         with plan_lock(ws):  # `plan-runner clean` leaves a running demo's folder alone
-            code, result = run_loop(ws, drivers, on_result=print_result, on_wait=progress.wait)
+            code, result = run_loop(ws, ports, on_result=print_result, on_wait=progress.wait)
     finally:
         progress.stop()
-    entries, _ = drivers.store.read(result.plan.id)
+    entries, _ = ports.store.read(result.plan.id)
     print_sessions_table(entries, "demo: every session and its verdict")
     err.say(f"\n{result.message}\nreport: {result.url}\nrepository: {repo} "
             f"(work branch {result.plan.work_branch}, state ref refs/plan-runner/state/{result.plan.id})")

@@ -1,4 +1,4 @@
-"""Local mode: the same loop in one process, with no GitHub at all (SPEC section 9).
+"""Local mode: the same loop in one process, with no GitHub at all (docs/usage.md).
 
 Dispatch becomes "next session now", a park writes the report to a file, and
 the state store is the same git branch, without a remote unless one exists.
@@ -16,7 +16,7 @@ from runner.core.actions import Wait
 from runner.core.errors import PlanRunnerError
 from runner.core.exits import Exit
 from runner.core.planfile import plan_id_from_path
-from runner.drivers.session import Drivers, SessionResult, Workspace
+from runner.drivers.session import Ports, SessionResult, Workspace
 from runner.adapters.store.state import GitStateStore
 from runner.drivers.session.phases import run_session
 
@@ -93,19 +93,19 @@ def _base_named(plan: Path) -> str | None:
         return None
 
 
-def local_drivers(ws: Workspace) -> Drivers:
-    return Drivers(store=GitStateStore(ws.repo, remote=ws.remote), dispatcher=LocalDispatcher(),
-                   parker=LocalParker(ws.scratch_dir / "reports"))
+def local_ports(ws: Workspace) -> Ports:
+    return Ports(store=GitStateStore(ws.repo, remote=ws.remote), dispatcher=LocalDispatcher(),
+                 parker=LocalParker(ws.scratch_dir / "reports"))
 
 
-def run_loop(ws: Workspace, drivers: Drivers, *, max_wait_s: float | None = None,
+def run_loop(ws: Workspace, ports: Ports, *, max_wait_s: float | None = None,
              on_result: Callable[[SessionResult], None] = lambda r: None,
              on_wait: Callable[[Wait, float], None] = lambda w, left: None,
              sleep: Callable[[float], None] = wallclock.sleep, max_steps: int = 10_000) -> tuple[int, SessionResult]:
     """Sessions until the plan finishes, parks, or must wait longer than `max_wait_s`."""
     result = None
     for _ in range(max_steps):
-        result = run_session(ws, drivers)
+        result = run_session(ws, ports)
         on_result(result)
         if result.status == "finished":
             return EXIT_FINISHED, result
@@ -126,4 +126,4 @@ def run_loop(ws: Workspace, drivers: Drivers, *, max_wait_s: float | None = None
 
 
 __all__ = ["EXIT_FINISHED", "EXIT_PARKED", "EXIT_WAITING", "LocalDispatcher", "LocalParker",
-           "local_drivers", "local_workspace", "plan_id_from_path", "run_loop"]
+           "local_ports", "local_workspace", "plan_id_from_path", "run_loop"]

@@ -47,8 +47,8 @@ def session_json(result) -> dict:
     }
 
 
-def _preflight(ws, drivers, session=None, *, full: bool = False) -> None:
-    """SPEC 9: before the first session, stop on a setup mistake with what/why/fix, recording nothing.
+def _preflight(ws, ports, session=None, *, full: bool = False) -> None:
+    """before the first session, stop on a setup mistake with what/why/fix, recording nothing.
     `session`: the plan and state as the caller read them already (not read twice)."""
     from runner.drivers.session.preflight import before_first_session
     from runner.drivers.cli.progress import StepLine
@@ -56,7 +56,7 @@ def _preflight(ws, drivers, session=None, *, full: bool = False) -> None:
     line = StepLine("preflight", "a fresh checkout of the base commit")  # a live line on a terminal only
     hook, ws.on_event = ws.on_event, line.event
     try:
-        before_first_session(ws, drivers, warn=lambda text: err.say(f"preflight {text}", "yellow"), session=session,
+        before_first_session(ws, ports, warn=lambda text: err.say(f"preflight {text}", "yellow"), session=session,
                              full=full)
     finally:
         line.stop()
@@ -82,25 +82,25 @@ def cmd_session(args: argparse.Namespace) -> int:
         return run_action(dict(os.environ, PLAN_RUNNER_PLAN=str(args.plan)), mode="session")
     with frozen_imports():
         from runner.core.policy import decide_start
-        from runner.drivers.cli.local import local_drivers, local_workspace
+        from runner.drivers.cli.local import local_ports, local_workspace
         from runner.drivers.session import Session
         from runner.drivers.session.cut_short import recorded_interruptions
         from runner.drivers.session.phases import run_session
 
     ws = local_workspace(args.plan, isolation=args.isolation)
-    drivers = local_drivers(ws)
-    s = Session(ws, drivers)  # the plan and its state, read once for the preflight and the session
+    ports = local_ports(ws)
+    s = Session(ws, ports)  # the plan and its state, read once for the preflight and the session
     if args.dry_run:
         action = decide_start(s.state, s.plan)
         print(json.dumps({"plan": s.plan.id, "next": describe(action), "next_action": action.model_dump(mode="json")},
                          indent=2) if args.json else describe(action))
         return 0
-    _preflight(ws, drivers, s)
+    _preflight(ws, ports, s)
     progress = Progress()
     ws.on_event = progress.event
     try:
-        with recorded_interruptions(ws, drivers):
-            result = run_session(ws, drivers, s)
+        with recorded_interruptions(ws, ports):
+            result = run_session(ws, ports, s)
     finally:
         progress.stop()
     if args.json:
@@ -124,23 +124,23 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
          arguments=_run_arguments)
 def cmd_run(args: argparse.Namespace) -> int:
     with frozen_imports():
-        from runner.drivers.cli.local import local_drivers, local_workspace, run_loop
+        from runner.drivers.cli.local import local_ports, local_workspace, run_loop
         from runner.drivers.session.cut_short import recorded_interruptions
         from runner.drivers.session.lock import plan_lock
 
     ws = local_workspace(args.plan, isolation=args.isolation)
-    drivers = local_drivers(ws)
+    ports = local_ports(ws)
     with plan_lock(ws):  # a second `run` of this plan refuses; other plans run at once
-        _preflight(ws, drivers, full=True)
+        _preflight(ws, ports, full=True)
         progress = Progress()
         ws.on_event = progress.event
         try:
-            with recorded_interruptions(ws, drivers):
-                code, result = run_loop(ws, drivers, max_wait_s=args.max_wait, on_result=progress.result,
+            with recorded_interruptions(ws, ports):
+                code, result = run_loop(ws, ports, max_wait_s=args.max_wait, on_result=progress.result,
                                         on_wait=progress.wait)
         finally:
             progress.stop()
-    entries, _ = drivers.store.read(result.plan.id)
+    entries, _ = ports.store.read(result.plan.id)
     print_sessions_table(entries, f"plan {result.plan.id}")
     plan_arg = _plan_display(args.plan)
     if code == EXIT_PARKED:
@@ -235,7 +235,7 @@ def local_user(repo: Path) -> str:
 def cmd_reply(args: argparse.Namespace) -> int:
     from runner.core.errors import PlanRunnerError
     from runner.core.ledger import Reply
-    from runner.drivers.cli.local import local_drivers, local_workspace
+    from runner.drivers.cli.local import local_ports, local_workspace
     from runner.core.policy import decide_after_reply
     from runner.core.replies import MAX_INSTRUCTIONS
     from runner.drivers.session import Session
@@ -246,7 +246,7 @@ def cmd_reply(args: argparse.Namespace) -> int:
                               why=f"a reply is a prompt addendum of at most {MAX_INSTRUCTIONS} characters",
                               fix="shorten them, or write them to a file in the repository and name it")
     ws = local_workspace(args.plan)
-    s = Session(ws, local_drivers(ws))
+    s = Session(ws, local_ports(ws))
     plan_arg = _plan_display(args.plan)
     if s.state.open_session is not None:
         raise PlanRunnerError(what=f"session {s.state.open_session.n} of {s.plan.id} has started and not finished",
@@ -284,11 +284,11 @@ def _logs_arguments(parser: argparse.ArgumentParser) -> None:
 @command("logs", help="what the agent did in a session: its words, tool calls and results, as readable text",
          arguments=_logs_arguments)
 def cmd_logs(args: argparse.Namespace) -> int:
-    from runner.drivers.cli.local import local_drivers, local_workspace
+    from runner.drivers.cli.local import local_ports, local_workspace
     from runner.drivers.cli.transcripts import render_logs
 
     ws = local_workspace(args.plan)
-    text = render_logs(ws, local_drivers(ws), args.session, max_lines=args.max_lines)
+    text = render_logs(ws, local_ports(ws), args.session, max_lines=args.max_lines)
     out.say(text.rstrip("\n"))
     return 0
 
@@ -327,12 +327,12 @@ def cmd_reset(args: argparse.Namespace) -> int:
 def _refuse_open_session(ws, verb: str) -> None:
     """A `plan-runner session` of the plan still running (it holds no run lock): its agent works in the area."""
     from runner.core.errors import PlanRunnerError
-    from runner.drivers.cli.local import local_drivers
+    from runner.drivers.cli.local import local_ports
     from runner.drivers.session import Session
     from runner.drivers.session.cut_short import _pid_alive
 
     try:
-        open_ = Session(ws, local_drivers(ws)).state.open_session
+        open_ = Session(ws, local_ports(ws)).state.open_session
     except PlanRunnerError:
         return  # a plan that cannot be read has no session running
     if open_ is not None and _pid_alive(open_.job):

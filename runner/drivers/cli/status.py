@@ -7,14 +7,14 @@ from pathlib import Path
 
 from runner.core.actions import Wait, describe
 from runner.core.errors import PlanRunnerError
-from runner.drivers.cli.local import local_drivers, local_workspace, repo_root
+from runner.drivers.cli.local import local_ports, local_workspace, repo_root
 from runner.core.policy import decide_start
 from runner.drivers.session import Session
 
 
-def plan_status(path: Path, drivers=None) -> dict:
+def plan_status(path: Path, ports=None) -> dict:
     ws = local_workspace(path)
-    s = Session(ws, drivers or local_drivers(ws))
+    s = Session(ws, ports or local_ports(ws))
     plan, state = s.plan, s.state
     nxt = plan.next_checkpoint(state.skipped)
     stage = plan.stage_of(nxt.id) if nxt else None
@@ -56,7 +56,7 @@ def plan_statuses(paths: list[Path]) -> list[dict]:
     try:
         first = local_workspace(paths[0]) if paths else None
         if first is not None:
-            shared, repo = local_drivers(first), first.repo
+            shared, repo = local_ports(first), first.repo
             shared.store.plans()
     except PlanRunnerError:
         shared = None  # each plan reads its own state; its row says what is wrong

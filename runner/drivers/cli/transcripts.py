@@ -259,13 +259,13 @@ def _bounded(lines: Iterable[str], max_lines: int) -> list[str]:
     return flat
 
 
-def render_logs(ws, drivers, session: int | None, *, max_lines: int = 400) -> str:
+def render_logs(ws, ports, session: int | None, *, max_lines: int = 400) -> str:
     """The text of `plan-runner logs PLAN [SESSION]`."""
     from runner.core.ledger import SessionRecord
     from runner.drivers.session import TRANSCRIPTS_DIR, load_trusted_plan
 
     plan, _ = load_trusted_plan(ws)
-    entries, _ = drivers.store.read(plan.id)
+    entries, _ = ports.store.read(plan.id)
     records = [e for e in entries if isinstance(e, SessionRecord)]
     if not records:
         raise PlanRunnerError(what=f"plan {plan.id} has no finished session yet", why="there is no transcript to show",
@@ -283,7 +283,7 @@ def render_logs(ws, drivers, session: int | None, *, max_lines: int = 400) -> st
             f"{record.outcome.value}, {record.tokens} tokens, backend {record.backend or '?'}"]
     head += [f"  - {r}" for r in record.reasons]
     with tempfile.TemporaryDirectory(prefix="plan-runner-logs-") as tmp:
-        drivers.store.read_dir(plan.id, TRANSCRIPTS_DIR, Path(tmp))
+        ports.store.read_dir(plan.id, TRANSCRIPTS_DIR, Path(tmp))
         sid = record.agent_session_id or record.resume_session_id
         body = render_dir(Path(tmp), sid)
         if not body and sid:

@@ -1,4 +1,4 @@
-"""One session of a plan, as a package of explicit phases (SPEC section 4).
+"""One session of a plan, as a package of explicit phases (docs/design.md; docs/reliability.md, "Fault points").
 
 * `context`: what a session works with: the workspace, the drivers, the plan's ledger handle (`Session`);
 * `phases`: load -> begin -> run_agent -> import_work -> judge -> decide -> persist -> apply, and
@@ -13,7 +13,7 @@ The phases are imported on first use (`status` and `logs` need only the context)
 from __future__ import annotations
 
 from runner.drivers.session.context import (
-    EVIDENCE_FILE, TRANSCRIPTS_DIR, UNPUBLISHED, Drivers, Session, SessionResult, Workspace, agent_pid_file,
+    EVIDENCE_FILE, TRANSCRIPTS_DIR, UNPUBLISHED, Ports, Session, SessionResult, Workspace, agent_pid_file,
     isolation_of, judge_tree, load_trusted_plan,
 )
 from runner.drivers.session.faults import FAULT_POINTS, fault_point
@@ -33,6 +33,6 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["EVIDENCE_FILE", "FAULT_POINTS", "TRANSCRIPTS_DIR", "UNPUBLISHED", "Drivers", "Session",
+__all__ = ["EVIDENCE_FILE", "FAULT_POINTS", "TRANSCRIPTS_DIR", "UNPUBLISHED", "Ports", "Session",
            "SessionResult", "Workspace", "agent_pid_file", "fault_point", "isolation_of", "judge_tree", "load_trusted_plan"]
 __all__ += list(_LAZY)

@@ -56,7 +56,11 @@ class _Appended(EntrySequence):
 
 
 @dataclass
-class Drivers:
+class Ports:
+    """What a session reaches the world through, swapped between the local loop and the GitHub job: the state
+    store, dispatching the next session, parking for a human (runner/core/ports.py), an advisor and the
+    runner of `checks:` gates."""
+
     store: StateStore
     dispatcher: Dispatcher
     parker: Parker
@@ -178,18 +182,18 @@ def isolation_of(ws: Workspace, plan: Plan) -> sandbox.Isolation:
 class Session:
     """One invocation: everything it needs, and the ledger version it may write on."""
 
-    def __init__(self, ws: Workspace, drivers: Drivers) -> None:
-        self.ws, self.d = ws, drivers
+    def __init__(self, ws: Workspace, ports: Ports) -> None:
+        self.ws, self.d = ws, ports
         self.trusted, self.trusted_text = load_trusted_plan(ws)
         if ws.remote:
             # One fetch for the session: the plan's state, its work branch and the base it starts from.
             branch, base = self.trusted.work_branch, self.trusted.config.base
-            drivers.store.fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
+            ports.store.fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
                                      [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
                                       f"refs/remotes/{ws.remote}/{base}"])
-        self.entries, self.version = drivers.store.read(self.trusted.id)
+        self.entries, self.version = ports.store.read(self.trusted.id)
         # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
-        self.branches_fetched = drivers.store.fetched_with(self.trusted.id)
+        self.branches_fetched = ports.store.fetched_with(self.trusted.id)
         self.plan, _ = _tracked_plan(ws, self.trusted)
         self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)

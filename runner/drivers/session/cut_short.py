@@ -29,7 +29,7 @@ from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.outcome import INTERRUPTED_RULE
 from runner.core.policy import decide, fold
 from runner.drivers.session.context import (
-    Drivers, Session, Workspace, agent_pid_file, isolation_of, judge_tree, spent_so_far,
+    Ports, Session, Workspace, agent_pid_file, isolation_of, judge_tree, spent_so_far,
 )
 
 
@@ -115,12 +115,12 @@ def keep_on_remote(s: Session, open_: SessionStarted, remote: str) -> str | None
 # --- the two records -------------------------------------------------------------------------------------
 
 
-def record_interruption(ws: Workspace, drivers: Drivers, why: str, *, only_if_saved: bool = False
+def record_interruption(ws: Workspace, ports: Ports, why: str, *, only_if_saved: bool = False
                         ) -> SessionRecord | None:
     """This job's own open session, stopped by it: Interrupted; None when it has none (nothing was running).
     `only_if_saved`: when the agent's work could not be saved (a full disk), write no record either: the session
     stays open, and the next run, once space is back, salvages the agent's clone and records it."""
-    s = Session(ws, drivers)
+    s = Session(ws, ports)
     open_ = s.state.open_session
     if open_ is None or open_.job != ws.job:
         return None
@@ -230,7 +230,7 @@ def space_places(ws: Workspace) -> list:
 
 
 @contextmanager
-def recorded_interruptions(ws: Workspace, drivers: Drivers):
+def recorded_interruptions(ws: Workspace, ports: Ports):
     """Run sessions inside: a Ctrl-C, SIGTERM or an unexpected failure mid-session is recorded, then re-raised.
     A full file system (runner/drivers/session/space.py) is recorded in the space its reserve frees, and re-raised as
     the clear OutOfSpace error; the reserve is made before anything starts."""
@@ -243,15 +243,15 @@ def recorded_interruptions(ws: Workspace, drivers: Drivers):
         try:
             yield
         except KeyboardInterrupt:
-            _record_quietly(ws, drivers, "plan-runner was interrupted (Ctrl-C or SIGTERM) during the session")
+            _record_quietly(ws, ports, "plan-runner was interrupted (Ctrl-C or SIGTERM) during the session")
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised for the CLI's one error handler
             if not space.exhausted(exc):
-                _record_quietly(ws, drivers, f"plan-runner stopped during the session: {type(exc).__name__}: {exc}")
+                _record_quietly(ws, ports, f"plan-runner stopped during the session: {type(exc).__name__}: {exc}")
                 raise
             seen = space.usage(places)
             reserve.release()
-            record = _record_quietly(ws, drivers, f"a file system plan-runner writes was full during the session "
+            record = _record_quietly(ws, ports, f"a file system plan-runner writes was full during the session "
                                                   f"({space.full_words(seen)})", only_if_saved=True)
             outcome = (f"Session {record.n} was recorded as Interrupted (no attempt or budget used), in space "
                        "plan-runner had held back; "
@@ -263,11 +263,11 @@ def recorded_interruptions(ws: Workspace, drivers: Drivers):
             raise space.out_of_space(places, when="during the session", outcome=outcome, seen=seen) from exc
 
 
-def _record_quietly(ws: Workspace, drivers: Drivers, why: str, *, only_if_saved: bool = False
+def _record_quietly(ws: Workspace, ports: Ports, why: str, *, only_if_saved: bool = False
                     ) -> SessionRecord | None:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the record
     try:
-        return record_interruption(ws, drivers, why, only_if_saved=only_if_saved)
+        return record_interruption(ws, ports, why, only_if_saved=only_if_saved)
     except Exception:  # noqa: BLE001 - the next run reconciles the open session instead
         return None
     finally:

@@ -1,4 +1,5 @@
-"""The session as explicit phases, each a function from small frozen values to the next (SPEC section 4):
+"""The session as explicit phases, each a function from small frozen values to the next (docs/design.md;
+docs/reliability.md, "Fault points"):
 
     load -> begin -> run_agent -> import_work -> judge -> decide -> persist -> apply
 
@@ -42,7 +43,7 @@ from runner.core.plan import Plan
 from runner.core.planfile import with_tracker
 from runner.core.policy import AnyAction, decide as decide_by_rules, decide_start, fold
 from runner.drivers.session.context import (
-    EVIDENCE_FILE, TRANSCRIPTS_DIR, Drivers, Session, SessionResult, Workspace, agent_pid_file, isolation_of,
+    EVIDENCE_FILE, TRANSCRIPTS_DIR, Ports, Session, SessionResult, Workspace, agent_pid_file, isolation_of,
     judge_tree,
 )
 from runner.drivers.session.cut_short import reconcile_orphan, session_ref
@@ -120,7 +121,7 @@ def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, st
     head = gitwork.ref_sha(ws.repo, branch)
     expected = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}")
     if expected and head and expected != head and not gitwork.is_ancestor(ws.repo, expected, head):
-        # The remote only moves forward (SPEC 4b, invariant 5): every commit it holds stays reachable.
+        # The remote only moves forward (docs/security.md, "The mechanism"): every commit it holds stays reachable.
         raise PlanRunnerError(
             what=f"refusing to push the work branch {plan.work_branch!r}: it would drop commits from {ws.remote!r}",
             why=f"the remote's {expected[:12]} is not in the history of {head[:12]}; plan-runner never "
@@ -174,7 +175,7 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
         return workdir
 
     def on_base(gates):
-        """The gates given, on a fresh checkout of the trusted base commit after its set-up (issue 27)."""
+        """The gates given, on a fresh checkout of the trusted base commit after its set-up."""
         if trusted is None:
             return (), ""
         workdir = fresh(trusted)
@@ -268,9 +269,9 @@ class Decided:
 # --- the whole session ----------------------------------------------------------------------------------
 
 
-def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None) -> SessionResult:
+def run_session(ws: Workspace, ports: Ports, session: Session | None = None) -> SessionResult:
     """Run at most one session of the plan and apply what follows from it (`session`: already read)."""
-    s, action = load(ws, drivers, session)
+    s, action = load(ws, ports, session)
     if isinstance(action, SessionResult):
         return action
     begun = None
@@ -304,10 +305,10 @@ def run_session(ws: Workspace, drivers: Drivers, session: Session | None = None)
 # --- the phases -----------------------------------------------------------------------------------------
 
 
-def load(ws: Workspace, drivers: Drivers, session: Session | None = None) -> tuple[Session, RunSession | SessionResult]:
+def load(ws: Workspace, ports: Ports, session: Session | None = None) -> tuple[Session, RunSession | SessionResult]:
     """The plan and its ledger (a session cut short before is settled first), and the session to run now,
     or the result that says why none runs."""
-    s = session or Session(ws, drivers)
+    s = session or Session(ws, ports)
     if not reconcile_orphan(s):
         return s, SessionResult("busy", s.plan, s.state, None,
                                 f"session {s.state.open_session.n} is still running in {s.state.open_session.job}")

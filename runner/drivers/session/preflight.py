@@ -1,4 +1,4 @@
-"""Preflight (SPEC section 9): before a run's first session, check what a session needs.
+"""Preflight (docs/usage.md): before a run's first session, check what a session needs.
 
 A setup mistake (no `claude` on the PATH, no API key for the plan's backend, a gate whose
 command does not exist) would otherwise become recorded sessions: TimedOut starts, a park
@@ -441,7 +441,7 @@ class PreflightError(PlanRunnerError):
     """A setup problem found before any session: nothing was recorded."""
 
 
-def before_first_session(ws, drivers, *, warn=lambda text: None, session=None, full: bool = False) -> None:
+def before_first_session(ws, ports, *, warn=lambda text: None, session=None, full: bool = False) -> None:
     """The preflight of `run`/`session`: skipped when no session would start (the plan is parked or finished, or
     only the finish's pull request or a park is due).
     `session`: the state as the caller read it already (no second fetch).
@@ -460,7 +460,7 @@ def before_first_session(ws, drivers, *, warn=lambda text: None, session=None, f
         plan, state, current = session.trusted, session.state, session.plan
     else:
         plan, _ = load_trusted_plan(ws)
-        entries, _ = drivers.store.read(plan.id)
+        entries, _ = ports.store.read(plan.id)
         state = folded(entries)  # from the stored snapshot when it holds: no entry parsed
         current = plan
     if state.parked or state.finished or not isinstance(decide_start(state, current), (RunSession, Wait)):

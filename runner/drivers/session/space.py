@@ -1,4 +1,4 @@
-"""A full disk or inode table ends in a recorded, clear state (issue 22).
+"""A full disk or inode table ends in a recorded, clear state.
 
 The agent can fill a file system it shares with plan-runner (the temp folder, the repository's disk) with
 bytes or with empty files. Without care every later write of plan-runner fails with `OSError: [Errno 28]`, the
