@@ -1,4 +1,4 @@
-"""What of the agent's CLI state plan-runner keeps for the next session: an allow-list (issue 46).
+"""What of the agent's CLI state plan-runner keeps for the next session: an allow-list.
 
 The agent wrote its CLI's state folder; all of it is the agent's output. Only what a CLI needs to resume a
 session is kept: its session transcripts, JSON lines, read as such (every line a JSON object, UTF-8). A file

@@ -83,7 +83,7 @@ def build_claude_argv(
 ) -> list[str]:
     # No settings file is read (user: the config dir the agent could write last session and that is kept for the
     # next; project and local: `.claude/` in the work tree) and no MCP server but the plan's: what the agent may do
-    # is set by this command line alone, never widened by a file it wrote (issue 46).
+    # is set by this command line alone, never widened by a file it wrote.
     argv = [executable, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
             "--setting-sources", "", "--strict-mcp-config",
             "--permission-mode", "dontAsk", "--allowedTools", ",".join(allowed_tools(agent))]
