@@ -105,6 +105,11 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         pr = d.open_finish("a", "plan-runner/a", "main", "plan-runner: a", "report")
         assert pr == watch and srv.ready_for_review == [int(pr.rsplit("/", 1)[-1])]
         assert d.open_finish("a", "plan-runner/a", "main", "plan-runner: a", "report 2") == pr
+        from runner.adapters.github.verdict_check import VerdictCheck
+
+        verdict = VerdictCheck(name="plan-runner / a", conclusion="action_required", title="NeedsHuman: session 1",
+                               summary="| gate | |\n", text="why", details_url=url)
+        assert d.publish_check(verdict, "a" * 40).endswith("/runs/" + str(srv.checks_on("a" * 40)[0]["id"]))
         gate = GateConfig(name="ci", checks=["tests", "ci/lint"])
         assert d.checks_gate(gate, "abc", timeout_s=1, poll_s=0.01).passed
         d.keep_workflow_enabled()
@@ -131,6 +136,8 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         assert http.get(f"/issues/comments/{comment}/reactions").status_code == 200
         assert http.get(f"/pulls/{pr.rsplit('/', 1)[-1]}").status_code == 200
         assert http.post("/issues", json={"title": "t", "body": "x" * 65_537}).status_code == 422
+        run = srv.checks_on("a" * 40)[0]["id"]
+        assert http.patch(f"/check-runs/{run}", json={"conclusion": "success"}).status_code == 200
         # plan-runner asks for the run's details (200); GitHub's answer without them is 204
         assert http.post("/actions/workflows/plan-runner.yml/dispatches", json={"ref": "main"}).status_code == 204
     assert problems_of(srv) == []

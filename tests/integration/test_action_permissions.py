@@ -74,7 +74,7 @@ def test_a_session_job_without_actions_write_fails_before_anything_is_recorded(t
         assert rc != 0 and outputs["outcome"] == "error"
         assert "the job `session` in .github/workflows/plan-runner.yml does not give its token `actions: write`" \
             in summary
-        assert "why: jobs.session.permissions grants contents: write, issues: write, pull-requests: write" in summary
+        assert "why: jobs.session.permissions grants checks: write, contents: write, issues: write, pull-requests: write" in summary
         assert "fix:" in summary and "actions: write  # dispatch the next session" in summary
         assert "Traceback" not in out + summary
         assert world.recorded() == ""
@@ -91,7 +91,7 @@ def test_the_workflow_init_writes_passes_and_the_session_runs(tmp_path) -> None:
 
 def test_a_tick_job_without_actions_write_fails_and_a_tick_with_it_passes(tmp_path) -> None:
     good = init_workflow(tmp_path, CLOCK)
-    bad = without(good, "      actions: write        # dispatch the runs that are due; disable this clock when nothing waits\n")
+    bad = without(good, "      actions: write        # read a session's run; dispatch the runs that are due; disable this clock when idle\n")
     with GitHubServer() as srv:
         world = World(tmp_path, srv, bad, path=CLOCK)
         rc, _, outputs, summary = world.job("tick", "schedule", w.schedule_event(), **CLOCK_ENV)
@@ -103,9 +103,19 @@ def test_a_tick_job_without_actions_write_fails_and_a_tick_with_it_passes(tmp_pa
 
 
 def test_a_checks_gate_needs_checks_and_statuses_read(tmp_path) -> None:
+    """The workflow `init` writes grants `checks: write` (the verdict's check run), which reads too: a `checks:` gate
+    then lacks only `statuses: read`; without the `checks:` line it lacks both."""
     plan = w.PLAN.replace("gates:\n", "gates:\n  - name: ci\n    checks: [build]\n    timeout_minutes: 1m\n")
     with GitHubServer() as srv:
         world = World(tmp_path, srv, init_workflow(tmp_path), plan=plan)
+        rc, _, outputs, summary = world.job("session", "workflow_dispatch", w.dispatch_event(PLAN))
+        assert rc != 0 and "does not give its token `statuses: read`" in summary
+        assert world.recorded() == ""
+    (tmp_path / "again").mkdir()
+    no_checks = without(init_workflow(tmp_path / "again"),
+                        "      checks: write         # publish each session's verdict as the check run `plan-runner / <plan>`\n")
+    with GitHubServer() as srv:
+        world = World(tmp_path / "again", srv, no_checks, plan=plan)
         rc, _, outputs, summary = world.job("session", "workflow_dispatch", w.dispatch_event(PLAN))
         assert rc != 0 and "`checks: read`, `statuses: read`" in summary
         assert "read the check runs a `checks:` gate waits for" in summary

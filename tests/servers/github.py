@@ -416,6 +416,22 @@ class GitHubServer:
     def pull_json(self, record: dict[str, Any]) -> dict[str, Any]:
         return shapes.pull(self.repo_api, self.html_url, record, self.repo_json(), self.users)
 
+    def has_commit(self, sha: str) -> bool:
+        """Whether the repository holds the commit (a check run's `head_sha`): read from the bare remote when the
+        branches are a real repository's (tests/e2e_act/world.py BareBranches), else any full sha."""
+        bare = getattr(self.branches, "bare", None)
+        if bare is not None:
+            import subprocess
+
+            return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=bare,
+                                  capture_output=True).returncode == 0
+        return bool(re.fullmatch(r"[0-9a-f]{40}", sha)) or sha in self.branches.values()
+
+    def checks_on(self, sha: str, name: str | None = None) -> list[dict[str, Any]]:
+        """The check runs on a commit (oldest first), optionally of one name."""
+        with self.lock:
+            return [r for r in self.check_runs.get(sha, []) if name is None or r["name"] == name]
+
     def resolve_sha(self, ref: str) -> str:
         return self.branches.get(ref, ref)
 

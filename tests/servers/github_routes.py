@@ -383,6 +383,68 @@ def update_pull(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: An
     return Reply(200, srv.pull_json(record))
 
 
+CHECK_CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out")
+CHECK_STATUSES = ("queued", "in_progress", "completed", "waiting", "requested", "pending")
+MAX_CHECK_OUTPUT = 65_535
+
+
+def _check_fields(srv: GitHubServer, body: dict[str, Any], record: dict[str, Any]) -> None:
+    """The fields of POST and PATCH .../check-runs as GitHub takes them ("Create a check run"): a conclusion makes
+    the run completed; completed needs a conclusion; output needs title and summary, each text at most 65,535
+    characters; action_required needs a details_url."""
+    status = body.get("status", record.get("status", "queued"))
+    conclusion = body.get("conclusion", record.get("conclusion"))
+    if status not in CHECK_STATUSES:
+        raise ApiError(422, shapes.validation("CheckRun", "status"))
+    if conclusion is not None:
+        if conclusion not in CHECK_CONCLUSIONS:
+            raise ApiError(422, shapes.validation("CheckRun", "conclusion"))
+        status = "completed"
+    if status == "completed" and conclusion is None:
+        raise ApiError(422, shapes.validation("CheckRun", "conclusion", "missing_field"))
+    details = body.get("details_url", record.get("details_url"))
+    if conclusion == "action_required" and not details:
+        raise ApiError(422, shapes.validation("CheckRun", "details_url", "missing_field"))
+    output = body.get("output")
+    if output is not None:
+        if not isinstance(output, dict) or not isinstance(output.get("title"), str) \
+                or not isinstance(output.get("summary"), str):
+            raise ApiError(422, shapes.validation("CheckRun", "output", "missing_field"))
+        for key in ("summary", "text"):
+            if len(output.get(key) or "") > MAX_CHECK_OUTPUT:
+                raise ApiError(422, shapes.validation("CheckRun", f"output.{key}", "custom",
+                                                      f"{key} is too long (maximum is {MAX_CHECK_OUTPUT} characters)"))
+        record["output"] = {"title": output["title"], "summary": output["summary"], "text": output.get("text")}
+    record.update(status=status, conclusion=conclusion, details_url=details)
+
+
+@at("POST", "/check-runs", "/check-runs", ("checks", "write"))
+def create_check_run(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    name = need(body, "name", "CheckRun")
+    sha = need(body, "head_sha", "CheckRun")
+    if not srv.has_commit(sha):
+        raise ApiError(422, shapes.error(f"No commit found for SHA: {sha}", 422))
+    record: dict[str, Any] = {"id": srv.next_id(), "sha": sha, "name": name, "created_at": shapes.now_iso(),
+                              "actor": srv.actor}
+    _check_fields(srv, body, record)
+    srv.check_runs.setdefault(sha, []).append(record)
+    return Reply(201, shapes.check_run(srv.repo_api, srv.html_url, record))
+
+
+@at("PATCH", r"/check-runs/(?P<id>\d+)", "/check-runs/{check_run_id}", ("checks", "write"))
+def update_check_run(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    for runs in srv.check_runs.values():
+        for record in runs:
+            if record["id"] == int(m["id"]):
+                if not isinstance(body, dict):
+                    raise ApiError(422, shapes.validation("CheckRun", "body"))
+                _check_fields(srv, body, record)
+                if "name" in body:
+                    record["name"] = need(body, "name", "CheckRun")
+                return Reply(200, shapes.check_run(srv.repo_api, srv.html_url, record))
+    raise not_found()
+
+
 @at("GET", "/commits/(?P<ref>.+)/check-runs", "/commits/{ref}/check-runs", ("checks", "read"))
 def check_runs(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
     runs = srv.check_runs.get(srv.resolve_sha(m["ref"]), [])

@@ -507,6 +507,20 @@ class GitHubDriver:
     def can_steer(self, user: str) -> bool:
         return self.permission(user) in STEERING_PERMISSIONS
 
+    # ---- the verdict as a check run ---------------------------------------
+
+    def publish_check(self, check: Any, head_sha: str) -> str:
+        """`POST .../check-runs` (`checks: write`): the session's verdict (`runner.adapters.github.verdict_check`)
+        as a completed check run on `head_sha`, which a branch rule can require. The check run's URL."""
+        body: dict[str, Any] = {"name": check.name, "head_sha": head_sha, "status": "completed",
+                                "conclusion": check.conclusion,
+                                "output": {"title": check.title, "summary": check.summary, "text": check.text}}
+        if check.details_url:
+            body["details_url"] = check.details_url
+        with github_call(f"publishing the check run {check.name!r} on {head_sha[:12]}"):
+            _, data = self._request("POST", "/check-runs", input=body)
+        return str(data.get("html_url") or "")
+
     # ---- checks gate -----------------------------------------------------
 
     def checks_gate(self, gate: GateConfig, sha: str, timeout_s: float | None = None,

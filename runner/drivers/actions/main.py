@@ -128,6 +128,13 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         rep.log(f"plan-runner watch: {note}")
         mr.annotations.append(("warning", note.splitlines()[0], "plan-runner watch"))
         mr.summary += f"\n> **The plan's pull request was not updated.**\n\n{fence(note)}\n"
+    from runner.drivers.actions.verdict import publish_verdict
+
+    verdict_line = publish_verdict(driver, ctx, s, result, s.version != version,
+                                   warn=lambda text: mr.annotations.append(("warning", text, "plan-runner check run")))
+    if verdict_line:
+        rep.log(f"plan-runner check run: {verdict_line.strip()}")
+        mr.summary += f"\n{verdict_line}"
     # a wait, a dispatched session or an unconfirmed dispatch needs the clock
     clock = clock_line + plan_clock(ctx, driver, rep, Session(ws, ports), already_on=clock_on)
     mr.summary += f"\n{clock}" if clock else ""
