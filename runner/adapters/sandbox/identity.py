@@ -52,10 +52,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from runner.adapters.sandbox import fsafe, room as rooms, tools
 from runner.core.errors import PlanRunnerError
+
+if TYPE_CHECKING:
+    from runner.core.network import ModelAccess, Phase
 
 Isolation = Literal["auto", "user", "none"]
 USER_PREFIX = "plan-runner-agent"
@@ -225,7 +228,8 @@ class Identity:
         return Launch(argv, {"cwd": "/", "env": {}}, Path(name))
 
     @contextmanager
-    def network(self, phase: str, network: object, access: object, refused: list | None = None) -> Iterator[None]:
+    def network(self, phase: Phase, network: object, access: ModelAccess,
+                refused: list | None = None) -> Iterator[None]:
         """In a room, every process of the block reaches only what the plan's `network:` allows `phase` (and for
         the agent its model, through a credential route: the key stays outside), through an allow-list proxy of
         its own; what it was refused is appended to `refused`. Another uid (the pool) keeps the host's network."""
