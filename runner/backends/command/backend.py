@@ -129,6 +129,10 @@ def build_argv(request: SessionRequest, prompt_file: Path | None) -> list[str]:
     return [_resolve_executable(request), *args]
 
 
+# The line the transcript holds before each session's output (`plan-runner logs` reads one session's part by it).
+SESSION_MARK = "=== plan-runner: a session started at "
+
+
 class CommandBackend:
     name = "command"
 
@@ -148,6 +152,7 @@ class CommandBackend:
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         written = 0
         with (request.transcript_dir / "command-output.log").open("a", encoding="utf-8") as transcript:
+            transcript.write(f"{SESSION_MARK}{wallclock.now().astimezone().isoformat()}\n")
 
             def on_line(line: str, ctl: Controller) -> None:
                 nonlocal written

@@ -20,6 +20,7 @@ import json
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 from runner.adapters.sandbox import fsafe
@@ -28,7 +29,9 @@ from runner.core.errors import PlanRunnerError
 
 RESULT_LINES = 8  # lines of one tool result shown
 TEXT_CHARS = 2000  # characters of one message shown
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-9;?]*[A-Za-z]")  # ANSI and bare CR: data, not terminal commands
+# ANSI sequences whole (the sequence first: ESC alone is a control character too, and removing only it left
+# `[31m` in the text), and bare CR: data, not terminal commands
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def _clean(text: str) -> str:
@@ -227,11 +230,31 @@ def _read_script(directory: Path, names: list[str], session_id: str | None) -> l
     return lines
 
 
-def _read_command(directory: Path, names: list[str], session_id: str | None) -> list[str]:
+def _read_command(directory: Path, names: list[str], session_id: str | None,
+                  window: tuple[datetime, datetime] | None = None) -> list[str]:
+    """The command agent's output: with `window` (a session's start and end), only the part a session started
+    within it wrote (each part opens with the backend's SESSION_MARK); the whole log where no mark falls in it
+    (a log written before marks were)."""
+    from runner.backends.command.backend import SESSION_MARK
+
     lines: list[str] = []
     for name in names:
         text = _read(directory / name)
-        lines += ["— command agent output (all sessions)"] + [_clean(x) for x in text.splitlines()]
+        parts: list[tuple[datetime | None, list[str]]] = [(None, [])]
+        for raw in text.splitlines():
+            if raw.startswith(SESSION_MARK):
+                try:
+                    parts.append((datetime.fromisoformat(raw[len(SESSION_MARK):].strip()), []))
+                    continue
+                except ValueError:
+                    pass
+            parts[-1][1].append(raw)
+        chosen = [body for at, body in parts if window is not None and at is not None
+                  and window[0] <= at <= window[1]]
+        if chosen:
+            lines += ["— command agent output (this session)"] + [_clean(x) for body in chosen for x in body]
+        else:
+            lines += ["— command agent output (all sessions)"] + [_clean(x) for at, body in parts for x in body]
     return lines
 
 
@@ -241,14 +264,20 @@ _READERS = {"claude-code": _read_claude, "codex": _read_codex, "anthropic": _rea
             "script": _read_script, "command": _read_command}
 
 
-def render_dir(directory: Path, session_id: str | None = None) -> list[str]:
+def render_dir(directory: Path, session_id: str | None = None,
+               window: tuple[datetime, datetime] | None = None) -> list[str]:
     """Every transcript in `directory` (as the state unpacks it) as readable lines; with `session_id`,
-    only that agent session's part where the backend's log names sessions."""
+    only that agent session's part where the backend's log names sessions; with `window` (a session's start and
+    end), only that session's part of a log that marks sessions by time (the command agent's)."""
     directory = Path(directory)
     files = set(fsafe.list_regular(directory, below=directory))
     lines: list[str] = []
     for spec in BACKENDS.values():  # in the table's order; each backend's files by its spec's `transcripts`
-        lines += _READERS[spec.name](directory, sorted(n for n in files if spec.owns_transcript(n)), session_id)
+        names = sorted(n for n in files if spec.owns_transcript(n))
+        if spec.name == "command":
+            lines += _read_command(directory, names, session_id, window)
+        else:
+            lines += _READERS[spec.name](directory, names, session_id)
     return lines
 
 
@@ -285,7 +314,7 @@ def render_logs(ws, ports, session: int | None, *, max_lines: int = 400) -> str:
     with tempfile.TemporaryDirectory(prefix="plan-runner-logs-") as tmp:
         ports.store.read_dir(plan.id, TRANSCRIPTS_DIR, Path(tmp))
         sid = record.agent_session_id or record.resume_session_id
-        body = render_dir(Path(tmp), sid)
+        body = render_dir(Path(tmp), sid, (record.started_at, record.finished_at))
         if not body and sid:
             body = ["(no transcript lines name this session; showing everything kept for the plan)"] + render_dir(Path(tmp))
     if not body:
