@@ -57,6 +57,9 @@ class _Rule:
     matches: Callable[[Evidence], list[str]]  # non-empty list of reasons = match
 
 
+SETUP_PROBLEM = "set-up problem, not the agent's failure: "
+
+
 def _needs_human(e: Evidence) -> list[str]:
     reasons = [f"the handoff asks for a human: {line}" for line in human_lines(e.handoff)]
     reasons += [f"checkpoint {f.checkpoint_id} was marked BLOCKED" for f in e.flips
@@ -66,7 +69,7 @@ def _needs_human(e: Evidence) -> list[str]:
     reasons += [f"the agent changed protected configuration: {t}" for t in e.tampering]
     reasons += [f"gate {g.name} cannot be decided here: {g.needs_human}" for g in e.gates
                 if g.required and g.needs_human]
-    reasons += [f"set-up problem, not the agent's failure: {p}" for p in e.setup_problems]
+    reasons += [f"{SETUP_PROBLEM}{p}" for p in e.setup_problems]
     reasons += [f"the agent's commits add the value of a secret to {p}; nothing of this session was pushed: "
                 "take it out of the work branch's history before the plan goes on" for p in e.leaked_secrets]
     return reasons

@@ -20,6 +20,8 @@ from runner.core.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
 from runner.core.evidence import CheckpointState, Record
+from runner.core.bounds import bound_text
+from runner.core.outcome import SETUP_PROBLEM
 from runner.core.ledger import (
     Advice, Dispatched, Entry, Finished, Parked, Reply, SessionRecord, SessionStarted, StoredLedger,
 )
@@ -301,11 +303,18 @@ def _resume(s: Situation) -> RunSession:
 
 _DELIVERED = (Outcome.ADVANCED, Outcome.PROGRESS, Outcome.NO_PROGRESS)
 
+
+def _human_headline(reasons: tuple[str, ...]) -> str:
+    """A set-up problem is the headline itself (the gate and its failing line): the maintainer's to fix, and the
+    first thing the report says; anything else that needs a human is in the details."""
+    setup = [r.removeprefix(SETUP_PROBLEM) for r in reasons if r.startswith(SETUP_PROBLEM)]
+    return f"set-up problem: {bound_text(setup[0], 400)}" if setup else "the session needs a human"
+
 # `decide_next` as a table: the rules are checked in order and the first that applies decides (like
 # `outcome.RULES`). One line per rule: a new bound is a new line, at the place where it should win.
 NEXT_RULES: tuple[NextRule, ...] = (
     NextRule("needs-human", lambda s: s.outcome is Outcome.NEEDS_HUMAN,
-             lambda s: Park(reason="the session needs a human", details=s.verdict.reasons)),
+             lambda s: Park(reason=_human_headline(s.verdict.reasons), details=s.verdict.reasons)),
     NextRule("nothing-left", lambda s: s.outcome in _DELIVERED and s.plan.next_checkpoint(s.state.skipped) is None,
              lambda s: _next_work(s.plan, s.state, SessionKind.DELIVERY, "")),
     NextRule("max-sessions", lambda s: s.state.sessions >= s.budget.max_sessions,

@@ -81,3 +81,20 @@ def test_a_verdicts_reasons_are_bounded_whatever_the_evidence_holds():
     v = classify(evidence(tampering=tuple(f"plans/p.md: checkpoint 9.{i} was added" for i in range(100_000))))
     assert len(v.reasons) <= LIST_LIMIT + 3
     assert any(r.endswith("more reason(s) left out") for r in v.reasons)
+
+
+def test_a_set_up_problem_is_the_park_headline():
+    """NeedsHuman for a set-up problem parks with the gate's failing line as the reason (the report's headline),
+    not 'the session needs a human'; any other NeedsHuman keeps the generic headline."""
+    from core_builders import gate, plan
+
+    from runner.core.policy import decide_next, fold
+
+    red = gate(passed=False, setup_problem="the gate is red on a fresh checkout of the base commit abc too "
+                                           "(exit 1: ModuleNotFoundError: No module named 'pytest')")
+    v = classify(evidence(gates=(red,)))
+    park = decide_next(v, fold([]), plan())
+    assert park.action == "park" and park.reason.startswith("set-up problem: tests: the gate is red")
+    assert "No module named 'pytest'" in park.reason and len(park.reason) <= 420
+    other = decide_next(classify(evidence(tampering=("x",))), fold([]), plan())
+    assert other.reason == "the session needs a human"

@@ -131,17 +131,30 @@ def _last_line(text: str) -> str:
 
 def _set_up_problems(gates: tuple[GateResult, ...], plan: Plan,
                      on_base: Callable[[Sequence[GateConfig]], tuple[tuple[GateResult, ...], str]] | None,
-                     ) -> tuple[GateResult, ...]:
+                     first_work: bool = False) -> tuple[GateResult, ...]:
     """Required gates that cannot start are run once on a fresh, set-up checkout of the base commit: one that
-    cannot start there either is a set-up problem (blamed on nobody); one that starts there the agent broke."""
+    cannot start there either is a set-up problem (blamed on nobody); one that starts there the agent broke.
+    Before the agent's first work (`first_work`: the session began on the maintainer's base commit), any required
+    gate red is run there too: red on the base commit as well, whatever its exit code, it is a set-up problem."""
     suspects = {g.name for g in gates if g.required and cannot_start(g)}
+    if first_work:
+        suspects |= {g.name for g in gates if g.required and not g.passed and not g.needs_human
+                     and not g.timed_out and g.kind == "command"}
     if not suspects or on_base is None:
         return gates
     base_results, base_sha = on_base([c for c in plan.config.gates if c.name in suspects])
     on_base_too = {r.name: r for r in base_results if cannot_start(r)}
+    red_on_base = {r.name: r for r in base_results if first_work and not r.passed and r.name not in on_base_too}
     out = []
     for g in gates:
-        if g.name in on_base_too:
+        if g.name in red_on_base:
+            base = red_on_base[g.name]
+            seen = _last_line(base.output_tail) or base.error or ""
+            g = g.model_copy(update={"setup_problem": (
+                f"the gate is red on a fresh checkout of the base commit {base_sha[:12]} too (exit {base.exit_code}"
+                + (f": {seen}" if seen else "") + "), before any work of the agent, so it fails whatever the agent "
+                "does; fix: " + SETUP_FIX)})
+        elif g.name in on_base_too:
             seen = _last_line(g.output_tail) or g.error or ""
             why = "exit 126: not executable" if g.exit_code == 126 else (
                 "exit 127: command not found" if g.exit_code == 127 else (g.error or "it could not start"))
@@ -169,7 +182,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
                      checkout: Callable[[str], Path] | None = None,
                      gate_env: Mapping[str, str] | None = None, unreached: bool = False,
                      on_base: Callable[[Sequence[GateConfig]], tuple[tuple[GateResult, ...], str]] | None = None,
-                     ) -> Evidence:
+                     first_work: bool = False) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
 
     `secrets` are values that must never leave the machine in a commit: everything the work branch
@@ -181,7 +194,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     `checkout(sha)` makes the fresh checkout of the judged commit that `verify:` and the gates run on
     (as `identity`, with `gate_env`), whatever the session did (a leaked secret included); without it they
     run in `scene.repo` (tests of this function). `on_base(gates)` runs gates on a fresh, set-up checkout of
-    the base commit (results, its sha): a required gate that cannot start there either is a set-up problem.
+    the base commit (results, its sha): a required gate that cannot start there either is a set-up problem, and so
+    is one red there too when `first_work` (the session began on the base commit: the agent has done nothing yet).
 
     `unreached`: the agent never reached its model (an unreachable endpoint): when it also left nothing,
     there is nothing to judge, so no checkout, no `setup:`, no `verify:` and no gates."""
@@ -221,7 +235,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     gates: tuple[GateResult, ...] = () if leaked or idle else run_gates(
         scene.plan.config.gates, workdir=workdir, env=gate_env, tree_hash=gitwork.tree_hash(repo, head),
         cache=cache, on_event=on_gate, checks_runner=checks_runner, identity=identity)
-    gates = _set_up_problems(gates, scene.plan, on_base)
+    gates = _set_up_problems(gates, scene.plan, on_base, first_work)
     if checkout is None:  # the gates ran in `repo` (a session's judge tree has no files: nothing to discard there)
         _discard_gate_byproducts(repo)
     return bound_evidence(Evidence(

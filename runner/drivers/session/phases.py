@@ -185,6 +185,7 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
                             checkout=fresh, on_event=ws.on_event)
         return run_gates(gates, workdir=workdir, env=env, identity=identity), trusted
     make.on_base = on_base  # type: ignore[attr-defined]
+    make.trusted = trusted  # type: ignore[attr-defined]
     return make
 
 
@@ -454,7 +455,8 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
                                 secrets=key_like(s.secrets), unpushed_from=b.work_remote_sha,
                                 carry_from=_carry_from(s, action), identity=identity,
                                 checkout=make_checkout, gate_env=gate_env, on_base=make_checkout.on_base,
-                                unreached=is_unreachable(ran.signals))
+                                unreached=is_unreachable(ran.signals),
+                                first_work=b.base_sha == make_checkout.trusted)  # type: ignore[attr-defined]
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
