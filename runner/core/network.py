@@ -267,10 +267,15 @@ class Refusal:
 
 
 def refusals_line(by_phase: Mapping[Phase, Iterable[Refusal]], *, limit: int = 10) -> str | None:
-    """One line for the session's report: what each phase was refused, most tried first; None if nothing was."""
+    """One line for the session's report: what each phase was refused (the same destination from several runs of
+    a phase counted together), most tried first; None if nothing was."""
     parts = []
     for phase, refusals in by_phase.items():
-        rows = sorted(refusals, key=lambda r: (-r.count, r.host, r.port))
+        merged: dict[tuple[str, int], Refusal] = {}  # a phase's several runs (setup: the clone's, the gates')
+        for r in refusals:
+            had = merged.get((r.host, r.port))
+            merged[(r.host, r.port)] = r if had is None else Refusal(r.host, r.port, had.count + r.count, had.why)
+        rows = sorted(merged.values(), key=lambda r: (-r.count, r.host, r.port))
         if rows:
             shown = ", ".join(str(r) for r in rows[:limit])
             more = f", and {len(rows) - limit} more" if len(rows) > limit else ""

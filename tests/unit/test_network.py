@@ -199,5 +199,7 @@ def test_refusals_make_one_line() -> None:
     assert line == ("network refused (add a host to the plan's `network:` if it was needed): agent: b.example:443 "
                     "(9x, not allowed), a.example:443 (2x, not allowed); setup: [::1]:22 (1x, resolves to the local "
                     "address ::1)")
+    twice = refusals_line({"setup": [Refusal("x.example", 443, 2, "not allowed"), Refusal("x.example", 443, 3, "not allowed")]})
+    assert twice is not None and twice.endswith("setup: x.example:443 (5x, not allowed)")
     many = refusals_line({"gates": [Refusal(f"h{i}.example", 443, 1, "not allowed") for i in range(12)]}, limit=3)
     assert many.endswith("h1.example:443 (1x, not allowed), h10.example:443 (1x, not allowed), and 9 more")
