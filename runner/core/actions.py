@@ -28,6 +28,10 @@ class Outcome(str, Enum):
     # Not in the classification table: recorded when plan-runner itself was stopped mid-session
     # (Ctrl-C, SIGTERM, its own failure). No blame; no attempt, resume or backoff budget burned.
     INTERRUPTED = "Interrupted"
+    # Not in the table either: plan-runner itself failed mid-session (an unexpected error: a bug of plan-runner's,
+    # not the agent's, the plan's or the environment's). Recorded with the error and where to report it; no
+    # blame, no budget burned, the same session runs again, as after an interruption.
+    CRASHED = "Crashed"
 
 
 class Blame(str, Enum):

@@ -127,6 +127,8 @@ def _no_progress(e: Evidence) -> list[str]:
 # `Interrupted` is not in this table: no evidence classifies it. It is recorded, as rule 0, when
 # plan-runner itself was stopped mid-session (Ctrl-C, SIGTERM, its own failure): see runner/drivers/session/cut_short.py.
 INTERRUPTED_RULE = 0
+# `Crashed` likewise (rule 0): plan-runner's own unexpected failure mid-session, recorded with the error and this.
+CRASH_REPORT_URL = "https://github.com/plan-runner/plan-runner/issues/new"
 
 RULES: tuple[_Rule, ...] = (
     _Rule(1, Outcome.NEEDS_HUMAN, Blame.NONE, _needs_human),

@@ -88,7 +88,7 @@ def _note_interruption(state: RunState, r: SessionRecord) -> RunState:
 
 
 def _note_session(state: RunState, r: SessionRecord) -> RunState:
-    if r.outcome is Outcome.INTERRUPTED:
+    if r.outcome in (Outcome.INTERRUPTED, Outcome.CRASHED):  # plan-runner stopped, or failed: nobody's attempt
         return _note_interruption(state, r)
     attempts = dict(state.stage_attempts)
     if r.stage is not None:

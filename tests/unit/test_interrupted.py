@@ -30,3 +30,15 @@ def test_an_interruption_burns_no_attempt_resume_backoff_or_breaker_count():
 def test_interrupted_is_never_classified_from_evidence():
     """No rule of the outcome table yields Interrupted: only the stopped process records it, as rule 0."""
     assert all(rule.outcome is not Outcome.INTERRUPTED for rule in RULES) and INTERRUPTED_RULE == 0
+
+
+def test_a_crash_burns_nothing_either_and_is_its_own_outcome():
+    """A Crashed session (plan-runner's own unexpected failure) folds like an interruption: no attempt, stall,
+    backoff or breaker count moves; it is recorded as Crashed, not Interrupted, and no rule classifies it."""
+    before = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="f1")]
+    crashed = record(2, Outcome.CRASHED, Blame.NONE, kind=SessionKind.FIX_GATES, next_action=_again())
+    a, b = fold(before), fold(before + [crashed])
+    assert (b.stage_attempts, b.consecutive_stalls, b.consecutive_backoffs, b.streak) == \
+           (a.stage_attempts, a.consecutive_stalls, a.consecutive_backoffs, a.streak)
+    assert b.last.outcome is Outcome.CRASHED and Outcome.CRASHED is not Outcome.INTERRUPTED
+    assert all(rule.outcome is not Outcome.CRASHED for rule in RULES)

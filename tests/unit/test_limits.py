@@ -101,3 +101,17 @@ def test_read_signal_kinds(text, kind):
     """The shared reader recognises the usual messages and skips look-alikes (more in tests/unit/test_signal_samples.py)."""
     got = read_signal(text, NOW)
     assert (got.kind if got else None) == kind
+
+
+def test_a_bare_try_again_in_is_a_limit_with_a_relative_reset():
+    """A command agent's "try again in 30s" (no other word of a limit) is a rate limit ending 30 s from now; a
+    CLI's own "Retrying in 5 seconds" is not."""
+    from datetime import UTC, datetime, timedelta
+
+    from runner.backends.common.limits import read_signal
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    got = read_signal("Error: the service is busy, try again in 30s", now)
+    assert got is not None and got.kind == "rate_limit" and got.reset_at == now + timedelta(seconds=30)
+    assert read_signal("please retry after 2 minutes", now).reset_at == now + timedelta(minutes=2)
+    assert read_signal("Retrying in 5 seconds (attempt 1/10)", now) is None

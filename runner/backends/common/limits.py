@@ -63,6 +63,8 @@ DEFAULT_LIMIT_PATTERNS: tuple[str, ...] = (
     r"\blimit (?:reached|exceeded)\b|\blimit will reset\b",
     r"\btoo many requests\b",
     r"\bquota (?:exhausted|exceeded|reached)\b|\bexceeded your (?:current )?quota\b",
+    # told to come back after a while ("try again in 30s", "retry after 2 minutes"): a wait, whatever the rest says
+    r"\b(?:try again|retry) (?:in|after) \d+(?:\.\d+)?\s*(?:s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)\b",
 )
 DEFAULT_UNREACHABLE_PATTERNS: tuple[str, ...] = (
     r"\bconnection refused\b|\bECONNREFUSED\b",

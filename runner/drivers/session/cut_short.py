@@ -26,7 +26,8 @@ from runner.adapters.sandbox import identity as sandbox
 from runner.core.actions import Blame, Outcome, RunSession, Verdict, describe
 from runner.core.errors import PlanRunnerError
 from runner.core.ledger import SessionRecord, SessionStarted
-from runner.core.outcome import INTERRUPTED_RULE
+from runner.core.bounds import bound_text
+from runner.core.outcome import CRASH_REPORT_URL, INTERRUPTED_RULE
 from runner.core.policy import decide, fold
 from runner.drivers.session.context import (
     Ports, Session, Workspace, agent_pid_file, isolation_of, judge_tree, spent_so_far,
@@ -115,8 +116,8 @@ def keep_on_remote(s: Session, open_: SessionStarted, remote: str) -> str | None
 # --- the two records -------------------------------------------------------------------------------------
 
 
-def record_interruption(ws: Workspace, ports: Ports, why: str, *, only_if_saved: bool = False
-                        ) -> SessionRecord | None:
+def record_interruption(ws: Workspace, ports: Ports, why: str, *, only_if_saved: bool = False,
+                        outcome: Outcome = Outcome.INTERRUPTED) -> SessionRecord | None:
     """This job's own open session, stopped by it: Interrupted; None when it has none (nothing was running).
     `only_if_saved`: when the agent's work could not be saved (a full disk), write no record either: the session
     stays open, and the next run, once space is back, salvages the agent's clone and records it."""
@@ -129,17 +130,18 @@ def record_interruption(ws: Workspace, ports: Ports, why: str, *, only_if_saved:
         return None
     stage = s.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
     again = RunSession(kind=open_.kind, checkpoint=open_.checkpoint, resume_session_id=open_.resume_session_id,
-                       reason="interrupted: run the same session again", instructions=s.state.instructions)
+                       reason=f"{outcome.value.lower()}: run the same session again",
+                       instructions=s.state.instructions)
     record = SessionRecord(
         n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint, stage=stage.number if stage else None,
-        started_at=open_.started_at, finished_at=ws.clock(), outcome=Outcome.INTERRUPTED, blame=Blame.NONE,
+        started_at=open_.started_at, finished_at=ws.clock(), outcome=outcome, blame=Blame.NONE,
         rule=INTERRUPTED_RULE, reasons=(f"{why}; no attempt or resume budget was used"
                                         + (f"; {saved.words}" if saved.words else ""),),
         base_sha=open_.base_sha, head_sha=saved.head or "", resume_session_id=open_.resume_session_id,
         **_spent(ws, s.trusted.id, open_),
         instructions=s.state.instructions, next_action=again)
     _write_with_work(s, [record], saved)
-    ws.on_event("outcome", f"Interrupted: {why}")
+    ws.on_event("outcome", f"{outcome.value}: {why}")
     return record
 
 
@@ -246,8 +248,14 @@ def recorded_interruptions(ws: Workspace, ports: Ports):
             _record_quietly(ws, ports, "plan-runner was interrupted (Ctrl-C or SIGTERM) during the session")
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised for the CLI's one error handler
-            if not space.exhausted(exc):
+            if isinstance(exc, PlanRunnerError):  # a failure plan-runner names (what, why, fix): not a crash
                 _record_quietly(ws, ports, f"plan-runner stopped during the session: {type(exc).__name__}: {exc}")
+                raise
+            if not space.exhausted(exc):
+                _record_quietly(ws, ports, f"plan-runner itself failed during the session (a bug of plan-runner's, "
+                                             f"not the agent's or the plan's): {type(exc).__name__}: "
+                                             f"{bound_text(str(exc), 600)}; please report it at {CRASH_REPORT_URL} "
+                                             "with this record", outcome=Outcome.CRASHED)
                 raise
             seen = space.usage(places)
             reserve.release()
@@ -263,11 +271,11 @@ def recorded_interruptions(ws: Workspace, ports: Ports):
             raise space.out_of_space(places, when="during the session", outcome=outcome, seen=seen) from exc
 
 
-def _record_quietly(ws: Workspace, ports: Ports, why: str, *, only_if_saved: bool = False
-                    ) -> SessionRecord | None:
+def _record_quietly(ws: Workspace, ports: Ports, why: str, *, only_if_saved: bool = False,
+                    outcome: Outcome = Outcome.INTERRUPTED) -> SessionRecord | None:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the record
     try:
-        return record_interruption(ws, ports, why, only_if_saved=only_if_saved)
+        return record_interruption(ws, ports, why, only_if_saved=only_if_saved, outcome=outcome)
     except Exception:  # noqa: BLE001 - the next run reconciles the open session instead
         return None
     finally:

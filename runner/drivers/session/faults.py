@@ -21,7 +21,10 @@ FAULT_POINTS = (
 
 def fault_point(env: Mapping[str, str], name: str) -> None:
     """Crash-consistency tests set PLAN_RUNNER_FAULT=<point> to be killed exactly here (SIGKILL:
-    no cleanup, no finally, as when a runner is lost)."""
+    no cleanup, no finally, as when a runner is lost), or `<point>:raise` for plan-runner to fail there as a bug
+    would (an unexpected exception: the session is recorded Crashed)."""
     assert name in FAULT_POINTS, name
     if env.get("PLAN_RUNNER_FAULT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if env.get("PLAN_RUNNER_FAULT") == f"{name}:raise":  # a bug of plan-runner's there: an unexpected exception
+        raise RuntimeError(f"fault injected at {name} (PLAN_RUNNER_FAULT)")
