@@ -131,3 +131,27 @@ def test_a_python_file_that_no_longer_parses_is_written_but_the_call_says_so(ws:
                                 "new_string": '"""The text in capitals."""'})
     assert edit.ok, edit.text
     assert ws.run("write_file", {"path": "notes.txt", "content": 'def ("'}).ok
+
+
+GATED_PLAN = ("---\ngates:\n  - name: tests\n    run: python3 -c 'import tools.moneyfmt'\n---\n" + PLAN)
+
+
+def test_a_green_gate_with_uncommitted_work_names_the_commit_as_the_next_call(tmp_path: Path) -> None:
+    """The 1.5B went from a green gate straight to mark_done; the gate's own result now says what comes next."""
+    init_repo(tmp_path, {"plans/money.md": GATED_PLAN, "tools/moneyfmt.py": FMT, ".gitignore": "__pycache__/\n"})
+    ws = Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, plan_path="plans/money.md")
+    gate = {"command": "python3 -c 'import tools.moneyfmt'"}
+    clean = ws.run("run_shell", gate)
+    assert clean.ok and "not committed" not in clean.text  # nothing to commit: nothing said
+    assert ws.run("read_file", {"path": "tools/moneyfmt.py"}).ok
+    assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "C = 1\n"}).ok
+    green = ws.run("run_shell", gate)
+    assert green.ok and green.text.endswith("The gate passes and your changes are not committed yet "
+                                            "(tools/moneyfmt.py). Your next call is run_shell with the command "
+                                            "`git add -A && git commit -m 'work'`.")
+    other = ws.run("run_shell", {"command": "true"})  # not a gate: nothing said
+    assert other.ok and "not committed" not in other.text
+    red = ws.run("run_shell", {"command": "python3 -c 'import tools.moneyfmt' && false"})
+    assert not red.ok and "not committed" not in red.text
+    _git(ws, "git add -A && git commit -qm work")
+    assert "not committed" not in ws.run("run_shell", gate).text

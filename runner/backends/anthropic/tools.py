@@ -38,7 +38,7 @@ from typing import Any
 from runner.adapters.sandbox import proc
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CheckpointState
-from runner.core.planfile import set_checkpoint_state
+from runner.core.planfile import parse_plan, set_checkpoint_state
 from runner.core.planfile_body import Item, rewrite_state, scan_body
 from runner.core.planfile_front import split_front_matter
 
@@ -455,6 +455,32 @@ class Workspace:
                 f"The tick counts only once committed: your next call is run_shell with the command "
                 f"`git commit -am tick-{item.checkpoint_id}`")
 
+    def _gate_commands(self) -> list[str]:
+        """The plan's gate commands (`run:`), read from the plan file as it is; none when it does not parse."""
+        if self.plan_path is None or not self.plan_path.is_file():
+            return []
+        try:
+            plan = parse_plan(self.plan_path.read_text(encoding="utf-8", errors="replace"), self._plan_rel())
+        except (PlanRunnerError, ValueError):
+            return []
+        return [g.run for g in plan.config.gates if g.run]
+
+    def _is_gate(self, command: object) -> bool:
+        if not isinstance(command, str) or not command.strip():
+            return False
+        given = " ".join(command.split())
+        return any(" ".join(gate.split()) in given for gate in self._gate_commands())
+
+    def _after_green_gate(self) -> str:
+        """After a gate passed with work not committed: the next call, as a command that works as written (the
+        1.5B went from a green gate to mark_done, refused, and back, until it was stopped)."""
+        pending = self._uncommitted()
+        if not pending:
+            return ""
+        shown = ", ".join(pending[:5]) + (f" and {len(pending) - 5} more" if len(pending) > 5 else "")
+        return (f"\nThe gate passes and your changes are not committed yet ({shown}). Your next call is run_shell "
+                f"with the command `git add -A && git commit -m 'work'`.")
+
     def _uncommitted(self) -> list[str] | None:
         """The paths with uncommitted changes (the plan file and Python's caches aside), None outside git."""
         out = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all")
@@ -528,6 +554,8 @@ class Workspace:
                 return ToolOutcome(True, self.mark_done(args.get("checkpoint")))
             if name == "run_shell":
                 ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
+                if ok and self._is_gate(args.get("command")):
+                    text += self._after_green_gate()
                 return ToolOutcome(ok, text)  # already bounded as it streamed
             return ToolOutcome(False, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOL_NAMES))}")
         except ToolError as exc:
