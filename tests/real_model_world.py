@@ -87,8 +87,7 @@ Do these steps, one tool call each, and nothing else:
 2. write_file `calc.py` with `add` returning a + b.
 3. run_shell `{gate}` (it must pass).
 4. run_shell `git commit -am fix-add`.
-5. mark_done `1.1`.
-6. run_shell `git commit -am tick-1.1`, then answer.
+5. mark_done `1.1` (it commits the tick), then answer.
 
 - [ ] 1.1 Make add in calc.py return a + b
 """

@@ -7,6 +7,7 @@ Real files in a real git repository (GitPython for the set-up, git for the tools
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,11 @@ def test_mark_done_with_uncommitted_work_says_commit_first_and_ticks_nothing(ws:
     _git(ws, "git add -A && git commit -qm cents")
     done = ws.run("mark_done", {"checkpoint": "1.1"})
     assert done.ok and "- [x] 1.1" in (ws.root / "plans" / "money.md").read_text()
-    assert "your next call is run_shell with the command `git commit -am tick-1.1`" in done.text
+    assert done.text.endswith("and committed the tick. If the task is done, stop and say briefly what you did.")
+    log = subprocess.run(["git", "log", "-1", "--name-only", "--format=%s"], cwd=ws.root, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert log == ["tick", "1.1", "plans/money.md"]  # the tick alone, committed by the agent's own tool
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=ws.root, capture_output=True, text=True).stdout == ""
 
 
 def test_mark_done_before_anything_was_committed_asks_once(ws: Workspace) -> None:
@@ -155,3 +160,15 @@ def test_a_green_gate_with_uncommitted_work_names_the_commit_as_the_next_call(tm
     assert not red.ok and "not committed" not in red.text
     _git(ws, "git add -A && git commit -qm work")
     assert "not committed" not in ws.run("run_shell", gate).text
+
+
+def test_a_commit_of_work_with_a_checkpoint_left_names_the_tick_as_the_next_call(ws: Workspace) -> None:
+    """The 1.5B committed its fix and answered, the checkpoint unticked."""
+    assert ws.run("read_file", {"path": "tools/moneyfmt.py"}).ok
+    assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "C = 1\n"}).ok
+    out = ws.run("run_shell", {"command": "git add -A && git commit -qm cents"})
+    assert out.ok and out.text.endswith("Committed. If checkpoint 1.1 is done (the gates pass), your next call is "
+                                        "mark_done with '1.1'.")
+    assert ws.run("mark_done", {"checkpoint": "1.1"}).ok
+    again = ws.run("run_shell", {"command": "git commit --allow-empty -qm nothing"})
+    assert again.ok and "mark_done" not in again.text  # nothing left to tick: nothing said

@@ -451,8 +451,13 @@ class Workspace:
             raise ToolError(exc.what) from None
         self.plan_path.write_text(new_text, encoding="utf-8")
         ticked = new_text.splitlines()[item.index]
-        return (f"ticked checkpoint {item.checkpoint_id} in {self._plan_rel()}: line {item.line} is now {ticked!r}. "
-                f"The tick counts only once committed: your next call is run_shell with the command "
+        done = f"ticked checkpoint {item.checkpoint_id} in {self._plan_rel()}: line {item.line} is now {ticked!r}"
+        # The work is committed (checked above), so the tick is the one change left: committed here, the plan file
+        # alone, as the agent (its identity, its repository). Small models ticked and then answered, leaving the
+        # tick uncommitted: not evidence. A commit that fails leaves the tick to commit by hand.
+        if self._git("commit", "-q", "-m", f"tick {item.checkpoint_id}", "--", self._plan_rel()) is not None:
+            return f"{done}, and committed the tick. If the task is done, stop and say briefly what you did."
+        return (f"{done}. The tick counts only once committed: your next call is run_shell with the command "
                 f"`git commit -am tick-{item.checkpoint_id}`")
 
     def _gate_commands(self) -> list[str]:
@@ -480,6 +485,22 @@ class Workspace:
         shown = ", ".join(pending[:5]) + (f" and {len(pending) - 5} more" if len(pending) > 5 else "")
         return (f"\nThe gate passes and your changes are not committed yet ({shown}). Your next call is run_shell "
                 f"with the command `git add -A && git commit -m 'work'`.")
+
+    @staticmethod
+    def _is_commit(command: object) -> bool:
+        return isinstance(command, str) and re.search(r"\bgit\s+(?:-\S+\s+)*commit\b", command) is not None
+
+    def _after_commit(self) -> str:
+        """After a commit of work with a checkpoint still to tick: the tick as the next call (the 1.5B committed
+        its fix and answered, the checkpoint unticked)."""
+        if self.plan_path is None or not self.plan_path.is_file() or self._uncommitted():
+            return ""
+        todo = [i for i in _checkpoints(self.plan_path.read_text(encoding="utf-8", errors="replace"))
+                if i.state is CheckpointState.TODO]
+        if not todo:
+            return ""
+        return (f"\nCommitted. If checkpoint {todo[0].checkpoint_id} is done (the gates pass), your next call is "
+                f"mark_done with {todo[0].checkpoint_id!r}.")
 
     def _uncommitted(self) -> list[str] | None:
         """The paths with uncommitted changes (the plan file and Python's caches aside), None outside git."""
@@ -556,6 +577,8 @@ class Workspace:
                 ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
                 if ok and self._is_gate(args.get("command")):
                     text += self._after_green_gate()
+                elif ok and self._is_commit(args.get("command")):
+                    text += self._after_commit()
                 return ToolOutcome(ok, text)  # already bounded as it streamed
             return ToolOutcome(False, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOL_NAMES))}")
         except ToolError as exc:
