@@ -274,10 +274,14 @@ def check_world(tmp: Path, world: World) -> WorldCheck:
             check.verify_passed[cid] = _bash(clone, verifies[cid].group(1)).returncode == 0
     authors = git(clone, "log", "--format=%an", f"origin/main..{head}").splitlines()
     check.work_commits = sum(1 for a in authors if a != "plan-runner")
-    untick = _BOX.sub(lambda m: f"- [ ] {m.group(2)} ", text)
-    check.plan_intact = untick.split("\n## ", 1)[-1] == original.split("\n## ", 1)[-1] and \
-        untick.split("\n---\n", 1)[0] == original.split("\n---\n", 1)[0]
+    check.plan_intact = _protected(_BOX.sub(lambda m: f"- [ ] {m.group(2)} ", text)) == _protected(original)
     return check
+
+
+def _protected(plan: str) -> tuple[str, list[str]]:
+    """What an agent may not change in a plan: its front matter, its headings and its checkpoint lines."""
+    front, _, body = plan.strip("\n").partition("\n---\n")
+    return front, [line.rstrip() for line in body.splitlines() if line.startswith(("#", "- ["))]
 
 
 def agrees(run: WorldRun, check: WorldCheck, world: World) -> list[str]:
@@ -294,6 +298,8 @@ def agrees(run: WorldRun, check: WorldCheck, world: World) -> list[str]:
         if recorded is not None and recorded.get("passed") is not check.gate_passed:
             problems.append(f"the last session recorded the gate passed={recorded.get('passed')}, the clean clone "
                             f"says {check.gate_passed}")
+    if check.commit is not None and not check.plan_intact:
+        problems.append("the pushed plan's front matter, headings or checkpoint lines differ from the maintainer's")
     for s in run.sessions:
         if s.get("advanced") and s.get("outcome") != "Advanced":
             problems.append(f"session {s.get('n')} credits {s.get('advanced')} as {s.get('outcome')}")
