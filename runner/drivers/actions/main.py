@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -250,7 +250,9 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         ctx = GitHubContext.from_env(env)
         ws = github_workspace(env, plan_input(env, ctx))
         # The local state, as this job wrote it (no fetch: the remote may not hold the start yet).
-        s = Session(ws, Ports(store=GitStateStore(ws.repo, remote=None), dispatcher=None, parker=None))
+        reading = Ports(store=GitStateStore(ws.repo, remote=None),
+                        dispatcher=None, parker=None)  # type: ignore[arg-type]  # never dispatches or parks
+        s = Session(ws, reading)
         open_ = s.state.open_session
         if open_ is None:
             return "no session was running: nothing to push"
@@ -286,7 +288,7 @@ def _push_token(env: Mapping[str, str]) -> str | None:
 
 
 def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,
-               driver_factory: Callable[[GitHubContext, Mapping[str, str]], object] = open_driver,
+               driver_factory: Callable[[GitHubContext, Mapping[str, str]], AbstractContextManager] = open_driver,
                cancelled: bool = False) -> int:
     """Run one mode as a job step; returns the step's exit code. Never raises. `cancelled`: the action's
     `if: cancelled()` backstop, after a stop whose salvage the session step did not finish."""
@@ -328,7 +330,7 @@ def cancelled_result(env: dict[str, str], mode: str | None, rep: Reporter, why: 
 
 
 def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
-              driver_factory: Callable[[GitHubContext, Mapping[str, str]], object]) -> ModeResult:
+              driver_factory: Callable[[GitHubContext, Mapping[str, str]], AbstractContextManager]) -> ModeResult:
     try:
         chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
         ctx = GitHubContext.from_env(env)

@@ -244,7 +244,9 @@ def _session_due(job: _Job) -> bool:
     from runner.drivers.actions.env import REMOTE
     from runner.drivers.session import Ports, Session
 
-    s = Session(job.ws, Ports(store=GitStateStore(job.ws.repo, remote=REMOTE), dispatcher=None, parker=None))
+    reading = Ports(store=GitStateStore(job.ws.repo, remote=REMOTE),
+                    dispatcher=None, parker=None)  # type: ignore[arg-type]  # never dispatches or parks
+    s = Session(job.ws, reading)
     return isinstance(decide_start(s.state, s.plan), RunSession)
 
 

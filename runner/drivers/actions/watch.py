@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import timezone
 from pathlib import Path
+from typing import Protocol, cast
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.github.events import GitHubContext
@@ -86,11 +87,17 @@ def reset_note(repo: Path, remote: str, plan_id: str, branch: str, ctx: GitHubCo
     return note
 
 
+class _Watched(Protocol):
+    run_key: Callable[[], str]
+    reset_note: Callable[[str], str]
+
+
 def attach(driver: object, ctx: GitHubContext, s: Session, remote: str) -> None:
     """Tell the GitHub driver which run of the plan this job is in, and how to name a reset's backup ref."""
     if hasattr(driver, "run_key"):
-        driver.run_key = lambda: run_key(s.entries)
-        driver.reset_note = reset_note(s.ws.repo, remote, s.plan.id, s.plan.work_branch, ctx)
+        watched = cast("_Watched", driver)  # the GitHub driver (runner/adapters/github/client.py) has both
+        watched.run_key = lambda: run_key(s.entries)
+        watched.reset_note = reset_note(s.ws.repo, remote, s.plan.id, s.plan.work_branch, ctx)
 
 
 def watch_state(result: SessionResult) -> str | None:

@@ -101,15 +101,17 @@ _early_pushed: dict[tuple[str, str, int], str] = {}  # session refs pushed befor
 def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
     """With `checks:` gates the work branch goes to the remote before the gates: the repository's own CI judges
     that commit."""
-    if not ws.remote or not any(g.kind == "checks" for g in plan.config.gates):
+    remote = ws.remote
+    if not remote or not any(g.kind == "checks" for g in plan.config.gates):
         return None
 
     def push(head: str) -> None:
-        gitwork.push_branch(ws.repo, plan.work_branch, ws.remote, expected_remote_sha)
+        gitwork.push_branch(ws.repo, plan.work_branch, remote, expected_remote_sha)
     return push
 
 
 def push_session_ref(ws: Workspace, plan_id: str, n: int, head: str) -> None:
+    assert ws.remote, "a session's ref is pushed only where there is a remote"  # (its one caller checked)
     gitwork.push_ref(ws.repo, ws.remote, head, session_ref(plan_id, n), None, what="the session's commits")
     _early_pushed[(str(ws.repo), plan_id, n)] = head
 
@@ -311,8 +313,9 @@ def load(ws: Workspace, ports: Ports, session: Session | None = None) -> tuple[S
     or the result that says why none runs."""
     s = session or Session(ws, ports)
     if not reconcile_orphan(s):
-        return s, SessionResult("busy", s.plan, s.state, None,
-                                f"session {s.state.open_session.n} is still running in {s.state.open_session.job}")
+        open_ = s.state.open_session
+        assert open_ is not None  # reconcile_orphan says False only of an open session still running
+        return s, SessionResult("busy", s.plan, s.state, None, f"session {open_.n} is still running in {open_.job}")
     action = decide_start(s.state, s.plan)
     for _ in range(5):
         if isinstance(action, RunSession):
