@@ -459,7 +459,7 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
                                 carry_from=_carry_from(s, action), identity=identity,
                                 checkout=make_checkout, gate_env=gate_env, on_base=make_checkout.on_base,
                                 unreached=is_unreachable(ran.signals),
-                                first_work=b.base_sha == make_checkout.trusted)  # type: ignore[attr-defined]
+                                first_work=b.base_sha == make_checkout.trusted)
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
