@@ -104,6 +104,9 @@ class InitOptions:
     timeout_minutes: int = 180
     test_command: str = "make test"
     auth: str = "api-key"  # a key of AUTHS
+    # what the example `setup:` installs for a Python project: the `test` extra when pyproject.toml declares one,
+    # else the project and pytest by name (a missing extra is only a warning to pip: pytest would never come)
+    python_install: str = ".venv/bin/pip install -q -e . pytest"
 
 
 def parse_action_ref(text: str) -> tuple[str, str]:
@@ -236,6 +239,7 @@ def ticks_per_hour(cron: str) -> int:
 def render_example_plan(opts: InitOptions = InitOptions()) -> str:
     auth = auth_of(opts.auth)
     return _ENV.get_template("example_plan.md.j2").render(base=opts.base, test_command=opts.test_command,
+                                                          python_install=opts.python_install,
                                                           backend=auth.backend, provider=auth.provider,
                                                           model=auth.model)
 
@@ -248,6 +252,20 @@ def _default_branch(repo: Path) -> str:
     except OSError:
         return "main"
     return text.removeprefix("ref: refs/heads/") if text.startswith("ref: refs/heads/") else "main"
+
+
+def _python_install(repo: Path) -> str:
+    """The example set-up's install line: the `test` extra only when pyproject.toml declares it."""
+    import tomllib
+
+    try:
+        data = tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    extras = (data.get("project") or {}).get("optional-dependencies") or {}
+    if isinstance(extras, dict) and "test" in extras:
+        return ".venv/bin/pip install -q -e .[test]"
+    return InitOptions.python_install
 
 
 def _test_command(repo: Path) -> str:
@@ -305,7 +323,8 @@ def write_init(directory: Path, *, force: bool = False, action_ref: str | None =
                  "other code.")
     auth_of(auth)  # an unknown way is refused before anything is resolved or written
     opts = InitOptions(action_ref=uses, action_comment=comment, base=_default_branch(repo),
-                       test_command=_test_command(repo), auth=auth)
+                       test_command=_test_command(repo), auth=auth,
+                       python_install=_python_install(repo))
     files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / CLOCK_PATH: render_clock(opts),
              repo / RECONCILE_PATH: render_reconcile(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}
     existing = [p for p in files if p.exists()]

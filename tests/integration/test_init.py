@@ -91,8 +91,19 @@ def test_init_example_plan_is_valid(tmp_path):
     plan = load_plan(tmp_path / "plans/example.md", tmp_path)
     assert plan.config.base == "trunk" and len(plan.checkpoints) == 3
     assert plan.config.gates[0].run == ".venv/bin/python -m pytest -q"  # the project's venv, made by setup:
-    assert plan.config.setup.run == ("python3 -m venv .venv", ".venv/bin/pip install -q -e .[test]")
+    # no `test` extra in this pyproject.toml: the gate's pytest is named itself (pip only warns of a missing extra)
+    assert plan.config.setup.run == ("python3 -m venv .venv", ".venv/bin/pip install -q -e . pytest")
     assert plan.config.setup.cache == (".venv",) and plan.config.setup.key == ("pyproject.toml",)
+
+
+def test_init_installs_the_test_extra_only_where_the_project_declares_it(tmp_path):
+    """A pyproject.toml with a `test` extra: the example set-up installs `.[test]` (issue 46)."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n[project.optional-dependencies]\n"
+                                             "test = ['pytest']\n")
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert plan.config.setup.run == ("python3 -m venv .venv", ".venv/bin/pip install -q -e .[test]")
 
 
 @pytest.mark.parametrize("marker, setup_run, gate", [
