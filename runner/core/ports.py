@@ -1,17 +1,19 @@
-"""The small protocols the local driver and the GitHub driver both implement.
+"""The protocols the local driver and the GitHub driver both implement, each whole: everything the drivers use.
 
 The session loop talks only to these, so the whole loop runs offline. `StateStore` is everything the drivers
 ask of a plan's state: the git store (`runner.adapters.store.state.GitStateStore`) and the in-memory one
 (`runner.adapters.store.memory.MemoryStateStore`) implement all of it and pass the same contract tests
-(tests/integration/test_store_contract.py).
+(tests/integration/test_store_contract.py). `Dispatcher` and `Parker` (publishing: park reports, the finished
+plan, the watch view) are implemented by the GitHub driver and the local loop's, checked by one contract
+(tests/integration/test_publish_contract.py); no driver probes them for a member.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from runner.core.errors import StateConflict
 from runner.core.ledger import Entry, EntrySequence
@@ -85,15 +87,37 @@ class StateStore(Protocol):
         """Release what the store holds open."""
 
 
+@runtime_checkable
 class Dispatcher(Protocol):
     def dispatch_next(self, plan_path: str, key: str) -> int | None:
         """Start the next session for the plan (locally: nothing, the loop goes on). Returns the id of the run
         GitHub started, when it said (None locally, or when GitHub answered without run details)."""
 
+    @property
+    def dispatched_runs(self) -> Sequence[tuple[str, int, str]]:
+        """(ledger key, run id, run URL) of each run a dispatch started, as far as the service said; locally none."""
 
+
+@runtime_checkable
 class Parker(Protocol):
+    @property
+    def local(self) -> bool:
+        """A human answers a park with `plan-runner reply` (locally), not with a comment on the park issue."""
+
     def open_park(self, plan_id: str, title: str, body: str) -> str | None:
         """Publish a park report (an issue on GitHub, a file locally); returns its URL or path."""
 
     def open_finish(self, plan_id: str, head: str, base: str, title: str, body: str) -> str | None:
         """Publish the finished plan (a pull request on GitHub, a report file locally)."""
+
+    def update_watch(self, plan_id: str, head: str, base: str, title: str, body: str, state: str | None) -> str | None:
+        """Bring the plan's watch view up to date (its pull request on GitHub, as `state`: draft, ready, closed;
+        None closes only a run's before a reset). Its URL, or None (locally there is none)."""
+
+    def publish_check(self, check: Any, head_sha: str) -> str | None:
+        """The session's verdict on the commit it judged (a check run on GitHub, which a branch rule can require):
+        its URL, or None where there is no such thing (locally)."""
+
+    def follow_run(self, run_key: Callable[[], str], reset_note: Callable[[str], str]) -> None:
+        """Which run of the plan this job is in (`run_key`), and what heads the watch view of a run before a
+        reset (`reset_note(head sha)`); locally nothing follows."""

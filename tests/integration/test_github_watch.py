@@ -125,12 +125,12 @@ def test_a_reset_closes_the_earlier_runs_pull_request_once_and_the_new_run_opens
     """The watch view names its run; a job of a new run (after `plan-runner reset`) closes the earlier run's view
     (GitHub refuses a second open pull request from the same branch), heads it and comments once with where its
     work is kept, and opens its own, which names the old one."""
-    driver.run_key, driver.reset_note = (lambda: RUN_1), _note
+    driver.follow_run(lambda: RUN_1, _note)
     url = driver.update_watch("add-auth", HEAD, BASE, "Add auth", "run 1", "draft")
     assert "<!-- plan-runner:run 20261201T100000.000000Z -->" in srv.issues[1]["body"]
     old_head = srv.issues[1]["pull"]["head_sha"]
     srv.set_branch(HEAD)  # the new run pushed its own work branch
-    driver.run_key = lambda: RUN_2
+    driver.follow_run(lambda: RUN_2, _note)
     assert driver.update_watch("add-auth", HEAD, BASE, "Add auth", "", None) is None  # its first job, no credit
     old = srv.issues[1]
     assert old["state"] == "closed" and old["body"].startswith("<!-- plan-runner:closed-at-reset -->\n" + _note(old_head))

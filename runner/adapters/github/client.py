@@ -181,6 +181,13 @@ class GitHubDriver:
             "plan-runner: this plan was started over (`plan-runner reset`); this pull request showed the run "
             "before.")
 
+    local = False  # a park is answered by a comment on its issue
+
+    def follow_run(self, run_key: Callable[[], str], reset_note: Callable[[str], str]) -> None:
+        """Which run of the plan this job is in, and how to head a pull request of the run before a reset."""
+        self.run_key = run_key
+        self.reset_note = reset_note
+
     def close(self) -> None:
         self._gh.close()
         if self._pull_gh is not None:

@@ -138,7 +138,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     # a wait, a dispatched session or an unconfirmed dispatch needs the clock
     clock = clock_line + plan_clock(ctx, driver, rep, Session(ws, ports), already_on=clock_on)
     mr.summary += f"\n{clock}" if clock else ""
-    for key, run_id, url in getattr(driver, "dispatched_runs", ()):  # the run GitHub started for the dispatch
+    for key, run_id, url in driver.dispatched_runs:  # the run GitHub started for the dispatch
         rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())
         mr.summary += f"\nDispatched {key}: run [{run_id}]({url}).\n" if url else f"\nDispatched {key}: run {run_id}.\n"
     if mr.pull_request_url and not env.get(PUSH_TOKEN):

@@ -244,8 +244,16 @@ class _DispatchLater:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
+    def collect_into(self, calls: list[tuple[str, str]]) -> None:
+        """The plan's own list of calls, for the plan ticked next."""
+        self.calls = calls
+
     def dispatch_next(self, plan_path: str, key: str) -> None:
         self.calls.append((plan_path, key))
+
+    @property
+    def dispatched_runs(self) -> tuple[tuple[str, int, str], ...]:
+        return ()  # nothing is started before the tick's push; the calls are made after it
 
 
 KEEPALIVE_HOUR_UTC = 0  # the ticks of this hour (two: :17 and :47) keep the workflow enabled
@@ -359,9 +367,9 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
                        job=env.get("GITHUB_RUN_ID", "") or "actions")
         went = False
         spaces[plan_id] = ws
-        later.calls = calls.setdefault(plan_id, [])
+        later.collect_into(calls.setdefault(plan_id, []))
         try:
-            line, went = tick_plan(ws, ports, rep.log, ended, ask=getattr(driver, "run_ended", None))
+            line, went = tick_plan(ws, ports, rep.log, ended, ask=driver.run_ended)
         except StateConflict:
             line = "another job moved the plan first; nothing to do"
         except PlanRunnerError as err:

@@ -13,6 +13,7 @@ from runner.adapters.github.verdict_check import verdict_check
 from runner.core.actions import Finish, Park, describe
 from runner.core.errors import PlanRunnerError
 from runner.core.ledger import SessionRecord
+from runner.core.ports import Parker
 from runner.drivers.session import Session, SessionResult
 
 NO_CHECKS_WRITE = ("add `checks: write` to the session job's `permissions:` (as `plan-runner init` writes it) to "
@@ -26,14 +27,13 @@ def last_record(s: Session) -> SessionRecord | None:
     return None
 
 
-def publish_verdict(driver, ctx: GitHubContext, s: Session, result: SessionResult, recorded: bool,
+def publish_verdict(driver: Parker, ctx: GitHubContext, s: Session, result: SessionResult, recorded: bool,
                     warn=lambda text: None) -> str:
     """The check run for this job's session (`recorded`: the job recorded one) or finished pull request; a line for
     the summary ("" when there is nothing to publish)."""
-    publish = getattr(driver, "publish_check", None)
     finished = result.status == "finished" or isinstance(result.action, Finish)
     record = result.record if recorded else None
-    if publish is None or (record is None and not finished):
+    if record is None and not finished:
         return ""
     if record is None:
         record = last_record(s)
@@ -50,7 +50,7 @@ def publish_verdict(driver, ctx: GitHubContext, s: Session, result: SessionResul
     check = verdict_check(s.trusted.id, record, gates, next_action=describe(result.action) if result.action else "",
                           park_url=park, run_url=ctx.run_url, finished=finished)
     try:
-        url = publish(check, head)
+        url = driver.publish_check(check, head)
     except PlanRunnerError as err:
         fix = NO_CHECKS_WRITE if "403" in err.what or "checks" in err.why else err.fix
         warn(f"could not publish the check run {check.name}: {err.what} ({fix})")

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import timezone
 from pathlib import Path
-from typing import Protocol, cast
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.github.events import GitHubContext
@@ -29,6 +28,7 @@ from runner.adapters.render.report import Markdown, link, redact, render_watch, 
 from runner.core import inert
 from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError
+from runner.core.ports import Parker
 from runner.drivers.session import Session, SessionResult
 
 
@@ -87,17 +87,9 @@ def reset_note(repo: Path, remote: str, plan_id: str, branch: str, ctx: GitHubCo
     return note
 
 
-class _Watched(Protocol):
-    run_key: Callable[[], str]
-    reset_note: Callable[[str], str]
-
-
-def attach(driver: object, ctx: GitHubContext, s: Session, remote: str) -> None:
-    """Tell the GitHub driver which run of the plan this job is in, and how to name a reset's backup ref."""
-    if hasattr(driver, "run_key"):
-        watched = cast("_Watched", driver)  # the GitHub driver (runner/adapters/github/client.py) has both
-        watched.run_key = lambda: run_key(s.entries)
-        watched.reset_note = reset_note(s.ws.repo, remote, s.plan.id, s.plan.work_branch, ctx)
+def attach(parker: Parker, ctx: GitHubContext, s: Session, remote: str) -> None:
+    """Tell the publisher which run of the plan this job is in, and how to name a reset's backup ref."""
+    parker.follow_run(lambda: run_key(s.entries), reset_note(s.ws.repo, remote, s.plan.id, s.plan.work_branch, ctx))
 
 
 def watch_state(result: SessionResult) -> str | None:
@@ -118,13 +110,12 @@ def status_line(state: str) -> Markdown:
                      "draft": "running (a draft until the plan is finished)"}[state])
 
 
-def update_watch(driver: object, ctx: GitHubContext, s: Session, result: SessionResult, rows: list[dict],
+def update_watch(parker: Parker, ctx: GitHubContext, s: Session, result: SessionResult, rows: list[dict],
                  warn: Callable[[str], None]) -> str | None:
     """Bring the plan's watch pull request up to date; its URL, or None (nothing credited yet, nothing to do,
     or GitHub refused: `warn` says why)."""
     state = watch_state(result)
-    update = getattr(driver, "update_watch", None)
-    if state is None or update is None:
+    if state is None:
         return None
     if not any(r["advanced"] for r in rows):
         # before the first credited work there is nothing to review: no pull request yet; the run's first job
@@ -139,7 +130,7 @@ def update_watch(driver: object, ctx: GitHubContext, s: Session, result: Session
         next_action=describe(result.action) if result.action is not None else "",
         report=result.report if isinstance(result.report, Markdown) else "")
     try:
-        return update(plan.id, plan.work_branch, s.trusted.config.base, f"plan-runner: {plan.title or plan.id}",
+        return parker.update_watch(plan.id, plan.work_branch, s.trusted.config.base, f"plan-runner: {plan.title or plan.id}",
                       redact(body, s.secrets), state)
     except PlanRunnerError as err:
         warn(f"the pull request that shows the plan could not be updated: {err.render()}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runner.adapters import clock as wallclock
 from runner.adapters.git import work as gitwork
@@ -31,6 +32,11 @@ class LocalDispatcher:
 
     def dispatch_next(self, plan_path: str, key: str) -> int | None:
         self.dispatched.append(key)
+        return None
+
+    @property
+    def dispatched_runs(self) -> tuple[tuple[str, int, str], ...]:
+        return ()  # no run is started: the loop goes on
         return None  # no run id: the loop goes on in this process
 
 
@@ -54,6 +60,15 @@ class LocalParker:
 
     def open_finish(self, plan_id: str, head: str, base: str, title: str, body: str) -> str | None:
         return self._write(f"{plan_id}-finished.md", f"# {title}\n\nBranch `{head}` is ready to merge into `{base}`.\n\n{body}")
+
+    def update_watch(self, plan_id: str, head: str, base: str, title: str, body: str, state: str | None) -> str | None:
+        return None  # the terminal and `plan-runner status` are the watch view locally
+
+    def publish_check(self, check: Any, head_sha: str) -> str | None:
+        return None  # the verdict is in the ledger and on the terminal
+
+    def follow_run(self, run_key: Callable[[], str], reset_note: Callable[[str], str]) -> None:
+        return None
 
 
 def repo_root(start: Path) -> Path:

@@ -242,7 +242,7 @@ class Session:
         evidence = evidence or self.last_evidence()
         report = self.report(f"plan-runner parked {self.plan.id}: {action.reason}", action, evidence, verdict)
         checkpoint = self.state.last.checkpoint if self.state.last else None
-        body = render_park_issue(self.plan, report, checkpoint, local=getattr(self.d.parker, "local", False))
+        body = render_park_issue(self.plan, report, checkpoint, local=self.d.parker.local)
         try:
             url = self.d.parker.open_park(self.plan.id, f"plan-runner: {self.plan.id} needs a human", body)
         except Refused as err:
