@@ -283,6 +283,10 @@ class PlanConfig(Config):
         (), description="Paths the agent must not change (a trailing / protects a folder; `*`, `?` and `**` "
                         "are glob patterns, e.g. `**/conftest.py`), e.g. tests the gates rely on: a change is "
                         "reverted and parks the plan, like an edit of the gates.")
+    agent_config_protected: bool = Field(
+        True, description="The agent CLIs' own configuration in the repository (`.claude/`, `.mcp.json`, `.codex/`) "
+                          "is protected like `protected:` paths; `false` lets the agent change it (each CLI is "
+                          "still started with plan-runner's settings only).")
     isolation: Literal["auto", "user", "none"] = Field(
         "auto", description="How the agent and the gates are kept from plan-runner: `auto`/`user` run them as a "
                             "dedicated unprivileged user (needs root or passwordless sudo); `none` runs them as "

@@ -101,3 +101,14 @@ def test_only_session_transcripts_that_read_as_json_lines_are_kept_of_the_agents
     blobs = subprocess.run(f"git rev-list --objects {REF} | git cat-file --batch-check='%(objectname)' | "
                            "git cat-file --batch", shell=True, cwd=a.bare, capture_output=True).stdout
     assert b"HOSTILE-SMUGGLED" not in blobs and b"sandbox_mode" not in blobs and b"\x1f\x8b" not in blobs
+
+
+def test_a_plan_can_let_the_agent_change_its_clis_configuration(arena):
+    """`agent_config_protected: false`: the same commits are the agent's to make, credited, and pushed."""
+    a = arena("agent_config", front_extra="agent_config_protected: false\n")
+    run = a.session()
+    assert run.outcome in CREDITED, run.out
+    assert not any(".mcp.json" in r for r in run.out["reasons"])
+    tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", "plan-runner/calc"], cwd=a.bare,
+                          capture_output=True, text=True).stdout
+    assert ".claude/settings.json" in tree and ".mcp.json" in tree

@@ -77,7 +77,8 @@ def _repair_tampering(scene: SessionScene, head: str) -> tuple[list[str], str]:
     for changed in gitwork.files_changed(repo, scene.base_sha, head, PROTECTED_PATHS):
         found.append(f"{gitwork.display_path(changed)} (workflow/action files are not the agent's to change)")
         changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
-    for changed in gitwork.files_changed(repo, scene.base_sha, head, AGENT_CONFIG_PATHS):
+    agent_config = AGENT_CONFIG_PATHS if scene.plan.config.agent_config_protected else []
+    for changed in gitwork.files_changed(repo, scene.base_sha, head, agent_config):
         if changed not in changes:
             found.append(f"{gitwork.display_path(changed)} (the agent CLIs' own settings are plan-runner's to set)")
             changes[changed] = gitwork.read_file_at(repo, scene.base_sha, changed)
