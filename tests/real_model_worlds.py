@@ -43,6 +43,7 @@ setup:
 gates:
   - name: tests
     run: {gate}
+protected: [tests/, checks/]
 budget:
   max_sessions: {max_sessions}
 ---
