@@ -158,6 +158,7 @@ class Evidence(Record):
     signals: SessionSignals
     handoff: str | None = None
     next_checkpoint: str | None = None  # the checkpoint the session was asked to do
+    token_budget: int | None = None  # the plan's session_tokens: usage past it rolls the session over (row 4)
 
     @property
     def work_commits(self) -> tuple[CommitInfo, ...]:

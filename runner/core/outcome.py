@@ -84,6 +84,19 @@ def _exit(kind: ExitKind, text: str) -> Callable[[Evidence], list[str]]:
     return match
 
 
+def _rolled_over(e: Evidence) -> list[str]:
+    """The backend stopped the session at its token budget; or it finished on its own with its usage past the
+    budget (a backend that counts but cannot stop its CLI mid-turn) and nothing credited: the session rolls over."""
+    s = e.signals
+    if s.exit_kind is ExitKind.TOKEN_BUDGET:
+        return ["the session's token budget was reached" + (f": {s.error}" if s.error else "")]
+    if (e.token_budget and s.exit_kind is ExitKind.FINISHED and s.exit_code in (0, None)
+            and s.total_tokens >= e.token_budget and not _genuine_flips(e)):
+        return [f"the session's token budget was reached: it used {s.total_tokens:,} tokens of {e.token_budget:,} "
+                "(counted live; the backend did not stop it)"]
+    return []
+
+
 def _agent_error(e: Evidence) -> list[str]:
     s = e.signals
     if s.exit_kind is ExitKind.CRASHED:
@@ -134,7 +147,7 @@ RULES: tuple[_Rule, ...] = (
     _Rule(1, Outcome.NEEDS_HUMAN, Blame.NONE, _needs_human),
     _Rule(2, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT, _exit(ExitKind.RATE_LIMIT, "the backend hit a rate or usage limit")),
     _Rule(3, Outcome.LIMIT_BACKOFF, Blame.ENVIRONMENT, _exit(ExitKind.TRANSIENT, "transient API or infrastructure error")),
-    _Rule(4, Outcome.ROLLED_OVER, Blame.ENVIRONMENT, _exit(ExitKind.TOKEN_BUDGET, "the session's token budget was reached")),
+    _Rule(4, Outcome.ROLLED_OVER, Blame.ENVIRONMENT, _rolled_over),
     _Rule(5, Outcome.STALLED, Blame.NONE, _exit(ExitKind.STALLED, "no output for stall_minutes; the agent was stopped")),
     _Rule(6, Outcome.TIMED_OUT, Blame.NONE, _exit(ExitKind.TIME_LIMIT, "the session's time limit was hit; the agent was stopped")),
     _Rule(7, Outcome.AGENT_ERROR, Blame.AGENT, _agent_error),

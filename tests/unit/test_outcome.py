@@ -218,3 +218,19 @@ def test_unflipping_a_checkpoint_is_not_rejected():
     """An agent that unticks a checkpoint it had wrongly ticked is allowed to."""
     v = classify(evidence(flips=(flip(before=DONE, after=TODO),)))
     assert v.outcome is Outcome.PROGRESS and v.rejected_flips == ()
+
+
+def test_row4_live_usage_past_the_budget_rolls_over_when_nothing_is_credited():
+    """A backend that finished on its own with its usage past the plan's session_tokens: RolledOver (not
+    Progress), blamed on the environment; under the budget it is Progress as before."""
+    over = evidence(token_budget=1000, signals=signals(total_tokens=1500))
+    v = classify(over)
+    assert (v.outcome, v.blame, v.rule) == (Outcome.ROLLED_OVER, Blame.ENVIRONMENT, 4)
+    assert "1,500 tokens of 1,000" in v.reasons[0]
+    assert classify(evidence(token_budget=1000, signals=signals(total_tokens=999))).outcome is Outcome.PROGRESS
+
+
+def test_row4_live_usage_past_the_budget_still_advances_a_genuine_flip():
+    """Past the budget, a checkpoint genuinely done is still Advanced: the work is credited, not rolled over."""
+    e = evidence(token_budget=1000, signals=signals(total_tokens=5000), flips=(flip(),))
+    assert classify(e).outcome is Outcome.ADVANCED

@@ -245,6 +245,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         commits=commits, flips=flips, tampering=tuple(extra_tampering) + tuple(tampering), gates=gates,
         deleted_tests=deleted_tests, leaked_secrets=leaked, carried_commits=carried,
         signals=signals, handoff=handoff, next_checkpoint=scene.checkpoint,
+        token_budget=scene.plan.config.agent.session_tokens,
     ))
 
 
