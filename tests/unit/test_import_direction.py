@@ -191,7 +191,7 @@ ROOM_MAY_IMPORT = {
     "github": set(),                       # the REST API never runs processes or touches the sandbox
     "render": set(),                       # text for people is a function of records
     "store": {"git"},
-    "sandbox": {"git"},
+    "sandbox": {"git", "netproxy"},        # a room starts the allow-list relay inside its namespace
     "judge": {"git", "sandbox"},
     "advisor": set(),
     "plan_io": set(),
