@@ -109,6 +109,10 @@ def cmd_session(args: argparse.Namespace) -> int:
         print_result(result)
     if result.status == "parked":
         plan_arg = _plan_display(args.plan)
+        if not args.json:  # the report as plain text, as `run` prints it (the file is Markdown, its text escaped)
+            from runner.adapters.render.termreport import print_report
+
+            print_report(out, result.report or "")
         err.say(f"report: {result.url}\nanswer it here: plan-runner reply {plan_arg} resume|retry|skip|stop "
                 f"[instructions]\nwhat the agent did: plan-runner logs {plan_arg}")
     return EXIT_PARKED if result.status == "parked" else 0
