@@ -169,6 +169,10 @@ def test_a_commit_of_work_with_a_checkpoint_left_names_the_tick_as_the_next_call
     out = ws.run("run_shell", {"command": "git add -A && git commit -qm cents"})
     assert out.ok and out.text.endswith("Committed. If checkpoint 1.1 is done (the gates pass), your next call is "
                                         "mark_done with '1.1'.")
+    (ws.root / "README.md").write_text("more\n")  # work left uncommitted after a commit: not the time to tick
+    partial = ws.run("run_shell", {"command": "git commit --allow-empty -qm partial"})
+    assert partial.ok and "mark_done" not in partial.text
+    _git(ws, "git commit -qam readme")
     assert ws.run("mark_done", {"checkpoint": "1.1"}).ok
     again = ws.run("run_shell", {"command": "git commit --allow-empty -qm nothing"})
     assert again.ok and "mark_done" not in again.text  # nothing left to tick: nothing said
