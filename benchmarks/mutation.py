@@ -48,7 +48,7 @@ EQUIVALENT: dict[str, str] = {
     "runner.core.policy:decide_after_advice:instructions=state.instructions -> (drop instructions=)":
         "unreachable through `fold`: the advisor is consulted only after a stall or an agent-blamed session, and "
         "folding either clears `instructions`",
-    "runner.core.policy:<module>:1 -> 2":
+    "runner.core.policy:<module>:2 -> 3":
         "FOLD_VERSION, the tag of stored snapshots: the writer and the reader use the same constant, so any value "
         "folds the same; what matters (a snapshot of another version is refolded) is tested against the constant",
     "runner.core.policy:_backoff:20 -> 21":
@@ -328,7 +328,7 @@ def _start(path: str, index: int | None, tests: tuple[str, ...]) -> int:
 def run(targets: tuple[str, ...], tests: dict[str, tuple[str, ...]], jobs: int, timeout_s: float,
         limit: int | None, progress: bool = False, keys: set[str] | None = None) -> tuple[list[tuple[Mutant, str]], float]:
     """(mutant, result) for every mutant; result is killed, survived or timeout."""
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "unit")]  # the tests are imported by name
     os.chdir(ROOT)
     import hypothesis  # noqa: F401 - imported once, before forking
     import pydantic  # noqa: F401
