@@ -220,6 +220,23 @@ git add -A && git commit -q -m 'Add mul, tick 1.1'
 """
 
 
+# setup: and the gates, in their own rooms, must not reach the port the agent's list names: directly or through
+# their proxy (the plan lists nothing for them); exit 0 only when their proxy is there and refuses it.
+NET_CHECK = """import os, socket, sys
+port = int(sys.argv[1])
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=3)
+    sys.exit("reached the port directly")
+except OSError:
+    pass
+host, _, pport = os.environ["HTTPS_PROXY"].rsplit("/", 1)[-1].partition(":")
+s = socket.create_connection((host, int(pport)), timeout=5)
+s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n".encode())
+head = s.recv(64)
+sys.exit(0 if b" 403" in head else f"the proxy answered {head!r}")
+"""
+
+
 def _listener() -> tuple[socket.socket, int]:
     srv = socket.create_server(("127.0.0.1", 0))
     def serve() -> None:
@@ -237,7 +254,8 @@ def _listener() -> tuple[socket.socket, int]:
 def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_proxy():
     """Issue 49, item 4, as an ordinary user without sudo: the agent's room has no network of its own (a host port
     is out of reach directly); through the allow-list proxy it reaches the address the plan's `network: agent:`
-    lists and is refused one it does not."""
+    lists and is refused one it does not. `setup:` and a gate, with lists of their own (none), are refused that
+    address too (each exits non-zero otherwise, and the session would not advance)."""
     listed_srv, listed = _listener()
     unlisted_srv, unlisted = _listener()
     try:
@@ -250,9 +268,14 @@ def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_pr
         assert made.returncode == 0, made.stderr
         repo = where / "repo"
         plan = repo / "plans" / "calc.md"
-        network = f'network:\n  agent: ["127.0.0.1:{listed}"]\nbudget:'
-        code = f"from pathlib import Path; p = Path({str(plan)!r}); p.write_text(p.read_text().replace('budget:', {network!r}, 1))"
-        edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git commit -qam network', sys.executable, code], str(repo))
+        network = (f'network:\n  agent: ["127.0.0.1:{listed}"]\nsetup:\n  run: ["python3 netcheck.py {listed}"]\n'
+                   'budget:')
+        gate = f"gates:\n  - name: net\n    run: python3 netcheck.py {listed}\n"
+        code = (f"from pathlib import Path; p = Path({str(plan)!r}); "
+                f"p.write_text(p.read_text().replace('budget:', {network!r}, 1).replace('gates:\\n', {gate!r}, 1)); "
+                f"Path({str(repo / 'netcheck.py')!r}).write_text({NET_CHECK!r})")
+        edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git add -A && git commit -qm network', sys.executable,
+                                code], str(repo))
         assert edit.returncode == 0, edit.stderr
         proc = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(repo))
         assert proc.returncode == 0, proc.stderr

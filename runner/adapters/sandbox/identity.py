@@ -228,7 +228,7 @@ class Identity:
         return Launch(argv, {"cwd": "/", "env": {}}, Path(name))
 
     @contextmanager
-    def network(self, phase: Phase, network: object, access: ModelAccess,
+    def network(self, phase: Phase, network: object, access: ModelAccess | None = None,
                 refused: list | None = None) -> Iterator[None]:
         """In a room, every process of the block reaches only what the plan's `network:` allows `phase` (and for
         the agent its model, through a credential route: the key stays outside), through an allow-list proxy of
@@ -237,9 +237,10 @@ class Identity:
             yield
             return
         from runner.adapters.netproxy import start_proxy
-        from runner.core.network import allow_list
+        from runner.core.network import ModelAccess, allow_list
 
-        routes = getattr(access, "routes", ()) if phase == "agent" else ()
+        access = access if access is not None else ModelAccess()
+        routes = access.routes if phase == "agent" else ()
         with start_proxy(allow_list(network, phase, access), routes) as proxy, self.room.behind(proxy):
             try:
                 yield

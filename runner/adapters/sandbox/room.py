@@ -206,11 +206,11 @@ class Namespaces:
         """Every process started in the block has no network but the allow-list proxy's (runner.adapters.netproxy):
         its own network namespace, the proxy's socket folder bound in, the relay before its command, and an
         environment without the model's key (the proxy adds it outside)."""
-        self._proxy = proxy
+        outer, self._proxy = self._proxy, proxy  # a set-up inside the gates' block: its own, then theirs again
         try:
             yield
         finally:
-            self._proxy = None
+            self._proxy = outer
 
     def describe(self) -> str:
         return "isolated in kernel namespaces (bubblewrap): the clone, a private HOME and TMP, the toolchain read-only"

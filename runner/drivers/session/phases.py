@@ -171,9 +171,10 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
     def make(sha: str):
         workdir = fresh(sha)
         if plan.config.setup is not None:
-            failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=ws.repo, workdir=workdir, env=env,
-                                            identity=identity, cache_dir=scratch / "setup-cache",
-                                            trusted_sha=trusted, checkout=fresh, on_event=ws.on_event, keep=keep))
+            with identity.network("setup", plan.config.network):
+                failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=ws.repo, workdir=workdir, env=env,
+                                                identity=identity, cache_dir=scratch / "setup-cache",
+                                                trusted_sha=trusted, checkout=fresh, on_event=ws.on_event, keep=keep))
         return workdir
 
     def on_base(gates):
@@ -182,9 +183,10 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
             return (), ""
         workdir = fresh(trusted)
         if plan.config.setup is not None:
-            setup.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
-                            identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
-                            checkout=fresh, on_event=ws.on_event)
+            with identity.network("setup", plan.config.network):
+                setup.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
+                                identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
+                                checkout=fresh, on_event=ws.on_event)
         return run_gates(gates, workdir=workdir, env=env, identity=identity), trusted
     make.on_base = on_base  # type: ignore[attr-defined]
     make.trusted = trusted  # type: ignore[attr-defined]
@@ -205,11 +207,12 @@ def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentA
     def reclone():
         agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, scratch)
         return area.work
-    failed = setup.set_up_clone(
-        plan.config.setup, sha=base_sha, repo=ws.repo, workdir=area.work, env=env, identity=identity,
-        cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(ws.repo, ws.remote, plan.config.base),
-        checkout=lambda rev: agentarea.checkout(area, identity, ws.repo, rev, scratch, into=area.work),
-        reclone=reclone, on_event=ws.on_event, keep=agentarea.KeptSetup(area, identity, scratch))
+    with identity.network("setup", plan.config.network):  # in a room: the registries (or the plan's list) only
+        failed = setup.set_up_clone(
+            plan.config.setup, sha=base_sha, repo=ws.repo, workdir=area.work, env=env, identity=identity,
+            cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(ws.repo, ws.remote, plan.config.base),
+            checkout=lambda rev: agentarea.checkout(area, identity, ws.repo, rev, scratch, into=area.work),
+            reclone=reclone, on_event=ws.on_event, keep=agentarea.KeptSetup(area, identity, scratch))
     if failed:
         ws.on_event("warning", f"setup: failed in the agent's clone: {failed}")
 
@@ -450,16 +453,17 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     scene = SessionScene(repo=judge_tree(ws, plan.id), plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
-    evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
-                                cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
-                                on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
-                                checks_runner=s.d.checks_runner, extra_tampering=imp.moved,
-                                before_gates=_push_early(ws, plan, b.n, b.work_remote_sha),
-                                secrets=key_like(s.secrets), unpushed_from=b.work_remote_sha,
-                                carry_from=_carry_from(s, action), identity=identity,
-                                checkout=make_checkout, gate_env=gate_env, on_base=make_checkout.on_base,
-                                unreached=is_unreachable(ran.signals),
-                                first_work=b.base_sha == make_checkout.trusted)
+    with identity.network("gates", plan.config.network):  # in a room: nothing unless the plan lists it
+        evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
+                                    cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
+                                    on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
+                                    checks_runner=s.d.checks_runner, extra_tampering=imp.moved,
+                                    before_gates=_push_early(ws, plan, b.n, b.work_remote_sha),
+                                    secrets=key_like(s.secrets), unpushed_from=b.work_remote_sha,
+                                    carry_from=_carry_from(s, action), identity=identity,
+                                    checkout=make_checkout, gate_env=gate_env, on_base=make_checkout.on_base,
+                                    unreached=is_unreachable(ran.signals),
+                                    first_work=b.base_sha == make_checkout.trusted)
     if setup_failures:
         evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published

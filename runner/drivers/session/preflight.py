@@ -506,9 +506,10 @@ def _as_it_will_run(ws, plan: Plan, identity, area) -> tuple[Path, str | None] |
     env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
     env["HOME"] = str(area.gate_home)
     env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))
-    failed = setup_mod.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
-                                 identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
-                                 checkout=fresh, on_event=ws.on_event)
+    with identity.network("setup", plan.config.network):  # as the session's set-up will run (a room: its list)
+        failed = setup_mod.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
+                                     identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
+                                     checkout=fresh, on_event=ws.on_event)
     return workdir, setup_failure(failed[0]) if failed else None
 
 
