@@ -274,7 +274,7 @@ def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_pr
         code = (f"from pathlib import Path; p = Path({str(plan)!r}); "
                 f"p.write_text(p.read_text().replace('budget:', {network!r}, 1).replace('gates:\\n', {gate!r}, 1)); "
                 f"Path({str(repo / 'netcheck.py')!r}).write_text({NET_CHECK!r})")
-        edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git add -A && git commit -qm network', sys.executable,
+        edit = _as_user(entry, ["sh", "-c", '"$0" -c "$1" && git add -A && git commit -qm network', sys.executable,
                                 code], str(repo))
         assert edit.returncode == 0, edit.stderr
         proc = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(repo))
@@ -312,7 +312,7 @@ def test_in_namespaces_an_api_key_agent_never_holds_its_key():
     plan = repo / "plans" / "calc.md"
     code = (f"import re; from pathlib import Path; p = Path({str(plan)!r}); "
             "p.write_text(re.sub(r'backend: command\\n  executable: .*\\n', 'backend: anthropic\\n', p.read_text()))")
-    edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git commit -qam anthropic', sys.executable, code], str(repo))
+    edit = _as_user(entry, ["sh", "-c", '"$0" -c "$1" && git commit -qam anthropic', sys.executable, code], str(repo))
     assert edit.returncode == 0 and "backend: anthropic" in plan.read_text(), edit.stderr
     with MessagesServer() as srv:
         srv.enqueue(reply(tool_use("run_shell", {"command": SHOW_ENV})), reply("Done: mul added."))
@@ -349,7 +349,7 @@ def test_a_plan_with_setup_runs_its_first_session_as_an_ordinary_user(sudo):
     repo = where / "repo"
     plan = repo / "plans" / "calc.md"
     code = f"from pathlib import Path; p = Path({str(plan)!r}); p.write_text(p.read_text().replace('budget:', {SETUP!r}, 1))"
-    edit = _as_user(entry, ["sh", "-c", f'"$0" -c "$1" && git commit -qam setup', sys.executable, code], str(repo))
+    edit = _as_user(entry, ["sh", "-c", '"$0" -c "$1" && git commit -qam setup', sys.executable, code], str(repo))
     assert edit.returncode == 0 and "setup:" in plan.read_text(), edit.stderr
     proc = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(repo))
     assert proc.returncode == 0, proc.stderr
