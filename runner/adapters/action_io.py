@@ -19,7 +19,12 @@ from typing import TextIO
 from runner.adapters.sandbox.agentenv import secret_values
 from runner.adapters.render.report import defang, redact
 
-OUTPUT_NAMES = ("outcome", "next-action", "issue-url", "pull-request-url")
+OUTPUT_NAMES = ("outcome", "next-action", "issue-url", "pull-request-url", "record")
+# GitHub's limit on what one step writes to $GITHUB_STEP_SUMMARY ("Adding a job summary": "each step is restricted to a
+# maximum size of 1MiB"); past it the runner uploads no summary at all for the step, only an error annotation.
+SUMMARY_LIMIT = 1024 * 1024
+SUMMARY_CUT = ("\n\n> **This summary was cut to GitHub's 1 MiB step-summary limit.** The whole report is in the plan's "
+               "state (`plan-runner logs <plan>`) and in this job's log.\n")
 
 
 def escape_data(text: str) -> str:
@@ -106,15 +111,47 @@ class Reporter:
             for name in OUTPUT_NAMES:
                 self.log(f"{name}: {self.outputs.get(name, '')}")
 
+    @property
+    def debugging(self) -> bool:
+        """The runner's debug logging is on: it sets RUNNER_DEBUG=1 for every step when the repository's
+        ACTIONS_STEP_DEBUG (or ACTIONS_RUNNER_DEBUG) secret or variable is true, or a run is re-run with debug logging."""
+        return self.env.get("RUNNER_DEBUG") == "1" or parse_bool(self.env.get("ACTIONS_STEP_DEBUG"))
+
+    def debug(self, text: str) -> None:
+        """A `::debug::` line (shown only with debug logging on), secrets redacted; nothing when it is off."""
+        if self.debugging:
+            self.out.write(format_command("debug", self.clean(text)) + "\n")
+            self.out.flush()
+
     def write_summary(self, markdown: str) -> None:
-        """Append to `$GITHUB_STEP_SUMMARY` (the job summary); without it, print."""
+        """Append to `$GITHUB_STEP_SUMMARY` (the job summary), within GitHub's 1 MiB a step: a longer one is cut
+        (an open code fence closed) with a note where the rest is; without the file, print."""
         text = self.clean(markdown).rstrip() + "\n"
         path = self.env.get("GITHUB_STEP_SUMMARY")
         if path:
+            try:
+                used = os.path.getsize(path)
+            except OSError:
+                used = 0
+            text = cap_summary(text, SUMMARY_LIMIT - used)
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write(text)
         else:
             self.out.write(defang(text))
+
+
+def cap_summary(text: str, room: int) -> str:
+    """`text` as it fits in `room` bytes of UTF-8: whole, or cut at a line with SUMMARY_CUT after it."""
+    data = text.encode("utf-8")
+    if len(data) <= room:
+        return text
+    note = SUMMARY_CUT
+    keep = max(0, room - len(note.encode("utf-8")) - len("\n```\n"))
+    head = data[:keep].decode("utf-8", "ignore")
+    head = head[: head.rfind("\n") + 1] if "\n" in head else ""
+    if sum(1 for line in head.splitlines() if line.lstrip().startswith("```")) % 2:
+        head += "```\n"  # the cut fell inside a code block: close it, so the note is not shown as code
+    return head + note if len((head + note).encode("utf-8")) <= room else ""
 
 
 def parse_bool(value: str | None, default: bool = False) -> bool:

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ACTION_SHA = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
 ACTION_REF = f"octo-org/plan-runner@{ACTION_SHA}"
-SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
-CACHE = "actions/cache@5a3ec84eff668545956fd18022155c47e93e2684"  # actions/cache/{restore,save} in action.yml
+SETUP_PYTHON = "actions/setup-python@ece7cb06caefa5fff74198d8649806c4678c61a1"
+CACHE = "actions/cache@27d5ce7f107fe9357f9df03efb73ab90386fccae"  # actions/cache/{restore,save} in action.yml
 PLAN = "plans/greeter.md"
 API_KEY = "sk-ant-e2e-secret-value-456"
 # The workflow file GitHub runs for each event, as `plan-runner init` writes them.

@@ -87,6 +87,21 @@ def test_a_workflow_without_a_dispatch_trigger_parks_with_the_trigger_to_add(tmp
         assert dispatch_posts(srv) == 1 and srv.dispatches == []
 
 
+def test_a_disabled_workflow_parks_with_enable_the_workflow(tmp_path) -> None:
+    """GitHub refuses a dispatch of a disabled workflow (422 "Cannot trigger a 'workflow_dispatch' on a disabled
+    workflow"): the fix is to enable it, never to add a trigger it already has."""
+    with GitHubServer() as srv:
+        jobs = GitHubJobs(tmp_path, srv, GH_SCRIPT)
+        srv.workflow_states["plan-runner.yml"] = "disabled_inactivity"
+        jobs.session()
+        (issue,) = park_issues(srv)
+        text = to_terminal(issue["body"])
+        assert "Cannot trigger a 'workflow_dispatch' on a disabled workflow" in text
+        assert "enable the workflow" in text and "gh workflow enable plan-runner.yml" in text
+        assert "on:\n    workflow_dispatch:" not in text and "add to .github/workflows" not in text
+        assert dispatch_posts(srv) == 1 and srv.dispatches == []
+
+
 def test_a_tick_whose_redo_of_a_lost_dispatch_is_refused_parks_and_stops(tmp_path) -> None:
     """The tick's own redo of a lost dispatch (the job that recorded it died before the POST) meets the refusal:
     it parks (its job may not open issues: the park is recorded with the report in the job summary) and the

@@ -383,3 +383,20 @@ def test_a_command_whose_reply_job_was_cancelled_is_answered_by_the_next_reply_j
     rc, _, outputs, _, _ = jobs.run("issue_comment", w.comment_event(issue, second, "maintainer", c2))
     assert rc == 0 and outputs["outcome"] == "ignored" and len(jobs.srv.comments) == calls
     assert len([e for e in jobs.ledger() if e["type"] == "reply"]) == 1
+
+
+def test_the_record_output_is_the_sessions_record_and_debug_logging_shows_the_api_calls(jobs):
+    """`record`: the session's record as JSON, the same as the ledger's entry; with the runner's debug logging on
+    (RUNNER_DEBUG=1, from ACTIONS_STEP_DEBUG) every GitHub request shows as a `::debug::` line, the token never."""
+    rc, out, outputs, summary, _ = jobs.session()
+    assert rc == 0 and "::debug::" not in out
+    record = json.loads(outputs["record"])
+    (entry,) = [e for e in jobs.ledger() if e["type"] == "session"]
+    assert record == entry and record["outcome"] == "Advanced" and record["gates"][0]["name"] == "tests"
+    rc, out, outputs, summary, _ = jobs.session(RUNNER_DEBUG="1")
+    assert rc == 0 and json.loads(outputs["record"])["n"] == 2
+    assert "::debug::plan-runner PLAN_RUNNER_MODE=session" in out
+    assert "::debug::github.Requester: POST " in out or "::debug::github" in out, out
+    assert jobs.srv.token not in out.replace(f"::add-mask::{jobs.srv.token}", "")
+    rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event())  # no session: an empty record
+    assert outputs["record"] == ""

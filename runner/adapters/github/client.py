@@ -128,7 +128,12 @@ def dispatch_refusal(exc: GithubException, action: str, workflow: str, ref: str)
                 "see it",
             fix=f"restore .github/workflows/{workflow} (from `plan-runner init`), then " + DISPATCH_RESUME)
     if exc.status == 422:
-        if "workflow_dispatch" in message:
+        if "disabled workflow" in message.lower():
+            why, fix = (f"{message}: the workflow {workflow} is disabled (by hand, or by GitHub after 60 days without "
+                        "activity in a public repository), and a disabled workflow starts no run for any trigger",
+                        f"enable the workflow: the repository's Actions tab, the workflow `{workflow}`, *Enable "
+                        f"workflow* (or `gh workflow enable {workflow}`), then " + DISPATCH_RESUME)
+        elif "workflow_dispatch" in message:
             why, fix = (f"{message}: GitHub starts a run by API only for a workflow whose `on:` lists "
                         "`workflow_dispatch`",
                         f"add to .github/workflows/{workflow} on the default branch:\n  on:\n    workflow_dispatch:\n"

@@ -24,6 +24,7 @@ class ModeResult:
     next_action: str = ""
     issue_url: str = ""
     pull_request_url: str = ""
+    record: str = ""  # the session's record (JSON), when the job recorded one
     summary: str = ""
     annotations: list[tuple[str, str, str]] = field(default_factory=list)  # (level, message, title)
     exit_code: int = 0

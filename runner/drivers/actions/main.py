@@ -160,7 +160,8 @@ def session_mode_result(result: SessionResult, rows: list[dict] | None = None) -
     outcome = record.outcome.value if record else result.status
     headline = (f"{result.plan.id} session {record.n}: {outcome}" if record
                 else f"{result.plan.id}: {result.message}")
-    mr = ModeResult(outcome=outcome, next_action=describe(action) if action is not None else "")
+    mr = ModeResult(outcome=outcome, next_action=describe(action) if action is not None else "",
+                    record=record.model_dump_json() if record else "")
     if result.status == "parked" or isinstance(action, Park):
         mr.issue_url = result.url or result.state.park_issue or ""
         mr.annotations.append(("warning", f"{result.plan.id} parked: {getattr(action, 'reason', result.message)}"
@@ -295,6 +296,50 @@ def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | No
     env = dict(env)
     rep = Reporter(env, out or sys.stdout)
     rep.mask()
+    with debug_logging(rep):
+        return _run_action(env, mode, rep, driver_factory, cancelled)
+
+
+@contextmanager
+def debug_logging(rep: Reporter) -> Iterator[None]:
+    """With the runner's debug logging on (RUNNER_DEBUG=1: the repository's ACTIONS_STEP_DEBUG), plan-runner's and
+    PyGithub's log records (every API request, plan-runner's own details) as `::debug::` lines, secrets redacted."""
+    if not rep.debugging:
+        yield
+        return
+    import logging
+
+    class ToRunner(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                rep.debug(f"{record.name}: {record.getMessage()}")
+            except Exception:  # noqa: BLE001 - a debug line is never worth the job
+                pass
+
+    handler = ToRunner(logging.DEBUG)
+    loggers = [logging.getLogger(name) for name in ("runner", "github")]
+    saved = [(lg, lg.level) for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+    rep.debug(f"plan-runner {env_summary(rep.env)}")
+    try:
+        yield
+    finally:
+        for lg, level in saved:
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+
+def env_summary(env: Mapping[str, str]) -> str:
+    """What the job runs on, for a debug line (names and refs only, never a value that could be secret)."""
+    keys = ("PLAN_RUNNER_MODE", "PLAN_RUNNER_PLAN", "GITHUB_EVENT_NAME", "GITHUB_REF_NAME", "GITHUB_WORKFLOW_REF",
+            "GITHUB_RUN_ID", "GITHUB_API_URL")
+    return "; ".join(f"{k}={env.get(k, '')}" for k in keys)
+
+
+def _run_action(env: dict[str, str], mode: str | None, rep: Reporter,
+                driver_factory: Callable[[GitHubContext, Mapping[str, str]], object], cancelled: bool) -> int:
     if cancelled:
         publish(rep, cancelled_result(env, mode, rep, "the job was cancelled", Exit.UNEXPECTED, backstop=True))
         return 0  # the job is cancelled either way; a failing backstop would only add noise
@@ -372,6 +417,7 @@ def publish(rep: Reporter, result: ModeResult) -> None:
     rep.set_output("next-action", result.next_action)
     rep.set_output("issue-url", result.issue_url)
     rep.set_output("pull-request-url", result.pull_request_url)
+    rep.set_output("record", result.record)
     rep.log(f"plan-runner: {result.outcome}" + (f"; next: {result.next_action}" if result.next_action else ""))
     rep.write_outputs()
     if result.summary:
