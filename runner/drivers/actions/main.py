@@ -339,7 +339,8 @@ def env_summary(env: Mapping[str, str]) -> str:
 
 
 def _run_action(env: dict[str, str], mode: str | None, rep: Reporter,
-                driver_factory: Callable[[GitHubContext, Mapping[str, str]], object], cancelled: bool) -> int:
+                driver_factory: Callable[[GitHubContext, Mapping[str, str]], AbstractContextManager],
+                cancelled: bool) -> int:
     if cancelled:
         publish(rep, cancelled_result(env, mode, rep, "the job was cancelled", Exit.UNEXPECTED, backstop=True))
         return 0  # the job is cancelled either way; a failing backstop would only add noise
