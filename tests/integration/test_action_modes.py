@@ -400,3 +400,33 @@ def test_the_record_output_is_the_sessions_record_and_debug_logging_shows_the_ap
     assert jobs.srv.token not in out.replace(f"::add-mask::{jobs.srv.token}", "")
     rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event())  # no session: an empty record
     assert outputs["record"] == ""
+
+
+def test_a_plan_starts_from_an_issue_comment_of_a_maintainer_only(jobs):
+    """`/plan-runner start plans/greeter.md` in any issue's comment (issue 45): a stranger is refused, an unknown
+    plan named, a maintainer's comment dispatches the session workflow with the plan (once: a re-run of the job
+    starts nothing again), and the dispatched run is the plan's first session."""
+    srv = jobs.srv
+    number = srv.add_issue("Please add a greeter", "see plans/greeter.md", user="maintainer")
+    issue = srv.issues[number]
+
+    def comment(body: str, user: str):
+        cid = srv.add_comment(number, body, user=user)
+        return cid, jobs.run("issue_comment", w.comment_event(issue, body, user, cid))
+
+    _, (rc, out, outputs, summary, _) = comment("/plan-runner start plans/greeter.md", "stranger")
+    assert outputs["outcome"] == "refused" and srv.dispatches == [], out
+    _, (rc, out, outputs, summary, _) = comment("/plan-runner start plans/nope.md", "maintainer")
+    assert outputs["outcome"] == "invalid" and srv.dispatches == [], out
+    assert "`plans/greeter.md`" in srv.comments_on(number)[-1]["body"]
+    body = "Go ahead:\n/plan-runner start plans/greeter.md\n"
+    cid, (rc, out, outputs, summary, _) = comment(body, "maintainer")
+    assert rc == 0 and outputs["outcome"] == "dispatched", out
+    (dispatch,) = srv.dispatches
+    assert dispatch.workflow == "plan-runner.yml" and dispatch.inputs == {"plan": PLAN} and dispatch.ref == "main"
+    assert [r["content"] for r in srv.reactions[cid]] == ["rocket"]
+    assert f"Started `{PLAN}` for @maintainer" in srv.comments_on(number)[-1]["body"]
+    rc, out, outputs, summary, _ = jobs.run("issue_comment", w.comment_event(issue, body, "maintainer", cid))  # re-run
+    assert outputs["outcome"] == "ignored" and len(srv.dispatches) == 1, out
+    rc, out, outputs, summary, _ = jobs.session(GITHUB_RUN_ID=str(dispatch.run_id))
+    assert rc == 0 and outputs["outcome"] == "Advanced", out

@@ -10,9 +10,11 @@ closed, and the next run dispatched.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from runner.drivers.actions.env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
+from runner.drivers.actions.env import (
+    REMOTE, ModeResult, fetch_work_branch, normalise_plan_path, plan_files, workspace_root)
 from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError
 from runner.adapters.github.events import GitHubContext, IssueComment
@@ -32,6 +34,8 @@ REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to thi
            "commands in the issue description.")
 
 
+# `/plan-runner start plans/X.md` on its own line of an issue comment: start that plan (docs/github-actions.md)
+START = re.compile(r"^[ \t]*/plan-runner[ \t]+start[ \t]+(?P<path>[^\s`]{1,300})[ \t]*$", re.MULTILINE)
 MAX_BACKLOG = 20  # earlier unanswered commands one reply job answers (the newest ones: each has had its own job)
 
 
@@ -72,6 +76,9 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
         return _ignored("the comment is plan-runner's own")
     if ev.is_pull_request:
         return _ignored("a comment on a pull request, not on a park issue")
+    start = START.search(ev.body)
+    if start is not None:
+        return start_from_comment(ctx, env, driver, ev, start["path"])
     if parse_reply(ev.body) is None:
         return _ignored("no `/plan-runner` command in the comment")
     issue = driver.park_issue(ev.issue_number)
@@ -161,3 +168,53 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueCo
     return ModeResult(outcome="accepted", next_action=describe(action),
                       summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {describe(action)}; "
                               "the next run is dispatched.\n" + (f"\n{clock}" if clock else ""))
+
+
+def start_from_comment(ctx: GitHubContext, env: Mapping[str, str], driver, ev: IssueComment, raw: str) -> ModeResult:
+    """`/plan-runner start plans/X.md` in an issue comment: a person with write access (asked from GitHub, as for a
+    reply) starts the plan, a `workflow_dispatch` of the session workflow on the default branch, as *Run workflow*
+    does. The comment is answered (marked), so a re-run of this job starts nothing twice."""
+    user = ev.user_login
+
+    def say(text: str) -> None:
+        driver.comment(ev.issue_number, text, answers=ev.comment_id)
+
+    own = driver.issue_comments(ev.issue_number)
+    if ev.comment_id in answered_comments(own, _author_of_answers(own)):
+        return _ignored(f"comment {ev.comment_id} was answered already")
+    if not driver.can_steer(user):
+        say(REFUSAL.format(user=user).replace("A maintainer can answer with one of the commands in the issue "
+                                              "description.", "A maintainer can start a plan."))
+        return ModeResult(outcome="refused", summary=f"# plan-runner start: refused\n\n@{user} has no write access "
+                          "to the repository; nothing was started.\n",
+                          annotations=[("warning", f"@{user} may not start a plan; nothing started", "plan-runner start")])
+    repo = workspace_root(env)
+    try:
+        path = normalise_plan_path(raw)
+    except PlanRunnerError as err:
+        path, problem = "", err.what
+    plans = plan_files(repo)
+    if not path or path not in plans:
+        listed = ", ".join(f"`{p}`" for p in plans[:20]) or "none"
+        say(f"@{user}: there is no plan `{defang(raw)}` on the default branch. Plans: {listed}.\n\n"
+            "Start one with `/plan-runner start plans/<name>.md` on a line of its own.")
+        return ModeResult(outcome="invalid", summary=f"# plan-runner start: no such plan\n\n`{defang(raw)}` is not a "
+                          f"plan file on the default branch ({listed}).\n")
+    plan_id = plan_id_from_path(path)
+    run_id = driver.dispatch_next(path, f"{plan_id}#start-{ev.comment_id}")
+    driver.react(ev.comment_id, "rocket")
+    link = f"{ctx.server_url}/{ctx.repository}/actions/runs/{run_id}" if run_id else ""
+    say(f"Started `{path}` for @{user}" + (f": [run {run_id}]({link})." if link else ".")
+        + " Its progress shows in the plan's pull request once a checkpoint is credited; it parks in an issue of its "
+          "own if it needs a human.")
+    return ModeResult(outcome="dispatched", next_action=f"session of {path}",
+                      summary=f"# plan-runner start: `{path}`\n\nStarted by @{user} from #{ev.issue_number}"
+                              + (f": run [{run_id}]({link}).\n" if link else ".\n"))
+
+
+def _author_of_answers(comments: list[IssueComment]) -> str:
+    """plan-runner's identity as the author of its marked comments (the job token's bot), for `answered_comments`."""
+    for c in comments:
+        if c.user_is_bot and written_by_plan_runner(c.body):
+            return c.user_login
+    return ""
