@@ -284,6 +284,10 @@ def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_pr
     finally:
         listed_srv.close()
         unlisted_srv.close()
+    # what was refused: one line for the whole session, each phase's destinations counted, not one line a request
+    (line,) = [x for x in proc.stderr.splitlines() if "network refused" in x]
+    assert f"agent: 127.0.0.1:{unlisted} (1x, not allowed)" in line, line
+    assert f"setup: 127.0.0.1:{listed} (" in line and f"gates: 127.0.0.1:{listed} (" in line, line
     assert seen[0].startswith(f"direct {listed}: no"), seen
     assert seen[1].startswith(f"proxied {listed}: HTTP/1.1 200") and seen[1].endswith("hello"), seen
     assert seen[2].startswith(f"direct {unlisted}: no"), seen

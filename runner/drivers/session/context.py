@@ -24,6 +24,7 @@ from runner.adapters.sandbox.agentenv import secret_values
 from runner.core.errors import PlanRunnerError, Refused
 from runner.core.evidence import Evidence
 from runner.core.ledger import Entry, EntrySequence, Finished, Parked, SessionRecord
+from runner.core.network import Phase, Refusal
 from runner.core.plan import Plan
 from runner.core.planfile import parse_plan, with_tracker
 from runner.adapters.judge.guard import secret_forms
@@ -197,6 +198,8 @@ class Session:
         self.plan, _ = _tracked_plan(ws, self.trusted)
         self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)
+        # what each phase's allow-list proxy refused (a room only), for the one line of the session's report
+        self.refused: dict[Phase, list[Refusal]] = {"agent": [], "setup": [], "gates": []}
 
     # --- ledger -------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from runner.adapters.judge import guard, setup, untar
 from runner.adapters.judge.agent_state import keep_resumable
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.adapters.judge.gates import GateCache, run_gates
-from runner.core.network import model_access
+from runner.core.network import model_access, refusals_line
 from runner.adapters.judge.guard import redact_text
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.adapters.sandbox import agent_clone as agentarea
@@ -171,7 +171,7 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
     def make(sha: str):
         workdir = fresh(sha)
         if plan.config.setup is not None:
-            with identity.network("setup", plan.config.network):
+            with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
                 failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=ws.repo, workdir=workdir, env=env,
                                                 identity=identity, cache_dir=scratch / "setup-cache",
                                                 trusted_sha=trusted, checkout=fresh, on_event=ws.on_event, keep=keep))
@@ -183,7 +183,7 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
             return (), ""
         workdir = fresh(trusted)
         if plan.config.setup is not None:
-            with identity.network("setup", plan.config.network):
+            with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
                 setup.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
                                 identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
                                 checkout=fresh, on_event=ws.on_event)
@@ -207,7 +207,8 @@ def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentA
     def reclone():
         agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, scratch)
         return area.work
-    with identity.network("setup", plan.config.network):  # in a room: the registries (or the plan's list) only
+    # in a room: the registries (or the plan's list) only
+    with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
         failed = setup.set_up_clone(
             plan.config.setup, sha=base_sha, repo=ws.repo, workdir=area.work, env=env, identity=identity,
             cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(ws.repo, ws.remote, plan.config.base),
@@ -412,7 +413,8 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
         creds.renewal.start(identity, on_token=fetched)
     try:
         # in a room (kernel namespaces), the agent's network is the plan's allow-list and its model's route only
-        with identity.network("agent", plan.config.network, model_access(spec, agent.provider, ws.env)):
+        with identity.network("agent", plan.config.network, model_access(spec, agent.provider, ws.env),
+                              refused=s.refused["agent"]):
             signals = get_backend(plan.config.agent.backend).run(request)
     finally:
         if creds.renewal is not None:
@@ -453,7 +455,8 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     scene = SessionScene(repo=judge_tree(ws, plan.id), plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
-    with identity.network("gates", plan.config.network):  # in a room: nothing unless the plan lists it
+    # in a room: nothing unless the plan lists it
+    with identity.network("gates", plan.config.network, refused=s.refused["gates"]):
         evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
                                     cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
                                     on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
@@ -469,6 +472,9 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     verdict = classify(evidence)
     head = revert_rejected_flips(scene, evidence, verdict.rejected_flips)
+    refused = refusals_line(s.refused)  # the session's network refusals, once (in a room)
+    if refused is not None:
+        ws.on_event("warning", refused)
     return Judged(scene=scene, evidence=evidence, verdict=verdict, head=head)
 
 
