@@ -358,36 +358,6 @@ def test_the_relay_execs_the_command_and_dies_with_it(tmp_path: Path) -> None:
         assert missing.returncode == 127 and "cannot run" in missing.stderr and "no-such-program" in missing.stderr
 
 
-def test_a_sessions_network_has_a_proxy_per_phase() -> None:
-    """The agent's proxy carries the model route; setup's allows the registries; the gates' nothing; refusals
-    outlive close() for the report's one line."""
-    from runner.adapters.netproxy import SessionNetwork
-    from runner.core.plan import AgentConfig, NetworkConfig
-
-    with MessagesServer() as srv:
-        srv.enqueue(reply("ok"))
-        env = {"ANTHROPIC_API_KEY": "sk-session", "ANTHROPIC_BASE_URL": srv.url}
-        net = SessionNetwork(NetworkConfig(gates=("ci.example.org",)), AgentConfig(backend="claude-code"), env)
-        with net:
-            agent, setup, gates = net.proxy("agent"), net.proxy("setup"), net.proxy("gates")
-            assert net.proxy("agent") is agent and len({agent.socket_path, setup.socket_path, gates.socket_path}) == 3
-            assert list(agent.routes) == ["anthropic"] and setup.routes == {} == gates.routes
-            assert setup.allow.rule_for("pypi.org", 443) and not gates.allow.rule_for("pypi.org", 443)
-            assert gates.allow.rule_for("ci.example.org", 443) and not agent.allow.rule_for("ci.example.org", 443)
-            _talk(agent.socket_path, b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\ncontent-length: 2\r\n\r\n{}")
-            for _ in range(3):
-                _connect(gates.socket_path, "pypi.org:443")
-            assert net.report_line() is not None
-        assert [r.headers["x-api-key"] for r in srv.requests] == ["sk-session"]
-        assert not agent.socket_path.exists()
-        assert net.report_line() == ("network refused (add a host to the plan's `network:` if it was needed): "
-                                     "gates: pypi.org:443 (3x, not allowed)")
-        with pytest.raises(RuntimeError):
-            net.proxy("agent")
-        with pytest.raises(ValueError):
-            SessionNetwork(NetworkConfig(), AgentConfig(), {}).proxy("verify")  # type: ignore[arg-type]
-
-
 def test_a_keep_alive_client_holds_no_slot_after_its_answer() -> None:
     """The far side closing ends the connection: a client that keeps its socket open (an HTTP pool) does not
     hold one of the bounded slots after its response."""

@@ -2,6 +2,5 @@
 
 from runner.adapters.netproxy.proxy import NetProxy, start_proxy
 from runner.adapters.netproxy.relay import INSIDE_PORT, INSIDE_SOCKET, RELAY_SOURCE, relay_argv
-from runner.adapters.netproxy.session import SessionNetwork
 
-__all__ = ["INSIDE_PORT", "INSIDE_SOCKET", "RELAY_SOURCE", "NetProxy", "SessionNetwork", "relay_argv", "start_proxy"]
+__all__ = ["INSIDE_PORT", "INSIDE_SOCKET", "RELAY_SOURCE", "NetProxy", "relay_argv", "start_proxy"]
