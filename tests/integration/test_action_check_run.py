@@ -66,7 +66,7 @@ def test_each_session_leaves_its_verdict_on_the_work_branch_and_the_finished_pul
 
 def test_a_red_required_gate_is_a_failing_check_with_its_exit_code(tmp_path):
     script = "sessions:\n  - - write: {path: a.txt, content: x}\n    - commit: add a\n"
-    plan = w.PLAN.replace("run: python3 -m unittest -q", "run: exit 3")
+    plan = w.PLAN.replace("run: python3 -m unittest -q", "run: test ! -e a.txt || exit 3")  # red by the agent's work
     with GitHubServer() as srv:
         jobs = Jobs(tmp_path, srv, script=script, plan=plan)
         rc, out, outputs, summary, _ = jobs.session()
