@@ -98,7 +98,8 @@ def _gate(g: GateResult) -> GateResult:
     return g.evolve(name=bound_text(g.name, NAME_LIMIT), output_tail=bound_tail(g.output_tail, GATE_OUTPUT_LIMIT),
                     error=None if g.error is None else bound_text(g.error),
                     needs_human=None if g.needs_human is None else bound_text(g.needs_human),
-                    setup_problem=None if g.setup_problem is None else bound_text(g.setup_problem))
+                    setup_problem=None if g.setup_problem is None else bound_text(g.setup_problem),
+                    red_on_base=None if g.red_on_base is None else bound_text(g.red_on_base))
 
 
 def _flip(f: Flip) -> Flip:

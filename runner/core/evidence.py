@@ -58,6 +58,10 @@ class GateResult(Record):
     # The command cannot start on the maintainer's base commit either (exit 126/127, or a `setup:` command
     # that fails there too): a set-up problem of the plan, not the agent's failure. What to fix.
     setup_problem: str | None = None
+    # Red on a fresh checkout of the base commit too, before any work of the agent (the session began there):
+    # either the plan's work to do (a failing test to make pass) or a set-up problem (`setup:` does not install
+    # what the gate runs); one session cannot tell which, so the agent is not blamed for it (outcome rule 8).
+    red_on_base: str | None = None
 
 
 class CommitInfo(Record):

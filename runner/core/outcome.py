@@ -108,7 +108,15 @@ def _agent_error(e: Evidence) -> list[str]:
 
 def _gates_red(e: Evidence) -> list[str]:
     return [f"required gate `{g.name}` is red ({_gate_word(g)})" + (" twice (re-run once)" if g.reran else "")
+            + (f"; {g.red_on_base}" if g.red_on_base else "")
             for g in e.required_gates if not g.passed]
+
+
+def _gates_red_as_on_base(e: Evidence) -> list[str]:
+    """Every red required gate was red on the base commit too, before any work of the agent: not the agent's
+    failure yet (a plan that starts from a failing test, or a `setup:` that misses the gate's tool)."""
+    red = [g for g in e.required_gates if not g.passed]
+    return _gates_red(e) if red and all(g.red_on_base for g in red) else []
 
 
 def _carried(e: Evidence) -> list[str]:
@@ -151,6 +159,8 @@ RULES: tuple[_Rule, ...] = (
     _Rule(5, Outcome.STALLED, Blame.NONE, _exit(ExitKind.STALLED, "no output for stall_minutes; the agent was stopped")),
     _Rule(6, Outcome.TIMED_OUT, Blame.NONE, _exit(ExitKind.TIME_LIMIT, "the session's time limit was hit; the agent was stopped")),
     _Rule(7, Outcome.AGENT_ERROR, Blame.AGENT, _agent_error),
+    # one row of the table, two blames: nobody's where every red gate was red on the base before any work
+    _Rule(8, Outcome.GATES_RED, Blame.NONE, _gates_red_as_on_base),
     _Rule(8, Outcome.GATES_RED, Blame.AGENT, _gates_red),
     _Rule(9, Outcome.ADVANCED, Blame.NONE, _advanced),
     _Rule(10, Outcome.PROGRESS, Blame.NONE, _progress),

@@ -344,6 +344,11 @@ NEXT_RULES: tuple[NextRule, ...] = (
     NextRule("stage-budget", lambda s: s.by_agent and _stage_spent(s), _stage_budget_spent),
     NextRule("fix", lambda s: s.by_agent,
              lambda s: _next_work(s.plan, s.state, _FIX_KIND[s.outcome], f"{s.outcome.value}: fix session")),
+    # gates red on the base commit too, before any work (outcome rule 8, blamed on nobody): the next session is
+    # shown the failure; the same failure then is the agent's, and twice in a row the circuit breaker's
+    NextRule("fix-red-on-base", lambda s: s.outcome is Outcome.GATES_RED,
+             lambda s: _next_work(s.plan, s.state, _FIX_KIND[s.outcome],
+                                  "GatesRed, as on the base commit before any work: fix session")),
     NextRule("deliver", lambda s: True,
              lambda s: _next_work(s.plan, s.state, SessionKind.DELIVERY, "advanced: next checkpoint"
                                   if s.outcome is Outcome.ADVANCED else "progress: keep delivering")),

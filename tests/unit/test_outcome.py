@@ -123,6 +123,20 @@ def test_row8_required_gate_red_is_gates_red():
     assert v.rejected_flips == ("1.1: required gates are red",)
 
 
+def test_row8_gates_red_as_on_the_base_before_any_work_blame_nobody():
+    """Every red required gate red on the base commit too, before any work: GatesRed (the plan may start from a
+    failing test), blamed on nobody, the base's failing line in the reasons; one gate red only after the work is
+    the agent's again, and so is an optional gate's mark (it does not decide)."""
+    on_base = "it was red on a fresh checkout of the base commit abc too (exit 1: No module named pytest)"
+    v = classify(evidence(gates=(gate("tests", passed=False, red_on_base=on_base),)))
+    assert (v.outcome, v.blame, v.rule) == (Outcome.GATES_RED, Blame.NONE, 8)
+    assert "No module named pytest" in v.reasons[0] and v.fingerprint
+    mixed = classify(evidence(gates=(gate("tests", passed=False, red_on_base=on_base), gate("lint", passed=False))))
+    assert (mixed.outcome, mixed.blame, mixed.rule) == (Outcome.GATES_RED, Blame.AGENT, 8)
+    same = classify(evidence(gates=(gate("tests", passed=False),)))
+    assert same.fingerprint == v.fingerprint  # the same failure after work: the circuit breaker counts it
+
+
 def test_row8_optional_red_gate_does_not_decide():
     """Optional gates are reported, never decide."""
     v = classify(evidence(gates=(gate("tests"), gate("lint", passed=False, required=False))))

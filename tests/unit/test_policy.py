@@ -310,6 +310,9 @@ RULE_CASES = {
                      ConsultAdvisor(reason="stage 1 attempt budget spent (1 attempts)", checkpoint="1.1")),
     "fix": ([record(1, Outcome.AGENT_ERROR, Blame.AGENT, fingerprint="e")], plan(), {},
             RunSession(kind=SessionKind.FIX_ERROR, checkpoint="1.1", reason="AgentError: fix session")),
+    "fix-red-on-base": ([record(1, Outcome.GATES_RED, Blame.NONE, fingerprint="f")], plan(), {},
+                        RunSession(kind=SessionKind.FIX_GATES, checkpoint="1.1",
+                                   reason="GatesRed, as on the base commit before any work: fix session")),
     "deliver": ([record(1, Outcome.ADVANCED)], plan({"1.1": DONE}), {},
                 RunSession(kind=SessionKind.DELIVERY, checkpoint="1.2", reason="advanced: next checkpoint")),
 }
@@ -325,6 +328,17 @@ def test_each_rule_decides_its_case_and_is_named(name):
     decision = decide(v, fold(history), p)
     assert (decision.rule, decision.action) == (name, expected)
     assert decide_next(v, fold(history), p) == expected
+
+
+def test_a_failure_red_on_the_base_then_the_agents_trips_the_circuit_breaker():
+    """Session 1 red as on the base (blame none), session 2 the same failure (the agent's): the streak spans both,
+    so a set-up problem that looks like work to do costs one fix session, not the stage's attempts."""
+    history = [record(1, Outcome.GATES_RED, Blame.NONE, fingerprint="f"),
+               record(2, Outcome.GATES_RED, Blame.AGENT, fingerprint="f")]
+    v = verdict(Outcome.GATES_RED, Blame.AGENT, fingerprint="f")
+    decision = decide(v, fold(history), plan(sessions=(10, 1)))
+    assert decision.rule == "circuit-breaker"
+    assert fold(history).stage_attempts.get(1, 0) <= 1  # the first session burned none
 
 
 def test_every_rule_has_a_case_and_the_table_ends_in_a_default():

@@ -136,7 +136,9 @@ def _set_up_problems(gates: tuple[GateResult, ...], plan: Plan,
     """Required gates that cannot start are run once on a fresh, set-up checkout of the base commit: one that
     cannot start there either is a set-up problem (blamed on nobody); one that starts there the agent broke.
     Before the agent's first work (`first_work`: the session began on the maintainer's base commit), any required
-    gate red is run there too: red on the base commit as well, whatever its exit code, it is a set-up problem."""
+    gate red is run there too: red on the base commit as well, whatever its exit code, it is marked `red_on_base`
+    (a failing test the plan asks to fix looks the same as a missing test runner: the agent is not blamed, rule 8,
+    and the same failure again is the circuit breaker's, with the base's failing line in the record)."""
     suspects = {g.name for g in gates if g.required and cannot_start(g)}
     if first_work:
         suspects |= {g.name for g in gates if g.required and not g.passed and not g.needs_human
@@ -151,10 +153,10 @@ def _set_up_problems(gates: tuple[GateResult, ...], plan: Plan,
         if g.name in red_on_base:
             base = red_on_base[g.name]
             seen = _last_line(base.output_tail) or base.error or ""
-            g = g.model_copy(update={"setup_problem": (
-                f"the gate is red on a fresh checkout of the base commit {base_sha[:12]} too (exit {base.exit_code}"
-                + (f": {seen}" if seen else "") + "), before any work of the agent, so it fails whatever the agent "
-                "does; fix: " + SETUP_FIX)})
+            g = g.model_copy(update={"red_on_base": (
+                f"it was red on a fresh checkout of the base commit {base_sha[:12]} too (exit {base.exit_code}"
+                + (f": {seen}" if seen else "") + "), before any work of the agent: either the work the plan asks "
+                "for, or a set-up problem; if the gate needs something `setup:` does not install, fix: " + SETUP_FIX)})
         elif g.name in on_base_too:
             seen = _last_line(g.output_tail) or g.error or ""
             why = "exit 126: not executable" if g.exit_code == 126 else (
@@ -195,8 +197,8 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     `checkout(sha)` makes the fresh checkout of the judged commit that `verify:` and the gates run on
     (as `identity`, with `gate_env`), whatever the session did (a leaked secret included); without it they
     run in `scene.repo` (tests of this function). `on_base(gates)` runs gates on a fresh, set-up checkout of
-    the base commit (results, its sha): a required gate that cannot start there either is a set-up problem, and so
-    is one red there too when `first_work` (the session began on the base commit: the agent has done nothing yet).
+    the base commit (results, its sha): a required gate that cannot start there either is a set-up problem; one red
+    there too when `first_work` (the session began on the base commit: the agent has done nothing yet) is marked.
 
     `unreached`: the agent never reached its model (an unreachable endpoint): when it also left nothing,
     there is nothing to judge, so no checkout, no `setup:`, no `verify:` and no gates."""
