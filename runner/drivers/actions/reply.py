@@ -191,8 +191,8 @@ def start_from_comment(ctx: GitHubContext, env: Mapping[str, str], driver, ev: I
     repo = workspace_root(env)
     try:
         path = normalise_plan_path(raw)
-    except PlanRunnerError as err:
-        path, problem = "", err.what
+    except PlanRunnerError:
+        path = ""  # answered below as no such plan, with the plans there are
     plans = plan_files(repo)
     if not path or path not in plans:
         listed = ", ".join(f"`{p}`" for p in plans[:20]) or "none"
