@@ -119,6 +119,17 @@ class Parked(Record):
     report_path: str | None = None
 
 
+class Note(Record):
+    """A maintainer's note from the plan's watch pull request (`/plan-runner note ...` or a review comment): it
+    reaches the next session's prompt, attributed; no park, no budget changes (docs/github-actions.md)."""
+
+    type: Literal["note"] = "note"
+    at: datetime
+    text: str
+    user: str
+    source: str = ""  # the comment's URL: a job that runs twice records it once
+
+
 class Finished(Record):
     type: Literal["finish"] = "finish"
     at: datetime
@@ -127,7 +138,7 @@ class Finished(Record):
 
 
 Entry = Annotated[
-    Union[SessionStarted, SessionRecord, Advice, Reply, Dispatched, Parked, Finished],
+    Union[SessionStarted, SessionRecord, Advice, Reply, Note, Dispatched, Parked, Finished],
     Field(discriminator="type"),
 ]
 

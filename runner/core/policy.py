@@ -23,7 +23,7 @@ from runner.core.evidence import CheckpointState, Record
 from runner.core.bounds import bound_text
 from runner.core.outcome import SETUP_PROBLEM
 from runner.core.ledger import (
-    Advice, Dispatched, Entry, Finished, Parked, Reply, SessionRecord, SessionStarted, StoredLedger,
+    Advice, Dispatched, Entry, Finished, Note, Parked, Reply, SessionRecord, SessionStarted, StoredLedger,
 )
 from runner.core.plan import Plan
 
@@ -56,6 +56,7 @@ class RunState(Record):
     streak: int = 0  # sessions in a row with the same outcome and failure fingerprint
     skipped: frozenset[str] = frozenset()
     instructions: str | None = None  # a human's text, until a session not blamed on the environment used it
+    notes: tuple[Note, ...] = ()  # notes from the watch pull request the next session's prompt shows (the latest)
     pending: AnyAction | None = Field(default=None, discriminator="action")  # decided, not yet superseded
     last_dispatch: int = 0  # highest session number a dispatch was recorded for
     park_issue: str | None = None
@@ -113,6 +114,8 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
         consecutive_stalls=state.consecutive_stalls + 1 if stalled else 0,
         streak=state.streak + 1 if same else (1 if r.fingerprint else 0),
         instructions=state.instructions if r.blame is Blame.ENVIRONMENT else None,
+        # a note written while this session ran reaches the next one
+        notes=state.notes if r.blame is Blame.ENVIRONMENT else tuple(n for n in state.notes if n.at > r.started_at),
         pending=r.next_action,
         park_issue=None,  # a session ran: any earlier park is over
         parked_at=None,
@@ -141,6 +144,17 @@ def _fresh_budgets(state: RunState, **extra) -> RunState:
         stage_attempts=attempts, streak=0, consecutive_backoffs=0,
         consecutive_zero_stalls=0, consecutive_stalls=0, **extra,
     )
+
+
+MAX_NOTES = 5  # notes from the watch pull request one prompt shows: the latest
+
+
+def with_notes(instructions: str | None, notes: Sequence[Note]) -> str | None:
+    """A session's instructions: the park reply's text, then each note from the watch pull request, attributed to
+    its author (the prompt quotes every line, so no text poses as plan-runner's own sections)."""
+    parts = [instructions.strip()] if instructions and instructions.strip() else []
+    parts += [f"Note from @{n.user} on the plan's pull request:\n{n.text.strip()}" for n in notes if n.text.strip()]
+    return "\n\n".join(parts) or None
 
 
 FOLD_VERSION = 2  # bump when fold() changes what it derives: stored snapshots are then refolded
@@ -189,6 +203,9 @@ def fold(ledger: Iterable[Entry], state: RunState | None = None) -> RunState:
                                    skipped=_skipping(state, _last_checkpoint(state) if skip else None),
                                    instructions=entry.text or None, park_issue=None, parked_at=None,
                                    finished=False, uncredited_base=None if skip else state.uncredited_base)
+        elif isinstance(entry, Note):
+            if all(n.source != entry.source or not entry.source for n in state.notes):
+                state = state.evolve(notes=(*state.notes, entry)[-MAX_NOTES:])
         elif isinstance(entry, Dispatched):
             state = state.evolve(last_dispatch=max(state.last_dispatch, entry.for_session))
         elif isinstance(entry, Parked):

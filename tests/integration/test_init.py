@@ -30,7 +30,9 @@ def test_init_writes_a_workflow_with_three_triggers_and_least_permissions(tmp_pa
     write_init(tmp_path, action_ref=SHA_REF)
     wf = yaml.safe_load((tmp_path / ".github/workflows/plan-runner.yml").read_text())
     on = wf[True]  # YAML 1.1 reads the key `on` as True
-    assert set(on) == {"workflow_dispatch", "issue_comment"}  # nothing on a schedule in the session workflow
+    # nothing on a schedule in the session workflow
+    assert set(on) == {"workflow_dispatch", "issue_comment", "issues", "pull_request_review_comment"}
+    assert on["issues"]["types"] == ["labeled"] and on["pull_request_review_comment"]["types"] == ["created"]
     assert on["workflow_dispatch"]["inputs"]["plan"]["default"] == "plans/example.md"
     assert on["issue_comment"]["types"] == ["created"]
     assert wf["permissions"] == {}

@@ -13,7 +13,9 @@ from runner.core.errors import PlanRunnerError
 from runner.adapters.github.events import (
     GitHubContext,
     IssueComment,
+    IssueLabeled,
     OtherEvent,
+    ReviewComment,
     Schedule,
     WorkflowDispatch,
     parse_event,
@@ -173,11 +175,13 @@ NEAR = st.fixed_dictionaries({
     "comment": st.fixed_dictionaries({"id": JSON, "body": JSON, "user": st.fixed_dictionaries(
         {"login": JSON, "type": JSON})}),
     "issue": st.fixed_dictionaries({"number": JSON, "labels": JSON, "pull_request": JSON, "title": JSON}),
+    "label": st.fixed_dictionaries({"name": JSON}), "sender": st.fixed_dictionaries({"login": JSON, "type": JSON}),
+    "pull_request": st.fixed_dictionaries({"number": JSON}),
 })
 
 
 @settings(max_examples=examples(ci=75, thorough=1500))
-@given(st.sampled_from(["issue_comment", "workflow_dispatch", "schedule", "push", ""]), JSON | NEAR)
+@given(st.sampled_from(["issue_comment", "issues", "pull_request_review_comment", "workflow_dispatch", "schedule", "push", ""]), JSON | NEAR)
 def test_arbitrary_payload_never_crashes(name: str, payload: object) -> None:
     """Any JSON payload gives an event record or a PlanRunnerError, never another exception."""
     try:
@@ -185,7 +189,7 @@ def test_arbitrary_payload_never_crashes(name: str, payload: object) -> None:
     except PlanRunnerError as exc:
         assert exc.what and exc.fix
     else:
-        assert isinstance(event, IssueComment | WorkflowDispatch | Schedule | OtherEvent)
+        assert isinstance(event, IssueComment | IssueLabeled | ReviewComment | WorkflowDispatch | Schedule | OtherEvent)
 
 
 @settings(max_examples=examples(ci=100, thorough=1000))

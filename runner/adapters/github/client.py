@@ -59,6 +59,9 @@ def watch_marker(plan_id: str) -> str:
     return f"<!-- plan-runner:watch plan={plan_id} -->"
 
 
+_WATCH = re.compile(r"<!-- plan-runner:watch plan=(?P<id>[A-Za-z0-9][A-Za-z0-9._-]{0,99}) -->")
+
+
 def run_marker(run: str) -> str:
     """The hidden line naming the run a watch pull request shows ("" for none: a run not started yet)."""
     if not run:
@@ -460,6 +463,14 @@ class GitHubDriver:
         with github_call(f"reading issue #{number}"):
             _, data = self._request("GET", f"/issues/{number}")
         return ParkIssue.from_json(data)
+
+    def plan_id_of_watch_pull(self, number: int) -> str | None:
+        """The plan whose watch pull request #number is (its watch marker, read from GitHub: `GET .../issues/{n}`,
+        which `issues: read` allows), or None: not a pull request, or not a plan's."""
+        with github_call(f"reading pull request #{number}"):
+            _, data = self._request("GET", f"/issues/{number}")
+        match = _WATCH.search(str(data.get("body") or "")) if data.get("pull_request") else None
+        return match["id"] if match else None
 
     def issue_comments(self, number: int) -> list[IssueComment]:
         """The comments of an issue, oldest first (`GET .../issues/{n}/comments`, 100 a page)."""

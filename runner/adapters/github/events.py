@@ -48,6 +48,33 @@ class IssueComment:
 
 
 @dataclass(frozen=True)
+class IssueLabeled:
+    """An `issues` event (types: labeled): `sender` put `label` on an issue. Their permission: ask the API."""
+
+    action: str  # labeled (the workflow subscribes to no other `issues` type)
+    label: str  # the label just added (GitHub's `label` object; absent on some actions)
+    sender_login: str
+    sender_is_bot: bool
+    issue_number: int
+    issue_body: str = ""
+    is_pull_request: bool = False
+
+
+@dataclass(frozen=True)
+class ReviewComment:
+    """A `pull_request_review_comment` event (types: created): a comment on a line of a pull request's diff."""
+
+    action: str
+    comment_id: int
+    body: str
+    user_login: str
+    user_is_bot: bool
+    pull_number: int
+    path: str = ""
+    html_url: str = ""
+
+
+@dataclass(frozen=True)
 class WorkflowDispatch:
     inputs: dict[str, str] = field(default_factory=dict)
     ref: str = ""
@@ -74,7 +101,7 @@ class OtherEvent:
     name: str
 
 
-Event = IssueComment | WorkflowDispatch | Schedule | WorkflowRun | OtherEvent
+Event = IssueComment | IssueLabeled | ReviewComment | WorkflowDispatch | Schedule | WorkflowRun | OtherEvent
 
 
 def _bad_payload(event: str, where: str, expected: str) -> PlanRunnerError:
@@ -122,6 +149,19 @@ def parse_issue_comment(payload: Any) -> IssueComment:
     )
 
 
+def parse_issue_labeled(payload: Any) -> IssueLabeled:
+    name = "issues"
+    return IssueLabeled(
+        action=_field(payload, "action", str, name),
+        label=_field(payload, "label.name", str, name, optional=True) or "",
+        sender_login=_field(payload, "sender.login", str, name),
+        sender_is_bot=_field(payload, "sender.type", str, name, optional=True) == "Bot",
+        issue_number=_field(payload, "issue.number", int, name),
+        issue_body=_field(payload, "issue.body", str, name, optional=True) or "",
+        is_pull_request=isinstance(payload.get("issue"), dict) and payload["issue"].get("pull_request") is not None,
+    )
+
+
 def _input_text(value: Any) -> str:
     # Boolean and number inputs arrive typed; the workflow sees them as strings.
     if isinstance(value, bool):
@@ -139,6 +179,18 @@ def parse_event(name: str, payload: Any) -> Event:
         raise _bad_payload(name or "unknown", "(top level)", "a JSON object")
     if name == "issue_comment":
         return parse_issue_comment(payload)
+    if name == "issues":
+        return parse_issue_labeled(payload)
+    if name == "pull_request_review_comment":
+        return ReviewComment(
+            action=_field(payload, "action", str, name),
+            comment_id=_field(payload, "comment.id", int, name),
+            body=_field(payload, "comment.body", str, name, optional=True) or "",
+            user_login=_field(payload, "comment.user.login", str, name),
+            user_is_bot=_field(payload, "comment.user.type", str, name, optional=True) == "Bot",
+            pull_number=_field(payload, "pull_request.number", int, name),
+            path=_field(payload, "comment.path", str, name, optional=True) or "",
+            html_url=_field(payload, "comment.html_url", str, name, optional=True) or "")
     if name == "workflow_dispatch":
         inputs = _field(payload, "inputs", dict, name, optional=True) or {}
         return WorkflowDispatch(inputs={str(k): _input_text(v) for k, v in inputs.items()},

@@ -17,12 +17,12 @@ from runner.drivers.actions.env import (
     REMOTE, ModeResult, fetch_work_branch, normalise_plan_path, plan_files, workspace_root)
 from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError
-from runner.adapters.github.events import GitHubContext, IssueComment
+from runner.adapters.github.events import GitHubContext, IssueComment, IssueLabeled, ReviewComment
 from runner.adapters.github.client import answered_comments, written_by_plan_runner
-from runner.core.ledger import Reply
+from runner.core.ledger import Note, Reply
 from runner.core.planfile import plan_id_from_path
 from runner.core.policy import decide_after_reply
-from runner.core.replies import HELP, ReplyProblem, Verb, parse_reply
+from runner.core.replies import HELP, MAX_INSTRUCTIONS, ReplyProblem, Verb, parse_reply
 from runner.adapters.render.report import defang
 from runner.drivers.session import Ports, Session, Workspace, load_trusted_plan
 from runner.adapters.store.state import GitStateStore
@@ -36,6 +36,16 @@ REFUSAL = ("Thanks for your reply, @{user}. Only people with write access to thi
 
 # `/plan-runner start plans/X.md` on its own line of an issue comment: start that plan (docs/github-actions.md)
 START = re.compile(r"^[ \t]*/plan-runner[ \t]+start[ \t]+(?P<path>[^\s`]{1,300})[ \t]*$", re.MULTILINE)
+# A plan path named in an issue's body (`plans/X.md`, on its own, in backticks or in a start command)
+PLAN_IN_BODY = re.compile(r"(?<![\w./-])(plans/[A-Za-z0-9._/-]{1,300}?\.md)(?![\w/-])")
+# The label that starts the plan an issue's body names (`issues: labeled`); the repository variable of that name
+# overrides it, in the workflow's `if:` and in the job's environment alike (docs/github-actions.md). Not the park
+# label `plan-runner`: plan-runner puts that one on its own issues.
+START_LABEL_ENV = "PLAN_RUNNER_START_LABEL"
+DEFAULT_START_LABEL = "plan-runner-start"
+_STARTED_BY = "<!-- plan-runner:started-by-run {} -->"
+# `/plan-runner note <text>` on the watch pull request: the rest of the comment reaches the next session's prompt
+NOTE = re.compile(r"^[ \t]*/plan-runner[ \t]+note(?:[ \t]+|$)(?P<text>.*)\Z", re.MULTILINE | re.DOTALL)
 MAX_BACKLOG = 20  # earlier unanswered commands one reply job answers (the newest ones: each has had its own job)
 
 
@@ -67,6 +77,15 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
     every command that has no answer of plan-runner's yet (an answer names its comment in a hidden marker, and
     counts only when plan-runner's own identity wrote it). No command is lost however GitHub orders the jobs.
     """
+    if isinstance(ctx.event, IssueLabeled):
+        return start_from_label(ctx, env, driver, ctx.event)
+    if isinstance(ctx.event, ReviewComment):
+        rc = ctx.event
+        if rc.action != "created" or rc.user_is_bot or written_by_plan_runner(rc.body):
+            return _ignored(f"review comment {rc.action} by @{rc.user_login}: only people's new comments steer")
+        text = f"(on `{rc.path}`) {rc.body}" if rc.path else rc.body
+        return take_note(ctx, env, driver, number=rc.pull_number, comment_id=rc.comment_id, user=rc.user_login,
+                         text=text, source=rc.html_url or f"review comment {rc.comment_id}", react=False)
     ev = ctx.issue_comment()
     if ev.action != "created":
         return _ignored(f"comment {ev.action}, not created: only new comments steer a plan")
@@ -74,6 +93,11 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
         return _ignored(f"@{ev.user_login} is a bot")
     if written_by_plan_runner(ev.body):  # its help text quotes the commands; the token may be a person's
         return _ignored("the comment is plan-runner's own")
+    note = NOTE.search(ev.body) if ev.is_pull_request else None
+    if note is not None:
+        return take_note(ctx, env, driver, number=ev.issue_number, comment_id=ev.comment_id, user=ev.user_login,
+                         text=note["text"], react=True,
+                         source=f"{ctx.server_url}/{ctx.repository}/pull/{ev.issue_number}#issuecomment-{ev.comment_id}")
     if ev.is_pull_request:
         return _ignored("a comment on a pull request, not on a park issue")
     start = START.search(ev.body)
@@ -218,3 +242,97 @@ def _author_of_answers(comments: list[IssueComment]) -> str:
         if c.user_is_bot and written_by_plan_runner(c.body):
             return c.user_login
     return ""
+
+
+def start_from_label(ctx: GitHubContext, env: Mapping[str, str], driver, ev: IssueLabeled) -> ModeResult:
+    """The start label put on an issue whose body names a plan: as `/plan-runner start`, for the person who put
+    the label (write access asked from GitHub). The answer is marked with this job's run id, so a re-run of the
+    job (the same label event) starts nothing twice; labelling again is a new event and starts again."""
+    label = (env.get(START_LABEL_ENV) or "").strip() or DEFAULT_START_LABEL
+    if ev.action != "labeled" or ev.label != label:
+        return _ignored(f"label `{defang(ev.label)}` {ev.action}, not the start label `{defang(label)}` added")
+    if ev.sender_is_bot:
+        return _ignored(f"@{ev.sender_login} is a bot")
+    if ev.is_pull_request:
+        return _ignored("a label on a pull request, not on an issue")
+    user, run = ev.sender_login, ctx.run_id or "0"
+    marker = _STARTED_BY.format(int(run))
+    own = driver.issue_comments(ev.issue_number)
+    author = _author_of_answers(own)
+    if author and any(c.user_login == author and marker in c.body for c in own):
+        return _ignored(f"this label event (run {run}) was answered already")
+
+    def say(text: str) -> None:
+        driver.comment(ev.issue_number, f"{text}\n{marker}")
+
+    if not driver.can_steer(user):
+        say(f"Thanks, @{user}. Only people with write access to this repository can start a plan, so the label "
+            f"`{defang(label)}` starts nothing. A maintainer can start a plan.")
+        return ModeResult(outcome="refused", summary=f"# plan-runner start: refused\n\n@{user} has no write access "
+                          "to the repository; nothing was started.\n",
+                          annotations=[("warning", f"@{user} may not start a plan; nothing started", "plan-runner start")])
+    plans = plan_files(workspace_root(env))
+    named = list(dict.fromkeys(m[1] for m in PLAN_IN_BODY.finditer(ev.issue_body)))
+    known = [p for p in named if p in plans]
+    if len(known) != 1:
+        listed = ", ".join(f"`{p}`" for p in plans[:20]) or "none"
+        what = ("names no plan" if not named else
+                f"names no plan file of the default branch ({', '.join(f'`{defang(p)}`' for p in named[:5])})"
+                if not known else f"names {len(known)} plans ({', '.join(f'`{p}`' for p in known[:5])})")
+        say(f"@{user}: this issue's description {what}, so the label `{defang(label)}` starts nothing. Plans: "
+            f"{listed}.\n\nName exactly one, e.g. `plans/<name>.md`, in the description, then put the label again "
+            "(or comment `/plan-runner start plans/<name>.md`).")
+        return ModeResult(outcome="invalid", summary=f"# plan-runner start: no plan\n\nThe description of "
+                          f"#{ev.issue_number} {what} ({listed}).\n")
+    (path,) = known
+    plan_id = plan_id_from_path(path)
+    run_id = driver.dispatch_next(path, f"{plan_id}#start-label-{run}")
+    link = f"{ctx.server_url}/{ctx.repository}/actions/runs/{run_id}" if run_id else ""
+    say(f"Started `{path}` for @{user} (label `{defang(label)}`)" + (f": [run {run_id}]({link})." if link else ".")
+        + " Its progress shows in the plan's pull request once a checkpoint is credited; it parks in an issue of its "
+          "own if it needs a human.")
+    return ModeResult(outcome="dispatched", next_action=f"session of {path}",
+                      summary=f"# plan-runner start: `{path}`\n\nStarted by @{user} with a label on #{ev.issue_number}"
+                              + (f": run [{run_id}]({link}).\n" if link else ".\n"))
+
+
+def take_note(ctx: GitHubContext, env: Mapping[str, str], driver, *, number: int, comment_id: int, user: str,
+              text: str, source: str, react: bool) -> ModeResult:
+    """A note on a plan's watch pull request (`/plan-runner note ...`, or a review comment) from a person with
+    write access (asked from GitHub): recorded in the plan's ledger, it reaches the next session's prompt, quoted
+    and attributed (`runner.core.policy.with_notes`); nothing parks or is dispatched. Answered (marked) once."""
+    plan_id = driver.plan_id_of_watch_pull(number)  # read from GitHub, not the payload
+    if plan_id is None:
+        return _ignored(f"#{number} is not a plan's watch pull request")
+    own = driver.issue_comments(number)
+    if comment_id in answered_comments(own, _author_of_answers(own)):
+        return _ignored(f"comment {comment_id} was answered already")
+
+    def say(line: str) -> None:
+        driver.comment(number, line, answers=comment_id)
+
+    if not driver.can_steer(user):
+        say(f"Thanks, @{user}. Only people with write access to this repository can steer plan-runner, so this "
+            "note does not reach the agent.")
+        return ModeResult(outcome="refused", summary=f"# plan-runner note: refused\n\n@{user} has no write access "
+                          f"to the repository; plan `{plan_id}` is unchanged.\n",
+                          annotations=[("warning", f"@{user} may not steer {plan_id}; nothing changed", "plan-runner note")])
+    text = text.strip()
+    if not text or len(text) > MAX_INSTRUCTIONS:
+        what = "the note is empty" if not text else f"the note is {len(text)} characters long; at most {MAX_INSTRUCTIONS}"
+        say(f"@{user}: {what}, so nothing reaches the agent. Write `/plan-runner note <what the next session should "
+            "know>`.")
+        return ModeResult(outcome="invalid", summary=f"# plan-runner note: not taken\n\n{what}.\n")
+    repo = workspace_root(env)
+    ws = Workspace(repo=repo, plan_path=find_plan_path(repo, plan_id), env=dict(env), remote=REMOTE,
+                   job=env.get("GITHUB_RUN_ID", "") or "actions")
+    trusted, _ = load_trusted_plan(ws)
+    fetch_work_branch(ws, trusted.work_branch)
+    s = Session(ws, Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver))
+    s.write([Note(at=ws.clock(), text=text, user=user, source=source)])
+    if react:
+        driver.react(comment_id, "+1")
+    say(f"@{user}: noted for plan `{plan_id}`. Your note goes into the next session's prompt, quoted and with your "
+        "name; the plan is not paused.")
+    return ModeResult(outcome="noted", summary=f"# plan-runner note: `{plan_id}`\n\n@{user}'s note reaches the next "
+                      "session's prompt.\n")

@@ -41,7 +41,7 @@ from runner.core.ledger import Dispatched, GateSummary, SessionRecord, SessionSt
 from runner.core.outcome import classify
 from runner.core.plan import Plan
 from runner.core.planfile import with_tracker
-from runner.core.policy import AnyAction, decide as decide_by_rules, decide_start, fold
+from runner.core.policy import AnyAction, decide as decide_by_rules, decide_start, fold, with_notes
 from runner.drivers.session.context import (
     EVIDENCE_FILE, TRANSCRIPTS_DIR, Ports, Session, SessionResult, Workspace, agent_pid_file, isolation_of,
     judge_tree,
@@ -77,7 +77,7 @@ def _prompt(s: Session, action: RunSession, plan_text: str, handoff_path: str) -
     ctx = PromptContext(plan=s.plan, plan_text=plan_text, handoff_path=handoff_path,
                         previous_handoff=previous_handoff, last_evidence=last,
                         rejected_flips=s.state.last.rejected_flips if s.state.last else (),
-                        instructions=action.instructions, session_number=s.state.sessions + 1,
+                        instructions=with_notes(action.instructions, s.state.notes), session_number=s.state.sessions + 1,
                         trusted_text=s.trusted_text)  # the stage's text as the maintainer wrote it
     return render_prompt(action, ctx)
 
@@ -492,7 +492,7 @@ def decide(s: Session, b: Begun, j: Judged) -> Decided:
         backend=signals.backend, tokens=signals.total_tokens, cost_usd=signals.cost_usd,
         cost_lower_bound=signals.cost_lower_bound, base_sha=b.base_sha,
         head_sha=j.head, work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence),
-        hints=signals.hints, resume_session_id=action.resume_session_id, instructions=action.instructions)
+        hints=signals.hints, resume_session_id=action.resume_session_id, instructions=with_notes(action.instructions, s.state.notes))
     decision = decide_by_rules(verdict, fold([record], s.state), tracked)
     next_action = decision.action
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
