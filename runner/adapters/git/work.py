@@ -1004,3 +1004,43 @@ __all__ = [
     "push_ref", "read_file_at", "ref_sha", "release_tree", "remotes", "remove_tree", "run_git", "has_checkout",
     "tree_hash", "worktrees_on"
 ]
+
+
+def commit_on_branch(repo: Path, branch: str, changes: dict[str, str | None], message: str, *,
+                     own: Path | None = None, merge: str | None = None) -> str | None:
+    """Commit `changes` (path -> new text; None deletes) on top of `branch` and move it forward (compare-and-
+    swap), from objects only: no work tree is read or written. Returns the new head, None when nothing changed.
+    `merge`: a commit merged in too (its tree merged by `git merge-tree`), when it conflicts in no other path
+    than those `changes` decides; otherwise a plain commit."""
+    for path in changes:
+        _check_path(path)
+    head = _resolve(repo, f"refs/heads/{branch}")
+    start, parents = head, ["-p", head]
+    if merge is not None and not _is_ancestor(repo, merge, head):
+        got = subprocess.run(["git", "merge-tree", "--write-tree", "--name-only", "--no-messages", head, merge],
+                             cwd=repo, capture_output=True, text=True, check=False)
+        lines = got.stdout.splitlines() if got.returncode in (0, 1) else []
+        if lines and not set(lines[1:]) - set(changes):
+            start, parents = lines[0].strip(), ["-p", head, "-p", merge]
+    with tempfile.TemporaryDirectory(prefix="plan-runner-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        try:
+            run_git(repo, "read-tree", start, env=env)
+            entries = []
+            for path, text in sorted(changes.items()):
+                if text is None:
+                    entries.append(b"0 " + b"0" * 40 + b"\t" + os.fsencode(path) + b"\0")
+                else:
+                    blob = run_git(repo, "hash-object", "-w", "--stdin", data=text.encode("utf-8")).strip()
+                    entries.append(b"100644 " + blob + b"\t" + os.fsencode(path) + b"\0")
+            run_git(repo, "update-index", "--add", "--replace", "-z", "--index-info", data=b"".join(entries), env=env)
+            tree = run_git(repo, "write-tree", env=env).decode().strip()
+            if tree == tree_hash(repo, head) and len(parents) == 2:
+                return None
+            new = run_git(repo, *_NO_SIGN, "commit-tree", tree, *parents, "-F", "-",
+                          data=f"{message.rstrip()}\n\n{REVERT_TRAILER}: finish\n".encode()).decode().strip()
+        except GitCommandError as exc:
+            raise _fail(f"plan-runner could not commit to the work branch {branch!r}", exc,
+                        f"inspect `git -C {repo} log -1 {branch}`; nothing was moved") from None
+    move_branch(repo, branch, new, head, own=own)
+    return new

@@ -265,6 +265,7 @@ class Session:
         if self.state.finished:
             return SessionResult("finished", self.plan, self.state, action, "the plan is finished", url=self.state.pull_request)
         report = self.report(f"plan-runner finished {self.plan.id}", action, evidence or self.last_evidence(), verdict)
+        self.tidy_work_branch()
         try:
             url = self.d.parker.open_finish(self.plan.id, self.plan.work_branch, self.trusted.config.base,
                                             f"plan-runner: {self.plan.title or self.plan.id}", report)
@@ -278,6 +279,39 @@ class Session:
 
         agent_clone.discard_area(agent_clone.area_for(self.ws.repo, self.plan.id))  # in the background
         return SessionResult("finished", self.plan, self.state, action, f"finished: {action.reason}", report_text=report, url=url)
+
+    def tidy_work_branch(self) -> None:
+        """Before the finish is offered for merging: the plan on the work branch takes the base's front matter
+        and structure (its ticks and notes kept), and the handoff loses its answered `HUMAN:` lines, in one
+        commit of plan-runner's, so the printed merge command merges cleanly after a fix made on the base
+        mid-run. Best effort: the work is done whatever happens here."""
+        from runner.adapters.judge.collect import handoff_path_of
+        from runner.core.tidy import tidy_handoff, tidy_plan
+
+        plan, repo, branch = self.trusted, self.ws.repo, self.trusted.work_branch
+        head = gitwork.ref_sha(repo, f"refs/heads/{branch}")
+        if head is None:
+            return
+        changes: dict[str, str | None] = {}
+        tidied = tidy_plan(self.trusted_text, gitwork.read_file_at(repo, head, plan.path))
+        if tidied is not None:
+            changes[plan.path] = tidied
+        handoff = handoff_path_of(plan)
+        rest = tidy_handoff(gitwork.read_file_at(repo, head, handoff))
+        if rest is not None:
+            changes[handoff] = rest or None
+        if not changes:
+            return
+        try:
+            base = gitwork.ref_sha(repo, f"refs/remotes/{self.ws.remote}/{plan.config.base}") if self.ws.remote \
+                else gitwork.ref_sha(repo, f"refs/heads/{plan.config.base}")
+            new = gitwork.commit_on_branch(repo, branch, changes, "Finish: the plan as on the base, answered "
+                                           "HUMAN: lines removed", own=judge_tree(self.ws, plan.id),
+                                           merge=base if tidied is not None else None)
+            if new is not None and self.ws.remote:
+                gitwork.push_branch(repo, branch, self.ws.remote, head)
+        except PlanRunnerError as err:
+            self.ws.on_event("warning", f"the work branch was left as the agent's last session made it: {err.what}")
 
     def consult(self, action: ConsultAdvisor) -> AnyAction:
         asked = self.d.advisor is not None or (self.trusted.config.advisor is not None
