@@ -11,7 +11,6 @@ readable or writable that was not already.
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import tempfile
 from pathlib import Path
@@ -45,26 +44,6 @@ def _searchable(path: Path, stop: Path) -> None:
 def _agent_can_reach_tmp_path(request: pytest.FixtureRequest) -> None:
     if "tmp_path" in request.fixturenames:
         _searchable(request.getfixturevalue("tmp_path"), Path(tempfile.gettempdir()))
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-@pytest.fixture(autouse=True)
-def _stop_signals_restored(request: pytest.FixtureRequest):
-    """A test that runs plan-runner's code in-process may leave SIGINT or SIGTERM ignored in its worker (the action's
-    salvage ignores them on purpose); an ignored signal is inherited across exec, so every later test's child
-    `plan-runner run` would ignore the Ctrl-C it is sent. Put them back after each test; with
-    PLAN_RUNNER_TEST_SIGNAL_LOG set, append the test that changed them to that file."""
-    before = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
-    yield
-    changed = [sig for sig in _STOP_SIGNALS if signal.getsignal(sig) != before[sig]]
-    for sig in changed:
-        signal.signal(sig, before[sig])
-    log = os.environ.get("PLAN_RUNNER_TEST_SIGNAL_LOG")
-    if changed and log:
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"{request.node.nodeid}: {[signal.Signals(s).name for s in changed]}\n")
 
 
 def agent_writable(path: Path) -> Path:
