@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,13 @@ from runner.backends.anthropic.backend import AnthropicAgentBackend
 from runner.backends.common.base import SessionRequest
 from runner.core.plan import AgentConfig
 from tests.git_repos import init_repo
+
+
+def interruptible() -> None:
+    """`preexec_fn` for a child the test will Ctrl-C: SIGINT back to its default before exec. A suite started as a
+    shell's background job (`.ci/run &`) ignores SIGINT, an ignored signal is inherited across exec, and a Python
+    started with SIGINT ignored installs no KeyboardInterrupt handler: the child would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 PLAN_TEXT = "# Plan\n\n## Stage 1: Greet <!-- sessions: 1 -->\n- [ ] 1.1 Add hello.py\n"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent_helpers import interruptible
 from tests.reliability_world import fold_ledger, git, ledger, write_calc_project
 
 pytestmark = pytest.mark.integration
@@ -236,7 +237,7 @@ def test_ctrl_c_is_recorded_as_interrupted_and_burns_nothing(tmp_path):
     e = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
     e.update(PYTHONPATH=str(ROOT), **AGENT_IDENTITY)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "plans/calc.md"], cwd=repo, env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob("env.*")) and time.monotonic() < deadline:
         time.sleep(0.1)

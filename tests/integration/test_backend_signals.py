@@ -26,7 +26,7 @@ from runner.core.outcome import classify
 from runner.core.plan import BudgetConfig
 from runner.core.policy import decide_next, fold
 from runner.drivers.cli.progress import cost_text
-from tests.agent_helpers import fast_backend, make_request
+from tests.agent_helpers import fast_backend, interruptible, make_request
 from tests.servers.messages import MessagesServer, hang, reply, tool_use
 from tests.integration.test_backend_claude_code import _request, repo, srv  # noqa: F401  (fixtures)
 
@@ -213,7 +213,7 @@ def test_ctrl_c_during_a_real_claude_session_records_what_it_spent(srv: Messages
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
     env.update(PYTHONPATH=str(ROOT), ANTHROPIC_BASE_URL=srv.url, ANTHROPIC_API_KEY="sk-test-dummy", **AGENT_IDENTITY)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "plans/calc.md"], cwd=repo, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 90
     while not srv.message_requests and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)

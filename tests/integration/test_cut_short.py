@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent_helpers import interruptible
 from tests.reliability_world import git, ledger
 from tests.e2e.test_first_hour import AGENT_IDENTITY, ROOT, make_repo
 
@@ -34,7 +35,7 @@ def _started(tmp_path: Path, repo: Path, *args: str) -> subprocess.Popen:
     e = {k: v for k, v in os.environ.items() if not k.startswith("PLAN_RUNNER_")}
     e.update(PYTHONPATH=str(ROOT), **AGENT_IDENTITY)
     proc = subprocess.Popen([sys.executable, "-m", "runner", *args, "plans/calc.md"], cwd=repo, env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while not (tmp_path / "working").exists():
         assert proc.poll() is None, proc.communicate()
