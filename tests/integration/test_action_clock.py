@@ -94,7 +94,8 @@ def test_a_killed_dispatched_session_is_reconciled_by_the_clock_with_no_workflow
     nothing happens; ended without succeeding, session 2 is reconciled at once and session 3 dispatched."""
     with GitHubServer() as srv:
         jobs = Jobs(tmp_path, srv)
-        jobs.session()
+        rc, out, outputs, summary, _ = jobs.session()
+        assert len(srv.dispatches) == 1, (rc, outputs, out)  # once seen with none in a loaded run: say why
         (run,) = [d.run_id for d in srv.dispatches]
         assert srv.runs[run]["actor"] == "github-actions[bot]" and srv.schedule_fires(CLOCK)
         srv.start_run(run)
