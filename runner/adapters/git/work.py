@@ -635,6 +635,21 @@ def has_checkout(tree: Path) -> bool:
     return Path(tree, git_text(tree, "rev-parse", "--path-format=absolute", "--git-path", "index")).exists()
 
 
+def _tree_with(repo: Path, start: str, changes: dict[str, str | None], env: dict[str, str]) -> str:
+    """The tree of `start` with `changes` applied (a path to its new text, or None to remove it), built in the
+    private index `env` names: no work tree is touched."""
+    run_git(repo, "read-tree", start, env=env)
+    entries = []  # `--index-info -z`: "mode sha\tpath\0"; mode 0 removes the path
+    for path, text in sorted(changes.items()):
+        if text is None:
+            entries.append(b"0 " + b"0" * 40 + b"\t" + os.fsencode(path) + b"\0")
+        else:
+            blob = run_git(repo, "hash-object", "-w", "--stdin", data=text.encode("utf-8")).strip()
+            entries.append(b"100644 " + blob + b"\t" + os.fsencode(path) + b"\0")
+    run_git(repo, "update-index", "--add", "--replace", "-z", "--index-info", data=b"".join(entries), env=env)
+    return run_git(repo, "write-tree", env=env).decode().strip()
+
+
 def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> str:
     """Commit `changes` (path -> new text; None deletes) on HEAD, and nothing else.
 
@@ -651,16 +666,7 @@ def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> st
     with tempfile.TemporaryDirectory(prefix="plan-runner-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         try:
-            run_git(repo, "read-tree", head, env=env)
-            entries = []  # `--index-info -z`: "mode sha\tpath\0"; mode 0 removes the path
-            for path, text in sorted(changes.items()):
-                if text is None:
-                    entries.append(b"0 " + b"0" * 40 + b"\t" + os.fsencode(path) + b"\0")
-                else:
-                    blob = run_git(repo, "hash-object", "-w", "--stdin", data=text.encode("utf-8")).strip()
-                    entries.append(b"100644 " + blob + b"\t" + os.fsencode(path) + b"\0")
-            run_git(repo, "update-index", "--add", "--replace", "-z", "--index-info", data=b"".join(entries), env=env)
-            tree = run_git(repo, "write-tree", env=env).decode().strip()
+            tree = _tree_with(repo, head, changes, env)
             if tree == tree_hash(repo, head):
                 return head
             full = f"{message.rstrip()}\n\n{REVERT_TRAILER}: revert\n"
@@ -1025,16 +1031,7 @@ def commit_on_branch(repo: Path, branch: str, changes: dict[str, str | None], me
     with tempfile.TemporaryDirectory(prefix="plan-runner-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         try:
-            run_git(repo, "read-tree", start, env=env)
-            entries = []
-            for path, text in sorted(changes.items()):
-                if text is None:
-                    entries.append(b"0 " + b"0" * 40 + b"\t" + os.fsencode(path) + b"\0")
-                else:
-                    blob = run_git(repo, "hash-object", "-w", "--stdin", data=text.encode("utf-8")).strip()
-                    entries.append(b"100644 " + blob + b"\t" + os.fsencode(path) + b"\0")
-            run_git(repo, "update-index", "--add", "--replace", "-z", "--index-info", data=b"".join(entries), env=env)
-            tree = run_git(repo, "write-tree", env=env).decode().strip()
+            tree = _tree_with(repo, start, changes, env)
             if tree == tree_hash(repo, head) and len(parents) == 2:
                 return None
             new = run_git(repo, *_NO_SIGN, "commit-tree", tree, *parents, "-F", "-",
