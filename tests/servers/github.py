@@ -45,6 +45,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from tests.servers import github_shapes as shapes
+from tests.servers.stopping import stop_loop
 
 ROLES = ("admin", "maintain", "write", "triage", "read", "none")
 MAX_BODY = 65_536  # characters GitHub accepts in an issue, comment or pull request body
@@ -116,6 +117,7 @@ class GitHubServer:
         self.default_branch = default_branch
         self.rate_limit, self.rate_used = rate_limit, 0
         self.lock = threading.RLock()
+        self._sockets_lock = threading.Lock()  # the accept loop's own: it never waits on a request being served
         self._ids = 1000
         self.users: dict[str, dict[str, Any]] = {}
         self.issues: dict[int, dict[str, Any]] = {}  # pull requests too, as GitHub numbers them
@@ -162,34 +164,34 @@ class GitHubServer:
             daemon_threads = True
 
             def process_request(self, request: Any, client_address: Any) -> None:
-                with server.lock:
+                with server._sockets_lock:
                     server._sockets.add(request)
                 super().process_request(request, client_address)
 
             def shutdown_request(self, request: Any) -> None:
-                with server.lock:
+                with server._sockets_lock:
                     server._sockets.discard(request)
                 super().shutdown_request(request)
 
         self._httpd = Httpd(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+                                        name="github-server", daemon=True)
         self._thread.start()
         return self
 
     def close(self) -> None:
         if self._httpd is None:
             return
-        self._httpd.shutdown()
-        with self.lock:
+        assert self._thread is not None
+        stop_loop(self._httpd, self._thread, "the test GitHub server")
+        with self._sockets_lock:
             for sock in list(self._sockets):
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
         self._httpd.server_close()
-        assert self._thread is not None
         self._thread.join(5)
         self._httpd = None
 

@@ -11,6 +11,8 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.servers.stopping import stop_loop
+
 
 class _TrackingServer(ThreadingHTTPServer):
     daemon_threads = False  # joined on close, so no handler outlives the test
@@ -69,7 +71,7 @@ class ScriptedServer:
 
     def close(self) -> None:
         self._released.set()
-        self._httpd.shutdown()
+        stop_loop(self._httpd, self._thread, f"the test server {self.thread_name}")
         with self._lock:
             conns = list(self._connections)
         for conn in conns:  # unblock handler threads waiting on idle keep-alive connections
