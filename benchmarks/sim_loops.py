@@ -38,7 +38,7 @@ from runner.adapters.judge.collect import handoff_path_of
 from runner.core.evidence import CommitInfo, Evidence, GateResult
 from runner.core.fingerprint import fingerprint
 from runner.adapters.judge.gates import run_gates
-from runner.adapters.git.work import _matches as matches_bookkeeping  # the collectors' "only plan/handoff" rule
+from runner.adapters.git.evidence import _matches as matches_bookkeeping  # the collectors' "only plan/handoff" rule
 from runner.core.ledger import Advice, GateSummary, SessionRecord
 from runner.core.outcome import classify
 from runner.core.plan import GateConfig, Plan

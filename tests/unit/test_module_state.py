@@ -23,8 +23,9 @@ MUTABLE = (dict, list, set, bytearray, collections.deque, weakref.WeakSet, weakr
 NOT_YET = ("runner.adapters.sandbox.",)
 PENDING = {
     # git's caches, keyed by path strings: to become attributes of the session's repository object
-    "runner.adapters.git.work": {"_repos", "_open_cats", "_objects", "_known_commits", "_files_at", "_ancestry",
-                                 "_diffs", "_remotes"},
+    "runner.adapters.git.invoke": {"_open_cats"},
+    "runner.adapters.git.objects": {"_repos", "_objects", "_known_commits", "_files_at", "_ancestry", "_remotes"},
+    "runner.adapters.git.evidence": {"_diffs"},
     # the session refs pushed before a yield, deleted with the next write of the same session number
     "runner.drivers.session.phases": {"_early_pushed"},
     # the live terminal lines of the process (one terminal per process)

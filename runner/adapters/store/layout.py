@@ -17,7 +17,7 @@ from pathlib import Path
 
 from git.exc import GitCommandError
 
-from runner.adapters.git.work import run_git
+from runner.adapters.git.invoke import run_git
 from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree
 from runner.core.errors import PlanRunnerError
 from runner.core.ledger import Ledger, SegmentedLedger

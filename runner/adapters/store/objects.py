@@ -13,7 +13,8 @@ from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
 
-from runner.adapters.git.work import BOT_EMAIL, BOT_NAME, CatFile, cat_file, close_cat_file, objects_dir
+from runner.adapters.git.invoke import BOT_EMAIL, BOT_NAME, CatFile
+from runner.adapters.git.objects import cat_file, close_cat_file, objects_dir
 from runner.core.errors import PlanRunnerError
 
 TREE_MODE = 0o040000

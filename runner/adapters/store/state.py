@@ -26,7 +26,9 @@ from pathlib import Path
 
 from git.exc import GitCommandError
 
-from runner.adapters.git.work import push_leased, ref_sha, remotes, run_git, stderr_of
+from runner.adapters.git.branches import push_leased
+from runner.adapters.git.invoke import run_git, stderr_of
+from runner.adapters.git.objects import ref_sha, remotes
 from runner.adapters.store.dirs import DIR_LIMIT, bound_dir, checkout_tree, redact_file, scan, store_dir
 from runner.adapters.store.layout import (
     FILES, NAMESPACE, SNAPSHOT, TRACKING, ZERO, append_segments, check_name, ledger_extends,
