@@ -235,6 +235,7 @@ def run(
         _check_startable(argv, env)
     launch = identity.launch(list(argv), dict(env), cwd)
     want_stdin = stdin_text is not None or keep_stdin_open
+    started = time.monotonic()  # before the child exists: its duration is never shorter than what it did
     try:
         proc = subprocess.Popen(
             launch.argv,
@@ -249,7 +250,6 @@ def run(
         _forget_env(launch.env_file)
         raise StartFailed(exc) from exc
     pgid = proc.pid  # start_new_session: the child leads its own group
-    started = time.monotonic()
     ctl: Controller | None = None
     sel = selectors.DefaultSelector()
     streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
