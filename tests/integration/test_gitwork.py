@@ -217,6 +217,42 @@ def test_answers_given_without_a_process_agree_with_git(repo):
     assert gitwork.current_branch(root) == branch
 
 
+def _readers(root: Path) -> set[int]:
+    """The `git cat-file --batch` processes of this test working in `root`."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[:3] == [b"git", b"cat-file", b"--batch"] and Path(os.readlink(f"/proc/{pid}/cwd")) == root.resolve():
+                found.add(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_what_is_read_through_a_repository_goes_with_it_and_a_path_keeps_nothing(repo):
+    """A session reads through its own `Repository`: what it read is remembered there (never by a module, so a
+    later session reads from disk), its reader process runs until `close` (a read after it starts another). A
+    function given a path reads through a `Repository` of its own whose reader stops when the call returns."""
+    root = path_of(repo)
+    head = repo.head.commit.hexsha
+    assert read_file_at(root, head, "README.md") == "hello\n" and gitwork.ref_sha(root, head) == head
+    assert _readers(root) == set()  # the call's own reader stopped with it
+    session = gitwork.Repository(root)
+    assert os.fspath(session) == str(root)
+    assert read_file_at(session, head, "README.md") == "hello\n" and gitwork.ref_sha(session, head) == head
+    assert gitwork.is_ancestor(session, head, head)
+    assert len(_readers(root)) == 1
+    assert session.files_at == {(head, "README.md"): "hello\n"} and session.known_commits == {head}
+    assert session.ancestry == {(head, head): True}
+    session.close()
+    assert _readers(root) == set()
+    assert read_file_at(session, head, "plans/p.md") == "- [ ] 1.1 a\n"  # closed: the next read starts a reader
+    session.close()
+    later = gitwork.Repository(root)
+    assert (later.files_at, later.known_commits, later.ancestry, later.diffs) == ({}, set(), {}, {})
+
+
 def test_paths_adding_finds_added_secrets_only(repo):
     """Added lines only (a secret removed, or already there before, is not this change's doing), in any file,
     however long the line, also where the value straddles the 1 MiB pieces the diff is read in."""

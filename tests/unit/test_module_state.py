@@ -3,7 +3,9 @@ to an owner built for that session and passed on, never to a module every sessio
 
 Checked at import: every module is imported and its module-level values read. A value counts as state when it is a
 mutable container (dict, list, set, deque, bytearray, a weak collection) under a name that is not a constant's
-(UPPER_CASE names are constants by the project's convention). PENDING is what is left to move, name by name: an
+(UPPER_CASE names are constants by the project's convention), or a function that remembers its answers
+(`functools.cache`, `lru_cache`) but those in MEMOS: a cache keyed by a path or a sha is a session's, not a
+module's. PENDING is what is left to move, name by name: an
 entry that is gone must leave the list too, so it only shrinks.
 """
 
@@ -21,11 +23,13 @@ MUTABLE = (dict, list, set, bytearray, collections.deque, weakref.WeakSet, weakr
            weakref.WeakKeyDictionary)
 # The sandbox package is being rebuilt in its own line of work (its agent-clone and kept-tree memories go with it).
 NOT_YET = ("runner.adapters.sandbox.",)
+# Functions whose remembered answers depend on their arguments alone and hold nothing of a session.
+MEMOS = {
+    "runner.core.ledger": {"_entry_adapter"},  # the ledger's schema, built once
+    "runner.core.planfile_commonmark": {"_parser", "_tokens"},  # the Markdown parser, and a text's tokens
+    "runner.adapters.render.prompts": {"_environment"},  # the templates' environment
+}
 PENDING = {
-    # git's caches, keyed by path strings: to become attributes of the session's repository object
-    "runner.adapters.git.invoke": {"_open_cats"},
-    "runner.adapters.git.objects": {"_repos", "_objects", "_known_commits", "_files_at", "_ancestry", "_remotes"},
-    "runner.adapters.git.evidence": {"_diffs"},
     # the session refs pushed before a yield, deleted with the next write of the same session number
     "runner.drivers.session.phases": {"_early_pushed"},
     # the live terminal lines of the process (one terminal per process)
@@ -47,7 +51,11 @@ def _state() -> dict[str, set[str]]:
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            if not _constant(name) and isinstance(value, MUTABLE) and not isinstance(value, type):
+            if _constant(name) or isinstance(value, type):
+                continue
+            memo = (callable(value) and hasattr(value, "cache_info") and name not in MEMOS.get(info.name, set())
+                    and getattr(value, "__module__", None) == info.name)  # (one imported is its own module's)
+            if isinstance(value, MUTABLE) or memo:
                 found.setdefault(info.name, set()).add(name)
     return found
 

@@ -3,6 +3,7 @@ objects, and pushed with a lease."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -17,7 +18,7 @@ from runner.adapters.git.trees import _check_path, _refuse_checked_out, _tree_wi
 from runner.core.errors import PlanRunnerError, StateConflict
 
 
-def fetch_branch(repo: Path, remote: str, branch: str) -> str | None:
+def fetch_branch(repo: str | os.PathLike[str], remote: str, branch: str) -> str | None:
     """Fetch one branch of the remote into its tracking ref; None when the remote lacks it."""
     tracking = f"refs/remotes/{remote}/{branch}"
     try:
@@ -31,7 +32,7 @@ def fetch_branch(repo: Path, remote: str, branch: str) -> str | None:
     return ref_sha(repo, tracking)
 
 
-def move_branch(repo: Path, branch: str, new: str, expected: str | None, *, own: Path | None = None) -> None:
+def move_branch(repo: str | os.PathLike[str], branch: str, new: str, expected: str | None, *, own: Path | None = None) -> None:
     """Create `branch` at `new` (`expected` None) or move it forward from `expected` to `new`: a compare-and-
     swap on the ref alone (never a checkout, never a rewrite), refused while one of the user's work trees has
     the branch checked out (it would move under their files). A lost swap is a StateConflict."""
@@ -51,7 +52,7 @@ def move_branch(repo: Path, branch: str, new: str, expected: str | None, *, own:
                             fix="nothing to do: re-read and yield to whoever moved it") from None
 
 
-def fast_forward(repo: Path, branch: str, head: str, *, own: Path | None = None) -> None:
+def fast_forward(repo: str | os.PathLike[str], branch: str, head: str, *, own: Path | None = None) -> None:
     """Move the work branch forward to `head` (a ref move, compare-and-swap on its current value). plan-runner's
     own work tree of the plan (`own`) holds no files, so having the branch checked out there costs nothing."""
     current = _resolve(repo, f"refs/heads/{branch}")
@@ -65,7 +66,7 @@ def branch_refspecs(remote: str, *branches: str) -> list[str]:
     return [f"+refs/heads/{b}*:refs/remotes/{remote}/{b}*" for b in dict.fromkeys(branches)]
 
 
-def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *, fetched: bool = False,
+def ensure_work_branch(repo: str | os.PathLike[str], branch: str, base: str, remote: str | None, *, fetched: bool = False,
                        tree: Path | None = None) -> str:
     """The work branch, created from `base` on first use, as a ref (never a checkout in `repo`'s work tree);
     returns its head sha. `tree`: plan-runner's own work tree of the plan, attached to the branch then.
@@ -106,7 +107,7 @@ def ensure_work_branch(repo: Path, branch: str, base: str, remote: str | None, *
     return target
 
 
-def push_branch(repo: Path, branch: str, remote: str, expected_remote_sha: str | None) -> str:
+def push_branch(repo: str | os.PathLike[str], branch: str, remote: str, expected_remote_sha: str | None) -> str:
     """Push the work branch if the remote's copy is still `expected_remote_sha` (None: absent).
 
     Returns the pushed sha. Raises StateConflict when another job moved the branch.
@@ -129,12 +130,12 @@ _CONFLICT_REASON = re.compile(r"stale info|fetch first|non-fast-forward|already 
                               r"expected|failed to update|old value|lock", re.IGNORECASE)
 
 
-def push_ref(repo: Path | str, remote: str, sha: str, ref: str, expected: str | None, *, what: str) -> None:
+def push_ref(repo: str | os.PathLike[str], remote: str, sha: str, ref: str, expected: str | None, *, what: str) -> None:
     """Compare-and-swap push of `sha` to `ref` on the remote: the remote must still be at `expected`."""
     push_leased(repo, remote, [(sha, ref, expected)], what=what)
 
 
-def push_leased(repo: Path | str, remote: str, updates: Sequence[tuple[str | None, str, str | None]], *,
+def push_leased(repo: str | os.PathLike[str], remote: str, updates: Sequence[tuple[str | None, str, str | None]], *,
                 what: str, atomic: bool = False) -> None:
     """Push every `(sha or None to delete, ref, expected remote sha or None for absent)`, each with its own
     lease; `atomic`: all land or none does. A lost lease is a StateConflict, anything else a clear error."""
@@ -166,7 +167,7 @@ def push_leased(repo: Path | str, remote: str, updates: Sequence[tuple[str | Non
     )
 
 
-def remote_refs(repo: Path | str, remote: str, pattern: str) -> list[tuple[str, str]] | None:
+def remote_refs(repo: str | os.PathLike[str], remote: str, pattern: str) -> list[tuple[str, str]] | None:
     """(sha, ref) of the refs on `remote` matching `pattern` (`git ls-remote`); None when the remote cannot be
     asked (unreachable, no credentials)."""
     try:
@@ -176,7 +177,7 @@ def remote_refs(repo: Path | str, remote: str, pattern: str) -> list[tuple[str, 
     return [(sha, ref) for sha, _, ref in (line.partition("\t") for line in out.splitlines()) if ref]
 
 
-def commit_on_branch(repo: Path, branch: str, changes: dict[str, str | None], message: str, *,
+def commit_on_branch(repo: str | os.PathLike[str], branch: str, changes: dict[str, str | None], message: str, *,
                      own: Path | None = None, merge: str | None = None) -> str | None:
     """Commit `changes` (path -> new text; None deletes) on top of `branch` and move it forward (compare-and-
     swap), from objects only: no work tree is read or written. Returns the new head, None when nothing changed.

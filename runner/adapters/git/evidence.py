@@ -5,15 +5,15 @@ so the cost does not grow with the age of the repository (the benchmark measures
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 
 from git import Git
 from git.exc import GitCommandError
 
 from runner.adapters.git.invoke import BOT_ENV, REVERT_TRAILER, WIP_TRAILER, _fail, run_git
-from runner.adapters.git.objects import _FULL_SHA, _key
+from runner.adapters.git.objects import _FULL_SHA, at
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CommitInfo
 
@@ -65,7 +65,7 @@ def _trailers(body: str) -> dict[str, str]:
     return found
 
 
-def collect_commits(repo: Path, base_sha: str, head: str, bookkeeping_paths: set[str]) -> tuple[CommitInfo, ...]:
+def collect_commits(repo: str | os.PathLike[str], base_sha: str, head: str, bookkeeping_paths: set[str]) -> tuple[CommitInfo, ...]:
     """The commits in `base_sha..head` along the first parent, oldest first.
 
     A merge counts with the files it changes relative to its first parent. A commit
@@ -94,7 +94,7 @@ def collect_commits(repo: Path, base_sha: str, head: str, bookkeeping_paths: set
     return tuple(reversed(commits))
 
 
-def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -> list[str]:
+def paths_adding(repo: str | os.PathLike[str], old: str, new: str, needles: Iterable[str]) -> list[str]:
     """The files whose lines added from tree `old` to tree `new` contain any of `needles` (secret values).
 
     The diff is streamed and read in bounded pieces, so memory stays flat however large the
@@ -141,7 +141,7 @@ def paths_adding(repo: Path | str, old: str, new: str, needles: Iterable[str]) -
     return found
 
 
-def commits_carrying(repo: Path | str, old: str, new: str, needles: Iterable[str]) -> list[str]:
+def commits_carrying(repo: str | os.PathLike[str], old: str, new: str, needles: Iterable[str]) -> list[str]:
     """The commits between `old` and `new` whose object itself (message, author and committer names and
     emails, any extra header) holds one of `needles`, and "a file name" when a changed path holds one:
     they are pushed as they are, not only the files' lines.
@@ -162,7 +162,7 @@ def commits_carrying(repo: Path | str, old: str, new: str, needles: Iterable[str
     return found
 
 
-def protected_paths_changed(repo: Path, base_sha: str, head: str, paths: list[str]) -> list[str]:
+def protected_paths_changed(repo: str | os.PathLike[str], base_sha: str, head: str, paths: list[str]) -> list[str]:
     """Which of `paths` (a trailing "/" makes a prefix) differ between base and head.
 
     A tree-to-tree diff: a file changed and changed back within the session is untouched.
@@ -178,23 +178,21 @@ def protected_paths_changed(repo: Path, base_sha: str, head: str, paths: list[st
     return [p for p in paths if any(_at_or_above(c, [p]) for c in changed)]
 
 
-_diffs: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
-
-
-def _diff_status(repo: Path, base_sha: str, head: str) -> list[tuple[str, str]]:
+def _diff_status(repo: str | os.PathLike[str], base_sha: str, head: str) -> list[tuple[str, str]]:
     """(status letter, path) for every file that differs between two commits, renames as delete + add.
-    Between two full shas it never changes: the last one is remembered (a session asks twice)."""
-    key = (_key(repo), base_sha, head)
-    if key in _diffs:
-        return list(_diffs[key])
-    found = _diff_status_of(repo, base_sha, head)
+    Between two full shas it never changes: the `Repository` remembers the last one (a session asks twice)."""
+    r = at(repo)
+    key = (base_sha, head)
+    if key in r.diffs:
+        return list(r.diffs[key])
+    found = _diff_status_of(r, base_sha, head)
     if _FULL_SHA.fullmatch(base_sha) and _FULL_SHA.fullmatch(head):
-        _diffs.clear()
-        _diffs[key] = list(found)
+        r.diffs.clear()
+        r.diffs[key] = list(found)
     return found
 
 
-def _diff_status_of(repo: Path, base_sha: str, head: str) -> list[tuple[str, str]]:
+def _diff_status_of(repo: str | os.PathLike[str], base_sha: str, head: str) -> list[tuple[str, str]]:
     try:
         raw = run_git(repo, "diff", "--name-status", "--no-renames", "-z", base_sha, head, "--")
     except GitCommandError as exc:
@@ -223,7 +221,7 @@ def _at_or_above(path: str, patterns: Iterable[str]) -> bool:
     return False
 
 
-def files_changed(repo: Path, base_sha: str, head: str, patterns: list[str]) -> list[str]:
+def files_changed(repo: str | os.PathLike[str], base_sha: str, head: str, patterns: list[str]) -> list[str]:
     """The files (not the patterns) matching `patterns` ("dir/" is a prefix) that differ between base and head,
     and any entry at or above a protected path (`_at_or_above`); shallower first, so a revert removes a symlinked
     folder before it writes the files that were under it."""
@@ -233,5 +231,5 @@ def files_changed(repo: Path, base_sha: str, head: str, patterns: list[str]) -> 
     return sorted(dict.fromkeys(found), key=lambda p: (p.count("/"), p))
 
 
-def deleted_files(repo: Path, base_sha: str, head: str) -> list[str]:
+def deleted_files(repo: str | os.PathLike[str], base_sha: str, head: str) -> list[str]:
     return [path for status, path in _diff_status(repo, base_sha, head) if status == "D"]

@@ -6,13 +6,11 @@ unattended job must not hang on a GPG prompt or be blocked by a pre-commit hook 
 
 from __future__ import annotations
 
-import atexit
 import os
 import subprocess
 import tempfile
 import threading
 import weakref
-from pathlib import Path
 from typing import Any
 
 from git import Git
@@ -57,7 +55,7 @@ def judge_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+def run_git(repo: str | os.PathLike[str], *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
     """Run one git command in `repo`; stdout as bytes, untouched (no newline stripped).
 
     Raises GitCommandError on a non-zero exit (its `stderr` says why).
@@ -81,7 +79,7 @@ def run_git(repo: Path | str, *args: str, data: bytes | None = None, env: dict[s
         ) from None
 
 
-def git_text(repo: Path | str, *args: str) -> str:
+def git_text(repo: str | os.PathLike[str], *args: str) -> str:
     return run_git(repo, *args).decode("utf-8", "replace").strip()
 
 
@@ -102,12 +100,12 @@ ZERO = "0" * 40
 class CatFile:
     """One long-lived `git cat-file --batch`: every object read of a repository without a process each."""
 
-    def __init__(self, repo: Path | str) -> None:
+    def __init__(self, repo: str | os.PathLike[str]) -> None:
         self.proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env={**os.environ, **BOT_ENV, **judge_git_env()})
+        # closed by its owner, else when it is collected, else at exit (a finalizer runs then too)
         self._finalizer = weakref.finalize(self, _close, self.proc)
         self._lock = threading.Lock()  # one question and its answer at a time, whichever thread asks
-        _open_cats.add(self)
 
     def get(self, spec: str) -> tuple[bytes, bytes] | None:
         """(type, content) of `spec`, or None when it does not name an object."""
@@ -150,7 +148,3 @@ def _close(proc: subprocess.Popen) -> None:
             proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
-
-
-_open_cats: weakref.WeakSet = weakref.WeakSet()
-atexit.register(lambda: [c.close() for c in list(_open_cats)])

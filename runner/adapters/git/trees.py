@@ -17,7 +17,7 @@ from runner.adapters.git.objects import _resolve, current_branch, objects_dir, r
 from runner.core.errors import PlanRunnerError
 
 
-def worktrees_on(repo: Path, branch: str, *, own: Path | None = None) -> list[Path]:
+def worktrees_on(repo: str | os.PathLike[str], branch: str, *, own: Path | None = None) -> list[Path]:
     """The work trees of `repo` (the user's main one and any linked one) with `branch` checked out, but
     `own` (plan-runner's own work tree of the plan); a work tree whose folder is gone does not count."""
     out = run_git(repo, "worktree", "list", "--porcelain", "-z").decode("utf-8", "surrogateescape")
@@ -33,7 +33,7 @@ def worktrees_on(repo: Path, branch: str, *, own: Path | None = None) -> list[Pa
     return found
 
 
-def _refuse_checked_out(repo: Path, branch: str, own: Path | None) -> None:
+def _refuse_checked_out(repo: str | os.PathLike[str], branch: str, own: Path | None) -> None:
     holders = worktrees_on(repo, branch, own=own)
     if holders:
         raise PlanRunnerError(
@@ -46,7 +46,7 @@ def _refuse_checked_out(repo: Path, branch: str, own: Path | None) -> None:
 
 
 @contextmanager
-def _worktrees_locked(repo: Path):
+def _worktrees_locked(repo: str | os.PathLike[str]):
     """Held around every `git worktree add`, `remove` and `prune` of plan-runner's: a prune in one session would
     otherwise take the registration another session's `worktree add` has just made and not yet finished
     (.git/worktrees/<name> without its gitdir), and that session fail (twenty plans at once in one repository)."""
@@ -59,7 +59,7 @@ def _worktrees_locked(repo: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def attach_tree(repo: Path, tree: Path, branch: str) -> Path:
+def attach_tree(repo: str | os.PathLike[str], tree: Path, branch: str) -> Path:
     """plan-runner's own linked work tree of one plan (under .git/plan-runner/<plan>/, with its own HEAD), with
     `branch` checked out: the judge commits there (commit_files, from objects), never in the user's work tree,
     and git itself then refuses to check the branch out elsewhere while a session runs.
@@ -104,7 +104,7 @@ def release_tree(tree: Path) -> None:
             pass
 
 
-def remove_tree(repo: Path, tree: Path) -> None:
+def remove_tree(repo: str | os.PathLike[str], tree: Path) -> None:
     """plan-runner's own work tree gone, folder and registration."""
     import shutil
 
@@ -121,12 +121,12 @@ def remove_tree(repo: Path, tree: Path) -> None:
             pass
 
 
-def is_dirty(repo: Path) -> bool:
+def is_dirty(repo: str | os.PathLike[str]) -> bool:
     """True when there are staged, unstaged or untracked (not ignored) changes."""
     return bool(run_git(repo, "status", "--porcelain", "-z", "--untracked-files=all").strip())
 
 
-def commit_leftovers(repo: Path, message_prefix: str = "plan-runner: WIP") -> str | None:
+def commit_leftovers(repo: str | os.PathLike[str], message_prefix: str = "plan-runner: WIP") -> str | None:
     """Commit whatever the agent left uncommitted as one WIP commit; None when clean.
 
     `git add --all` honours .gitignore, so ignored files (caches, secrets in .env)
@@ -162,14 +162,14 @@ def _check_path(path: str) -> None:
         )
 
 
-def has_checkout(tree: Path) -> bool:
+def has_checkout(tree: str | os.PathLike[str]) -> bool:
     """False for a work tree added with `--no-checkout` that no git command gave an index since (plan-runner's
     own work tree of a plan): its files are not on disk, so a command that reads the work tree would see every
     file deleted."""
     return Path(tree, git_text(tree, "rev-parse", "--path-format=absolute", "--git-path", "index")).exists()
 
 
-def _tree_with(repo: Path, start: str, changes: dict[str, str | None], env: dict[str, str]) -> str:
+def _tree_with(repo: str | os.PathLike[str], start: str, changes: dict[str, str | None], env: dict[str, str]) -> str:
     """The tree of `start` with `changes` applied (a path to its new text, or None to remove it), built in the
     private index `env` names: no work tree is touched."""
     run_git(repo, "read-tree", start, env=env)
@@ -184,7 +184,7 @@ def _tree_with(repo: Path, start: str, changes: dict[str, str | None], env: dict
     return run_git(repo, "write-tree", env=env).decode().strip()
 
 
-def commit_files(repo: Path, changes: dict[str, str | None], message: str) -> str:
+def commit_files(repo: str | os.PathLike[str], changes: dict[str, str | None], message: str) -> str:
     """Commit `changes` (path -> new text; None deletes) on HEAD, and nothing else.
 
     For plan-runner's own corrections (reverting tampering or a rejected flip); the commit carries the

@@ -19,7 +19,7 @@ from runner.adapters.git.invoke import (
     stderr_of,
 )
 from runner.adapters.git.objects import (
-    cat_file, close_cat_file, current_branch, git_dir, head_sha, is_ancestor, is_symlink_at, objects_dir,
+    Repository, current_branch, git_dir, head_sha, is_ancestor, is_symlink_at, objects_dir,
     read_file_at, ref_sha, remotes, tree_hash,
 )
 from runner.adapters.git.trees import (
@@ -28,7 +28,7 @@ from runner.adapters.git.trees import (
 
 __all__ = [
     "BOT_EMAIL", "BOT_ENV", "BOT_NAME", "REVERT_TRAILER", "WIP_TRAILER", "ZERO", "CatFile", "GitCommandError",
-    "attach_tree", "branch_refspecs", "cat_file", "close_cat_file", "collect_commits", "commit_files",
+    "Repository", "attach_tree", "branch_refspecs", "collect_commits", "commit_files",
     "commit_leftovers", "commit_on_branch", "commits_carrying", "current_branch", "deleted_files", "display_path",
     "ensure_work_branch", "fast_forward", "fetch_branch", "files_changed", "git_dir", "git_text", "has_checkout",
     "head_sha", "is_ancestor", "is_dirty", "is_symlink_at", "judge_git_env", "move_branch", "objects_dir",

@@ -35,7 +35,7 @@ _TEST_FILE = re.compile(r"(^|/)(tests?|__tests__|specs?)/|(^|/)test_[^/]*$|_test
 class SessionScene:
     """What was true when the session started."""
 
-    repo: Path
+    repo: Path | gitwork.Repository  # the judge's work tree: the session's reads of it (a path in tests)
     plan: Plan  # configuration from the base commit, tracker as of base_sha
     plan_text: str  # the plan file at base_sha
     base_sha: str
@@ -168,7 +168,7 @@ def _set_up_problems(gates: tuple[GateResult, ...], plan: Plan,
     return tuple(out)
 
 
-def _discard_gate_byproducts(repo: Path) -> None:
+def _discard_gate_byproducts(repo: Path | gitwork.Repository) -> None:
     """The tree was clean (leftovers committed) before the gates ran in it: whatever they changed or
     created (caches, coverage files, a formatter's rewrite) is theirs, not the agent's work."""
     gitwork.run_git(repo, "checkout", "--", ".")
@@ -223,7 +223,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     leaked = tuple(gitwork.paths_adding(repo, since, head, secrets)
                    + gitwork.commits_carrying(repo, since, head, secrets)) if secrets else ()
     idle = unreached and head == scene.base_sha
-    workdir = checkout(head) if checkout is not None and not idle else repo
+    workdir = checkout(head) if checkout is not None and not idle else Path(repo)
     flips = flips if idle else _verify(flips, scene.plan, workdir, gate_env, identity)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     carried: tuple[CommitInfo, ...] = ()

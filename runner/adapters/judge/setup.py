@@ -49,7 +49,7 @@ SETUP_FIX = ("everything a gate needs beyond the repository's tracked files come
              "[package-lock.json]}` for a Node one; then `plan-runner reply <plan> retry`")
 
 
-def trusted_commit(repo: Path, remote: str | None, base: str) -> str | None:
+def trusted_commit(repo: str | os.PathLike[str], remote: str | None, base: str) -> str | None:
     """The maintainer's commit: the base branch the plan's configuration is read from (as the session reads it)."""
     for ref in ([f"{remote}/{base}"] if remote else []) + [base]:
         sha = gitwork.ref_sha(repo, ref)
@@ -58,7 +58,7 @@ def trusted_commit(repo: Path, remote: str | None, base: str) -> str | None:
     return None
 
 
-def setup_key(setup: SetupConfig, repo: Path, sha: str) -> str:
+def setup_key(setup: SetupConfig, repo: str | os.PathLike[str], sha: str) -> str:
     h = hashlib.sha256()
     for command in setup.run:
         h.update(b"run\0" + command.encode() + b"\0")
@@ -150,7 +150,7 @@ def _base_problem(sha: str, result: GateResult) -> GateResult:
         f"could pass its gates; fix: make the command work on a fresh checkout of the base; " + SETUP_FIX)})
 
 
-def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
+def run_setup(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], workdir: Path, env: Mapping[str, str],
               identity: Identity, cache_dir: Path, trusted_sha: str | None = None,
               checkout: Callable[[str], Path] | None = None,
               on_event: Callable[[str, str], None] = lambda e, d: None,
@@ -222,7 +222,7 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: M
     return (failed,)
 
 
-def _untracked_tops(repo: Path, sha: str, workdir: Path, roots: tuple[str, ...]) -> list[str]:
+def _untracked_tops(repo: str | os.PathLike[str], sha: str, workdir: Path, roots: tuple[str, ...]) -> list[str]:
     """The topmost paths in `workdir` that `sha` does not track (what set-up made), cache paths excluded."""
     tracked = set(gitwork.git_text(repo, "ls-tree", "-r", "--name-only", "-z", sha).split("\0")) - {""}
     dirs = {str(Path(p).parent) for p in tracked}
@@ -300,7 +300,7 @@ def _exclude_as_agent(workdir: Path, roots: tuple[str, ...], identity: Identity)
         pass
 
 
-def set_up_clone(setup: SetupConfig, *, sha: str, repo: Path, workdir: Path, env: Mapping[str, str],
+def set_up_clone(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], workdir: Path, env: Mapping[str, str],
                  identity: Identity, cache_dir: Path, trusted_sha: str | None, checkout: Callable[[str], Path],
                  reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None,
                  keep: KeptSetup | None = None) -> str | None:

@@ -14,7 +14,7 @@ from gitdb.base import IStream
 from gitdb.db.loose import LooseObjectDB
 
 from runner.adapters.git.invoke import BOT_EMAIL, BOT_NAME, CatFile
-from runner.adapters.git.objects import cat_file, close_cat_file, objects_dir
+from runner.adapters.git.objects import Repository, objects_dir
 from runner.core.errors import PlanRunnerError
 
 TREE_MODE = 0o040000
@@ -27,20 +27,21 @@ Tree = dict[str, tuple[int, str]]  # name -> (mode, sha)
 class GitObjects:
     """Reads and writes the objects of one repository."""
 
-    def __init__(self, repo: Path) -> None:
-        self.repo = Path(repo)
+    def __init__(self, repo: Path | Repository) -> None:
+        self.git = repo if isinstance(repo, Repository) else Repository(repo)  # its reader: this store's own
+        self.repo = self.git.path
         self._odb: LooseObjectDB | None = None
 
     def _db(self) -> LooseObjectDB:
         if self._odb is None:
-            self._odb = LooseObjectDB(str(objects_dir(self.repo)))
+            self._odb = LooseObjectDB(str(objects_dir(self.git)))
         return self._odb
 
     def cat(self) -> CatFile:
-        return cat_file(self.repo)
+        return self.git.cat_file()
 
     def close(self) -> None:
-        close_cat_file(self.repo)
+        self.git.close()
 
     def get(self, spec: str | None, kind: bytes) -> bytes | None:
         """The object's content if it exists and is of `kind`, else None."""

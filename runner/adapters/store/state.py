@@ -28,7 +28,7 @@ from git.exc import GitCommandError
 
 from runner.adapters.git.branches import push_leased
 from runner.adapters.git.invoke import run_git, stderr_of
-from runner.adapters.git.objects import ref_sha, remotes
+from runner.adapters.git.objects import Repository, ref_sha, remotes
 from runner.adapters.store.dirs import DIR_LIMIT, bound_dir, checkout_tree, redact_file, scan, store_dir
 from runner.adapters.store.layout import (
     FILES, NAMESPACE, SNAPSHOT, TRACKING, ZERO, append_segments, check_name, ledger_extends,
@@ -47,8 +47,9 @@ class GitStateStore:
 
     def __init__(self, repo_path: Path, remote: str | None = "origin") -> None:
         self.repo = Path(repo_path)
+        self.git = Repository(self.repo)  # what this store read of the repository, and its one object reader
         try:
-            configured = remotes(self.repo)
+            configured = remotes(self.git)
         except GitCommandError as exc:
             raise PlanRunnerError(
                 what=f"{self.repo} is not a git repository plan-runner can keep state in",
@@ -57,7 +58,7 @@ class GitStateStore:
             ) from None
         # "origin" is the default; a repository without it works locally (section 7).
         self.remote = remote if remote in configured else None
-        self.objects = GitObjects(self.repo)
+        self.objects = GitObjects(self.git)
         self._deferred: dict[str, str | None] | None = None  # plan -> remote lease, while pushes are deferred
         self._known: dict[str, str | None] = {}  # plan -> its remote state as this process last fetched or pushed it
         self._fresh: set[str] = set()  # plans whose tracking ref was fetched by this process and not lost since
@@ -85,12 +86,12 @@ class GitStateStore:
 
     def local_version(self, plan_id: str) -> str | None:
         check_name("plan id", plan_id)
-        return ref_sha(self.repo, self.ref(plan_id))
+        return ref_sha(self.git, self.ref(plan_id))
 
     def read_file(self, plan_id: str, name: str) -> bytes | None:
         check_name("plan id", plan_id)
         check_name("file name", name)
-        version = ref_sha(self.repo, self.ref(plan_id))
+        version = ref_sha(self.git, self.ref(plan_id))
         if version is None:
             return None
         files = self._tree_of(version, plan_id).get(FILES)
@@ -106,7 +107,7 @@ class GitStateStore:
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
         manifest: dict[str, tuple] = {}
-        version = ref_sha(self.repo, self.ref(plan_id))
+        version = ref_sha(self.git, self.ref(plan_id))
         top = self._tree_of(version, plan_id).get(name) if version else None
         if top is not None and top[0] == TREE_MODE:
             checkout_tree(self.objects, top[1], dest, "", manifest)
@@ -123,7 +124,7 @@ class GitStateStore:
 
     def version(self, plan_id: str) -> str | None:
         """The plan's state ref as last synced, without fetching."""
-        return ref_sha(self.repo, self.ref(plan_id))
+        return ref_sha(self.git, self.ref(plan_id))
 
     def fetch_also(self, plan_id: str, refspecs: Sequence[str], negotiate: Sequence[str] = ()) -> None:
         """Carry `refspecs` (the work and base branches) in the same fetch as the plan's state, with
@@ -136,7 +137,7 @@ class GitStateStore:
     def remote_seen(self, plan_id: str) -> str | None:
         """The plan's state on the remote as last fetched or pushed by this process (None: absent or no remote)."""
         tracking = self.tracking(plan_id)
-        return ref_sha(self.repo, tracking) if tracking else None
+        return ref_sha(self.git, tracking) if tracking else None
 
     # --- writing ------------------------------------------------------------------------
 
@@ -153,10 +154,10 @@ class GitStateStore:
         for name in list(files or {}) + list(options.dirs):
             check_name("file name", name)
         ref, tracking = self.ref(plan_id), self.tracking(plan_id)
-        current = ref_sha(self.repo, ref)
+        current = ref_sha(self.git, ref)
         if current != expected_version:
             raise self._conflict(plan_id, expected_version, current)
-        seen = ref_sha(self.repo, tracking) if tracking is not None else None
+        seen = ref_sha(self.git, tracking) if tracking is not None else None
         if seen is not None and seen != expected_version and not (
                 expected_version and self._extends(expected_version, seen)):
             # The remote was last seen elsewhere: writing on `expected_version` would fork it.
@@ -165,7 +166,7 @@ class GitStateStore:
         try:
             run_git(self.repo, "update-ref", "-m", f"plan-runner: {plan_id}", ref, new, expected_version or ZERO)
         except GitCommandError as exc:
-            raise self._conflict(plan_id, expected_version, ref_sha(self.repo, ref), stderr_of(exc)) from None
+            raise self._conflict(plan_id, expected_version, ref_sha(self.git, ref), stderr_of(exc)) from None
         if self.remote is not None and options.push:
             if self._deferred is not None and not options.also_push:
                 self._deferred.setdefault(plan_id, seen)  # pushed by `flush`, with every other plan's
@@ -204,7 +205,7 @@ class GitStateStore:
         pending, self._deferred = dict(self._deferred or {}), None
         failed: dict[str, StateConflict] = {}
         while pending and self.remote is not None:
-            news = {plan_id: ref_sha(self.repo, self.ref(plan_id)) for plan_id in pending}
+            news = {plan_id: ref_sha(self.git, self.ref(plan_id)) for plan_id in pending}
             updates = [(news[p], self.ref(p), lease) for p, lease in pending.items() if news[p] != lease]
             try:
                 if updates:
@@ -215,13 +216,13 @@ class GitStateStore:
             except StateConflict as exc:
                 self.network_ops += 1
                 self._fetch_all()
-                lost = [p for p, lease in pending.items() if ref_sha(self.repo, self.tracking(p)) != lease]  # type: ignore[arg-type]
+                lost = [p for p, lease in pending.items() if ref_sha(self.git, self.tracking(p)) != lease]  # type: ignore[arg-type]
                 if not lost:
                     raise
                 for plan_id in lost:
                     failed[plan_id] = self._conflict(plan_id, pending.pop(plan_id),
-                                                     ref_sha(self.repo, self.tracking(plan_id)), str(exc.why))  # type: ignore[arg-type]
-                    remote_sha = ref_sha(self.repo, self.tracking(plan_id))  # type: ignore[arg-type]
+                                                     ref_sha(self.git, self.tracking(plan_id)), str(exc.why))  # type: ignore[arg-type]
+                    remote_sha = ref_sha(self.git, self.tracking(plan_id))  # type: ignore[arg-type]
                     if remote_sha is None:
                         run_git(self.repo, "update-ref", "-d", self.ref(plan_id))
                     else:
@@ -239,7 +240,7 @@ class GitStateStore:
         its plans once more after its own push (to record the runs GitHub started, to tell whether any plan waits on
         the clock). A write on a version another job moved meanwhile still fails on its lease."""
         if self.remote is not None:
-            self._fresh |= {p for p in plan_ids if (t := self.tracking(p)) is not None and ref_sha(self.repo, t) is not None}
+            self._fresh |= {p for p in plan_ids if (t := self.tracking(p)) is not None and ref_sha(self.git, t) is not None}
 
     def push_pending(self, plan_id: str) -> bool:
         """Push what was written locally only (a `started` entry) if the local state is ahead of the remote's
@@ -247,7 +248,7 @@ class GitStateStore:
         check_name("plan id", plan_id)
         if self.remote is None:
             return False
-        local, seen = ref_sha(self.repo, self.ref(plan_id)), self.remote_seen(plan_id)
+        local, seen = ref_sha(self.git, self.ref(plan_id)), self.remote_seen(plan_id)
         if local is None or local == seen or (seen is not None and not self._extends(local, seen)):
             return False
         self._push(plan_id, local, seen)
@@ -291,7 +292,7 @@ class GitStateStore:
             elif remote_sha != on_remote:
                 return found  # another job's write: this session's write will conflict and yield
         for ref, want in [(self.ref(plan_id), expected)] + ([(self.tracking(plan_id), on_remote)] if self.remote else []):
-            current = ref_sha(self.repo, ref)  # type: ignore[arg-type]
+            current = ref_sha(self.git, ref)  # type: ignore[arg-type]
             if current == want:
                 continue
             found.append(f"{ref} was moved ({(expected or 'absent')[:12]} -> {(current or 'deleted')[:12]}); "
@@ -375,27 +376,27 @@ class GitStateStore:
         the local ref match it."""
         ref = self.ref(plan_id)
         if self.remote is None:
-            return ref_sha(self.repo, ref)
+            return ref_sha(self.git, ref)
         if plan_id in self._fresh:  # the glob fetch of `plans()` brought it: one read uses it
             self._fresh.discard(plan_id)
-            remote_sha = ref_sha(self.repo, self.tracking(plan_id))  # type: ignore[arg-type]
+            remote_sha = ref_sha(self.git, self.tracking(plan_id))  # type: ignore[arg-type]
         else:
             remote_sha = self._fetch(plan_id)
         self._known[plan_id] = remote_sha
         if remote_sha is not None:
-            local = ref_sha(self.repo, ref)
+            local = ref_sha(self.git, ref)
             if local != remote_sha:
                 if local is not None and self._extends(local, remote_sha):
                     return local  # plan-runner's own entries written here and not pushed yet (a `started`): kept
                 run_git(self.repo, "update-ref", ref, remote_sha)
             return remote_sha
         # Absent on the remote: local-only state (if any) stays and is pushed by the next append.
-        return ref_sha(self.repo, ref)
+        return ref_sha(self.git, ref)
 
     def _git_fetch(self, *refspecs: str, negotiate: list[str], prune: bool = False) -> str:
         """One fetch; returns '' or the error text when a named ref is missing on the remote."""
         assert self.remote is not None
-        tips = [f"--negotiation-tip={t}" for t in negotiate if ref_sha(self.repo, t)]
+        tips = [f"--negotiation-tip={t}" for t in negotiate if ref_sha(self.git, t)]
         config = [] if tips else ["-c", "fetch.negotiationAlgorithm=noop"]
         last: GitCommandError | None = None
         for _attempt in range(5):
@@ -429,7 +430,7 @@ class GitStateStore:
                         negotiate=[tracking, self.ref(plan_id), *tips], prune=True)
         if extra:
             self._fetched_with.add(plan_id)
-        return ref_sha(self.repo, tracking)
+        return ref_sha(self.git, tracking)
 
     def _fetch_all(self) -> None:
         prefix = f"{TRACKING}/{self.remote}"

@@ -128,11 +128,13 @@ def judge_tree_at(scratch: Path, plan_id: str) -> Path:
     return scratch / plan_id / "tree"
 
 
-def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
-    """The plan with configuration from the base branch (never from the agent's work branch)."""
+def load_trusted_plan(ws: Workspace, repo: gitwork.Repository | None = None) -> tuple[Plan, str]:
+    """The plan with configuration from the base branch (never from the agent's work branch); `repo`: the session's
+    reads of `ws.repo`, when a session loads it."""
+    repo = repo or gitwork.Repository(ws.repo)
     if ws.base is not None:
-        return _plan_on_base(ws, ws.base)
-    text = gitwork.read_file_at(ws.repo, "HEAD", ws.plan_path)
+        return _plan_on_base(ws, repo, ws.base)
+    text = gitwork.read_file_at(repo, "HEAD", ws.plan_path)
     if text is None:
         raise PlanRunnerError(
             what=f"{ws.plan_path} is not committed in {ws.repo}",
@@ -140,17 +142,17 @@ def load_trusted_plan(ws: Workspace) -> tuple[Plan, str]:
             fix=f"git add {ws.plan_path} && git commit -m 'Add plan', then run again")
     plan = parse_plan(text, ws.plan_path)
     for ref in ([f"{ws.remote}/{plan.config.base}"] if ws.remote else []) + [plan.config.base]:
-        sha = gitwork.ref_sha(ws.repo, ref)
-        base_text = gitwork.read_file_at(ws.repo, sha, ws.plan_path) if sha else None
+        sha = gitwork.ref_sha(repo, ref)
+        base_text = gitwork.read_file_at(repo, sha, ws.plan_path) if sha else None
         if base_text is not None:
             return (plan if base_text == text else parse_plan(base_text, ws.plan_path)), base_text
     return plan, text
 
 
-def _plan_on_base(ws: Workspace, base: str) -> tuple[Plan, str]:
+def _plan_on_base(ws: Workspace, repo: gitwork.Repository, base: str) -> tuple[Plan, str]:
     for ref in ([f"refs/remotes/{ws.remote}/{base}"] if ws.remote else []) + [f"refs/heads/{base}"]:
-        sha = gitwork.ref_sha(ws.repo, ref)
-        text = gitwork.read_file_at(ws.repo, sha, ws.plan_path) if sha else None
+        sha = gitwork.ref_sha(repo, ref)
+        text = gitwork.read_file_at(repo, sha, ws.plan_path) if sha else None
         if text is not None:
             return parse_plan(text, ws.plan_path), text
     raise PlanRunnerError(
@@ -161,11 +163,11 @@ def _plan_on_base(ws: Workspace, base: str) -> tuple[Plan, str]:
             "or set `base:` in the plan to the branch that holds it")
 
 
-def _tracked_plan(ws: Workspace, plan: Plan) -> tuple[Plan, str | None]:
+def _tracked_plan(ws: Workspace, repo: gitwork.Repository, plan: Plan) -> tuple[Plan, str | None]:
     """The trusted plan with checkpoint states from the work branch head, if the branch exists."""
     for ref in [plan.work_branch] + ([f"{ws.remote}/{plan.work_branch}"] if ws.remote else []):
-        if gitwork.ref_sha(ws.repo, ref):
-            text = gitwork.read_file_at(ws.repo, ref, plan.path)
+        if gitwork.ref_sha(repo, ref):
+            text = gitwork.read_file_at(repo, ref, plan.path)
             if text is not None:
                 return with_tracker(plan, text), text
     return plan, None
@@ -185,7 +187,11 @@ class Session:
 
     def __init__(self, ws: Workspace, ports: Ports) -> None:
         self.ws, self.d = ws, ports
-        self.trusted, self.trusted_text = load_trusted_plan(ws)
+        # The session's reads of git, remembered while it lives (and closed with it): the repository, and
+        # plan-runner's own work tree of the plan (a work tree of it, with a HEAD of its own).
+        self.repo = gitwork.Repository(ws.repo)
+        self.trusted, self.trusted_text = load_trusted_plan(ws, self.repo)
+        self.tree = gitwork.Repository(judge_tree(ws, self.trusted.id))
         if ws.remote:
             # One fetch for the session: the plan's state, its work branch and the base it starts from.
             branch, base = self.trusted.work_branch, self.trusted.config.base
@@ -195,11 +201,16 @@ class Session:
         self.entries, self.version = ports.store.read(self.trusted.id)
         # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
         self.branches_fetched = ports.store.fetched_with(self.trusted.id)
-        self.plan, _ = _tracked_plan(ws, self.trusted)
+        self.plan, _ = _tracked_plan(ws, self.repo, self.trusted)
         self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)
         # what each phase's allow-list proxy refused (a room only), for the one line of the session's report
         self.refused: dict[Phase, list[Refusal]] = {"agent": [], "setup": [], "gates": []}
+
+    def close(self) -> None:
+        """The session's git readers stopped (a later read starts them again)."""
+        self.repo.close()
+        self.tree.close()
 
     # --- ledger -------------------------------------------------------------------------
 
@@ -288,7 +299,7 @@ class Session:
         from runner.adapters.judge.collect import handoff_path_of
         from runner.core.tidy import tidy_handoff, tidy_plan
 
-        plan, repo, branch = self.trusted, self.ws.repo, self.trusted.work_branch
+        plan, repo, branch = self.trusted, self.repo, self.trusted.work_branch
         head = gitwork.ref_sha(repo, f"refs/heads/{branch}")
         if head is None:
             return

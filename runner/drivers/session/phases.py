@@ -161,7 +161,7 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
     ws, plan = s.ws, s.trusted
     scratch = ws.scratch_dir / plan.id
 
-    trusted = setup.trusted_commit(ws.repo, ws.remote, plan.config.base)
+    trusted = setup.trusted_commit(s.repo, ws.remote, plan.config.base)
 
     def fresh(sha: str):
         return agentarea.checkout(area, identity, ws.repo, sha, scratch)
@@ -172,7 +172,7 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
         workdir = fresh(sha)
         if plan.config.setup is not None:
             with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
-                failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=ws.repo, workdir=workdir, env=env,
+                failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=s.repo, workdir=workdir, env=env,
                                                 identity=identity, cache_dir=scratch / "setup-cache",
                                                 trusted_sha=trusted, checkout=fresh, on_event=ws.on_event, keep=keep))
         return workdir
@@ -184,7 +184,7 @@ def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.
         workdir = fresh(trusted)
         if plan.config.setup is not None:
             with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
-                setup.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
+                setup.run_setup(plan.config.setup, sha=trusted, repo=s.repo, workdir=workdir, env=env,
                                 identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
                                 checkout=fresh, on_event=ws.on_event)
         return run_gates(gates, workdir=workdir, env=env, identity=identity), trusted
@@ -210,8 +210,8 @@ def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentA
     # in a room: the registries (or the plan's list) only
     with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
         failed = setup.set_up_clone(
-            plan.config.setup, sha=base_sha, repo=ws.repo, workdir=area.work, env=env, identity=identity,
-            cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(ws.repo, ws.remote, plan.config.base),
+            plan.config.setup, sha=base_sha, repo=s.repo, workdir=area.work, env=env, identity=identity,
+            cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(s.repo, ws.remote, plan.config.base),
             checkout=lambda rev: agentarea.checkout(area, identity, ws.repo, rev, scratch, into=area.work),
             reclone=reclone, on_event=ws.on_event, keep=agentarea.KeptSetup(area, identity, scratch))
     if failed:
@@ -280,6 +280,7 @@ def run_session(ws: Workspace, ports: Ports, session: Session | None = None) -> 
     """Run at most one session of the plan and apply what follows from it (`session`: already read)."""
     s, action = load(ws, ports, session)
     if isinstance(action, SessionResult):
+        s.close()
         return action
     begun = None
     try:
@@ -307,6 +308,7 @@ def run_session(ws: Workspace, ports: Ports, session: Session | None = None) -> 
     finally:
         if not (isinstance(begun, SessionResult) and begun.status == "superseded"):  # (the winner's tree is its own)
             gitwork.release_tree(judge_tree(ws, s.trusted.id))  # between sessions the branch is the user's to check out
+        s.close()  # its git readers: nothing it read outlives it
 
 
 # --- the phases -----------------------------------------------------------------------------------------
@@ -351,13 +353,13 @@ def begin(s: Session, action: RunSession) -> Begun | SessionResult:
         try:
             # plan-runner's own work tree of the plan: the user's HEAD, index, work tree and branch are never
             # touched, so their uncommitted changes are no reason to refuse.
-            base_sha = gitwork.ensure_work_branch(ws.repo, plan.work_branch, plan.config.base, ws.remote,
+            base_sha = gitwork.ensure_work_branch(s.repo, plan.work_branch, plan.config.base, ws.remote,
                                                   fetched=getattr(s, "branches_fetched", False),
                                                   tree=judge_tree(ws, plan.id))
         except StateConflict:
             return superseded  # something else moved the work branch meanwhile: a lost compare-and-swap
-        work_remote_sha = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
-        plan_text = gitwork.read_file_at(ws.repo, base_sha, plan.path) or s.trusted_text
+        work_remote_sha = gitwork.ref_sha(s.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}") if ws.remote else None
+        plan_text = gitwork.read_file_at(s.repo, base_sha, plan.path) or s.trusted_text
         n = s.state.next_n
         started_at = ws.clock()
         started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
@@ -434,7 +436,7 @@ def import_work(s: Session, b: Begun, ran: AgentRan, identity: sandbox.Identity)
                                      ws.scratch_dir / plan.id)
     skipped = agentarea.save_state(ran.area, identity, b.transcripts / AGENT_STATE)
     skipped += keep_resumable(b.transcripts / AGENT_STATE)  # an allow-list: transcripts, read as JSON lines
-    moved += _take_in(ws.repo, plan.work_branch, b.base_sha, imported, judge_tree(ws, plan.id))
+    moved += _take_in(s.repo, plan.work_branch, b.base_sha, imported, judge_tree(ws, plan.id))
     for note in imported.notes:
         ws.on_event("warning", note)
     if skipped:
@@ -452,7 +454,7 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     gate_env = _gate_env(ws, plan, ran.area)
     setup_failures: list = []
     make_checkout = _setup_and_checkout(s, identity, ran.area, gate_env, setup_failures)
-    scene = SessionScene(repo=judge_tree(ws, plan.id), plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
+    scene = SessionScene(repo=s.tree, plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
     # in a room: nothing unless the plan lists it
@@ -482,7 +484,7 @@ def decide(s: Session, b: Begun, j: Judged) -> Decided:
     """The session's record and what follows from it (the policy decides, never acts)."""
     ws, plan, action, verdict, evidence = s.ws, s.trusted, b.action, j.verdict, j.evidence
     signals = evidence.signals
-    tracked = with_tracker(plan, gitwork.read_file_at(ws.repo, j.head, plan.path) or b.plan_text)
+    tracked = with_tracker(plan, gitwork.read_file_at(s.repo, j.head, plan.path) or b.plan_text)
     stage = plan.stage_of(action.checkpoint) if action.checkpoint else None
     record = SessionRecord(
         n=b.n, kind=action.kind, checkpoint=action.checkpoint, stage=stage.number if stage else None,
@@ -545,7 +547,7 @@ def _final_write(s: Session, n: int, base_sha: str, entries, **kw) -> None:
                 return
             except StateConflict:
                 pass
-        head = gitwork.ref_sha(ws.repo, f"refs/heads/{plan.work_branch}")
+        head = gitwork.ref_sha(s.repo, f"refs/heads/{plan.work_branch}")
         if head is not None and head != base_sha:
             try:
                 push_session_ref(ws, plan.id, n, head)
