@@ -313,11 +313,11 @@ def test_git_credentials_live_only_in_the_process_environment(monkeypatch):
 def test_decide_tick_leaves_finished_and_unstarted_plans_alone(jobs):
     """A plan without a ledger is never started by a tick."""
     from runner.drivers.cli.local import local_ports
-    from runner.drivers.session import Session, Workspace
+    from runner.drivers.session import Workspace, load_session
 
     clone = w.checkout(jobs.bare, jobs.root / "fresh")
     ws = Workspace(repo=clone, plan_path=PLAN, env={}, remote="origin")
-    seen, action = decide_tick(Session(ws, local_ports(ws)), datetime.now(timezone.utc))
+    seen, action = decide_tick(load_session(ws, local_ports(ws)), datetime.now(timezone.utc))
     assert action is None and "not started" in seen
 
 

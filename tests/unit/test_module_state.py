@@ -30,8 +30,6 @@ MEMOS = {
     "runner.adapters.render.prompts": {"_environment"},  # the templates' environment
 }
 PENDING = {
-    # the session refs pushed before a yield, deleted with the next write of the same session number
-    "runner.drivers.session.phases": {"_early_pushed"},
     # the live terminal lines of the process (one terminal per process)
     "runner.adapters.render.term": {"_active"},
     # the scripted agent is a process of its own (python -P runner/backends/script/agent.py): its globals are its run's

@@ -34,7 +34,7 @@ from runner.core.policy import decide_start
 from runner.adapters.render.report import fence, render_summary
 from runner.drivers.actions.env import REMOTE, ModeResult, github_workspace, plan_input
 from runner.core.planfile import plan_id_from_path
-from runner.drivers.session import Ports, Session, SessionResult, Workspace, judge_tree
+from runner.drivers.session import Ports, SessionResult, Workspace, judge_tree, load_session
 from runner.adapters.store.state import GitStateStore
 
 MODES = ("session", "tick", "reply", "reconcile")
@@ -75,7 +75,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.actions.watch import attach, rows_of, update_watch
 
     if parse_bool(env.get("PLAN_RUNNER_DRY_RUN")):
-        s = Session(ws, ports)
+        s = load_session(ws, ports)
         action = decide_start(s.state, s.plan)
         return ModeResult(outcome="dry-run", next_action=describe(action),
                           summary=render_summary(s.plan, f"Dry run: nothing was changed.\n\nNext: {describe(action)}",
@@ -92,7 +92,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
     from runner.drivers.session.preflight import before_first_session
     from runner.drivers.session.phases import run_session
 
-    s = Session(ws, ports)
+    s = load_session(ws, ports)
     attach(driver, ctx, s, REMOTE)  # which run of the plan this is: a reset's earlier pull request is closed
     # The job's token must be able to do what the session leads to (push, park, dispatch, open the pull request):
     # checked from the workflow's `permissions:` before anything is installed or recorded.
@@ -136,7 +136,7 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         rep.log(f"plan-runner check run: {verdict_line.strip()}")
         mr.summary += f"\n{verdict_line}"
     # a wait, a dispatched session or an unconfirmed dispatch needs the clock
-    clock = clock_line + plan_clock(ctx, driver, rep, Session(ws, ports), already_on=clock_on)
+    clock = clock_line + plan_clock(ctx, driver, rep, load_session(ws, ports), already_on=clock_on)
     mr.summary += f"\n{clock}" if clock else ""
     for key, run_id, url in driver.dispatched_runs:  # the run GitHub started for the dispatch
         rep.log(f"plan-runner dispatch: {key} started run {run_id} {url}".rstrip())
@@ -253,7 +253,7 @@ def salvage_open_session(env: Mapping[str, str]) -> str:
         # The local state, as this job wrote it (no fetch: the remote may not hold the start yet).
         reading = Ports(store=GitStateStore(ws.repo, remote=None),
                         dispatcher=None, parker=None)  # type: ignore[arg-type]  # never dispatches or parks
-        s = Session(ws, reading)
+        s = load_session(ws, reading)
         open_ = s.state.open_session
         if open_ is None:
             return "no session was running: nothing to push"

@@ -24,7 +24,7 @@ from runner.core.planfile import plan_id_from_path
 from runner.core.policy import decide_after_reply
 from runner.core.replies import HELP, MAX_INSTRUCTIONS, ReplyProblem, Verb, parse_reply
 from runner.adapters.render.report import defang
-from runner.drivers.session import Ports, Session, Workspace, load_trusted_plan
+from runner.drivers.session import Ports, Workspace, load_session, load_trusted_plan
 from runner.adapters.store.state import GitStateStore
 from runner.drivers.actions.tick import plan_clock
 from runner.drivers.session.phases import dispatch
@@ -155,7 +155,7 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueCo
     trusted, _ = load_trusted_plan(ws)
     fetch_work_branch(ws, trusted.work_branch)  # checkpoint states as the work branch has them
     ports = Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver)
-    s = Session(ws, ports)
+    s = load_session(ws, ports)
     if not s.state.parked:
         say(f"@{user}: plan `{plan_id}` is not parked any more (another reply or run moved it on), so this reply "
             "changes nothing.")
@@ -188,7 +188,7 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueCo
                           summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {result.message}\n",
                           annotations=[("warning", f"{plan_id} parked: {result.message}", "plan-runner parked")])
     driver.react(ev.comment_id, "rocket")
-    clock = plan_clock(ctx, driver, rep, Session(ws, ports))
+    clock = plan_clock(ctx, driver, rep, load_session(ws, ports))
     return ModeResult(outcome="accepted", next_action=describe(action),
                       summary=f"# plan-runner reply: `{verb}` from @{user}\n\nPlan `{plan_id}`: {describe(action)}; "
                               "the next run is dispatched.\n" + (f"\n{clock}" if clock else ""))
@@ -328,7 +328,7 @@ def take_note(ctx: GitHubContext, env: Mapping[str, str], driver, *, number: int
                    job=env.get("GITHUB_RUN_ID", "") or "actions")
     trusted, _ = load_trusted_plan(ws)
     fetch_work_branch(ws, trusted.work_branch)
-    s = Session(ws, Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver))
+    s = load_session(ws, Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver))
     s.write([Note(at=ws.clock(), text=text, user=user, source=source)])
     if react:
         driver.react(comment_id, "+1")

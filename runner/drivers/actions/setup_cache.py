@@ -242,11 +242,11 @@ def _session_due(job: _Job) -> bool:
     from runner.core.actions import RunSession
     from runner.core.policy import decide_start
     from runner.drivers.actions.env import REMOTE
-    from runner.drivers.session import Ports, Session
+    from runner.drivers.session import Ports, load_session
 
     reading = Ports(store=GitStateStore(job.ws.repo, remote=REMOTE),
                     dispatcher=None, parker=None)  # type: ignore[arg-type]  # never dispatches or parks
-    s = Session(job.ws, reading)
+    s = load_session(job.ws, reading)
     return isinstance(decide_start(s.state, s.plan), RunSession)
 
 

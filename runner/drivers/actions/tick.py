@@ -27,7 +27,7 @@ from runner.core.ledger import Dispatched, Reply, SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.policy import decide_start
 from runner.core.planfile import plan_id_from_path
-from runner.drivers.session import Ports, Session, Workspace
+from runner.drivers.session import Ports, Session, Workspace, load_session
 from runner.adapters.store.state import GitStateStore
 from runner.drivers.session.cut_short import reconcile_orphan
 from runner.drivers.session.phases import dispatch, park_refused_dispatch, record_dispatched_run
@@ -176,7 +176,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
     `ended`: runs GitHub said ended without succeeding: their sessions are reconciled now, not after a deadline.
     `ask`: whether GitHub says a run ended without succeeding (`GitHubDriver.run_ended`), asked of the run of the
     plan's open or dispatched session (one call a running plan; none for a plan that waits, is parked or done)."""
-    s = Session(ws, ports)
+    s = load_session(ws, ports)
     now = ws.clock()
     run = watched_run(s)
     if ask is not None and run is not None and run not in ended:
@@ -189,7 +189,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
     open_ = s.state.open_session
     if open_ is not None and (now >= orphan_deadline(open_.started_at, s.trusted) or ended_run(s, ended)):
         fetch_work_branch(ws, s.trusted.work_branch)
-        s = Session(ws, ports)  # with the work branch's tracker, for the decision after the orphan
+        s = load_session(ws, ports)  # with the work branch's tracker, for the decision after the orphan
         reconcile_orphan(s)
         log(f"{s.trusted.id}: reconciled session {open_.n} (job {open_.job or '?'} never finished)")
     seen, action = decide_tick(s, now, ended)
@@ -213,7 +213,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
                 return f"parked: {result.message}", False
             return f"{seen}: session {n} never reported; dispatched again ({describe(action)})", True
         fetch_work_branch(ws, s.trusted.work_branch)
-        s = Session(ws, ports)
+        s = load_session(ws, ports)
         reconcile_orphan(s, started=_unaccounted_start(s, n, intents[0] if intents else None, action))
         log(f"{s.trusted.id}: reconciled session {n} " + (f"(run {run} ended without a word)" if run is not None
                                                           else f"(dispatched {len(intents)} times, never reported)"))
@@ -394,7 +394,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
             except Refused as err:  # only a person can fix it: park once with the fix (voids the intent)
                 dispatched -= 1
                 try:
-                    parked = park_refused_dispatch(Session(spaces[plan_id], Ports(store=store, dispatcher=driver,
+                    parked = park_refused_dispatch(load_session(spaces[plan_id], Ports(store=store, dispatcher=driver,
                                                                                   parker=driver)), err)
                     row[1] = f"parked: {parked.message}"
                 except StateConflict:
@@ -413,12 +413,12 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         store.reuse_fetched(runs)
         store.defer_pushes()
         for plan_id, (n, key, run_id) in runs.items():
-            record_dispatched_run(Session(spaces[plan_id], ports), n, key, run_id)
+            record_dispatched_run(load_session(spaces[plan_id], ports), n, key, run_id)
         store.flush()
     store.reuse_fetched(spaces)  # no fetch more: the state as this tick left it
     for plan_id, ws in spaces.items():
         try:
-            why = needs_clock(Session(ws, ports))
+            why = needs_clock(load_session(ws, ports))
         except PlanRunnerError:
             continue
         if why:

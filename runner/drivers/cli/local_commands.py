@@ -83,13 +83,13 @@ def cmd_session(args: argparse.Namespace) -> int:
     with frozen_imports():
         from runner.core.policy import decide_start
         from runner.drivers.cli.local import local_ports, local_workspace
-        from runner.drivers.session import Session
+        from runner.drivers.session import load_session
         from runner.drivers.session.cut_short import recorded_interruptions
         from runner.drivers.session.phases import run_session
 
     ws = local_workspace(args.plan, isolation=args.isolation)
     ports = local_ports(ws)
-    s = Session(ws, ports)  # the plan and its state, read once for the preflight and the session
+    s = load_session(ws, ports)  # the plan and its state, read once for the preflight and the session
     if args.dry_run:
         action = decide_start(s.state, s.plan)
         print(json.dumps({"plan": s.plan.id, "next": describe(action), "next_action": action.model_dump(mode="json")},
@@ -242,7 +242,7 @@ def cmd_reply(args: argparse.Namespace) -> int:
     from runner.drivers.cli.local import local_ports, local_workspace
     from runner.core.policy import decide_after_reply
     from runner.core.replies import MAX_INSTRUCTIONS
-    from runner.drivers.session import Session
+    from runner.drivers.session import load_session
 
     text = " ".join(args.text).strip()
     if len(text) > MAX_INSTRUCTIONS:
@@ -250,7 +250,7 @@ def cmd_reply(args: argparse.Namespace) -> int:
                               why=f"a reply is a prompt addendum of at most {MAX_INSTRUCTIONS} characters",
                               fix="shorten them, or write them to a file in the repository and name it")
     ws = local_workspace(args.plan)
-    s = Session(ws, local_ports(ws))
+    s = load_session(ws, local_ports(ws))
     plan_arg = _plan_display(args.plan)
     if s.state.open_session is not None:
         raise PlanRunnerError(what=f"session {s.state.open_session.n} of {s.plan.id} has started and not finished",
@@ -332,11 +332,11 @@ def _refuse_open_session(ws, verb: str) -> None:
     """A `plan-runner session` of the plan still running (it holds no run lock): its agent works in the area."""
     from runner.core.errors import PlanRunnerError
     from runner.drivers.cli.local import local_ports
-    from runner.drivers.session import Session
+    from runner.drivers.session import load_session
     from runner.drivers.session.cut_short import _pid_alive
 
     try:
-        open_ = Session(ws, local_ports(ws)).state.open_session
+        open_ = load_session(ws, local_ports(ws)).state.open_session
     except PlanRunnerError:
         return  # a plan that cannot be read has no session running
     if open_ is not None and _pid_alive(open_.job):

@@ -9,12 +9,12 @@ from runner.core.actions import Wait, describe
 from runner.core.errors import PlanRunnerError
 from runner.drivers.cli.local import local_ports, local_workspace, repo_root
 from runner.core.policy import decide_start
-from runner.drivers.session import Session
+from runner.drivers.session import load_session
 
 
 def plan_status(path: Path, ports=None) -> dict:
     ws = local_workspace(path)
-    s = Session(ws, ports or local_ports(ws))
+    s = load_session(ws, ports or local_ports(ws))
     plan, state = s.plan, s.state
     nxt = plan.next_checkpoint(state.skipped)
     stage = plan.stage_of(nxt.id) if nxt else None

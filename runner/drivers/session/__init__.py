@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from runner.drivers.session.context import (
     EVIDENCE_FILE, TRANSCRIPTS_DIR, UNPUBLISHED, Ports, Session, SessionResult, Workspace, agent_pid_file,
-    isolation_of, judge_tree, load_trusted_plan,
+    isolation_of, judge_tree, load_session, load_trusted_plan,
 )
 from runner.drivers.session.faults import FAULT_POINTS, fault_point
 
@@ -34,5 +34,6 @@ def __getattr__(name: str):
 
 
 __all__ = ["EVIDENCE_FILE", "FAULT_POINTS", "TRANSCRIPTS_DIR", "UNPUBLISHED", "Ports", "Session",
-           "SessionResult", "Workspace", "agent_pid_file", "fault_point", "isolation_of", "judge_tree", "load_trusted_plan"]
+           "SessionResult", "Workspace", "agent_pid_file", "fault_point", "isolation_of", "judge_tree", "load_session",
+           "load_trusted_plan"]
 __all__ += list(_LAZY)

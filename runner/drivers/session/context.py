@@ -182,26 +182,39 @@ def isolation_of(ws: Workspace, plan: Plan) -> sandbox.Isolation:
     return override or plan.config.isolation  # type: ignore[return-value]
 
 
-class Session:
-    """One invocation: everything it needs, and the ledger version it may write on."""
+def load_session(ws: Workspace, ports: Ports) -> Session:
+    """Read what one invocation starts from: the trusted plan (from its base), the plan's ledger (fetched in one go
+    with the work branch and the base, where there is a remote) and the tracker on the work branch. The
+    session's reads of git go through one `Repository` of its own, remembered while the session lives."""
+    repo = gitwork.Repository(ws.repo)
+    trusted, trusted_text = load_trusted_plan(ws, repo)
+    if ws.remote:
+        # One fetch for the session: the plan's state, its work branch and the base it starts from.
+        branch, base = trusted.work_branch, trusted.config.base
+        ports.store.fetch_also(trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
+                               [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
+                                f"refs/remotes/{ws.remote}/{base}"])
+    entries, version = ports.store.read(trusted.id)
+    # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
+    branches_fetched = ports.store.fetched_with(trusted.id)
+    plan, _ = _tracked_plan(ws, repo, trusted)
+    return Session(ws, ports, repo=repo, trusted=trusted, trusted_text=trusted_text, entries=entries,
+                   version=version, branches_fetched=branches_fetched, plan=plan)
 
-    def __init__(self, ws: Workspace, ports: Ports) -> None:
+
+class Session:
+    """One invocation: what it was loaded with (`load_session`), and the ledger version it may write on."""
+
+    def __init__(self, ws: Workspace, ports: Ports, *, repo: gitwork.Repository, trusted: Plan, trusted_text: str,
+                 entries: EntrySequence, version: str | None, branches_fetched: bool, plan: Plan) -> None:
         self.ws, self.d = ws, ports
         # The session's reads of git, remembered while it lives (and closed with it): the repository, and
         # plan-runner's own work tree of the plan (a work tree of it, with a HEAD of its own).
-        self.repo = gitwork.Repository(ws.repo)
-        self.trusted, self.trusted_text = load_trusted_plan(ws, self.repo)
-        self.tree = gitwork.Repository(judge_tree(ws, self.trusted.id))
-        if ws.remote:
-            # One fetch for the session: the plan's state, its work branch and the base it starts from.
-            branch, base = self.trusted.work_branch, self.trusted.config.base
-            ports.store.fetch_also(self.trusted.id, gitwork.branch_refspecs(ws.remote, branch, base),
-                                     [f"refs/remotes/{ws.remote}/{branch}", f"refs/heads/{branch}",
-                                      f"refs/remotes/{ws.remote}/{base}"])
-        self.entries, self.version = ports.store.read(self.trusted.id)
-        # The work branch and base came with the state (None: the store fetched neither, e.g. no remote).
-        self.branches_fetched = ports.store.fetched_with(self.trusted.id)
-        self.plan, _ = _tracked_plan(ws, self.repo, self.trusted)
+        self.repo, self.tree = repo, gitwork.Repository(judge_tree(ws, trusted.id))
+        self.trusted, self.trusted_text = trusted, trusted_text
+        self.entries, self.version = entries, version
+        self.branches_fetched = branches_fetched
+        self.plan = plan
         self.state = folded(self.entries)
         self.secrets = secret_values(ws.env)
         # what each phase's allow-list proxy refused (a room only), for the one line of the session's report

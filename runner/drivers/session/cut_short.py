@@ -30,7 +30,7 @@ from runner.core.bounds import bound_text
 from runner.core.outcome import CRASH_REPORT_URL, INTERRUPTED_RULE
 from runner.core.policy import decide, fold
 from runner.drivers.session.context import (
-    Ports, Session, Workspace, agent_pid_file, isolation_of, judge_tree, spent_so_far,
+    Ports, Session, Workspace, agent_pid_file, isolation_of, judge_tree, load_session, spent_so_far,
 )
 
 
@@ -121,7 +121,7 @@ def record_interruption(ws: Workspace, ports: Ports, why: str, *, only_if_saved:
     """This job's own open session, stopped by it: Interrupted; None when it has none (nothing was running).
     `only_if_saved`: when the agent's work could not be saved (a full disk), write no record either: the session
     stays open, and the next run, once space is back, salvages the agent's clone and records it."""
-    s = Session(ws, ports)
+    s = load_session(ws, ports)
     open_ = s.state.open_session
     if open_ is None or open_.job != ws.job:
         return None

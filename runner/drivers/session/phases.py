@@ -44,7 +44,7 @@ from runner.core.planfile import with_tracker
 from runner.core.policy import AnyAction, decide as decide_by_rules, decide_start, fold, with_notes
 from runner.drivers.session.context import (
     EVIDENCE_FILE, TRANSCRIPTS_DIR, Ports, Session, SessionResult, Workspace, agent_pid_file, isolation_of,
-    judge_tree,
+    judge_tree, load_session,
 )
 from runner.drivers.session.cut_short import reconcile_orphan, session_ref
 from runner.drivers.session.faults import fault_point
@@ -95,9 +95,6 @@ def _gate_summaries(evidence) -> tuple[GateSummary, ...]:
                              fingerprint=g.fingerprint) for g in evidence.gates)
 
 
-_early_pushed: dict[tuple[str, str, int], str] = {}  # session refs pushed before the gates, to delete atomically
-
-
 def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
     """With `checks:` gates the work branch goes to the remote before the gates: the repository's own CI judges
     that commit."""
@@ -113,12 +110,12 @@ def _push_early(ws: Workspace, plan, n: int, expected_remote_sha: str | None):
 def push_session_ref(ws: Workspace, plan_id: str, n: int, head: str) -> None:
     assert ws.remote, "a session's ref is pushed only where there is a remote"  # (its one caller checked)
     gitwork.push_ref(ws.repo, ws.remote, head, session_ref(plan_id, n), None, what="the session's commits")
-    _early_pushed[(str(ws.repo), plan_id, n)] = head
 
 
-def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, str | None]]:
-    """The work branch (compare-and-swap on the remote's copy as last seen) and the deletion of the session
-    ref (if it was pushed), to push atomically with the state; a secret in a commit never leaves this machine."""
+def _work_updates(ws: Workspace, plan) -> list[tuple[str | None, str, str | None]]:
+    """The work branch (compare-and-swap on the remote's copy as last seen), to push atomically with the state; a
+    secret in a commit never leaves this machine. (A session's own ref is pushed only after its last write was lost,
+    and the session ends there: no write of it follows to delete the ref.)"""
     branch = f"refs/heads/{plan.work_branch}"
     head = gitwork.ref_sha(ws.repo, branch)
     expected = gitwork.ref_sha(ws.repo, f"refs/remotes/{ws.remote}/{plan.work_branch}")
@@ -130,11 +127,7 @@ def _work_updates(ws: Workspace, plan, n: int) -> list[tuple[str | None, str, st
                 "force-pushes a rewritten history",
             fix=f"inspect `git -C {ws.repo} log {head}...{expected}`; merge the remote's commits into the "
                 "work branch by hand, push, then run again")
-    updates = [(head, branch, expected)]
-    pushed = _early_pushed.pop((str(ws.repo), plan.id, n), None)
-    if pushed is not None:
-        updates.append((None, session_ref(plan.id, n), pushed))
-    return updates
+    return [(head, branch, expected)]
 
 
 def _secure_judge_repo(repo) -> None:
@@ -317,7 +310,7 @@ def run_session(ws: Workspace, ports: Ports, session: Session | None = None) -> 
 def load(ws: Workspace, ports: Ports, session: Session | None = None) -> tuple[Session, RunSession | SessionResult]:
     """The plan and its ledger (a session cut short before is settled first), and the session to run now,
     or the result that says why none runs."""
-    s = session or Session(ws, ports)
+    s = session or load_session(ws, ports)
     if not reconcile_orphan(s):
         open_ = s.state.open_session
         assert open_ is not None  # reconcile_orphan says False only of an open session still running
@@ -512,7 +505,7 @@ def persist(s: Session, b: Begun, j: Judged, d: Decided) -> bool:
     intent = _dispatch_intent(s, d.next_action)
     _final_write(s, b.n, b.base_sha, [d.record, *intent], files={EVIDENCE_FILE: j.evidence.model_dump_json().encode()},
                  dirs={TRANSCRIPTS_DIR: b.transcripts},
-                 also_push=_work_updates(ws, plan, b.n) if ws.remote and not j.evidence.leaked_secrets else ())
+                 also_push=_work_updates(ws, plan) if ws.remote and not j.evidence.leaked_secrets else ())
     return bool(intent)
 
 
