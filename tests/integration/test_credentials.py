@@ -285,20 +285,20 @@ def _codex_exe() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def test_the_agents_credential_files_belong_to_its_user_alone(tmp_path):
-    """Isolated: the folder (0700) and its files (0600) are the agent's user's, so it reads them and no other user
-    (another agent's user included) can; the folder goes with the session."""
+def test_the_agents_credential_files_are_in_its_room_alone(tmp_path):
+    """Isolated: the folder (0700) and its files (0600) are plan-runner's uid's, which the room runs as; the agent's
+    room shows it (its area), another session's room does not (its mount namespace holds no path to it); the folder
+    goes with the session."""
     from runner.adapters.sandbox import identity as sandbox
     from runner.adapters.sandbox import proc
 
-    tmp_path.chmod(0o711)
     folder = tmp_path / "creds"
     parent = {**BASE, "CODEX_AUTH_JSON": LOGIN}
     with sandbox.leased("user") as agent, sandbox.leased("user") as other:
         placed = agent_creds.place(BACKENDS["codex"], None, parent, backend_agent_env(parent, "codex"), folder, agent)
         login = placed.files["auth.json"]
-        assert (folder.stat().st_uid, stat.S_IMODE(folder.stat().st_mode)) == (agent.uid, 0o700)
-        assert (login.stat().st_uid, stat.S_IMODE(login.stat().st_mode)) == (agent.uid, 0o600)
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(login.stat().st_mode) == 0o600
+        agent.room.grant(folder)
         env = {"PATH": "/usr/bin:/bin"}
         mine = proc.run(["cat", str(login)], cwd="/", env=env, time_limit_s=30, identity=agent)
         theirs = proc.run(["cat", str(login)], cwd="/", env=env, time_limit_s=30, identity=other)

@@ -235,3 +235,30 @@ def test_the_toolchain_never_shows_the_home_or_the_judges_folders(tmp_path):
                                      repo / ".venv" / "bin", tmp_path / "opt" / "node" / "bin", "/usr/bin")))
     shown = rooms.toolchain(path, homes=[home], private=[repo])
     assert shown == (home / "bin", home / "venv", tmp_path / "opt" / "node", home / ".local" / "bin")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root alone may read: only a root plan-runner's rooms hide it")
+def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path):
+    """Issue 49: as root, a room's uid is root's outside (kuid 0), so a file only root may read that the room shows by
+    mount (/etc/shadow, an ssh host key) would be readable in it as its owner. Every root room covers them.
+    Control: the same room with nothing covered reads /etc/shadow."""
+    secret = Path("/etc/plan-runner-test-secret")
+    secret.write_text("ROOT-ONLY\n")
+    secret.chmod(0o600)
+    try:
+        found = dict(rooms.root_only())
+        assert found.get("/etc/shadow") is False and found.get(str(secret)) is False, found
+        room = rooms.open_room()
+        try:
+            probe = ["sh", "-c", f"cat /etc/shadow {secret} 2>/dev/null; echo rc=$?"]
+            launch = room.command(probe, {"PATH": "/usr/bin:/bin"}, "/", rooms.View())
+            done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True, timeout=60)
+            assert "ROOT-ONLY" not in done.stdout and "root:" not in done.stdout, done.stdout
+            bare = rooms.Namespaces(bwrap=room.bwrap, folder=room.folder)  # the control: nothing covered
+            launch = bare.command(probe, {"PATH": "/usr/bin:/bin"}, "/", rooms.View())
+            done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True, timeout=60)
+            assert "ROOT-ONLY" in done.stdout and "root:" in done.stdout, done.stdout + done.stderr
+        finally:
+            room.close()
+    finally:
+        secret.unlink()

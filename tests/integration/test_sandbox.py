@@ -1,8 +1,9 @@
-"""The identity untrusted code runs as (runner.adapters.sandbox.identity): what it cannot reach, and that nothing of it survives.
+"""The identity untrusted code runs as (runner.adapters.sandbox.identity): a room of kernel namespaces, whoever
+runs plan-runner; what it cannot reach, and that nothing of it survives.
 
-These tests need what CI has: root (the suite runs as root; scripts/test installs sudo). The
-judge-with-sudo tests create ordinary users the way a GitHub-hosted runner has one (`runner`
-with passwordless sudo) and run plan-runner as them.
+The in-process tests run as the suite's user (root in CI's root job, an ordinary user otherwise); the tests that
+create ordinary users the way a GitHub-hosted runner has one (`runner`, with passwordless sudo) and a laptop has
+one (no sudo) need root to make them, and are skipped without it.
 """
 
 from __future__ import annotations
@@ -34,35 +35,39 @@ def _run(identity, script: str, tmp_path: Path, env: dict | None = None) -> list
     return lines
 
 
-def test_suite_runs_where_isolation_is_possible():
-    """CI runs as root, so every session of the suite runs isolated; without it these tests mean nothing."""
-    assert sandbox.available() == "root", "run the suite as root (as CI does): sessions are isolated there"
+def test_every_isolation_but_none_is_a_room_whoever_runs_plan_runner():
+    """Issue 49: `auto` and `user` (the old values) both mean kernel namespaces, as root and as an ordinary user;
+    no other uid, no pool."""
+    for isolation in ("auto", "user"):
+        with sandbox.leased(isolation) as identity:
+            assert identity.isolated and identity.room is not None and identity.uid == os.geteuid()
+            assert "isolated in kernel namespaces" in identity.describe()
+    with sandbox.leased("none") as identity:
+        assert not identity.isolated
 
 
 def test_the_agent_cannot_read_the_judges_environment_or_signal_it(tmp_path):
-    """/proc/<judge>/environ is the owner's: the agent's user reads nothing of it and cannot signal the judge."""
+    """The judge is not in the room's PID namespace: its /proc/<pid>/environ is not there to read, and a signal
+    to its pid reaches nothing (the same pid inside, if any, is one of the room's own)."""
     with sandbox.leased("auto") as identity:
         out = _run(identity, f"cat /proc/{os.getpid()}/environ >/dev/null 2>&1 && echo READ || echo DENIED; "
-                             f"kill -0 {os.getpid()} 2>/dev/null && echo SIGNAL || echo NOSIGNAL; id -u", tmp_path)
+                             f"kill -0 {os.getpid()} 2>/dev/null && echo SIGNAL || echo NOSIGNAL", tmp_path)
     assert out[:2] == ["DENIED", "NOSIGNAL"]
-    assert int(out[2]) == identity.uid != os.geteuid()
 
 
 def test_a_setsid_daemon_does_not_outlive_the_agent(tmp_path):
-    """A daemon that left the process group with setsid is gone when the supervised process returns."""
-    marker = tmp_path / "alive"
-    tmp_path.chmod(0o777)
+    """A daemon that left the process group with setsid is gone when the supervised process returns: the room's
+    PID namespace ended with its first process. It could write its marker (the folder is the room's work)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = work / "alive"
     with sandbox.leased("auto") as identity:
-        _run(identity, f"setsid sh -c 'sleep 2; touch {marker}' </dev/null >/dev/null 2>&1 & echo started", tmp_path)
-        assert identity.pids() == []
+        identity.room.grant(work)
+        _run(identity, f"setsid sh -c 'sleep 2; touch {marker}' </dev/null >/dev/null 2>&1 & echo started; "
+                       f"touch {work}/started", tmp_path)
+        assert (work / "started").exists()
     threading.Event().wait(2.5)
     assert not marker.exists()
-
-
-def test_overlapping_sessions_get_different_users():
-    """Two sessions at once never share a uid: one's uid-wide kill cannot touch the other's agent."""
-    with sandbox.leased("auto") as first, sandbox.leased("auto") as second:
-        assert first.uid != second.uid and first.isolated and second.isolated
 
 
 def test_isolation_none_is_refused_on_github_actions():
@@ -89,6 +94,8 @@ MAKE_REPO = textwrap.dedent("""\
 
 
 def _user(name: str, sudo: bool) -> pwd.struct_passwd:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make the users under test (CI's root job makes them)")
     try:
         pwd.getpwnam(name)
     except KeyError:
@@ -119,13 +126,15 @@ def _session_as(entry: pwd.struct_passwd, tag: str) -> subprocess.CompletedProce
 
 
 def test_a_judge_with_passwordless_sudo_isolates_like_a_hosted_runner():
-    """An ordinary user with `sudo -n` (GitHub's `runner`) runs the agent as its own pooled user and advances."""
+    """An ordinary user with `sudo -n` (GitHub's `runner`) runs the agent in kernel namespaces, as its own uid (no
+    pooled user is made), and advances."""
     entry = _user("pr-test-sudo", sudo=True)
     proc = _session_as(entry, "sudo-trial")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["outcome"] == "Advanced", (result["reasons"], proc.stderr)
-    assert f"isolated as user {sandbox.agent_user_name(0, entry.pw_uid)}" in proc.stderr
+    assert "isolated in kernel namespaces" in proc.stderr
+    assert not [u for u in pwd.getpwall() if u.pw_name.startswith(f"plan-runner-agent-u{entry.pw_uid}")]
 
 
 MAKE_AGENT_REPO = textwrap.dedent("""\
@@ -166,22 +175,24 @@ def _snooping_session_as(entry: pwd.struct_passwd, tag: str, *extra: str) -> tup
     return proc, shown.stdout
 
 
-def test_an_ordinary_user_without_sudo_runs_the_agent_isolated_in_namespaces():
-    """Issue 49: no root, no sudo (a laptop): the session runs isolated in kernel namespaces and advances; the agent
-    cannot read ~/.ssh/id_rsa nor list the home, and its setsid sleeper is gone. Control: `--isolation none`
-    hands the same agent the key."""
-    entry = _user("pr-test-plain", sudo=False)
-    proc, leak = _snooping_session_as(entry, "plain-ns")
+@pytest.mark.parametrize("sudo", [False, True], ids=["plain-user", "sudo-user"])
+def test_an_ordinary_user_runs_the_agent_isolated_in_namespaces(sudo):
+    """Issue 49: no root, with or without sudo (a laptop, GitHub's `runner`): the session runs isolated in kernel
+    namespaces and advances; the agent cannot read ~/.ssh/id_rsa nor list the home, and its setsid sleeper is
+    gone. Control: `--isolation none` hands the same agent the key."""
+    entry = _user("pr-test-sudo" if sudo else "pr-test-plain", sudo=sudo)
+    tag = "sudo" if sudo else "plain"
+    proc, leak = _snooping_session_as(entry, f"{tag}-ns")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
     assert "isolated in kernel namespaces" in proc.stderr and "Traceback" not in proc.stderr
     assert "PRIVATE-KEY" not in leak and "home: .ssh" not in leak.splitlines(), leak
-    left = subprocess.run(["pgrep", "-f", "pr-snoop-plain-ns"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", f"pr-snoop-{tag}-ns"], capture_output=True, text=True).stdout
     assert left == "", left
-    proc, leak = _snooping_session_as(entry, "plain-none", "--isolation", "none")
+    proc, leak = _snooping_session_as(entry, f"{tag}-none", "--isolation", "none")
     assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
-    assert "PRIVATE-KEY-plain-none" in leak and "home: .ssh" in leak.splitlines(), leak
-    subprocess.run(["pkill", "-f", "pr-snoop-plain-none"], check=False)  # the control's sleeper: unconfined
+    assert f"PRIVATE-KEY-{tag}-none" in leak and "home: .ssh" in leak.splitlines(), leak
+    subprocess.run(["pkill", "-f", f"pr-snoop-{tag}-none"], check=False)  # the control's sleeper: unconfined
 
 
 NET_PROBE = """#!/bin/sh
@@ -340,9 +351,9 @@ SETUP = ("setup:\n  run: [\"mkdir -p .made && echo ok > .made/x && mkdir -p buil
 
 @pytest.mark.parametrize("sudo", [True, False], ids=["sudo-user", "plain-user"])
 def test_a_plan_with_setup_runs_its_first_session_as_an_ordinary_user(sudo):
-    """Issue 49: as an ordinary user with passwordless sudo (GitHub's `runner`: pooled agent user) the first
-    session of a plan with `setup:` crashed (PermissionError stat-ing the agent's 0700 clone, recorded as
-    Interrupted); without sudo it runs in kernel namespaces. Both advance, and what set-up made (its cache and an
+    """Issue 49: as an ordinary user with passwordless sudo (GitHub's `runner`) the first session of a plan with
+    `setup:` crashed when the agent ran as a pooled user (PermissionError stat-ing its 0700 clone, recorded as
+    Interrupted); now both users run it in kernel namespaces. Both advance, and what set-up made (its cache and an
     untracked folder) is excluded from the agent's commits."""
     entry = _user("pr-test-sudo" if sudo else "pr-test-plain", sudo=sudo)
     tag = "setup-sudo" if sudo else "setup-plain"
@@ -359,142 +370,18 @@ def test_a_plan_with_setup_runs_its_first_session_as_an_ordinary_user(sudo):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
     assert "Traceback" not in proc.stderr and "PermissionError" not in proc.stderr
+    assert "isolated in kernel namespaces" in proc.stderr
     tracked = _as_user(entry, ["git", "ls-tree", "-r", "--name-only", "plan-runner/calc"], str(repo)).stdout.split()
     assert "calc/mul.py" in tracked and ".made/x" not in tracked and "built/out" not in tracked, tracked
-
-
-def test_unreachable_names_the_private_folder_that_hides_a_program(tmp_path):
-    """A program under a folder others cannot search is unreachable for the agent's user, and the preflight's
-    fix names that folder; searchable folders and an o+rx file make it reachable."""
-    private = tmp_path / "private"
-    (private / "bin").mkdir(parents=True)
-    program = private / "bin" / "agent"
-    program.write_text("#!/bin/sh\n")
-    program.chmod(0o755)
-    private.chmod(0o700)
-    assert sandbox.unreachable(program) == private
-    private.chmod(0o711)
-    assert sandbox.unreachable(program) is None
-    program.chmod(0o700)
-    assert sandbox.unreachable(program) == program
-
-
-
-def test_unreachable_walks_the_path_as_executed_not_its_symlink_target(tmp_path):
-    """A venv's bin/python under a private folder is unreachable though its target is reachable; a symlink through
-    a private folder (absolute or relative, with ..) is unreachable too; searchable folders make both reachable."""
-    tmp_path.chmod(0o755)
-    home = tmp_path / "home"
-    (home / "venv" / "bin").mkdir(parents=True)
-    python = home / "venv" / "bin" / "python"
-    python.symlink_to("/usr/bin/python3")
-    home.chmod(0o750)
-    assert sandbox.unreachable("/usr/bin/python3") is None
-    assert sandbox.unreachable(python) == home  # the resolved path alone said None here
-    (tmp_path / "public").mkdir()
-    (home / "lib").mkdir()
-    (home / "lib" / "tool").write_text("#!/bin/sh\n")
-    (home / "lib" / "tool").chmod(0o755)
-    (tmp_path / "public" / "abs").symlink_to(home / "lib" / "tool")
-    (tmp_path / "public" / "rel").symlink_to("../home/lib/tool")
-    (tmp_path / "public" / "dots").symlink_to("../home/../home/lib/tool")
-    for name in ("abs", "rel", "dots"):
-        assert sandbox.unreachable(tmp_path / "public" / name) == home, name
-    home.chmod(0o751)
-    assert sandbox.unreachable(python) is None
-    for name in ("abs", "rel", "dots"):
-        assert sandbox.unreachable(tmp_path / "public" / name) is None, name
-    (tmp_path / "public" / "loop").symlink_to("loop")
-    assert sandbox.unreachable(tmp_path / "public" / "loop") is not None
-
-
-def _reach_user() -> tuple[pwd.struct_passwd, Path]:
-    """An ordinary user with passwordless sudo, a 0750 home, and a venv in it made the README's way (a symlink to
-    a Python every user can run)."""
-    entry = _user("pr-test-reach", sudo=True)
-    venv = Path(entry.pw_dir) / "venv"
-    if not (venv / "bin" / "pip").exists():
-        subprocess.run(["rm", "-rf", str(venv)], check=True)
-        made = _as_user(entry, [os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv", str(venv)],
-                        entry.pw_dir)
-        assert made.returncode == 0, made.stderr
-    return entry, venv
-
-
-def test_a_venv_python_in_a_private_home_is_unreachable_for_the_agents_user():
-    """Judged by effect: the agent's own user really cannot run the venv's python in a 0750 home, though it runs
-    its target; `unreachable` says the same. Positive control: o+x on the home and both run."""
-    entry, venv = _reach_user()
-    python = venv / "bin" / "python"
-    target = os.path.realpath(python)
-    assert sandbox.unreachable(target) is None and sandbox.unreachable(python) == Path(entry.pw_dir)
-    probe = (f"{python} -c 'print(1)' >/dev/null 2>&1 && echo VENV || echo NOVENV; "
-             f"{target} -c 'print(1)' >/dev/null 2>&1 && echo TARGET || echo NOTARGET")
-    with sandbox.leased("auto") as identity:
-        assert _run(identity, probe, Path("/")) == ["NOVENV", "TARGET"]
-        Path(entry.pw_dir).chmod(0o751)
-        try:
-            assert sandbox.unreachable(python) is None
-            assert _run(identity, probe, Path("/")) == ["VENV", "TARGET"]
-        finally:
-            Path(entry.pw_dir).chmod(0o750)
-
-SUDO_PROBE = textwrap.dedent("""\
-    import os, sys, threading, time
-    sys.path.insert(0, {root!r})
-    from pathlib import Path
-    from runner.adapters.sandbox import identity as sandbox, proc
-    key = "sk-ant-api03-" + os.urandom(12).hex()
-    hits, seen, groups = [], [], []
-    def scan(ctl):
-        def loop():
-            end = time.monotonic() + 2
-            while time.monotonic() < end:
-                for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-                    try:
-                        if key.encode() in Path(f"/proc/{{pid}}/cmdline").read_bytes():
-                            hits.append(pid)
-                    except OSError:
-                        pass
-                time.sleep(0.01)
-        threading.Thread(target=loop, daemon=True).start()
-    with sandbox.leased("user") as identity:
-        out = bytearray()
-        proc.run(["sh", "-c", "echo $ANTHROPIC_API_KEY; cat /proc/self/cgroup; sleep 1.5"], cwd="/",
-                 env={{"PATH": "/usr/bin:/bin", "ANTHROPIC_API_KEY": key}}, time_limit_s=20, identity=identity,
-                 on_output=out.extend, on_start=scan)
-        cgroup = identity.cgroup
-    print("sudo", identity.sudo, "cgroup", cgroup)
-    print("key-reached", key in out.decode())
-    print("in-cgroup", cgroup is not None and cgroup.name in out.decode())
-    print("hits", len(hits))
-    """)
-
-
-def test_a_judge_with_sudo_passes_no_secret_on_sudos_command_line_and_uses_the_cgroup():
-    """Through `sudo -n` (GitHub's `runner`): the key reaches the agent, no command line holds it (it used to be
-    on sudo's `env -i ... KEY=value`), and the agent's process is in the lease's cgroup."""
-    entry = _user("pr-test-sudo", sudo=True)
-    where = Path(entry.pw_dir) / "probe"
-    where.mkdir(exist_ok=True)
-    os.chown(where, entry.pw_uid, entry.pw_gid)
-    done = _as_user(entry, [sys.executable, "-c", SUDO_PROBE.format(root=str(ROOT))], str(where))
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
-    assert lines["sudo"].startswith("True"), done.stdout
-    assert lines["key-reached"] == "True", done.stdout + done.stderr[-2000:]
-    assert lines["hits"] == "0", done.stdout
-    if sandbox.cgroup2_root() is not None:
-        assert lines["in-cgroup"] == "True", done.stdout
 
 
 @pytest.mark.parametrize("sudo", [True, False], ids=["sudo-user", "plain-user"])
 def test_the_readme_first_command_finishes_for_an_ordinary_user_with_a_private_home(sudo):
     """Issue 20: an ordinary user with passwordless sudo and a 0750 home copies plan-runner into it and runs the
     README's first command there, as written (venv, `pip install -e .` from the machine's package index, `demo`).
-    The agent's user cannot run that venv's python, so the demo falls back with its note and finishes its plan
-    (it once parked: AgentError twice, `.venv/bin/python3.11: Permission denied`, exit 3). Issue 49: without
-    sudo the demo runs isolated in kernel namespaces (it used to run unisolated), and finishes."""
+    A pooled agent user could not run that venv's python (it once parked: AgentError twice,
+    `.venv/bin/python3.11: Permission denied`, exit 3; then it ran unisolated). Issue 49: with or without sudo the
+    demo runs isolated in kernel namespaces, as the user's own uid, and finishes."""
     entry = _user("pr-test-reach" if sudo else "pr-test-reach-plain", sudo=sudo)
     home = Path(entry.pw_dir)
     src, tmp = home / "plan-runner", home / "tmp"
@@ -515,10 +402,6 @@ def test_the_readme_first_command_finishes_for_an_ordinary_user_with_a_private_h
                           extra_groups=[], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
-    assert sandbox.unreachable(src / ".venv" / "bin" / "python") == home
-    if sudo:
-        assert "the demo runs without isolation" in text and f"{home} is private" in text, text[:2000]
-    else:
-        assert "without isolation" not in text and "isolated in kernel namespaces" in text, text[:2000]
+    assert "without isolation" not in text and "isolated in kernel namespaces" in text, text[:2000]
     assert "finished: every checkpoint is done" in text and "Traceback" not in text
     assert "Permission denied" not in text

@@ -107,31 +107,3 @@ def test_the_preflight_checks_the_agent_only_when_a_session_will_run(tmp_path):
                           state=RunState(pending=RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="go")))
     with pytest.raises(PreflightError, match="cannot be found"):
         before_first_session(ws, None, session=due)
-
-
-def test_an_agent_in_a_private_home_gets_the_shared_location_fix_first_and_what_o_x_exposes(tmp_path):
-    """Issue 20: the agent's executable is a venv-style symlink inside a 0750 'home' to a program anyone can run.
-    The preflight finds it unreachable (along the path as run), offers the shared location first, and says
-    plainly what `chmod o+x` on the home exposes, naming what is open in it now."""
-    tmp_path.chmod(0o755)
-    home = tmp_path / "home"
-    (home / "venv" / "bin").mkdir(parents=True)
-    (home / "project").mkdir()
-    (home / "project").chmod(0o755)
-    (home / ".bashrc").write_text("export SECRET_ISH=1\n")
-    (home / ".bashrc").chmod(0o644)
-    (home / "private.txt").write_text("")
-    (home / "private.txt").chmod(0o600)
-    agent = home / "venv" / "bin" / "agent"
-    agent.symlink_to("/bin/sh")
-    home.chmod(0o750)
-    found = problems(plan("command", f"executable: {agent}"), {"PATH": "/usr/bin:/bin"}, tmp_path, isolated=True)
-    reach = [p for p in found if "cannot run" in p.what]
-    assert len(reach) == 1, found
-    fix = reach[0].fix
-    assert fix.index("venv outside your home") < fix.index(f"chmod o+x {home}") < fix.index("isolation: none")
-    assert "list its open folders and read its open files" in fix
-    assert ".bashrc" in fix and "project/" in fix and "private.txt" not in fix
-    home.chmod(0o751)
-    assert not [p for p in problems(plan("command", f"executable: {agent}"), {"PATH": "/usr/bin:/bin"}, tmp_path,
-                                    isolated=True) if "cannot run" in p.what]

@@ -111,26 +111,6 @@ def _save(archive: Path, workdir: Path, paths: tuple[str, ...]) -> None:
         old.unlink(missing_ok=True)
 
 
-def _give_back(identity: Identity, workdir: Path, written: tuple[str, ...]) -> None:
-    """After `reclaim`: the tree the identity's again. Through sudo, all of it (reclaim took all of it); as root
-    (reclaim took nothing) only what plan-runner wrote at the paths `written`, from the topmost folder it made:
-    the tracked files keep their inode data, so a kept gates' tree stays provably unchanged (kept_tree)."""
-    if identity.sudo or not identity.isolated:
-        identity.give(workdir)
-        return
-    for root in written:
-        parts = root.split("/")
-        for i in range(1, len(parts) + 1):
-            path = workdir.joinpath(*parts[:i])
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                break
-            if st.st_uid != identity.uid:
-                identity.give(path, below=workdir.parent)
-                break
-
-
 def _run_commands(setup: SetupConfig, workdir: Path, env: Mapping[str, str], identity: Identity,
                   on_event: Callable[[str, str], None]) -> GateResult | None:
     for i, command in enumerate(setup.run, 1):
@@ -177,12 +157,7 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], wor
                 on_event("setup", f"building the cache {key[:12]} from the base commit {trusted_sha[:12]}")
                 failed = _run_commands(setup, workdir, env, identity, on_event)
                 if failed is None:
-                    identity.kill_all()
-                    identity.reclaim(workdir)
-                    try:
-                        _save(archive, workdir, roots)
-                    finally:
-                        _give_back(identity, workdir, ())
+                    _save(archive, workdir, roots)
                 if trusted_sha != sha:
                     workdir = checkout(sha)
                 elif failed is None:
@@ -192,15 +167,10 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], wor
                 if failed is not None:
                     return (_base_problem(trusted_sha, failed),)
             if archive.is_file():
-                identity.kill_all()
                 if keep is not None and keep.intact(archive, workdir, roots):
                     on_event("setup", f"cache {key[:12]} in place, unchanged since it was restored")
                     return ()
-                identity.reclaim(workdir)
-                try:
-                    restored = _restore(archive, workdir, roots)
-                finally:
-                    _give_back(identity, workdir, roots)
+                restored = _restore(archive, workdir, roots)
                 if restored:
                     if keep is not None:
                         keep.recorded(archive, workdir, roots)
@@ -273,33 +243,6 @@ def _exclude(workdir: Path, made: list[str]) -> None:
         fh.write("\n# made by the plan's setup: (plan-runner)\n" + "".join(f"/{p}\n" for p in made))
 
 
-# Run as the agent in its own clone: the set-up cache's paths (arguments) and every untracked top path (what set-up
-# made) appended to the clone's exclude file, so the agent's leftovers commit never takes them.
-_EXCLUDE_SCRIPT = r"""
-[ -d .git ] && [ ! -L .git ] || exit 0
-mkdir -p .git/info || exit 0
-{ printf '\n# made by the plan'"'"'s setup: (plan-runner)\n'
-  for r in "$@"; do printf '/%s\n' "$r"; done
-  git -c core.hooksPath=/dev/null -c core.fsmonitor=false ls-files --others --directory --exclude-standard \
-    | sed 's|/$||; s|^|/|'
-  git -c core.hooksPath=/dev/null -c core.fsmonitor=false ls-files --others --directory --ignored \
-    --exclude-standard | sed 's|/$||; s|^|/|'
-} >> .git/info/exclude
-"""
-
-
-def _exclude_as_agent(workdir: Path, roots: tuple[str, ...], identity: Identity) -> None:
-    from runner.adapters.sandbox.proc import StartFailed, capture
-
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir.parent / "home"),
-           "LANG": "C.UTF-8", "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
-    try:
-        capture(["sh", "-c", _EXCLUDE_SCRIPT, "exclude", *roots], cwd=workdir, env=env, time_limit_s=120,
-                identity=identity)
-    except StartFailed:
-        pass
-
-
 def set_up_clone(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], workdir: Path, env: Mapping[str, str],
                  identity: Identity, cache_dir: Path, trusted_sha: str | None, checkout: Callable[[str], Path],
                  reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None,
@@ -312,19 +255,11 @@ def set_up_clone(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], 
         return reclone() if rev == sha else checkout(rev)
     failed = run_setup(setup, sha=sha, repo=repo, workdir=workdir, env=env, identity=identity, cache_dir=cache_dir,
                        trusted_sha=trusted_sha, checkout=again, on_event=on_event, keep=keep)
-    identity.kill_all()
     roots = untar.clean_roots(setup.cache)
-    if identity.sudo:
-        # A judge that is not root cannot enter the agent's 0700 clone (stat-ing its .git crashed every first
-        # session with a setup: on a GitHub-hosted runner): the agent's own git lists and excludes what set-up made.
-        _exclude_as_agent(workdir, roots, identity)
-        return (failed[0].error or "a set-up command failed") if failed else None
     made = [*roots, *_untracked_tops(repo, sha, workdir, roots)]
     git_dir = workdir / ".git"
     if made and git_dir.is_dir() and not git_dir.is_symlink():
-        identity.reclaim(git_dir)
-        _exclude(workdir, made)
-        identity.give(git_dir, below=workdir.parent)  # the clone is the agent's: walk from the area
+        _exclude(workdir, made)  # the clone is plan-runner's uid's (the room's): nothing to take back first
     if failed:
         return failed[0].error or "a set-up command failed"
     return None

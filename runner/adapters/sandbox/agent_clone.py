@@ -42,7 +42,7 @@ from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
 from runner.adapters.sandbox import fsafe, kept_tree, origin, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
-from runner.adapters.sandbox.identity import Identity, area_key, available, judge_dir
+from runner.adapters.sandbox.identity import Identity, area_key, judge_dir
 
 IMPORT_PREFIX = "refs/plan-runner/agent"
 # The seed store's first fill brings this many commits of a work branch's history, not all of it: on a
@@ -207,6 +207,8 @@ def _own_root(area: AgentArea, repo: Path | None = None) -> None:
                               why="it was replaced (by a link or another user's folder)",
                               fix=f"remove {area.root} and run again")
     os.chmod(area.root, 0o711)
+    for own in (KEPT, TRASH):  # before any room shows the area: every room covers them (room.Namespaces.view_for)
+        _own_folder(area.root / own)
     if repo is not None:
         origin.record(origin.area_origin(area.root), repo)
 
@@ -245,7 +247,6 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     a usable repository: _UPDATE_SCRIPT), else made again; the other parts are moved aside in O(1) and
     deleted off the critical path (discard_trash). `keep`: the set-up cache's paths, left in a clone updated in
     place (KeptSetup then proves them unchanged, or they are restored again)."""
-    identity.kill_all()
     _own_root(area, repo)
     if identity.room is not None:
         identity.room.grant(area.root)
@@ -280,8 +281,6 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
         os.mkdir(part, 0o700)
     if saved_state is not None and saved_state.is_dir():
         shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
-    for part in fresh:
-        identity.give(part)
     os.mkdir(area.inputs, 0o711)
     if kept:
         return
@@ -289,9 +288,7 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     if proc.returncode != 0:
         raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
                               why=_tail(proc),
-                              fix=f"check that {area.root} and {objects} are reachable by the user "
-                                  f"{identity.name or 'running plan-runner'}: every folder above them must be "
-                                  "searchable (o+x)")
+                              fix=f"check `git -C {store or repo} fsck`; remove {area.root} and run again")
 
 
 def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], keep: tuple[str, ...] = (), *,
@@ -303,14 +300,13 @@ def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], kee
     that ran the last update wiped it with the other HOMEs of its processes at its release (every other later
     session made the clone again, and restored its set-up, before). `trusted`: the clone is as the last export
     left it (_reveal_clone)."""
-    owner = identity.uid if identity.isolated else os.geteuid()
+    owner = os.geteuid()  # (a room runs as plan-runner's own uid)
     for part in (area.work, area.out):
         try:
             if part == area.out and not os.path.lexists(part):  # (only once the clone is one to update)
                 os.mkdir(part, 0o700)
-                identity.give(part)
             st = os.lstat(part)
-        except (OSError, subprocess.CalledProcessError, PlanRunnerError):  # (made again)
+        except OSError:  # (made again)
             return False
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
             return False
@@ -545,37 +541,32 @@ def discard_trash(area: AgentArea, identity: Identity, *, wait: bool = False) ->
         return
     if not names:
         return
-    _remove_trees([trash / n for n in names], sudo=identity.isolated and identity.sudo, wait=wait)
+    _remove_trees([trash / n for n in names], wait=wait)
 
 
 def discard_area(area: AgentArea, identity: Identity | None = None) -> None:
     """A whole area no session will use again (the preflight's own, a finished plan's), deleted in a detached
-    process: never on the critical path. With `identity`, its processes are killed first. Its files are the
-    pool user's: removed as root, or through sudo where plan-runner isolates through sudo."""
-    if identity is not None:
-        identity.kill_all()
+    process: never on the critical path. Its files are plan-runner's user's (a room runs as its uid); nothing of
+    `identity` runs any more (its rooms' PID namespaces ended with their processes)."""
     _brought_back.pop(area.root, None)
     proof = _proofs.pop(area.root, None)  # its tree goes with the area: nothing of it is put back
     if proof is not None:
         proof.take()
     if os.path.isdir(area.root) and not os.path.islink(area.root):
-        sudo = identity.isolated and identity.sudo if identity is not None else available() == "sudo"
-        _remove_trees([area.root], sudo=bool(sudo), wait=False)
+        _remove_trees([area.root], wait=False)
 
 
-def _remove_trees(paths: list[Path], *, sudo: bool, wait: bool) -> None:
+def _remove_trees(paths: list[Path], *, wait: bool) -> None:
     """GNU rm walks with fts relative to directory descriptors (FTS_PHYSICAL): no link is followed. Only
     ever called on trees in plan-runner's own folders that the agent can no longer reach."""
-    rm = tools.harden(need_sudo=sudo).which("rm") or "/bin/rm"
+    rm = tools.which("rm") or "/bin/rm"
     argv = [rm, "-rf", "--one-file-system", "--", *map(str, paths)]
-    if sudo:
-        argv = [tools.harden(need_sudo=True).sudo or "sudo", "-n", *argv]
     if wait:
         subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
         return
     # Detached: a shell that starts rm in the background and exits at once (rm is then init's child, and
     # nothing of this process waits for it or holds it).
-    sh = tools.harden().which("sh") or "/bin/sh"
+    sh = tools.which("sh") or "/bin/sh"
     subprocess.run([sh, "-c", '"$@" </dev/null >/dev/null 2>&1 &', "discard", *argv], stdin=subprocess.DEVNULL,
                    capture_output=True, start_new_session=True, check=False)
 
@@ -620,7 +611,7 @@ def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = ()
             if select is not None and not entry.startswith(".removing-") and not select(path, st):
                 continue
             if entry.startswith(".removing-"):  # a removal that was cut short: finished now
-                _remove_trees([path], sudo=False, wait=wait)
+                _remove_trees([path], wait=wait)
                 continue
             store_key = None if name == "agents" else entry.partition("-")[0]  # a seed store: <key>-<name>
             lock = _try_hold(path / _IN_USE if store_key is None else base / f"{store_key}.lock")
@@ -642,21 +633,8 @@ def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = ()
                 if isinstance(lock, int):
                     os.close(lock)
             removed.append(path)
-            _remove_trees([aside], sudo=False, wait=wait)
-            if wait and os.path.lexists(aside) and os.geteuid() != 0 and tools.harden().sudo is not None:
-                _remove_trees([aside], sudo=True, wait=True)  # a pool user's files in the area (isolation `user`)
+            _remove_trees([aside], wait=wait)
     return removed
-
-
-def adopt(area: AgentArea, identity: Identity) -> None:
-    """A cut-short session's area, written by the pool uid that ran it, handed to `identity` (the uid leased
-    now may be another one: the old one may serve another session meanwhile, so it is never killed, only
-    its area taken from it) before a git running as `identity` saves what it holds."""
-    if not identity.isolated:
-        return
-    for part in (area.work, area.home, area.out):
-        if part.is_dir() and not part.is_symlink() and os.lstat(part).st_uid != identity.uid:
-            identity.give(part)
 
 
 def _committer(repo: Path) -> tuple[str, str]:
@@ -684,7 +662,6 @@ class Imported:
 def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, base_sha: str,
                 plan_id: str, scratch: Path) -> Imported:
     """After the agent: its leftovers committed and its work branch imported into the judge's repository."""
-    identity.kill_all()
     if not identity.isolated:  # the agent's processes are dead now (its user could reach the hidden tree)
         _start_proof(area, identity, scratch)
     env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}
@@ -707,7 +684,6 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
     if proc.returncode != 0 or "bundled" not in said:
         return Imported(None, None, tuple(notes), problem=f"git could not bundle the agent's work: {_tail(proc)}")
     copy = scratch / f"import-{plan_id}.bundle"
-    identity.reclaim(area.out)
     problem = _copy_regular(out, copy, identity, BUNDLE_LIMIT)
     if problem:
         return Imported(None, None, tuple(notes), problem=problem)
@@ -757,7 +733,7 @@ def _own_git_fault(stderr: str) -> bool:
 def _copy_regular(src: Path, dst: Path, identity: Identity, limit: int) -> str | None:
     """Copy a file the agent's identity wrote, refusing links (at any component below the area's root),
     devices and oversize files (runner.adapters.sandbox.fsafe)."""
-    owner = identity.uid if identity.isolated and not identity.sudo else None
+    owner = identity.uid if identity.isolated else None
     below = src.parent.parent  # the area's root: plan-runner's own folder
     problem = fsafe.copy_file(src, dst, below=below, limit=limit, owner=owner)
     return None if problem is None else f"the agent's bundle: {problem}"
@@ -767,8 +743,6 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
     """Copy the agent's CLI state (its saved sessions) into plan-runner's transcripts: regular files only,
     never through a link at any depth (an fd-relative walk from the area's root, fsafe), bounded in total.
     What was left out, and why."""
-    identity.kill_all()
-    identity.reclaim(area.state)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
     return fsafe.copy_tree(area.state, dest, below=area.root, limit=limit)
@@ -782,7 +756,6 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     `into`: another folder of the area, always fresh (the set-up cache of the agent's clone is built from a
     checkout of the base commit at the clone's path). `keep=False`: a tree no later checkout reuses (the
     preflight's own area) is not recorded."""
-    identity.kill_all()
     _own_root(area, repo)
     if identity.room is not None:
         identity.room.grant(area.root)
@@ -790,7 +763,6 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
     if into is None:
         _brought_back.pop(area.root, None)
         _fresh_dir(area, area.gate_home, identity)
-        identity.give(area.gate_home)
         entries = _update_kept(area, identity, repo, sha, scratch)
         if entries is not None:
             if _setup_record(scratch, target).is_file():  # (held for KeptSetup.intact only where it will ask)
@@ -810,7 +782,6 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
         index.unlink(missing_ok=True)
     owner = _keeper(identity)
     if into is not None or owner is None or not keep:
-        identity.give(target)
         return target
     # Handed over and recorded in one walk: the record is what the identity is given, before it runs anything.
     with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
@@ -827,24 +798,9 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
 _KEEP_LIMIT = 2000  # differences beyond max(this, a third of the tree): a fresh checkout costs no more
 
 
-def kept_owner(area: AgentArea) -> int | None:
-    """The uid owning the plan's kept gates' tree (the pool user to lease first: the tree is kept only for
-    the identity that owns it), or None."""
-    try:
-        st = os.lstat(area.gates)
-    except OSError:
-        return None
-    return st.st_uid if stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid() else None
-
-
-def _keeper(identity: Identity) -> tuple[int, int] | None:
-    """Who owns a kept gates' tree: the identity's uid and gid (the judge's own without isolation); None
-    where plan-runner reaches the identity's files through sudo only (no tree is kept: always fresh)."""
-    if not identity.isolated:
-        return os.geteuid(), os.getegid()
-    if identity.sudo or identity.uid is None or identity.gid is None:
-        return None
-    return identity.uid, identity.gid
+def _keeper(identity: Identity) -> tuple[int, int] | None:  # noqa: ARG001 - one owner whatever the identity
+    """Who owns a kept gates' tree: plan-runner's own uid and gid (a room runs as them)."""
+    return os.geteuid(), os.getegid()
 
 
 def _tree_changes(repo: Path, old: str, new: str) -> list[tuple[int, int, str, str]]:

@@ -221,7 +221,7 @@ class Renewal:
 
 def place(spec: BackendSpec, provider: str | None, parent_env: Mapping[str, str], agent_env: Mapping[str, str],
           folder: Path, identity: Identity, fetch: Callable[[Mapping], str] = _fetch_subject_token) -> Placed:
-    """Write the agent's credential files into `folder` (fresh, 0700, files 0600, then the agent's user's)."""
+    """Write the agent's credential files into `folder` (fresh, 0700, files 0600: the room's uid is plan-runner's)."""
     files, placed = plan_files(spec, provider, parent_env, agent_env, folder, fetch)
     identity.remove(folder)
     if not files:
@@ -231,7 +231,6 @@ def place(spec: BackendSpec, provider: str | None, parent_env: Mapping[str, str]
         fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-    identity.give(folder)
     return placed
 
 

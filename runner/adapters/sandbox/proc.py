@@ -12,8 +12,9 @@ group, SIGKILL `term_grace_s` later; when the leader exits, SIGTERM to the group
 once (what it left running in the background goes with it; gates and the shell tool
 instead let it finish writing until the drain ends), and after a drain of at most
 `drain_s` (a grandchild that escaped with `setsid` may hold the pipe open forever)
-SIGKILL to the group; with an isolated identity, every process of its uid is
-SIGKILLed too (escaped daemons included). The leader is always reaped. So a call
+SIGKILL to the group. With an isolated identity the process is bwrap, whose PID namespace
+holds everything it started (escaped daemons included): when bwrap's child exits, or bwrap is
+killed, the kernel kills the rest (runner.adapters.sandbox.room). The leader is always reaped. So a call
 returns at most about `time_limit_s + term_grace_s + drain_s` after it started,
 whatever the process does.
 
@@ -196,10 +197,10 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def _kill_everything(pgid: int, identity: Identity) -> None:
-    """SIGKILL the group, and with an isolated identity every process of its uid (`setsid` escapes included)."""
+def _kill_everything(pgid: int) -> None:
+    """SIGKILL the group (in a room: bwrap, whose PID namespace then ends with all it holds, `setsid` escapes
+    included)."""
     _signal_group(pgid, signal.SIGKILL)
-    identity.kill_all()
 
 
 def run(
@@ -247,7 +248,6 @@ def run(
             bufsize=0,
         )
     except OSError as exc:
-        _forget_env(launch.env_file)
         raise StartFailed(exc) from exc
     pgid = proc.pid  # start_new_session: the child leads its own group
     ctl: Controller | None = None
@@ -283,9 +283,8 @@ def run(
                 if ending is None:
                     if stop_leftovers_at_exit:
                         _signal_group(pgid, signal.SIGTERM)  # what it left running goes too (a chance to clean up)
-                        identity.kill_all()  # and whatever left the group: nothing of its uid outlives it
                 else:
-                    _kill_everything(pgid, identity)  # it was being killed: no second grace
+                    _kill_everything(pgid)  # it was being killed: no second grace
             if exited_at is None:
                 if ending is None:
                     if ctl.stop_detail is not None:
@@ -298,7 +297,7 @@ def run(
                         _signal_group(pgid, signal.SIGTERM)  # SIGTERM first so test runners can clean up
                         sigkill_at = now + term_grace_s
                 elif now >= sigkill_at:
-                    _kill_everything(pgid, identity)  # it ignored SIGTERM
+                    _kill_everything(pgid)  # it ignored SIGTERM
                     sigkill_at = float("inf")
             elif not sinks or now - exited_at >= drain_s:
                 break  # done; or an escaped grandchild (new session) holds the pipe open
@@ -338,7 +337,7 @@ def run(
                 pass
         raise
     finally:
-        _kill_everything(pgid, identity)  # leftovers that ignored SIGTERM, or held the pipe
+        _kill_everything(pgid)  # leftovers that ignored SIGTERM, or held the pipe
         sel.close()
         if ctl is not None:
             ctl._shutdown_writer()
@@ -352,7 +351,6 @@ def run(
             pass
         if pid_file is not None:
             _forget_group(pid_file)
-        _forget_env(launch.env_file)  # the launcher removes it at once; this is for a launcher that never ran
     return Finished(
         returncode=proc.returncode,
         reason=ending or "exited",
@@ -363,19 +361,11 @@ def run(
 
 
 def _check_startable(argv: Sequence[str], env: Mapping[str, str]) -> None:
-    """A program named without a folder that is on none of `env`'s PATH folders cannot start: say so now (the
-    launcher, already as the agent's user, could only exit 127)."""
+    """A program named without a folder that is on none of `env`'s PATH folders cannot start: say so now (bwrap,
+    in the room, could only exit 127)."""
     name = argv[0] if argv else ""
     if name and "/" not in name and shutil.which(name, path=env.get("PATH", os.defpath)) is None:
         raise StartFailed(FileNotFoundError(2, "No such file or directory", name))
-
-
-def _forget_env(path: Path | None) -> None:
-    if path is not None:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 # --- bounded sinks ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,14 @@ USERNS_MAX = Path("/proc/sys/user/max_user_namespaces")
 # that refuse to run as root (Claude Code's --dangerously-skip-permissions) run, and nothing inside has a capability
 # outside its namespaces.
 ROOT_INSIDE = 1000
+# In an agent's area, the judge's own folders (agent_clone.TRASH, agent_clone.KEPT): covered in every room
+AREA_OWN = (".trash", ".kept")
 INSIDE_HOME = "/tmp/home"  # a process whose HOME is not in its view gets the room's own
+# As root, a room's uid is root's outside (kuid 0): what root alone may read in the folders every room shows
+# would be readable in it as its owner (/etc/shadow, /etc/ssh/*_key, /etc/sudoers.d). Those folders are scanned
+# for it (`root_only`) and covered in every room of a root plan-runner. /usr is left out (140,000 entries, a second
+# a session; it holds packaged files, not the machine's secrets).
+SCANNED = ("/etc", "/opt", "/usr/local/etc")
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,9 @@ class View:
     network: bool = False  # the host's network (until the allow-list proxy: issue 49, item 4)
     # host folder -> the path it is bound at inside, read-write (the allow-list proxy's socket folder)
     binds: tuple[tuple[Path, str], ...] = ()
+    # folders inside a writable one covered by an empty tmpfs: the judge's own in the agent's area (its trash, the
+    # trees it hides between sessions), which a process of the same uid could otherwise write
+    covered: tuple[Path, ...] = ()
 
 
 class Room(Protocol):
@@ -168,6 +179,9 @@ class Namespaces:
     overlay: bool = True  # the kernel mounts an overlay in a user namespace (Linux 5.11+)
     said: tuple[str, ...] = ()  # what opening the room changed on the machine (lifting a restriction)
     network: bool = True  # the host's network for every process (until the allow-list proxy lands)
+    # as root: system files and folders only root may read, covered (a file by /dev/null, a folder by an empty
+    # tmpfs): (path, is a folder)
+    hidden: tuple[tuple[str, bool], ...] = ()
     _closed: bool = field(default=False, repr=False)
     _readonly: set[Path] = field(default_factory=set, repr=False)
     _writable: set[Path] = field(default_factory=set, repr=False)
@@ -194,12 +208,19 @@ class Namespaces:
 
     def view_for(self, cwd: Path, areas: Path) -> View:
         """A session's process sees, writable, the areas granted and the agent's area its folder is in (one
-        folder under `areas`: its clone, HOME, state and gates' tree); read-only, what `show` named. Nothing else
-        of the machine, whatever its folder (a process started in `/` sees the same)."""
+        folder under `areas`: its clone, HOME, state and gates' tree); read-only, what `show` named and the
+        area's `in` (plan-runner's files for the agent). Nothing else of the machine, whatever its folder (a
+        process started in `/` sees the same). In every area shown, the judge's own folders (AREA_OWN: the trash,
+        the trees hidden between sessions) are covered: the room's uid is plan-runner's, so a mode would not
+        keep it out."""
         writable = set(self._writable)
         if areas in cwd.parents:
             writable.add(areas / cwd.relative_to(areas).parts[0])
-        return View(writable=tuple(sorted(writable)), readonly=tuple(sorted(self._readonly)), network=self.network)
+        areas_shown = [w for w in writable if w.parent == areas]
+        readonly = set(self._readonly) | {a / "in" for a in areas_shown}
+        covered = tuple(sorted(a / own for a in areas_shown for own in AREA_OWN))
+        return View(writable=tuple(sorted(writable)), readonly=tuple(sorted(readonly)), network=self.network,
+                    covered=covered)
 
     @contextmanager
     def behind(self, proxy: NetProxy) -> Iterator[None]:
@@ -213,7 +234,9 @@ class Namespaces:
             self._proxy = outer
 
     def describe(self) -> str:
-        return "isolated in kernel namespaces (bubblewrap): the clone, a private HOME and TMP, the toolchain read-only"
+        said = "".join(f"; {s}" for s in self.said)
+        return ("isolated in kernel namespaces (bubblewrap): the clone, a private HOME and TMP, the toolchain "
+                "read-only" + said)
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | str, view: View) -> Launch:
         if self._closed:
@@ -241,6 +264,8 @@ class Namespaces:
                 args += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
+        for path, is_dir in self.hidden:
+            args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
         args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self.tmp), "/tmp"]
         mounts: list[tuple[str, Path]] = [("--ro-bind", p) for p in self.tools]
         mounts += [("--ro-bind", Path(p)) for p in view.readonly]
@@ -250,6 +275,9 @@ class Namespaces:
         for kind, p in sorted(mounts, key=lambda m: len(m[1].parts)):  # outer folders first
             if os.path.exists(p):
                 args += [kind, str(p), str(p)]
+        for shut in view.covered:
+            if os.path.isdir(shut) and not os.path.islink(shut):
+                args += ["--tmpfs", str(shut)]
         for outside, inside in view.binds:
             args += ["--bind", str(outside), inside]
         for base in view.layered:
@@ -305,7 +333,46 @@ def open_room(*, toolchain_roots: Sequence[Path] = (), base: Path | None = None,
     os.chmod(folder, 0o700)
     os.mkdir(folder / "tmp", 0o700)
     os.mkdir(folder / "tmp" / "home", 0o700)
-    return Namespaces(bwrap=bwrap, folder=folder, tools=tuple(toolchain_roots), overlay=overlay, said=tuple(said))
+    hidden = root_only() if os.geteuid() == 0 else ()
+    return Namespaces(bwrap=bwrap, folder=folder, tools=tuple(toolchain_roots), overlay=overlay, said=tuple(said),
+                      hidden=hidden)
+
+
+def root_only(tops: Sequence[str] = SCANNED) -> tuple[tuple[str, bool], ...]:
+    """The files and folders under `tops` that root (its uid or group) may read and other users may not: a file
+    without o+r, a folder without o+r or o+x (what is inside one is not listed: the folder is covered whole).
+    Links are not followed; a folder that is itself a mount of another file system is not entered."""
+    found: list[tuple[str, bool]] = []
+
+    def walk(folder: str, dev: int) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not (is_dir or stat.S_ISREG(st.st_mode)):
+                continue
+            rootish = st.st_uid == 0 or st.st_gid == 0
+            closed = not st.st_mode & stat.S_IROTH or (is_dir and not st.st_mode & stat.S_IXOTH)
+            if rootish and closed:
+                found.append((entry.path, is_dir))
+            elif is_dir and st.st_dev == dev:
+                walk(entry.path, dev)
+
+    for top in tops:
+        try:
+            st = os.stat(top)
+        except OSError:
+            continue
+        if os.path.islink(top) or not stat.S_ISDIR(st.st_mode):
+            continue
+        walk(top, st.st_dev)
+    return tuple(found)
 
 
 def _lift(sudo: str, can_sudo: Callable[[], bool]) -> str | None:

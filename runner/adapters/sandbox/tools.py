@@ -1,17 +1,18 @@
-"""The judge runs nothing the agent's user could have written (SPEC 4b; issue 21, build item 1).
+"""The judge runs nothing another user could have written (SPEC 4b; issue 21, build item 1).
 
-plan-runner starts programs by name (`git`, `sudo`) and loads its own modules and templates long after the
-agent ran. A folder on the way to any of them that another user can write, or rename entries in, lets the
-agent's user plant the program or the module: GitHub's Ubuntu image makes /opt world-writable (`chmod -R
-777 /opt`) and puts /opt/pipx_bin first on PATH. So, once, before the first agent starts (`harden`):
+plan-runner starts programs by name (`git`, `sudo`) long after the agent ran. A folder on the way to any of
+them that another user can write, or rename entries in, lets that user plant the program: GitHub's Ubuntu
+image makes /opt world-writable (`chmod -R 777 /opt`) and puts /opt/pipx_bin first on PATH. (The agent itself
+writes nothing outside its area: its room shows the rest of the machine read-only, runner.adapters.sandbox.room.)
+So, at import of runner.adapters (`harden_path`):
 
 * every PATH entry is kept only when it, and every folder above it, belongs to root or plan-runner's user
   and nobody else may write it (a sticky folder such as /tmp counts as safe: others cannot rename what
   is not theirs); plan-runner's own process then runs with that PATH, so every subprocess it starts (git
   through GitPython included: its executable is also set absolutely) resolves names there only;
-* `sudo`, `git`, `sh` and the interpreter are resolved to absolute paths from those folders;
-* plan-runner's own code (its package, every `sys.path` folder, the interpreter as executed) must be in
-  such folders too: otherwise it refuses, with what, why and how to fix.
+* `sudo`, `git` and `sh` are resolved to absolute paths from those folders;
+* `resolve` can also check that plan-runner's own code (its package, every `sys.path` folder, the interpreter as
+  executed) is in such folders (`check_code`).
 
 The agent's own PATH is the environment it was given (runner.adapters.sandbox.agentenv): it may use
 whatever it likes, nothing of it runs as the judge.
@@ -83,7 +84,7 @@ def _which(name: str, path: str) -> str | None:
     return None
 
 
-def resolve(path: str | None = None, *, need_sudo: bool = False, check_code: bool = True) -> Tools:
+def resolve(path: str | None = None, *, check_code: bool = True) -> Tools:
     """The trusted PATH and tools for this process (see the module's docstring); raises with what/why/fix."""
     entries = [e for e in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep) if e]
     kept: list[str] = []
@@ -104,7 +105,7 @@ def resolve(path: str | None = None, *, need_sudo: bool = False, check_code: boo
             kept.append(system)
     safe = os.pathsep.join(kept)
     found = {name: _which(name, safe) for name in (*_REQUIRED, "sudo")}
-    for name in _REQUIRED + (("sudo",) if need_sudo else ()):
+    for name in _REQUIRED:
         if found[name] is None:
             raise PlanRunnerError(
                 what=f"no `{name}` in a folder only root or plan-runner's user can write",
@@ -147,29 +148,10 @@ def _code_paths() -> list[str]:
     return out
 
 
-_hardened: Tools | None = None
-
-
-def harden(*, need_sudo: bool = False) -> Tools:
-    """Resolve once (see the module's docstring) and make this process's PATH the trusted one, GitPython's
-    executable absolute; later calls return the same `Tools`."""
-    global _hardened
-    if _hardened is None or (need_sudo and _hardened.sudo is None):
-        tools = resolve(need_sudo=need_sudo)
-        os.environ["PATH"] = tools.path
-        os.environ["GIT_PYTHON_GIT_EXECUTABLE"] = tools.git
-        gitpython = sys.modules.get("git")
-        refresh = getattr(gitpython, "refresh", None)
-        if refresh is not None:
-            refresh(tools.git)
-        _hardened = tools
-    return _hardened
-
-
 def harden_path() -> None:
     """At import of the sandbox room, before plan-runner runs any program: this process's PATH becomes the
     trusted one (and GitPython's git absolute), so not even the first `git` comes from a folder others can
-    write. Never refuses (`harden`, before the first agent, does)."""
+    write. Never refuses."""
     try:
         tools = resolve(check_code=False)
     except PlanRunnerError:
@@ -178,5 +160,6 @@ def harden_path() -> None:
     os.environ["GIT_PYTHON_GIT_EXECUTABLE"] = tools.git
 
 
-def hardened() -> Tools | None:
-    return _hardened
+def which(name: str) -> str | None:
+    """`name` on this process's PATH: the trusted one once `harden_path` ran (importing runner.adapters does)."""
+    return _which(name, os.environ.get("PATH", os.defpath))

@@ -189,11 +189,9 @@ class CodexBackend:
                 )
             finally:
                 if login is not None and env["CODEX_HOME"] == str(request.state_dir.resolve() / "codex-home"):
-                    request.identity.kill_all()
-                    request.identity.reclaim(request.state_dir)
                     # the login (or the copy Codex refreshed in its place) never reaches the saved state; walked
-                    # from the state folder's parent, plan-runner's own: as root nothing is reclaimed, and the state
-                    # folder stays the agent's user's (fsafe descends it without following a link)
+                    # from the state folder's parent, plan-runner's own (fsafe descends without following a link);
+                    # nothing of the agent runs now: its room's PID namespace ended with it
                     fsafe.remove(Path(env["CODEX_HOME"]) / LOGIN_FILE, below=request.state_dir.resolve().parent)
 
         kind, error, reset_at = ExitKind.FINISHED, None, None

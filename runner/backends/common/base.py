@@ -48,16 +48,10 @@ class SessionRequest:
         return self.agent_state_dir or self.transcript_dir
 
     def state_subdir(self, name: str) -> Path:
-        """A folder in the agent's state directory that the agent's processes can write (a CLI's config dir):
-        made by the agent's identity itself when isolated."""
+        """A folder in the agent's state directory that the agent's processes can write (a CLI's config dir): in a
+        room they run as plan-runner's own uid, in the agent's area, which the room grants them."""
         path = Path(self.state_dir).resolve() / name
-        if not self.identity.other_user:  # (in a room: the same uid)
-            path.mkdir(parents=True, exist_ok=True)
-            return path
-        from runner.adapters.sandbox import proc
-
-        proc.run(["mkdir", "-p", str(path)], cwd="/", env={"PATH": "/usr/bin:/bin"}, time_limit_s=60,
-                 identity=self.identity)
+        path.mkdir(parents=True, exist_ok=True)
         return path
 
     def write_input(self, name: str, text: str) -> Path:

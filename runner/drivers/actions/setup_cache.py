@@ -280,7 +280,6 @@ def build(job: _Job) -> dict[str, str] | None:
             if failed:
                 _say(f"set-up failed on the base commit: {failed[0].error}; nothing is cached")
                 return None
-        identity.kill_all()
     files = {}
     for place in job.places():
         archive = setup.archive_path(job.cache_dir, place, job.key)

@@ -14,7 +14,6 @@ from pathlib import Path
 from runner.adapters import clock as wallclock
 from runner.adapters.git import work as gitwork
 from runner.adapters.sandbox import agent_clone, fsafe
-from runner.adapters.sandbox import identity as sandbox
 from runner.adapters.store.layout import BACKUP, NAMESPACE
 from runner.core.errors import PlanRunnerError
 
@@ -22,37 +21,20 @@ DEMO_PREFIX = "plan-runner-demo-"
 
 
 def remove_area(repo: Path, plan_id: str) -> Path | None:
-    """The plan's agent area (its clone, homes and the gates' checkout) removed; what the agent's user owns
-    there is removed through that identity (`Identity.remove`: sudo when plan-runner is not root), never by
-    following a link. Returns the folder removed, None when there was none."""
+    """The plan's agent area (its clone, homes and the gates' checkout) removed, never by following a link (its
+    files are plan-runner's user's: a room runs as its uid). An area an older version's pooled agent user wrote
+    may hold that user's files: without root they stay, and the error says how to remove them. Returns the folder
+    removed, None when there was none."""
     root = agent_clone.area_for(repo, plan_id).root
     if not os.path.lexists(root):
         return None
-    others = _owners(root) - {os.geteuid()}
-    if others and os.geteuid() != 0:  # root removes anything below, descriptor by descriptor
-        uid = min(others)
-        try:
-            sandbox.Identity(uid=uid, gid=uid, sudo=True).remove(root)  # the agent's files: through sudo
-        except (OSError, PlanRunnerError):
-            pass
     fsafe.remove(root, below=root.parent)
     if os.path.lexists(root):
         raise PlanRunnerError(
             what=f"could not remove the agent area {root}",
-            why="its files belong to the agent's user and plan-runner may not delete them (no root, no sudo)",
+            why="some of its files belong to the pooled agent user an older plan-runner ran the agent as",
             fix=f"remove it as root: `sudo rm -rf {root}`")
     return root
-
-
-def _owners(root: Path) -> set[int]:
-    found: set[int] = set()
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        for name in (folder, *(os.path.join(folder, n) for n in dirs + files)):
-            try:
-                found.add(os.lstat(name).st_uid)
-            except OSError:
-                pass
-    return found
 
 
 def clean_plan(repo: Path, plan_id: str, scratch: Path) -> list[str]:

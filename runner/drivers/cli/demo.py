@@ -164,28 +164,6 @@ def create_demo_repo(root: Path) -> tuple[Path, Path]:
     return repo, plan
 
 
-def _demo_isolation(err) -> str | None:
-    """The demo isolates its scripted agent like any plan; where the agent's pooled user cannot run this Python (a
-    venv in a private home, as root or with sudo), it says why and runs unisolated: its agent is plan-runner's own
-    script. An ordinary user without sudo isolates in kernel namespaces, which need no other user."""
-    import sys
-
-    from runner.adapters.sandbox import identity as sandbox
-
-    package = Path(__file__).resolve().parents[1]
-    private = [p for p in (sandbox.unreachable(sys.executable), sandbox.unreachable(package)) if p is not None]
-    if sandbox.available() is None:
-        return None  # an ordinary user: kernel namespaces, as its own uid (runner.adapters.sandbox.room)
-    if private:
-        why = (f"the agent's user cannot run this Python or plan-runner's code ({private[0]} is private: checked "
-               "along the path as it runs, the venv's own bin/python included)")
-    else:
-        return None
-    err.say(f"note: the demo runs without isolation: {why}. Its agent is plan-runner's own script; your own plans "
-            "run isolated or need `isolation: none` (docs/security.md).\n")
-    return "none"
-
-
 def run_demo(directory: Path | None = None) -> int:
     from runner.drivers.cli.progress import Progress, print_result, print_sessions_table
     from runner.adapters.render.term import err, out
@@ -196,7 +174,7 @@ def run_demo(directory: Path | None = None) -> int:
     repo, plan = create_demo_repo(root)
     err.say(f"plan-runner demo: a real repository at {repo}\n"
             "The agent is scripted; gates, git and every verdict are real.\n", "bold")
-    ws = local_workspace(plan, isolation=_demo_isolation(err))
+    ws = local_workspace(plan)  # isolated in kernel namespaces, like any plan
     ports = local_ports(ws)
     progress = Progress()
     ws.on_event = progress.event

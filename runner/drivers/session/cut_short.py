@@ -69,7 +69,6 @@ def salvage(s: Session, base_sha: str | None) -> tuple[str | None, str]:
     try:
         with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
             agentarea.reveal_clone(area, identity, ws.scratch_dir / plan.id)  # (hidden by an export cut short)
-            agentarea.adopt(area, identity)
             imported = agentarea.export_work(area, identity, ws.repo, branch, base_sha, plan.id,
                                              ws.scratch_dir / plan.id)
     except PlanRunnerError as exc:

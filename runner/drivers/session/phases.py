@@ -277,8 +277,7 @@ def run_session(ws: Workspace, ports: Ports, session: Session | None = None) -> 
         return action
     begun = None
     try:
-        with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions,
-                            prefer_uid=agentarea.kept_owner(agentarea.area_for(ws.repo, s.trusted.id))) as identity:
+        with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
             ws.on_event("isolation", identity.describe())
             begun = begin(s, action)
             if isinstance(begun, SessionResult):
@@ -414,7 +413,7 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
     finally:
         if creds.renewal is not None:
             creds.renewal.stop()
-        identity.kill_all()  # nothing the agent started outlives it (invariant 2)
+        # nothing the agent started outlives it (invariant 2): its room's PID namespace ended with it
         agent_creds.remove(area.creds, identity)
     return AgentRan(signals=signals, area=area, agent_env=agent_env, control=control)
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import stat
-import sys
 import shutil
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +27,6 @@ from runner.core.backend_spec import spec_of
 from runner.core.errors import PlanRunnerError
 from runner.core.plan import GateConfig, Plan
 from runner.adapters.sandbox import identity as sandbox
-from runner.adapters.sandbox.identity import unreachable
 
 # Words a shell runs without looking anything up on the PATH.
 _SHELL_WORDS = frozenset("""
@@ -85,50 +82,7 @@ def _install_hint(backend: str) -> str:
     return spec.install_hint if spec is not None else ""
 
 
-def exposed_by_search(folder: Path, limit: int = 6) -> list[str]:
-    """What `chmod o+x folder` would hand every user of the machine: the entries in it that others may already
-    list or read once they can pass the folder (by name: o+x alone does not list the folder itself)."""
-    names: list[str] = []
-    try:
-        entries = sorted(os.listdir(folder))
-    except OSError:
-        return names
-    for name in entries:
-        try:
-            st = os.lstat(folder / name)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o005 == 0o005:
-            names.append(f"{name}/")
-        elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o004:
-            names.append(name)
-        if len(names) >= limit:
-            names.append("...")
-            break
-    return names
-
-
-def reach_fix(path: str | Path, part: Path, *, tail: bool = True) -> str:
-    """The fix for a program the agent's user cannot reach: a shared location first; `chmod o+x` second, with
-    what it exposes said plainly; `isolation: none` last."""
-    shared = ("install it where every user may run it and no one else may write: a venv outside your home "
-              "(`sudo python3 -m venv /opt/plan-runner && sudo /opt/plan-runner/bin/pip install .`, not `-e`: "
-              "an editable install keeps the code in your home), or /usr/local")
-    if part.is_dir():
-        seen = exposed_by_search(part)
-        what = (f"every user of this machine, the agent's included, can then open anything in {part} whose name "
-                "they know or guess and that is readable by others: list its open folders and read its open "
-                "files (a home's ~/project, ~/.config, ~/.bashrc, ~/.ssh/*.pub)")
-        if seen:
-            what += f"; in {part} now: {', '.join(seen)}"
-        chmod = f"`chmod o+x {part}` ({what}; `chmod o-x {part}` undoes it)"
-    else:
-        chmod = f"`chmod o+rx {part}` (every user may then read and run that file)"
-    fix = f"{shared}; or {chmod}"
-    return fix + ("; or, locally and at your own risk, `isolation: none`" if tail else "")
-
-
-def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False) -> list[Problem]:
+def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path) -> list[Problem]:
     agent = plan.config.agent
     found: list[Problem] = []
     exe, setting = agent_executable(plan, env)
@@ -167,21 +121,6 @@ def _check_agent(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool 
             if not path.is_file():
                 found.append(Problem("error", f"the agent's script {agent.script} does not exist",
                                      f"no file at {path}", "correct `agent.script` in the plan"))
-    if isolated:
-        resolved = _which(exe, agent_env, repo) if exe else None
-        needed = [resolved] if resolved else []
-        if agent.backend in ("script", "anthropic"):
-            needed.append(sys.executable)  # the scripted agent and the built-in agent's loop run on this Python
-            needed.append(str(Path(__file__).resolve().parents[1]))  # ...from plan-runner's own package
-        for needed_path in needed:
-            part = unreachable(needed_path)
-            if part is not None:
-                found.append(Problem(
-                    "error", f"the agent's user cannot run {needed_path}",
-                    f"the agent runs as an unprivileged user of its own, and {part} is not "
-                    f"{'searchable' if part.is_dir() and part != Path(needed_path) else 'readable and executable'} "
-                    "by other users (checked along the path as it is run, symlinks included)",
-                    reach_fix(needed_path, part)))
     found += credential_problems(agent.backend, env, agent.passed_env, agent.provider)
     return found
 
@@ -262,11 +201,10 @@ _SETUP_HINT = ("add a `setup:` to the plan that makes it on a fresh checkout (a 
 
 def command_problem(label: str, command: str | None, env: Mapping[str, str], repo: Path, *,
                     cwd: str | None = None, checkout: Path | None = None, extra_env: Mapping[str, str] | None = None,
-                    isolated: bool = False, required: bool = True, made: Collection[str] = ()) -> Problem | None:
+                    required: bool = True, made: Collection[str] = ()) -> Problem | None:
     """A command whose first word would not start where it runs: on a fresh checkout (`checkout`, set up
     already; else `repo`, the user's working copy, which may hold ignored files a checkout lacks), with the
-    gates' PATH (`env`'s without plan-runner's own installation and without folders of `repo`), as the
-    agent's user when `isolated`. `required=False` (an optional gate): a warning, since its result decides
+    gates' PATH (`env`'s without plan-runner's own installation and without folders of `repo`). `required=False` (an optional gate): a warning, since its result decides
     nothing. `made`: paths an earlier `setup:` command makes (`made_by_setup`); without a checkout, a
     command under one of them is not reported (the set-up has not run here, and will before it)."""
     if command is None:
@@ -291,11 +229,6 @@ def command_problem(label: str, command: str | None, env: Mapping[str, str], rep
                            "gates and `setup:` run on a fresh checkout of the judged commit (tracked files only), "
                            "so it is there only if the plan's `setup:` makes it",
                            f"commit it, or {_SETUP_HINT}")
-        part = unreachable(found) if isolated else None
-        if part is not None:
-            return Problem(level, f"{label}: the agent's user cannot run {found}",
-                           f"gates run as the agent's unprivileged user, and {part} is not reachable by other users",
-                           f"{_SETUP_HINT}; or {reach_fix(found, part, tail=False)}")
         return None
     user_cwd = repo / cwd if cwd else repo
     mine = _which(word, {**env, **(extra_env or {})}, user_cwd)
@@ -321,11 +254,11 @@ def command_problem(label: str, command: str | None, env: Mapping[str, str], rep
                    f"in the plan ({_SETUP_HINT})")
 
 
-def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path, *, checkout: Path | None = None,
-                         isolated: bool = False) -> Problem | None:
+def gate_command_problem(gate: GateConfig, env: Mapping[str, str], repo: Path, *,
+                         checkout: Path | None = None) -> Problem | None:
     """A command gate whose first word resolves to nothing where the gate runs (the shell would exit 127)."""
     return command_problem(f"gate {gate.name!r}", gate.run, env, repo, cwd=gate.cwd, checkout=checkout,
-                           extra_env=gate.env, isolated=isolated)
+                           extra_env=gate.env)
 
 
 @dataclass(frozen=True)
@@ -386,13 +319,13 @@ def one_fix_each(found: list[Problem]) -> list[Problem]:
     return out
 
 
-def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = False,
+def problems(plan: Plan, env: Mapping[str, str], repo: Path,
              checkout: Path | None = None, setup_failed: str | None = None, *, agent: bool = True,
              commands: bool = True) -> list[Problem]:
     """Every problem a session of `plan` would meet, errors first. `checkout`: a fresh checkout of the base
     commit, after `setup:` (`setup_failed`: what failed there), where the commands are resolved.
     `agent`/`commands`: check the agent's program and credentials / the plan's commands."""
-    found = _check_agent(plan, env, repo, isolated) if agent else []
+    found = _check_agent(plan, env, repo) if agent else []
     if not commands:
         return sorted(found, key=lambda p: p.level != "error")
     gate_env = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=())  # the gates' environment
@@ -407,17 +340,16 @@ def problems(plan: Plan, env: Mapping[str, str], repo: Path, isolated: bool = Fa
         if setup_failed and c.label.startswith("setup:"):
             continue
         problem = command_problem(c.label, c.command, gate_env, repo, cwd=c.cwd, checkout=checkout, extra_env=c.env,
-                                  isolated=isolated and checkout is not None, required=c.required, made=c.made)
+                                  required=c.required, made=c.made)
         if problem is not None:
             found.append(problem)
     return one_fix_each(sorted(found, key=lambda p: p.level != "error"))
 
 
-def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None, isolated: bool = False,
+def check(plan: Plan, env: Mapping[str, str], repo: Path, *, warn=lambda text: None,
           checkout: Path | None = None, setup_failed: str | None = None) -> None:
-    """Raise one PlanRunnerError for the errors found; hand each warning to `warn`. `isolated`: the session
-    will run the agent as its own user, which must be able to reach the agent's program."""
-    _raise(plan, problems(plan, env, repo, isolated, checkout, setup_failed), warn)
+    """Raise one PlanRunnerError for the errors found; hand each warning to `warn`."""
+    _raise(plan, problems(plan, env, repo, checkout, setup_failed), warn)
 
 
 def _raise(plan: Plan, found: list[Problem], warn) -> None:
@@ -467,8 +399,7 @@ def before_first_session(ws, ports, *, warn=lambda text: None, session=None, ful
         return  # no agent will run (only a park or the finish's pull request is due): nothing of it to check
     from runner.drivers.session import isolation_of
 
-    isolated = isolation_of(ws, plan) != "none" and sandbox.available() is not None
-    _raise(plan, problems(plan, ws.env, ws.repo, isolated, commands=False), warn)  # the agent: no checkout needed
+    _raise(plan, problems(plan, ws.env, ws.repo, commands=False), warn)  # the agent: no checkout needed
     if state.sessions and not full:
         return
     from runner.adapters.sandbox import agent_clone
@@ -480,7 +411,7 @@ def before_first_session(ws, ports, *, warn=lambda text: None, session=None, ful
         try:
             checked = _as_it_will_run(ws, plan, identity, area)
             checkout, setup_failed = checked if checked is not None else (None, None)
-            _raise(plan, problems(plan, ws.env, ws.repo, identity.other_user, checkout, setup_failed, agent=False),
+            _raise(plan, problems(plan, ws.env, ws.repo, checkout, setup_failed, agent=False),
                    warn)
         finally:
             agent_clone.discard_area(area, identity)  # in the background: nothing deleted on the critical path
