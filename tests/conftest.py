@@ -1,11 +1,10 @@
 """Suite-wide setup.
 
-Sessions run the agent and the gates as an unprivileged user (runner.adapters.sandbox.identity) when the
-suite runs as root, as it does in CI. That user must be able to reach what a test hands
-the agent (a script in `tmp_path`, the test project): pytest makes its temporary folders
-private (0700), so each test's `tmp_path` and the folders above it are made searchable
-(o+x: others may open what they know the name of, never list it). Nothing is made
-readable or writable that was not already.
+Sessions run the agent and the gates in a room of kernel namespaces as the suite's own uid
+(runner.adapters.sandbox.identity), which needs no folder opened to other users. Tests that still run something
+as another user (the attack worlds' helpers) must reach what a test hands it: pytest makes its temporary folders
+private (0700), so each test's `tmp_path` and the folders above it are made searchable (o+x: others may open what
+they know the name of, never list it). Nothing is made readable or writable that was not already.
 """
 
 from __future__ import annotations

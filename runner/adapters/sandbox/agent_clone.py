@@ -662,6 +662,8 @@ class Imported:
 def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, base_sha: str,
                 plan_id: str, scratch: Path) -> Imported:
     """After the agent: its leftovers committed and its work branch imported into the judge's repository."""
+    if identity.room is not None:  # the clone borrows its objects from the seed store (a salvage's room is new)
+        identity.room.show(_store_path(judge_dir("seeds"), _repo_key(repo)))
     if not identity.isolated:  # the agent's processes are dead now (its user could reach the hidden tree)
         _start_proof(area, identity, scratch)
     env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}

@@ -150,7 +150,10 @@ def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Pat
     shut = [Path(os.path.realpath(h)) for h in homes]
     secret = [Path(os.path.realpath(h)) for h in private]
     roots = [Path(os.path.realpath(raw)) for raw in path_value.split(os.pathsep) if raw.startswith("/")]
-    for folder in roots + [Path(os.path.realpath(p)) for p in also]:
+    # a program named through links (a venv's bin/python -> an image's usr/bin/python3 -> /usr/bin/python3.11): the
+    # folder of every link on the way is shown too, or the lookup stops at the first one the room lacks
+    hops = [Path(os.path.realpath(os.path.dirname(h))) for p in also for h in _link_hops(str(p))]
+    for folder in roots + [Path(os.path.realpath(p)) for p in also] + hops:
         if not folder.exists():
             continue
         named = folder if folder.is_dir() else folder.parent
@@ -167,6 +170,17 @@ def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Pat
         if not any(_covers(o, p) for o in out) and not any(_covers(Path(s), p) for s in SYSTEM):
             out.append(p)
     return tuple(out)
+
+
+def _link_hops(path: str, limit: int = 40) -> list[str]:
+    """The links a lookup of `path` passes through (the last component's chain), absolute; [] when it is none."""
+    out: list[str] = []
+    current = os.path.abspath(path)
+    while os.path.islink(current) and len(out) < limit:
+        out.append(current)
+        target = os.readlink(current)
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+    return out
 
 
 @dataclass

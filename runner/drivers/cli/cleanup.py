@@ -8,12 +8,15 @@ a ref. `remove_area` is the one removal of a plan's agent area, for anyone who n
 from __future__ import annotations
 
 import os
+import pwd
+import re
 import tempfile
 from pathlib import Path
 
 from runner.adapters import clock as wallclock
 from runner.adapters.git import work as gitwork
 from runner.adapters.sandbox import agent_clone, fsafe
+from runner.adapters.sandbox.identity import USER_PREFIX
 from runner.adapters.store.layout import BACKUP, NAMESPACE
 from runner.core.errors import PlanRunnerError
 
@@ -35,6 +38,26 @@ def remove_area(repo: Path, plan_id: str) -> Path | None:
             why="some of its files belong to the pooled agent user an older plan-runner ran the agent as",
             fix=f"remove it as root: `sudo rm -rf {root}`")
     return root
+
+
+_POOL_NAME = re.compile(re.escape(USER_PREFIX) + r"(-u[0-9]+)?(-[0-9]+)?")
+
+
+def old_pool_users() -> list[str]:
+    """The pooled agent users a plan-runner before issue 49 made (`useradd --system`, home /nonexistent):
+    nothing makes them now."""
+    return sorted(u.pw_name for u in pwd.getpwall()
+                  if _POOL_NAME.fullmatch(u.pw_name) and u.pw_dir == "/nonexistent" and u.pw_uid != 0)
+
+
+def remove_old_pool_users() -> list[str]:
+    """What to do about the old pooled users, in words: they are system users (other tools may list them), so
+    plan-runner names them and the command rather than deleting accounts itself."""
+    names = old_pool_users()
+    if not names:
+        return []
+    return [f"pooled agent users an older plan-runner made remain ({', '.join(names)}); nothing uses them now: "
+            f"remove them with `sudo userdel NAME` for each"]
 
 
 def clean_plan(repo: Path, plan_id: str, scratch: Path) -> list[str]:

@@ -366,7 +366,7 @@ def _clean_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_clean(args: argparse.Namespace) -> int:
     from runner.core.errors import PlanRunnerError
     from runner.core.planfile import plan_id_from_path
-    from runner.drivers.cli.cleanup import clean_demo, clean_plan, demo_folders
+    from runner.drivers.cli.cleanup import clean_demo, clean_plan, demo_folders, remove_old_pool_users
     from runner.drivers.cli.local import local_workspace
     from runner.drivers.session.lock import plan_lock
     from runner.drivers.cli.status import default_plan_paths
@@ -394,6 +394,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.plan is None:
         for folder in demo_folders():
             done += clean_demo(folder)
+        done += remove_old_pool_users()
     for line in done:
         err.say(line)
     gone: list[Path] = []
