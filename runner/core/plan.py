@@ -288,8 +288,9 @@ class PlanConfig(Config):
                           "is protected like `protected:` paths; `false` lets the agent change it (each CLI is "
                           "still started with plan-runner's settings only).")
     isolation: Literal["auto", "user", "none"] = Field(
-        "auto", description="How the agent and the gates are kept from plan-runner: `auto`/`user` run them as a "
-                            "dedicated unprivileged user (needs root or passwordless sudo); `none` runs them as "
+        "auto", description="How the agent and the gates are kept from plan-runner: `auto` (and `user`, the older "
+                            "pooled-user design's value, which means the same now) runs them in a room of kernel "
+                            "namespaces as plan-runner's own uid, whoever runs it; `none` runs them unconfined as "
                             "plan-runner's own user (local mode only, at your own risk).")
     setup: SetupConfig | None = Field(None, description="Commands run on the gates' fresh checkout before them.")
     network: NetworkConfig = Field(default_factory=NetworkConfig,

@@ -135,9 +135,7 @@ def test_a_first_fill_brings_a_bounded_history_and_the_agents_clone_is_shallow_a
     git(repo, "commit", "-q", "-m", "next")
     assert agent_clone.seed_store(repo, "plan-runner/p") == store
     assert git(store, "rev-list", "--count", "plan-runner/p") == "4"
-    for folder in (tmp_path, *tmp_path.parents):
-        os.chmod(folder, os.stat(folder).st_mode | 0o001)  # the agent's user reaches the area and the store
-    area = agent_clone.area_for(repo, "p")
+    area = agent_clone.area_for(repo, "p")  # (the room runs as the judge's uid: no folder opened to others)
     with leased("user") as agent:
         agent_clone.prepare(area, agent, repo, "plan-runner/p", None, tmp_path / "scratch")
         log = subprocess.run(["git", "-C", str(area.work), "log", "--format=%s"], capture_output=True, text=True,

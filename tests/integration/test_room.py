@@ -127,7 +127,12 @@ def test_a_room_sees_its_work_and_the_toolchain_and_nothing_of_the_home_or_the_j
     assert seen["rc"] == 0, seen
     assert f"unreadable {entry.pw_dir}/.ssh/id_rsa" in out, out
     assert f"unreadable {base}/repo/.git/config" in out and f"unreadable {base}/state/ledger.json" in out, out
-    assert f"home: {base.name} " in out, out  # only the way to the work folder; the interpreter's install for root
+    # only the way to the work folder, and to the interpreter's install when it lives in the home (the suite's own
+    # venv, run as an ordinary user)
+    ways = {base.name} | {Path(p).relative_to(entry.pw_dir).parts[0] for p in (sys.prefix, sys.base_prefix)
+                          if Path(p).is_relative_to(entry.pw_dir) and Path(p) != Path(entry.pw_dir)}
+    home = next(line for line in out if line.startswith("home: "))
+    assert set(home.split()[1:]) == ways - {".pyenv"}, out
     assert "wrote work" in out and "usr read-only" in out and "python ok" in out, out
     assert "tmp /tmp /tmp/home home " in out, out
     assert (base / "work" / "written").read_text() == "ok\n"

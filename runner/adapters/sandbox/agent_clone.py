@@ -4,9 +4,12 @@ The agent never works in plan-runner's repository. Each session it gets a clone 
 the work branch at its judged sha in a directory of its own (`work/`: the previous
 session's clone updated in place by the agent's own git where that can be done
 cleanly, else made again), an empty `home/`,
-and `state/` (its CLI's saved sessions, restored from the plan's state), all
-owned by the agent's identity, under a per-plan folder whose path never changes
-(Claude Code finds a session to resume by its working directory).
+and `state/` (its CLI's saved sessions, restored from the plan's state), under a
+per-plan folder whose path never changes (Claude Code finds a session to resume by
+its working directory). The agent's room (runner.adapters.sandbox.room) shows that
+folder writable and nothing else of plan-runner's; it runs as plan-runner's own uid,
+so the judge's folders in the area (`.trash`, `.kept`) are covered by an empty tmpfs
+in every room rather than kept out by their modes, and `in/` is bound read-only.
 
 plan-runner never runs git in that clone. After the agent's processes are all
 gone, a git running *as the agent* commits its leftovers (a marked WIP commit)
@@ -16,9 +19,9 @@ object checks on. Commits are data: their configuration, hooks, attributes,
 replace refs and alternates never come along.
 
 Gates and `verify:` run on a checkout of the judged commit (tracked files only: no
-ignored or untracked files, no caches the agent left) in `gates/`, owned by the
-agent's identity, with a clean `home`: the previous checkout kept and proven to be
-exactly that (runner.adapters.sandbox.kept_tree), else a fresh one.
+ignored or untracked files, no caches the agent left) in `gates/`, with a clean
+`home`: the previous checkout kept and proven to be exactly that
+(runner.adapters.sandbox.kept_tree), else a fresh one.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ session is never recorded, and each later run crashes the same way. The mechanis
 * **a reserve** (`Reserve`): before a session starts, plan-runner keeps `RESERVE_BYTES` of allocated space and
   `RESERVE_INODES` empty files in a folder of its own on every file system it writes (its scratch folder,
   `.git/plan-runner` by default, and its sandbox root under the temp folder). When a file system is
-  exhausted mid-session (the agent is stopped by then: its cgroup is killed before anything is read), the
+  exhausted mid-session (the agent is stopped by then: its room's PID namespace ended before anything is read), the
   reserve is released, and the space it frees is what plan-runner needs to save the agent's work and write
   the session's record;
 * **a clear error** (`OutOfSpace`): what is full (which file system, how much is left, bytes and inodes), why,
@@ -132,8 +132,8 @@ def out_of_space(paths: Iterable[Path], *, when: str, outcome: str, seen: list[U
         why="a file system plan-runner writes (its repository's .git, its temp and sandbox folders) ran out of "
             "space or of inodes; an agent can fill one it shares with plan-runner (a temp folder), with bytes or "
             f"with many small files. {outcome}",
-        fix=f"free space there (`df -h {first}` and `df -i {first}`; what the agent's users left: "
-            f"`find {first} -xdev -user USER` with the user named on the session's `isolation:` line), then run "
+        fix=f"free space there (`df -h {first}` and `df -i {first}`; what agents left is in their areas: "
+            "`plan-runner clean` removes them), then run "
             "again: plan-runner keeps a reserve of space of its own so that it can record a session cut short "
             "this way, and re-makes it before the next session starts")
 
