@@ -267,3 +267,19 @@ def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path):
             room.close()
     finally:
         secret.unlink()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sysctl is writable on file modes alone only to kuid 0")
+def test_as_root_a_room_cannot_write_the_hosts_sysctls():
+    """Issue 49: as root, the room's processes are kuid 0 outside, and the kernel checks a write to /proc/sys by file
+    mode and euid alone (no capability): vm.swappiness, kernel.core_pattern would be the host's to change. A root
+    plan-runner's rooms see /proc/sys read-only. The probe writes back the value it read (a no-op if it got in)."""
+    room = rooms.open_room()
+    try:
+        probe = ("v=$(cat /proc/sys/vm/swappiness); echo \"$v\" > /proc/sys/vm/swappiness 2>/dev/null && echo WROTE; "
+                 "echo writable=$(find /proc/sys -writable -type f 2>/dev/null | wc -l)")
+        launch = room.command(["sh", "-c", probe], {"PATH": "/usr/bin:/bin"}, "/", rooms.View())
+        done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True, timeout=60)
+        assert "WROTE" not in done.stdout and "writable=0" in done.stdout, done.stdout + done.stderr
+    finally:
+        room.close()

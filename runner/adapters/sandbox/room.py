@@ -57,6 +57,9 @@ INSIDE_HOME = "/tmp/home"  # a process whose HOME is not in its view gets the ro
 # for it (`root_only`) and covered in every room of a root plan-runner. /usr is left out (140,000 entries, a second
 # a session; it holds packaged files, not the machine's secrets).
 SCANNED = ("/etc", "/opt", "/usr/local/etc")
+# As root, the kernel lets a process whose euid is kuid 0 write the host's sysctls (/proc/sys: vm.*, kernel.core_pattern)
+# on file modes alone, capabilities or not: a root plan-runner's rooms see these parts of /proc read-only.
+PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus")
 
 
 @dataclass(frozen=True)
@@ -278,9 +281,11 @@ class Namespaces:
                 args += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
-        for path, is_dir in self.hidden:
-            args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
         args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self.tmp), "/tmp"]
+        if os.geteuid() == 0:
+            for part in PROC_READONLY:
+                if os.path.exists(f"/proc/{part}"):
+                    args += ["--ro-bind", f"/proc/{part}", f"/proc/{part}"]
         mounts: list[tuple[str, Path]] = [("--ro-bind", p) for p in self.tools]
         mounts += [("--ro-bind", Path(p)) for p in view.readonly]
         mounts += [("--bind", Path(p)) for p in view.writable]
@@ -289,6 +294,8 @@ class Namespaces:
         for kind, p in sorted(mounts, key=lambda m: len(m[1].parts)):  # outer folders first
             if os.path.exists(p):
                 args += [kind, str(p), str(p)]
+        for path, is_dir in self.hidden:  # after the toolchain's mounts: none of them shows a hidden file again
+            args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
         for shut in view.covered:
             if os.path.isdir(shut) and not os.path.islink(shut):
                 args += ["--tmpfs", str(shut)]
