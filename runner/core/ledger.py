@@ -130,6 +130,18 @@ class Note(Record):
     source: str = ""  # the comment's URL: a job that runs twice records it once
 
 
+class Place(Record):
+    """The issue a plan talks in on GitHub: the one it was started from (`/plan-runner start`, the start label),
+    or the one plan-runner opened for it when it had none. Each session job's progress comment goes there
+    (docs/github-actions.md, "Watch it run"); the latest entry wins."""
+
+    type: Literal["place"] = "place"
+    at: datetime
+    issue: int
+    url: str
+    user: str = ""  # who started the plan there ("" for an issue plan-runner opened)
+
+
 class Finished(Record):
     type: Literal["finish"] = "finish"
     at: datetime
@@ -138,7 +150,7 @@ class Finished(Record):
 
 
 Entry = Annotated[
-    Union[SessionStarted, SessionRecord, Advice, Reply, Note, Dispatched, Parked, Finished],
+    Union[SessionStarted, SessionRecord, Advice, Reply, Note, Place, Dispatched, Parked, Finished],
     Field(discriminator="type"),
 ]
 

@@ -23,7 +23,7 @@ from runner.core.evidence import CheckpointState, Record
 from runner.core.bounds import bound_text
 from runner.core.outcome import SETUP_PROBLEM
 from runner.core.ledger import (
-    Advice, Dispatched, Entry, Finished, Note, Parked, Reply, SessionRecord, SessionStarted, StoredLedger,
+    Advice, Dispatched, Entry, Finished, Note, Parked, Place, Reply, SessionRecord, SessionStarted, StoredLedger,
 )
 from runner.core.plan import Plan
 
@@ -63,6 +63,7 @@ class RunState(Record):
     parked_at: datetime | None = None
     finished: bool = False
     pull_request: str | None = None
+    place: Place | None = None  # the issue the plan talks in on GitHub (its progress comments), if any
     # the base commit of the run of sessions since the last Advanced (their work no verdict credited), if any
     uncredited_base: str | None = None
 
@@ -157,7 +158,7 @@ def with_notes(instructions: str | None, notes: Sequence[Note]) -> str | None:
     return "\n\n".join(parts) or None
 
 
-FOLD_VERSION = 2  # bump when fold() changes what it derives: stored snapshots are then refolded
+FOLD_VERSION = 3  # bump when fold() changes what it derives: stored snapshots are then refolded
 
 
 def snapshot_json(state: RunState) -> str:
@@ -203,6 +204,8 @@ def fold(ledger: Iterable[Entry], state: RunState | None = None) -> RunState:
                                    skipped=_skipping(state, _last_checkpoint(state) if skip else None),
                                    instructions=entry.text or None, park_issue=None, parked_at=None,
                                    finished=False, uncredited_base=None if skip else state.uncredited_base)
+        elif isinstance(entry, Place):
+            state = state.evolve(place=entry)
         elif isinstance(entry, Note):
             if all(n.source != entry.source or not entry.source for n in state.notes):
                 state = state.evolve(notes=(*state.notes, entry)[-MAX_NOTES:])

@@ -95,7 +95,7 @@ def test_the_action_installs_the_pinned_cli_and_every_session_runs_it(tmp_path) 
         # The work is done, but "Allow GitHub Actions to create and approve pull requests" is off: one refused
         # pull request, one park issue that names the setting, and a tick that does not ask GitHub again.
         assert [i for i in srv.issues.values() if i.get("pull")] == []
-        (park,) = [i for i in srv.issues.values() if not i.get("pull") and i["state"] == "open"]
+        (park,) = [i for i in srv.issues.values() if "plan-runner" in i["labels"] and i["state"] == "open"]
         assert "Allow GitHub Actions to create and approve pull requests" in park["body"]
         world.act("schedule", w.schedule_event())
         assert world.new_dispatches() == [] and finish_posts(srv) == 1

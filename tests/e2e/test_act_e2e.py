@@ -251,7 +251,7 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         assert world.outcomes() == ["Advanced", "LimitBackoff", "Advanced", "NeedsHuman"]
         world.act("schedule", w.schedule_event())
         assert srv.disabled == ["plan-runner-clock.yml"] and not srv.schedule_fires("plan-runner-clock.yml")
-        issues = [i for i in srv.issues.values() if not i.get("pull")]
+        issues = [i for i in srv.issues.values() if "plan-runner" in i["labels"]]
         assert len(issues) == 1
         issue = issues[0]
         assert issue["state"] == "open" and "plan-runner" in issue["labels"]
@@ -279,7 +279,7 @@ def test_a_plan_runs_to_a_pull_request_through_act(tmp_path):
         # The work is done, but "Allow GitHub Actions to create and approve pull requests" is off (GitHub's
         # default): one 403, one park issue naming the setting, and no tick asks GitHub again.
         assert [i for i in srv.issues.values() if i.get("pull")] == []
-        refused = [i for i in srv.issues.values() if not i.get("pull") and i["state"] == "open"]
+        refused = [i for i in srv.issues.values() if "plan-runner" in i["labels"] and i["state"] == "open"]
         assert len(refused) == 1 and "Allow GitHub Actions to create and approve pull requests" in refused[0]["body"]
         assert srv.schedule_fires("plan-runner-clock.yml")  # on since the reply dispatched session 5; its tick:
         world.act("schedule", w.schedule_event())

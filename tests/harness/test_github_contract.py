@@ -91,6 +91,10 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         d.react(comment, "+1")
         d.react(comment, "+1")
         d.comment(number, "accepted")
+        place, place_url = d.open_issue("plan-runner: a", "each session's progress")  # a session's progress
+        progress, _ = d.post_comment(place, "session 1 is running")
+        d.edit_comment(progress, "session 1 ended: Advanced")
+        assert place_url.endswith(f"/issues/{place}") and "ended: Advanced" in srv.comments[progress]["body"]
         d.close_issue(number)
         run = d.dispatch_next("plans/a.md", "a#2")
         assert run is not None and not d.run_ended(run)  # queued

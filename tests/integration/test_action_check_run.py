@@ -53,7 +53,7 @@ def test_each_session_leaves_its_verdict_on_the_work_branch_and_the_finished_pul
         assert outputs["outcome"] == "NeedsHuman", out
         parked = srv.checks_on(head(jobs), NAME)[-1]
         assert parked["conclusion"] == "action_required" and parked["details_url"] == outputs["issue-url"]
-        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        (issue,) = [i for i in srv.issues.values() if "plan-runner" in i["labels"]]
         cid = srv.add_comment(issue["number"], "/plan-runner resume\nEnglish.", user="maintainer")
         jobs.run("issue_comment", w.comment_event(issue, "/plan-runner resume\nEnglish.", "maintainer", cid))
         rc, out, outputs, summary, _ = jobs.session()  # 2.1: finished, the pull request ready for review

@@ -29,7 +29,7 @@ ALL_BUT_ACTIONS = {"contents": "write", "issues": "write", "pull-requests": "wri
 
 
 def park_issues(srv: GitHubServer) -> list[dict]:
-    return [i for i in srv.issues.values() if not i.get("pull")]
+    return [i for i in srv.issues.values() if "plan-runner" in i["labels"]]
 
 
 def dispatch_posts(srv: GitHubServer) -> int:

@@ -76,7 +76,9 @@ def test_session_mode_runs_one_session_pushes_records_and_dispatches(jobs):
     assert outputs["next-action"].startswith("run a delivery session on 1.2")
     assert w.ref(jobs.bare, "plan-runner/greeter") is not None
     kinds = [e["type"] for e in jobs.ledger()]
-    assert kinds == ["started", "session", "dispatch", "dispatch"]  # the intent, then the run GitHub started
+    # the issue its progress shows in (plan-runner opened it: the plan was started with Run workflow), the session,
+    # the intent, then the run GitHub started
+    assert kinds == ["place", "started", "session", "dispatch", "dispatch"]
     assert [d.inputs for d in jobs.srv.dispatches] == [{"plan": PLAN}]
     assert jobs.ledger()[-1]["run_id"] == jobs.srv.dispatches[0].run_id and jobs.ledger()[-1]["confirmed"]
     assert "```mermaid" in summary and '"done" : 1' in summary
@@ -137,7 +139,7 @@ def _park(jobs) -> dict:
     rc, out, outputs, summary, _ = jobs.session()
     assert rc == 0 and outputs["outcome"] == "NeedsHuman"
     assert outputs["issue-url"] and "::warning title=plan-runner parked::" in out
-    (issue,) = [i for i in jobs.srv.issues.values() if not i.get("pull")]
+    (issue,) = [i for i in jobs.srv.issues.values() if "plan-runner" in i["labels"]]
     return issue
 
 
@@ -149,7 +151,7 @@ def test_park_opens_one_labelled_issue_with_the_reply_commands(jobs):
     assert "<!-- plan-runner:park plan=greeter -->" in issue["body"]
     rc, _, outputs, _, _ = jobs.session()  # dispatched again by mistake: no second issue
     assert outputs["outcome"] == "parked"
-    assert len([i for i in jobs.srv.issues.values() if not i.get("pull")]) == 1
+    assert len([i for i in jobs.srv.issues.values() if "plan-runner" in i["labels"]]) == 1
 
 
 def test_reply_from_a_user_without_write_permission_changes_nothing(jobs):

@@ -58,7 +58,7 @@ def test_the_plans_pull_request_is_the_one_place_to_watch_it(tmp_path) -> None:
 
         rc, _, outputs, _, _ = jobs.session()  # the agent asks a human: the plan parks, the view closes
         assert outputs["outcome"] == "NeedsHuman"
-        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        (issue,) = [i for i in srv.issues.values() if "plan-runner" in i["labels"]]
         assert pull["state"] == "closed" and outputs["issue-url"] in pull["body"]
         assert f"[park issue]({outputs['issue-url']})" in pull["body"]
         # published text: the agent's words are shown, never as markup, a mention or a link
@@ -157,4 +157,5 @@ def test_a_reset_closes_the_plans_pull_request_with_a_link_to_its_backup(tmp_pat
 
         jobs.session()  # the run goes on: the old pull request is never written to again
         assert len(srv.comments_on(old["number"])) == 1 and old["state"] == "closed"
-        assert srv.count("POST", r"/repos/octo-org/demo/issues/\d+/comments") == 1
+        assert srv.count("POST", rf"/repos/octo-org/demo/issues/{old['number']}/comments") == 1  # (the others:
+        # each session's progress comment, on the plan's issue)

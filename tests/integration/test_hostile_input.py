@@ -270,7 +270,7 @@ def test_nobody_without_write_permission_steers_a_plan(tmp_path, case):
         srv.set_permission("helper", "triage")
         srv.set_permission("stranger", "read")
         _job(tmp_path, srv, bare, "park", "workflow_dispatch", w.dispatch_event("plans/greeter.md"))
-        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        (issue,) = [i for i in srv.issues.values() if "plan-runner" in i["labels"]]
         before = w.ledger(bare, "greeter")
         body, user, kw, target = "/plan-runner resume $(id) ${{ secrets.X }}", "maintainer", {}, issue
         if case == "triage user":

@@ -96,7 +96,7 @@ def _park(tmp_path: Path, srv: GitHubServer) -> tuple[Path, dict]:
     srv.set_permission("other-maintainer", "admin")
     proc = _action(tmp_path, srv, bare, "job0", "workflow_dispatch", w.dispatch_event("plans/greeter.md"))
     proc.communicate(timeout=120)
-    (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+    (issue,) = [i for i in srv.issues.values() if "plan-runner" in i["labels"]]
     return bare, issue
 
 

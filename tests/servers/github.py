@@ -123,6 +123,7 @@ class GitHubServer:
         self.issues: dict[int, dict[str, Any]] = {}  # pull requests too, as GitHub numbers them
         self.comments: dict[int, dict[str, Any]] = {}
         self.reactions: dict[int, list[dict[str, Any]]] = {}
+        self.comment_edits: list[tuple[int, str]] = []  # (comment id, new body) of each `PATCH` of a comment
         self.labels: dict[str, dict[str, Any]] = {}
         self.permissions: dict[str, str] = {owner: "admin"}
         self.branches: dict[str, str] = {default_branch: self._sha(default_branch)}

@@ -184,6 +184,17 @@ def comment_of(srv: GitHubServer, m: re.Match[str]) -> dict[str, Any]:
     return record
 
 
+@at("PATCH", r"/issues/comments/(?P<id>\d+)", "/issues/comments/{comment_id}", ("issues", "write"))
+def update_comment(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    need(body, "body", "IssueComment")
+    record = comment_of(srv, m)
+    if record["user"] != srv.actor and LEGACY.get(srv.permissions.get(srv.actor, "none")) != "admin":
+        raise ApiError(403, shapes.error("Resource not accessible by integration", 403))
+    record.update(body=body_text(body, "IssueComment") or "", updated_at=shapes.now_iso())
+    srv.comment_edits.append((record["id"], record["body"]))
+    return Reply(200, srv.comment_json(record))
+
+
 @at("GET", r"/issues/comments/(?P<id>\d+)/reactions", "/issues/comments/{comment_id}/reactions",
     ("issues", "read"))
 def list_reactions(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:

@@ -498,6 +498,28 @@ class GitHubDriver:
             _, data = self._request("POST", f"/issues/{issue_number}/comments", input={"body": body})
             return str(data.get("html_url", ""))
 
+    # ---- a session's progress (runner.drivers.actions.progress) -----------
+
+    def post_comment(self, issue_number: int, body: str) -> tuple[int, str]:
+        """A new comment of plan-runner's (marked as its own); its id (to edit it) and URL."""
+        body = cap_body(body, limit=60_000, link=self.ctx.run_url) + f"\n{COMMENT_MARKER}"
+        with github_call(f"commenting on #{issue_number}"):
+            _, data = self._request("POST", f"/issues/{issue_number}/comments", input={"body": body})
+        return int(data["id"]), str(data.get("html_url", ""))
+
+    def edit_comment(self, comment_id: int, body: str) -> None:
+        """`PATCH .../issues/comments/{id}`: one of plan-runner's comments rewritten in place."""
+        body = cap_body(body, limit=60_000, link=self.ctx.run_url) + f"\n{COMMENT_MARKER}"
+        with github_call(f"editing comment {comment_id}"):
+            self._request("PATCH", f"/issues/comments/{int(comment_id)}", input={"body": body})
+
+    def open_issue(self, title: str, body: str) -> tuple[int, str]:
+        """A new issue (no label: it is no park issue); its number and URL."""
+        with github_call("opening an issue"):
+            _, data = self._request("POST", "/issues", input={
+                "title": title, "body": cap_body(body, link=self.ctx.run_url)})
+        return int(data["number"]), str(data.get("html_url", ""))
+
     def react(self, comment_id: int, content: str) -> None:
         if content not in REACTIONS:
             raise ValueError(f"not a GitHub reaction: {content!r}")

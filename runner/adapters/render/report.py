@@ -23,6 +23,7 @@ from runner.core.evidence import Evidence
 from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.policy import AnyAction, RunState
+from runner.core.progress import Live
 
 
 
@@ -209,3 +210,47 @@ def render_watch(plan: Plan, state: RunState, rows: list[dict], *, status: str, 
         plan=plan, state=state, status=status, next_action=next_action, report=report,
         links=[link(label, url) for label, url in links],
         sessions=render_sessions(rows, plan.path, WATCH_ROWS)))
+
+
+def progress_marker(plan_id: str, n: int | None) -> Markdown:
+    """The hidden line of a session's progress comment (its plan and session, for people and tests)."""
+    return Markdown(f"<!-- plan-runner:progress plan={_plan_id(plan_id)} session={int(n or 0)} -->")
+
+
+def render_progress(plan: Plan, live: Live, *, elapsed_s: float, cost_usd: float | None = None,
+                    cost_estimated: bool = False, ended: tuple[str, str] | None = None,
+                    run_url: str | None = None, watch_url: str | None = None) -> Markdown:
+    """A session's progress comment (runner.drivers.actions.progress): its checkpoint, the time it has run, the
+    tokens and cost so far and the last tool the agent used, while it runs; how it ended, once it has (`ended`:
+    the outcome from the verdict, and the next action). The agent's words (the tool's name and input) are
+    untrusted: a code span and a fence they cannot leave, bounded (runner.core.progress)."""
+    session = f"session {live.n}" if live.n else "a session"
+    if ended is not None:
+        outcome, next_action = ended
+        head = f"### plan-runner: {inert.md_code(plan.id)} {session} ended: **{inert.md_text(outcome)}**"
+    else:
+        head = f"### plan-runner: {inert.md_code(plan.id)} {session} is running ({inert.md_text(live.phase)})"
+    where = inert.md_code(live.checkpoint) if live.checkpoint else "none yet"
+    rows = [("Checkpoint", where + (f" ({inert.md_text(live.kind)})" if live.kind else "")),
+            ("Elapsed" if ended is None else "Ran for", duration_text(elapsed_s)),
+            ("Tokens so far" if ended is None else "Tokens", f"{live.tokens:,}"),
+            ("Cost so far" if ended is None else "Cost",
+             "not reported" if cost_usd is None else ("≈ " if cost_estimated else "") + f"${cost_usd:.2f}")]
+    if live.last_tool:
+        rows.append(("Last tool", f"{inert.md_code(live.last_tool, in_table=True)} ({live.tool_calls} tool calls)"))
+    if live.last_gate and ended is None and live.phase == "judging":
+        rows.append(("Gate", inert.md_code(live.last_gate, in_table=True)))
+    lines = [str(progress_marker(plan.id, live.n)), head, "", "| | |", "|---|---|"]
+    lines += [f"| {label} | {value} |" for label, value in rows]
+    if live.last_tool_input and ended is None:
+        lines += ["", "The last tool's input (the agent's, as it gave it):", "", inert.fence(live.last_tool_input)]
+    if ended is not None:
+        lines += ["", f"**Outcome:** {inert.md_code(ended[0])} (from the verdict plan-runner computed, not from what "
+                      "the agent said)." + (f" Next: {inert.md_text(ended[1])}." if ended[1] else "")]
+    tail = [str(link("the run", run_url))] if run_url else []
+    if watch_url:
+        tail.append(str(link("the plan's pull request", watch_url)))
+    note = ("Edited at most once a minute while the session runs." if ended is None
+            else "This comment was edited while the session ran; it stays as the session ended.")
+    lines += ["", f"_{note}_" + (" " + " · ".join(tail) if tail else "")]
+    return Markdown("\n".join(lines) + "\n")

@@ -40,6 +40,7 @@ from runner.backends.common.meter import anthropic_cost, budget_tokens, write_me
 from runner.backends.common.signals import session_signals
 from runner.backends.anthropic.stuck import Step, step, stuck
 from runner.core.evidence import ExitKind, Hints, SessionSignals
+from runner.core.progress import tool_input_text
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 if TYPE_CHECKING:
@@ -436,6 +437,8 @@ class AnthropicAgentBackend:
             tally.tool_calls += 1
             tally.last_tool = name
             request.on_event("tool", name)
+            if args:
+                request.on_event("tool_input", tool_input_text(args))
             if spin is not None:  # the session is ending; later calls of the same turn are not run
                 outcome_ok, text = False, "not run: the session stopped (the agent is stuck)"
             else:

@@ -33,6 +33,7 @@ from runner.backends.claude_code.streamjson import (
 from runner.core.backend_spec import BACKENDS
 from runner.core.evidence import ExitKind, SessionSignals
 from runner.core.plan import AgentConfig
+from runner.core.progress import tool_input_text
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
 
 NAME = "claude-code"
@@ -158,6 +159,8 @@ class ClaudeCodeBackend:
                 logged += len(line) + 1
             for kind, detail in parser.feed(line):
                 request.on_event(kind, detail)
+                if kind == "tool" and parser.last_tool_input is not None:
+                    request.on_event("tool_input", tool_input_text(parser.last_tool_input))
                 if kind == "result":
                     ctl.close_stdin()  # the turn is over: let the CLI exit
                 elif kind == "retry" and parser.unanswered_retries >= UNREACHABLE_RETRIES and not unreachable:

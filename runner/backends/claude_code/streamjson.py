@@ -110,6 +110,7 @@ class StreamJsonParser:
         self.tool_calls = 0
         self.tool_failures = 0
         self.last_tool: str | None = None
+        self.last_tool_input: Any = None  # the agent's input to its last tool (shown while it runs, bounded)
         self.last_text = ""
         self.result: dict[str, Any] | None = None  # the last `result` message
         self.results = 0
@@ -212,6 +213,7 @@ class StreamJsonParser:
                         self._tool_ids.add(tool_id)
                     name = block.get("name")
                     self.last_tool = name if isinstance(name, str) else "?"
+                    self.last_tool_input = block.get("input")
                     self.tool_calls += 1
                     events = (*events, ("tool", self.last_tool))
         return events

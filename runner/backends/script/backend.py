@@ -25,6 +25,7 @@ from runner.backends.common.limits import parse_hints
 from runner.backends.common.signals import session_signals
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
+from runner.core.progress import tool_input_text
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, ProcessExit, TokenMeter, supervise
 
 CURSOR_FILE = "script-cursor.json"
@@ -209,6 +210,8 @@ class _Session:
             if not msg.get("ok", True):
                 self.tool_failures += 1
             event("tool", self.last_tool)
+            if msg.get("detail"):
+                event("tool_input", tool_input_text(msg.get("detail")))
         elif kind == "tokens":
             self.input_tokens += int(msg.get("input_tokens", 0))
             self.output_tokens += int(msg.get("output_tokens", 0))

@@ -19,9 +19,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.action_io import PUSH_TOKEN, Reporter, git_credentials, parse_bool
@@ -34,8 +34,11 @@ from runner.core.policy import decide_start
 from runner.adapters.render.report import fence, render_summary
 from runner.drivers.actions.env import REMOTE, ModeResult, github_workspace, plan_input
 from runner.core.planfile import plan_id_from_path
-from runner.drivers.session import Ports, SessionResult, Workspace, judge_tree, load_session
+from runner.drivers.session import Ports, Session, SessionResult, Workspace, judge_tree, load_session
 from runner.adapters.store.state import GitStateStore
+
+if TYPE_CHECKING:
+    from runner.drivers.actions.progress import LiveProgress
 
 MODES = ("session", "tick", "reply", "reconcile")
 
@@ -115,9 +118,18 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         clock_line = set_clock(ctx, driver, rep, {s.trusted.id: f"session {s.state.sessions + 1} starting"},
                                may_disable=False)
         clock_on = ": enabled" in clock_line
-    result = run_session(ws, ports, session=s)  # the state as read above: no second fetch
-    rows = rows_of(s, ctx)
-    mr = session_mode_result(result, rows)
+    with ExitStack() as progress_stack:
+        progress = watch_progress(ctx, env, driver, rep, s, progress_stack)
+        try:
+            result = run_session(ws, ports, session=s)  # the state as read above: no second fetch
+        except Exception:
+            if progress is not None:
+                progress.end("error", "plan-runner failed in the job: its summary says why")
+            raise
+        rows = rows_of(s, ctx)
+        mr = session_mode_result(result, rows)
+        if progress is not None:  # how the session ended: the outcome from the verdict
+            progress.end(mr.outcome, mr.next_action)
     notes: list[str] = []
     # a job that recorded nothing (a finished or parked plan dispatched again) leaves the watch view as it is
     watch_url = update_watch(driver, ctx, s, result, rows, warn=notes.append) if s.version != version else None
@@ -145,6 +157,37 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         mr.annotations.append(("warning", NO_CI_ON_PULL_REQUEST, "plan-runner: no CI on the pull request"))
         mr.summary += f"\n> **No CI on this pull request yet.** {NO_CI_ON_PULL_REQUEST}\n"
     return mr
+
+
+def watch_progress(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Reporter, s: Session,
+                   stack: ExitStack) -> LiveProgress | None:
+    """The session's progress comment (runner.drivers.actions.progress), when a session is about to run on GitHub:
+    its events reach it beside the job's log. Its own GitHub client (one connection is one thread's), closed with
+    `stack`. None when no session runs, or GitHub refused it (logged once: the session runs as without it)."""
+    if not isinstance(decide_start(s.state, s.plan), (RunSession, ConsultAdvisor)) or not hasattr(driver, "post_comment"):
+        return None
+    from runner.drivers.actions import progress as live
+
+    def say(text: str) -> None:
+        rep.log(f"plan-runner progress: {text}")
+
+    try:
+        own = stack.enter_context(open_driver(ctx, env))
+    except PlanRunnerError as err:
+        say(f"no progress comment for this session: {err.what}")
+        return None
+    progress = live.start_progress(own, ctx, s, say, clock=live.CLOCK)
+    if progress is None:
+        return None
+    logged = s.ws.on_event
+
+    def on_event(kind: str, detail: str) -> None:
+        if kind != "tool_input":  # shown in the progress comment only: the log has the tool's name
+            logged(kind, detail)
+        progress.on_event(kind, detail)
+
+    s.ws.on_event = on_event
+    return progress
 
 
 NO_CI_ON_PULL_REQUEST = (

@@ -19,7 +19,7 @@ from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError
 from runner.adapters.github.events import GitHubContext, IssueComment, IssueLabeled, ReviewComment
 from runner.adapters.github.client import answered_comments, written_by_plan_runner
-from runner.core.ledger import Note, Reply
+from runner.core.ledger import Note, Place, Reply
 from runner.core.planfile import plan_id_from_path
 from runner.core.policy import decide_after_reply
 from runner.core.replies import HELP, MAX_INSTRUCTIONS, ReplyProblem, Verb, parse_reply
@@ -225,15 +225,35 @@ def start_from_comment(ctx: GitHubContext, env: Mapping[str, str], driver, ev: I
         return ModeResult(outcome="invalid", summary=f"# plan-runner start: no such plan\n\n`{defang(raw)}` is not a "
                           f"plan file on the default branch ({listed}).\n")
     plan_id = plan_id_from_path(path)
+    unrecorded = record_place(ctx, env, driver, path, ev.issue_number, user)
     run_id = driver.dispatch_next(path, f"{plan_id}#start-{ev.comment_id}")
     driver.react(ev.comment_id, "rocket")
     link = f"{ctx.server_url}/{ctx.repository}/actions/runs/{run_id}" if run_id else ""
     say(f"Started `{path}` for @{user}" + (f": [run {run_id}]({link})." if link else ".")
-        + " Its progress shows in the plan's pull request once a checkpoint is credited; it parks in an issue of its "
-          "own if it needs a human.")
+        + " Each of its sessions posts its progress here, edited while it runs, and how it ended; the work shows in "
+          "the plan's pull request once a checkpoint is credited; it parks in an issue of its own if it needs a "
+          "human." + unrecorded)
     return ModeResult(outcome="dispatched", next_action=f"session of {path}",
                       summary=f"# plan-runner start: `{path}`\n\nStarted by @{user} from #{ev.issue_number}"
                               + (f": run [{run_id}]({link}).\n" if link else ".\n"))
+
+
+def record_place(ctx: GitHubContext, env: Mapping[str, str], driver, path: str, number: int, user: str) -> str:
+    """The issue a plan is started from becomes its place (a `Place` in its ledger): each session's progress
+    comment goes there (runner.drivers.actions.progress). "" when recorded, else a sentence saying why not (the
+    plan is started all the same)."""
+    try:
+        repo = workspace_root(env)
+        ws = Workspace(repo=repo, plan_path=path, env=dict(env), remote=REMOTE,
+                       job=env.get("GITHUB_RUN_ID", "") or "actions")
+        trusted, _ = load_trusted_plan(ws)
+        fetch_work_branch(ws, trusted.work_branch)
+        s = load_session(ws, Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver))
+        s.write([Place(at=ws.clock(), issue=number, url=f"{ctx.server_url}/{ctx.repository}/issues/{number}",
+                       user=user)])
+        return ""
+    except PlanRunnerError as err:
+        return f" (Its progress could not be tied to this issue: {defang(err.what)}.)"
 
 
 def _author_of_answers(comments: list[IssueComment]) -> str:
@@ -286,11 +306,13 @@ def start_from_label(ctx: GitHubContext, env: Mapping[str, str], driver, ev: Iss
                           f"#{ev.issue_number} {what} ({listed}).\n")
     (path,) = known
     plan_id = plan_id_from_path(path)
+    unrecorded = record_place(ctx, env, driver, path, ev.issue_number, user)
     run_id = driver.dispatch_next(path, f"{plan_id}#start-label-{run}")
     link = f"{ctx.server_url}/{ctx.repository}/actions/runs/{run_id}" if run_id else ""
     say(f"Started `{path}` for @{user} (label `{defang(label)}`)" + (f": [run {run_id}]({link})." if link else ".")
-        + " Its progress shows in the plan's pull request once a checkpoint is credited; it parks in an issue of its "
-          "own if it needs a human.")
+        + " Each of its sessions posts its progress here, edited while it runs, and how it ended; the work shows in "
+          "the plan's pull request once a checkpoint is credited; it parks in an issue of its own if it needs a "
+          "human." + unrecorded)
     return ModeResult(outcome="dispatched", next_action=f"session of {path}",
                       summary=f"# plan-runner start: `{path}`\n\nStarted by @{user} with a label on #{ev.issue_number}"
                               + (f": run [{run_id}]({link}).\n" if link else ".\n"))

@@ -1,0 +1,165 @@
+"""Watch a session while it runs: one progress comment per session job, on the plan's issue, edited as it goes.
+
+Where (docs/github-actions.md, "Watching a session while it runs"): the issue the plan talks in
+(`RunState.place`): the issue it was started from with `/plan-runner start` or the start label, else one
+plan-runner opens for it at its first session and records as its place, so every later session comments in the
+same one. Not the watch pull request: GitHub opens no pull request without a commit on the work branch (422 "No
+commits between"), and a session's first commits reach the remote only after its agent ended; the first session
+would show nothing while it runs.
+
+When: the comment is posted when the session job starts, edited at most once a minute while the session runs
+(`runner.core.progress.edit_due`, a pure throttle on an injected clock) and only when something it shows moved
+(the checkpoint, the tokens and cost so far, the last tool the agent used), then once more when the session ended,
+with the outcome from the verdict. The edits run on a thread of their own with a GitHub client of their own, so a
+slow or failing GitHub never holds the session up: a failed edit is logged once, and the session goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner.adapters.github.events import GitHubContext
+from runner.adapters.render.report import redact, render_progress
+from runner.core.ledger import Place
+from runner.core.progress import EDIT_INTERVAL_S, Live, edit_due, take_event
+from runner.drivers.session import Session
+
+CLOCK: Callable[[], float] = time.monotonic  # the throttle's clock (tests put their own)
+END_WAIT_S = 15.0  # how long the job waits for an edit in flight and for the last one, at most
+
+
+class LiveProgress:
+    """The session's progress comment, fed by its events (`on_event`), edited through `edit(body)`."""
+
+    def __init__(self, edit: Callable[[str], None], render: Callable[[Live, float, tuple[str, str] | None], str], *,
+                 clock: Callable[[], float] = time.monotonic, interval_s: float = EDIT_INTERVAL_S,
+                 log: Callable[[str], None] = lambda text: None, background: bool = True) -> None:
+        self._edit, self._render, self._clock, self._interval = edit, render, clock, interval_s
+        self._log, self._background = log, background
+        self._lock = threading.Lock()
+        self._live = Live()
+        self._started = self._last_edit = clock()  # the comment was just posted: the first edit a minute later
+        self._shown = 0  # the `changes` of the record last published
+        self._inflight: threading.Thread | None = None
+        self._failed = False
+        self._ended = False
+        self.edits = 0  # edits GitHub accepted (the posting not counted)
+
+    @property
+    def live(self) -> Live:
+        return self._live
+
+    def on_event(self, kind: str, detail: str) -> None:
+        """One event of the session: folded in at once; an edit only when one is due and none is in flight."""
+        try:
+            with self._lock:
+                self._live = take_event(self._live, kind, detail)
+                now = self._clock()
+                busy = self._inflight is not None and self._inflight.is_alive()
+                if (self._ended or busy or self._live.changes == self._shown
+                        or not edit_due(self._last_edit, now, self._interval)):
+                    return
+                self._last_edit, self._shown = now, self._live.changes
+                body = self._render(self._live, now - self._started, None)
+                self._start(body)
+        except Exception as exc:  # noqa: BLE001 - the session's events must go on whatever the progress does
+            self._failure(exc)
+
+    def end(self, outcome: str, next_action: str = "") -> None:
+        """The session ended: the last edit says how (the verdict's outcome, the next action). Waits for an edit in
+        flight and for this one END_WAIT_S at most each."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            inflight = self._inflight
+        if inflight is not None:
+            inflight.join(END_WAIT_S)
+        try:
+            body = self._render(self._live, self._clock() - self._started, (outcome, next_action))
+        except Exception as exc:  # noqa: BLE001
+            self._failure(exc)
+            return
+        last = threading.Thread(target=self._do_edit, args=(body,), name="plan-runner progress", daemon=True)
+        last.start()
+        last.join(END_WAIT_S)
+
+    def _start(self, body: str) -> None:
+        if not self._background:
+            self._do_edit(body)
+            return
+        self._inflight = threading.Thread(target=self._do_edit, args=(body,), name="plan-runner progress",
+                                          daemon=True)
+        self._inflight.start()
+
+    def _do_edit(self, body: str) -> None:
+        try:
+            self._edit(body)
+            self.edits += 1
+        except Exception as exc:  # noqa: BLE001 - a progress edit is never worth the session
+            self._failure(exc)
+
+    def _failure(self, exc: BaseException) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        what = getattr(exc, "what", None) or f"{type(exc).__name__}: {exc}"
+        self._log(f"the session's progress comment could not be edited ({what}); the session goes on, and later "
+                  "edits are tried without a word")
+
+
+def place_of(driver, s: Session, log: Callable[[str], None]) -> tuple[int, str] | None:
+    """Where the plan's progress comments go (the module's docstring): its place, or an issue opened now and
+    recorded as its place. None when GitHub refused it (`log` says why)."""
+    place = s.state.place
+    if place is not None:
+        return place.issue, place.url
+    plan = s.trusted
+    try:
+        title = f"plan-runner: {s.plan.title or plan.id}"
+        number, url = driver.open_issue(title[:250], (
+            f"plan-runner runs the plan `{plan.path}` (`{plan.id}`). Each of its sessions posts one comment here, "
+            "edited while it runs (its checkpoint, how long it has run, the tokens and cost so far, the last tool "
+            "the agent used) and once more when it ends, with the outcome.\n\n"
+            f"The work shows in the plan's pull request from `{plan.work_branch}` once a checkpoint is credited."))
+    except Exception as exc:  # noqa: BLE001 - no progress comment: the session runs as without one
+        log(f"no progress comment for this session: {getattr(exc, 'what', None) or exc}")
+        return None
+    try:
+        s.write([Place(at=s.ws.clock(), issue=number, url=url)])
+    except Exception as exc:  # noqa: BLE001 - the next session opens another one; this one still has its comment
+        log(f"the progress issue {url} is not recorded as the plan's ({getattr(exc, 'what', None) or exc})")
+    return number, url
+
+
+def start_progress(driver, ctx: GitHubContext, s: Session, log: Callable[[str], None], *,
+                   clock: Callable[[], float] = time.monotonic) -> LiveProgress | None:
+    """Post the session's progress comment on the plan's place; the LiveProgress that edits it (None: GitHub
+    refused, `log` says why once, and the session runs as without it)."""
+    where = place_of(driver, s, log)
+    if where is None:
+        return None
+    plan = s.trusted
+    since = datetime.now(UTC)  # the live meter's readings are stamped with the real time
+    transcripts = Path(s.ws.scratch_dir) / plan.id / "transcripts"
+
+    def render(live: Live, elapsed: float, ended: tuple[str, str] | None) -> str:
+        from runner.backends.common.meter import read_meter
+
+        reading = read_meter(transcripts, since)
+        body = render_progress(s.plan, live, elapsed_s=elapsed, ended=ended, run_url=ctx.run_url or None,
+                               cost_usd=reading.cost_usd if reading else None,
+                               cost_estimated=bool(reading and reading.estimated))
+        return redact(body, s.secrets)
+
+    try:
+        comment_id, url = driver.post_comment(where[0], render(Live(), 0.0, None))
+    except Exception as exc:  # noqa: BLE001 - the session runs as without a progress comment
+        log(f"no progress comment for this session: {getattr(exc, 'what', None) or exc}")
+        return None
+    log(f"{url} (edited while the session runs)")
+    return LiveProgress(lambda body: driver.edit_comment(comment_id, body), render, clock=clock, log=log)

@@ -1,0 +1,149 @@
+"""Watch a session while it runs (issue 45, item 5), through the test GitHub server over real HTTP: each session job
+posts one progress comment on the plan's place (the issue it was started from, or one plan-runner opens at its first
+session and keeps), edits it at most once a minute while the agent works (the throttle's clock injected: a scripted
+session of a few seconds spans minutes on it) and says how the session ended, from the verdict. A GitHub that refuses
+the edits never changes the session."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from runner.adapters import clock
+from runner.drivers.actions import progress as live
+from tests.e2e_act import world as w
+from tests.integration.test_action_modes import PLAN, Jobs
+from tests.servers.github import GitHubServer
+
+pytestmark = pytest.mark.integration
+
+# one session of a scripted agent that works for a while: tools, tokens, pauses between them
+LONG = """
+sessions:
+  - id: s-long
+    steps:
+      - write: {path: greeter.py, content: "def greet(name=None):\\n    return 'hello'\\n"}
+      - tokens: 400
+      - silent: 0.3
+      - write: {path: test_greeter.py, content: "import unittest\\n\\nfrom greeter import greet\\n\\n\\nclass T(unittest.TestCase):\\n    def test_hello(self):\\n        self.assertEqual(greet(), 'hello')\\n"}
+      - tokens: 500
+      - silent: 0.3
+      - commit: "greet says hello"
+      - tokens: 300
+      - silent: 0.3
+      - check: "1.1"
+      - commit: "Tick 1.1"
+      - tokens: 200
+  - id: s-second
+    steps:
+      - write: {path: NOTES.md, content: "@octocat ::set-output name=x::y\\n"}
+      - tokens: 100
+"""
+
+
+class Minutes:
+    """The throttle's clock: every reading is 25 s after the one before, so the events of a short session span
+    minutes."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 25.0
+        return self.t
+
+
+def elapsed_s(body: str) -> int:
+    """The time a progress comment says the session has run (plan-runner's clock when it decided the edit)."""
+    m = re.search(r"\| (?:Elapsed|Ran for) \| (?:(\d+) min )?(\d+) s \|", body)
+    assert m, body
+    return int(m[1] or 0) * 60 + int(m[2])
+
+
+@pytest.fixture(autouse=True)
+def _noon(monkeypatch):
+    monkeypatch.setenv(clock.ENV, "12:00")
+
+
+@pytest.fixture
+def minutes(monkeypatch) -> Iterator[Minutes]:
+    fake = Minutes()
+    monkeypatch.setattr(live, "CLOCK", fake)
+    yield fake
+
+
+def progress_comments(srv: GitHubServer, number: int) -> list[dict]:
+    return [c for c in srv.comments_on(number) if "<!-- plan-runner:progress plan=greeter" in c["body"]]
+
+
+def test_a_session_shows_bounded_progress_while_it_runs_and_how_it_ended(tmp_path, minutes):
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script=LONG)
+        rc, out, outputs, summary, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        # no pull request can show a plan before its first commit: plan-runner opened the plan's issue, and
+        # recorded it as the plan's place
+        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        assert issue["title"] == "plan-runner: Greeter" and issue["labels"] == []
+        places = [e for e in jobs.ledger() if e["type"] == "place"]
+        assert [p["issue"] for p in places] == [issue["number"]]
+        (comment,) = progress_comments(srv, issue["number"])
+        edits = [elapsed_s(body) for cid, body in srv.comment_edits if cid == comment["id"]]
+        assert len(edits) >= 3, out  # at least two while the agent worked, and the last one
+        live_edits = [0, *edits[:-1]]  # the posting, then each edit while it ran
+        assert all(b - a >= 60 for a, b in zip(live_edits, live_edits[1:])), edits  # never two within a minute
+        body = comment["body"]
+        assert "### plan-runner: `greeter` session 1 ended: **Advanced**" in body
+        assert "**Outcome:** `Advanced` (from the verdict plan-runner computed" in body
+        assert "| Tokens | 1,400 |" in body and "| Last tool | `commit` (5 tool calls) |" in body, body
+        running = [b for cid, b in srv.comment_edits if cid == comment["id"] and "session 1 is running (agent)" in b]
+        assert running and all("| Elapsed |" in b and "| Tokens so far |" in b for b in running)
+        assert f"plan-runner progress: {srv.html_url}/issues/{issue['number']}#issuecomment-{comment['id']}" in out
+
+        rc, out, outputs, summary, _ = jobs.session()  # the next session: a new comment, in the same place
+        assert rc == 0, out
+        assert len([i for i in srv.issues.values() if not i.get("pull")]) == 1
+        first, second = progress_comments(srv, issue["number"])
+        assert "session 2 ended" in second["body"] and "session 1 ended" in first["body"]
+        assert "@octocat" not in second["body"] and "::set-output" not in second["body"]
+
+
+def test_a_session_of_a_plan_started_from_an_issue_shows_its_progress_there(tmp_path, minutes):
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script=LONG)
+        number = srv.add_issue("Please add a greeter", "see plans/greeter.md", user="maintainer")
+        body = "/plan-runner start plans/greeter.md"
+        cid = srv.add_comment(number, body, user="maintainer")
+        rc, out, outputs, summary, _ = jobs.run("issue_comment", w.comment_event(srv.issues[number], body, "maintainer", cid))
+        assert outputs["outcome"] == "dispatched", out
+        assert "Each of its sessions posts its progress here" in srv.comments_on(number)[-1]["body"]
+        assert [(e["issue"], e["user"]) for e in jobs.ledger() if e["type"] == "place"] == [(number, "maintainer")]
+        rc, out, outputs, summary, _ = jobs.session(GITHUB_RUN_ID=str(srv.dispatches[0].run_id))
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        assert len(srv.issues) == 1  # no issue of its own: the one it was started from
+        (comment,) = progress_comments(srv, number)
+        assert "session 1 ended: **Advanced**" in comment["body"]
+
+
+def test_a_github_that_refuses_the_edits_changes_nothing_of_the_session(tmp_path, minutes):
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script=LONG)
+        srv.fail_next(50, 500, match=r"PATCH .*/issues/comments/")
+        rc, out, outputs, summary, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        assert out.count("the session's progress comment could not be edited") == 1, out
+        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        (comment,) = progress_comments(srv, issue["number"])
+        assert "is running (starting)" in comment["body"]  # as posted: every edit was refused
+
+
+def test_no_issues_permission_no_progress_and_the_session_stands(tmp_path, minutes):
+    with GitHubServer() as srv:
+        srv.has_issues = False  # every issue endpoint answers 410
+        jobs = Jobs(tmp_path, srv, script=LONG)
+        rc, out, outputs, summary, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        assert "plan-runner progress: no progress comment for this session" in out
+        assert srv.comments == {}
