@@ -9,8 +9,12 @@ child process holding marker secrets, and the checks that an attack got nothing:
 * no false Advanced/Progress: a credited verdict is re-checked by running the gate on a clean clone,
 * no command file (`$GITHUB_ENV`, ...) written, no raw text on the judge's stdout, no traceback.
 
-Scripts and the loot directory live in a world-readable directory under /tmp (the agent may run as another
-user); it is removed, and any process of the attack still alive is killed, when the test ends.
+The attack scripts and the loot directory live in the plan's agent area (judge_dir("agents")/<key>, the folder
+of the agent's clone and HOME), in a folder of the arena's own: the one place every isolation shows the agent at
+the same path as the judge sees it (another user's pool: modes; a namespace room: the area bound in, writable;
+`isolation: none`: the machine). So the script reaches the agent, the loot it and its gates write lands where the
+test reads it, and a canary planted to run in the judge writes the same file. The area outlives the session (the
+next session reuses it); it is removed, and any process of the attack still alive is killed, when the test ends.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,32 +82,42 @@ class Run:
     def outcome(self) -> str | None:
         return self.out.get("outcome")
 
+    @property
+    def isolation(self) -> str:
+        """How plan-runner said it isolated the agent (its `isolation:` line): a room, another user, or none."""
+        lines = [ln.strip() for ln in self.proc.stderr.splitlines() if ln.strip().startswith("isolation: ")]
+        return lines[-1].removeprefix("isolation: ") if lines else ""
+
+
+def agent_area(repo: Path, env: dict[str, str], plan_id: str = "calc") -> Path:
+    """The agent area plan-runner will give `plan_id` of `repo` when run with `env` (its temp folder decides
+    where: judge_dir), its folders above made as plan-runner makes them: asked of plan-runner's own code in a
+    child with that environment, so the answer is the CLI's."""
+    code = ("import sys; from pathlib import Path; from runner.adapters.sandbox.agent_clone import area_for; "
+            "print(area_for(Path(sys.argv[1]), sys.argv[2]).root)")
+    done = subprocess.run([PY, "-c", code, str(repo), plan_id], env=env, capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())
+
 
 class Arena:
     """One hostile agent against one real plan-runner, and the evidence of what it got."""
 
     def __init__(self, tmp: Path, attack: str, *, files: dict[str, str] | None = None, front_extra: str = "",
-                 verify: str = "", gate: str = GATE, extraheader: bool = True) -> None:
+                 verify: str = "", gate: str = GATE, extraheader: bool = True,
+                 env: dict[str, str] | None = None, controls: dict[str, str] | None = None) -> None:
         scope, tmp = tmp, tmp / attack  # one folder per arena: a test may run several
         tmp.mkdir()
         self.tmp = tmp
-        self.drop = Path(tempfile.mkdtemp(prefix="pr-attack-"))  # the agent's own space, outside the judge's
+        self.extra_env: dict[str, str] = dict(env or {})  # the CLI's: set before the area is found (TMPDIR)
+        self.area: Path | None = None
         try:
-            self._build(tmp, scope, attack, files, front_extra, verify, gate, extraheader)
+            self._build(tmp, scope, attack, files, front_extra, verify, gate, extraheader, controls or {})
         except BaseException:
-            shutil.rmtree(self.drop, ignore_errors=True)
+            self._remove_area()
             raise
 
     def _build(self, tmp: Path, scope: Path, attack: str, files: dict[str, str] | None, front_extra: str,
-               verify: str, gate: str, extraheader: bool) -> None:
-        self.tag = self.drop.name
-        os.chmod(self.drop, 0o755)
-        shutil.copytree(ATTACKS, self.drop / "attacks", ignore=shutil.ignore_patterns("__pycache__"))
-        for p in [self.drop / "attacks", *(self.drop / "attacks").iterdir()]:
-            os.chmod(p, 0o755)
-        self.loot = self.drop / "loot"
-        self.loot.mkdir()
-        os.chmod(self.loot, 0o1777)
+               verify: str, gate: str, extraheader: bool, controls: dict[str, str]) -> None:
         self.home = tmp / "home"
         self.home.mkdir()
         self.runner_temp = tmp / "runner-temp"
@@ -118,6 +131,24 @@ class Arena:
                         "ACTIONS_RUNTIME_TOKEN": _secret("art-")}
         self.repo = tmp / "repo"
         write_calc_project(self.repo, {".gitignore": "__pycache__/\n.pytest_cache/\n", **(files or {})})
+        # The arena's folder in the agent's area (made now, as plan-runner makes an area's root: 0711, the judge's;
+        # plan-runner takes it as its own). Scripts readable by every user, the loot writable by every user (the
+        # pool's agent is another uid; in a room the whole area is the agent's).
+        self.area = agent_area(self.repo, self.env())
+        os.makedirs(self.area, 0o711, exist_ok=True)
+        self.drop = self.area / f"pr-attack-{secrets.token_hex(6)}"
+        self.drop.mkdir(0o755)
+        os.chmod(self.drop, 0o755)
+        self.tag = self.drop.name
+        shutil.copytree(ATTACKS, self.drop / "attacks", ignore=shutil.ignore_patterns("__pycache__"))
+        for p in [self.drop / "attacks", *(self.drop / "attacks").iterdir()]:
+            os.chmod(p, 0o755)
+        for name, value in controls.items():  # settings the attack reads (hostile.control)
+            (self.drop / name).write_text(value)
+            os.chmod(self.drop / name, 0o644)
+        self.loot = self.drop / "loot"
+        self.loot.mkdir()
+        os.chmod(self.loot, 0o1777)
         plan = PLAN.format(python=PY, script=self.drop / "attacks" / f"{attack}.py", loot=self.loot, gate=gate,
                            scope=scope,
                            front_extra=front_extra, verify=f" <!-- verify: {verify} -->" if verify else "")
@@ -133,7 +164,6 @@ class Arena:
             git(self.repo, "config", "http.https://github.com/.extraheader",
                 f"AUTHORIZATION: basic {self.secrets['GITHUB_TOKEN']}")
         self.runs: list[Run] = []
-        self.extra_env: dict[str, str] = {}
 
     # --- running ------------------------------------------------------------------------------------------
 
@@ -209,18 +239,21 @@ class Arena:
     # --- the effects an attack must not have --------------------------------------------------------------
 
     def assert_no_secret_leaked(self) -> None:
-        """No secret value in the loot, the work tree the agent left (its .git excluded: that is the judge's
-        under the old design), the HOME it could write, or anything that reached the remote."""
-        places = {"the agent's loot": self.loot_text(), "the agent's HOME": _files(self.home),
-                  "the work tree": _files(self.repo, skip=".git"), "the remote": all_git_text(self.bare)}
+        """No secret value in the loot, anything else in the agent's area (its clone, HOME and saved state, what
+        it left there), the judge's work tree (its .git excluded: the token actions/checkout leaves is there by
+        design), the judge's HOME, or anything that reached the remote."""
+        places = {"the agent's loot": self.loot_text(), "the agent's area": _files(self.area, skip=self.drop.name),
+                  "the judge's HOME": _files(self.home), "the work tree": _files(self.repo, skip=".git"),
+                  "the remote": all_git_text(self.bare)}
         for name, value in self.secrets.items():
             for where, blob in places.items():
                 assert value.encode() not in blob, f"{name} reached {where}"
 
     def assert_no_canary_as_judge(self) -> None:
-        """No code the agent planted ran as plan-runner's own uid, nor with a secret in its environment."""
-        me = f"uid={os.getuid()} "
-        bad = [c for c in self.canaries() if me in c or any(v in c for v in self.secrets.values())]
+        """No code the agent planted ran as plan-runner itself (its uid in its own mount namespace: a room runs
+        the agent as the same uid in namespaces of its own, the pool as another uid), nor with a secret in its
+        environment. A canary that could not tell its namespace counts as the judge's."""
+        bad = [c for c in self.canaries() if _ran_as_judge(c) or any(v in c for v in self.secrets.values())]
         assert not bad, "agent code ran inside the judge: " + "\n".join(bad[:10])
 
     def assert_no_command_file_written(self) -> None:
@@ -262,7 +295,23 @@ class Arena:
     def close(self) -> None:
         self.kill_survivors()
         time.sleep(0.05)
-        shutil.rmtree(self.drop, ignore_errors=True)
+        self._remove_area()
+
+    def _remove_area(self) -> None:
+        """The agent's area, the arena's folder in it included (GNU rm: no link followed, one file system)."""
+        if self.area is not None and self.area.is_dir() and not self.area.is_symlink():
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(self.area)], capture_output=True,
+                           check=False)
+
+
+def _ran_as_judge(line: str) -> bool:
+    """A canary line's `uid=` and `mnt=` (tests/attacks/hostile.py) are the judge's: this process's (the test
+    runs plan-runner as its own uid, in its own namespaces)."""
+    fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+    return fields.get("uid") == str(os.getuid()) and fields.get("mnt", "") in ("", _JUDGE_MNT)
+
+
+_JUDGE_MNT = os.readlink("/proc/self/ns/mnt")
 
 
 def _is_ancestor(repo: Path, older: str, newer: str) -> bool:

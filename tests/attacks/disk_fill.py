@@ -1,10 +1,13 @@
-"""Commit honest work, then fill the file system plan-runner shares (its temp folder) with bytes or, when
-`<scope>/fill-mode` says `inodes`, with empty files, until it says ENOSPC; once only (a later session is honest)."""
+"""Commit honest work, then fill the file system plan-runner shares (its temp folder, where the agent's area is
+too) with bytes or, when the `fill-mode` control says `inodes`, with empty files, until it says ENOSPC; once only
+(a later session is honest). Where: the judge's temp folder `<scope>/tmp` where the agent can write it (another
+user's pool: it is world-writable, like /tmp), else the loot in its own area, on the same file system (a room
+shows the agent nothing of the judge's temp folder but its area). Files named `fill-*`."""
 import sys; sys.path.insert(0, __import__("os").path.dirname(__file__))  # noqa: E702
 from hostile import *  # noqa: F401,F403
 
-mode = (SCOPE / "fill-mode").read_text().strip() if (SCOPE / "fill-mode").exists() else "bytes"
-target = SCOPE / "tmp"
+mode = control("fill-mode", "bytes")
+target = SCOPE / "tmp" if os.access(SCOPE / "tmp", os.W_OK) else LOOT
 honest_mul()
 commit("Add mul")
 if not (LOOT / "filled").exists():
@@ -13,7 +16,7 @@ if not (LOOT / "filled").exists():
     try:
         if mode == "inodes":
             while True:
-                write(f"tmp/fill-{os.getpid()}-{n}", b"", root=SCOPE)
+                write(f"fill-{os.getpid()}-{n}", b"", root=target)
                 n += 1
         else:
             with open(target / f"fill-{os.getpid()}", "wb") as f:

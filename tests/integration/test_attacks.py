@@ -22,6 +22,7 @@ def test_an_honest_agent_is_credited_in_the_arena(arena):
     a = arena("honest")
     run = a.session()
     assert run.outcome == "Advanced", (run.out, run.proc.stderr[-2000:])
+    assert run.isolation and not run.isolation.startswith("no isolation"), run.proc.stderr[-2000:]  # isolated
     assert git(a.bare, "show", "refs/heads/plan-runner/calc:calc/mul.py").startswith("def mul")
     a.assert_all_well()
 

@@ -19,7 +19,7 @@ import pytest
 
 from runner.adapters.sandbox import fsafe, proc, tools
 from runner.adapters.sandbox import identity as sandbox
-from tests.attack_world import CREDITED, arena  # noqa: F401 - the fixture
+from tests.attack_world import arena  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a pooled agent user (CI is root)")]
@@ -134,20 +134,6 @@ def test_the_sessions_cgroup_holds_and_kills_what_the_scan_would_miss(shared):
         assert sandbox._cgroup_procs(identity.cgroup) == []
         cgroup = identity.cgroup
     assert not cgroup.exists(), "the lease's cgroup was left behind"
-
-
-def test_a_bare_exit_survivor_cannot_rewrite_the_gates_checkout(arena):
-    """End to end: the agent commits a broken add and leaves the survivor to write the good add into the gates'
-    fresh checkout. It is dead before the checkout exists: the gate is red, nothing is credited, and its
-    heartbeat (the proof it ran) stops with the agent."""
-    a = arena("bare_exit")
-    run = a.session()
-    beat = a.loot / "heartbeat"
-    assert beat.exists(), "the survivor never ran (positive control)"
-    assert not _beating(beat, 1.0), "the survivor outlived the session"
-    assert not (a.loot / "rewrote").exists(), "the survivor rewrote the gates' checkout"
-    assert run.outcome not in CREDITED, run.out
-    a.assert_all_well(run)
 
 
 # --- two plan-runners, one machine ----------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from tests.attack_world import arena  # noqa: F401 - the fixture
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="isolation `user` needs root here")
 def test_the_agent_writes_nothing_in_the_seed_store_and_reads_nothing_of_the_judge_through_alternates(arena):
     a = arena("seed_store")
     run = a.session()

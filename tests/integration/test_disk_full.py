@@ -46,13 +46,11 @@ def test_a_full_file_system_ends_clearly_and_the_next_session_runs_once_space_is
     the repository is on it too). The session ends with a clear error (exit 2, what is full, the fix), recorded
     as Interrupted with the agent's commit saved on the work branch; while the disk stays full the next run
     stops before it starts anything; once the filler is gone it runs and credits the saved work."""
-    (small_fs / "fill-mode").write_text(mode)
     shared = small_fs / "tmp"
     shared.mkdir()
     shared.chmod(0o1777)  # like /tmp: the judge's temp folder, writable by the agent's user too
-    a = Arena(small_fs, "disk_fill")
+    a = Arena(small_fs, "disk_fill", env={"TMPDIR": str(shared)}, controls={"fill-mode": mode})
     try:
-        a.extra_env = {"TMPDIR": str(shared)}
         first = _session(a)
         text = first.stdout + first.stderr
         assert "Traceback" not in text and "unexpected error" not in text, text[-3000:]
@@ -73,7 +71,7 @@ def test_a_full_file_system_ends_clearly_and_the_next_session_runs_once_space_is
         again = _session(a)  # still full: refused before anything starts, nothing recorded
         assert again.returncode == 2 and "no space left before the session" in again.stderr, again.stderr[-3000:]
         assert "Traceback" not in again.stderr and len(_sessions(a.repo)) == 1
-        for p in shared.glob("fill-*"):
+        for p in [*shared.glob("fill-*"), *a.loot.glob("fill-*")]:  # the filler, wherever the agent could put it
             p.unlink()
         second = _session(a)
         assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]

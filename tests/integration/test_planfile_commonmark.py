@@ -76,13 +76,12 @@ def test_a_hidden_tick_is_read_by_the_scanner_so_only_the_check_stops_it():
 
 
 @pytest.mark.parametrize(("mode", "expected"), [("hidden", "NeedsHuman"), ("plain", "Advanced")])
-def test_an_agent_that_ticks_where_no_reader_sees_it_parks_and_is_not_credited(arena, tmp_path, mode,  # noqa: F811
+def test_an_agent_that_ticks_where_no_reader_sees_it_parks_and_is_not_credited(arena, mode,  # noqa: F811
                                                                                expected):
     """Effect-judged through the real CLI: the hidden tick parks the plan for a human (NeedsHuman), the reasons say
     the tracker reads two ways, and nothing is credited. Positive control (`plain`): the same agent ticking
     visibly advances."""
-    (tmp_path / "tick-mode").write_text(mode)
-    a = arena("hidden_tick")
+    a = arena("hidden_tick", controls={"tick-mode": mode})
     run = a.session()
     assert run.outcome == expected, run.out
     if mode == "hidden":
