@@ -201,3 +201,23 @@ def test_a_finished_plans_area_is_removed_in_the_background(tmp_path):
             break
         __import__("time").sleep(0.1)
     assert not area.exists(), sorted(p.name for p in area.iterdir())
+
+
+def test_clean_names_the_pooled_users_an_older_version_made_and_creates_none(monkeypatch):
+    """Issue 49: nothing makes pooled agent users now; `clean` names the ones an older plan-runner made (system
+    users, home /nonexistent) with the `userdel` to run, and nobody else (a user that only shares the prefix)."""
+    import pwd
+
+    from runner.drivers.cli import cleanup
+
+    def user(name, home="/nonexistent", uid=990):
+        return pwd.struct_passwd((name, "x", uid, uid, "", home, "/bin/sh"))
+    monkeypatch.setattr(pwd, "getpwall", lambda: [user("plan-runner-agent"), user("plan-runner-agent-u1001-2"),
+                                                 user("plan-runner-agent-x"), user("plan-runner-agentx"),
+                                                 user("plan-runner-agent-3", home="/home/someone"),
+                                                 user("alice", home="/home/alice", uid=1000)])
+    assert cleanup.old_pool_users() == ["plan-runner-agent", "plan-runner-agent-u1001-2"]
+    (line,) = cleanup.remove_old_pool_users()
+    assert "plan-runner-agent, plan-runner-agent-u1001-2" in line and "sudo userdel" in line
+    monkeypatch.setattr(pwd, "getpwall", lambda: [user("alice", home="/home/alice", uid=1000)])
+    assert cleanup.remove_old_pool_users() == []
