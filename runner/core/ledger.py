@@ -36,6 +36,7 @@ class SessionStarted(Record):
     base_sha: str
     job: str = ""  # e.g. the Actions run id, or "local:<pid>"
     resume_session_id: str | None = None
+    ref: str = ""  # on GitHub, the branch the session's workflow ran on: the plan's next runs are dispatched there
 
 
 class SessionRecord(Record):

@@ -63,6 +63,7 @@ class RunState(Record):
     parked_at: datetime | None = None
     finished: bool = False
     pull_request: str | None = None
+    ref: str | None = None  # the branch its sessions run on, on GitHub (the last session's): dispatches go there
     place: Place | None = None  # the issue the plan talks in on GitHub (its progress comments), if any
     # the base commit of the run of sessions since the last Advanced (their work no verdict credited), if any
     uncredited_base: str | None = None
@@ -158,7 +159,7 @@ def with_notes(instructions: str | None, notes: Sequence[Note]) -> str | None:
     return "\n\n".join(parts) or None
 
 
-FOLD_VERSION = 3  # bump when fold() changes what it derives: stored snapshots are then refolded
+FOLD_VERSION = 4  # bump when fold() changes what it derives: stored snapshots are then refolded
 
 
 def snapshot_json(state: RunState) -> str:
@@ -190,7 +191,7 @@ def fold(ledger: Iterable[Entry], state: RunState | None = None) -> RunState:
     state = state if state is not None else RunState()
     for entry in ledger:
         if isinstance(entry, SessionStarted):
-            state = state.evolve(open_session=entry)
+            state = state.evolve(open_session=entry, ref=entry.ref or state.ref)
         elif isinstance(entry, SessionRecord):
             state = _note_session(state, entry)
         elif isinstance(entry, Advice):

@@ -89,9 +89,10 @@ class StateStore(Protocol):
 
 @runtime_checkable
 class Dispatcher(Protocol):
-    def dispatch_next(self, plan_path: str, key: str) -> int | None:
-        """Start the next session for the plan (locally: nothing, the loop goes on). Returns the id of the run
-        GitHub started, when it said (None locally, or when GitHub answered without run details)."""
+    def dispatch_next(self, plan_path: str, key: str, ref: str | None = None) -> int | None:
+        """Start the next session for the plan (locally: nothing, the loop goes on), on `ref` (the branch its
+        sessions run on; None: the running job's). Returns the id of the run GitHub started, when it said (None
+        locally, or when GitHub answered without run details)."""
 
     @property
     def dispatched_runs(self) -> Sequence[tuple[str, int, str]]:

@@ -245,15 +245,18 @@ class GitHubDriver:
                 raise
         return data.get("status") == "completed" and data.get("conclusion") not in ("success", "skipped")
 
-    def dispatch_next(self, plan_path: str, key: str) -> int | None:
-        """One POST: a workflow_dispatch of the session workflow on the running ref; the id of the run GitHub
-        started (`return_run_details`), or None when GitHub answered without it (204, older servers).
+    def dispatch_next(self, plan_path: str, key: str, ref: str | None = None) -> int | None:
+        """One POST: a workflow_dispatch of the session workflow on `ref` (the branch the plan's sessions run on,
+        as its ledger says) or else the running ref; the id of the run GitHub started (`return_run_details`), or
+        None when GitHub answered without it (204, older servers). A reply or a tick runs on the default branch:
+        without `ref`, a plan started on another branch would move there.
 
         `key` identifies the dispatch in the ledger (written before this call);
         it is not sent because the workflow declares only the `plan` input.
         """
         workflow = self.ctx.session_workflow
-        if not self.ctx.ref_name:
+        ref = ref or self.ctx.ref_name
+        if not ref:
             raise PlanRunnerError(what="GITHUB_REF_NAME is empty; cannot tell which ref to dispatch",
                                   why="the next session runs the same workflow on the same branch",
                                   fix="run plan-runner inside a GitHub Actions job")
@@ -262,7 +265,7 @@ class GitHubDriver:
             try:
                 # return_run_details: GitHub answers 200 with the run it started (workflow_run_id, html_url)
                 _, data = self._request("POST", f"/actions/workflows/{quote(workflow, safe='')}/dispatches",
-                                        input={"ref": self.ctx.ref_name, "inputs": {"plan": plan_path},
+                                        input={"ref": ref, "inputs": {"plan": plan_path},
                                                "return_run_details": True})
                 run_id = data.get("workflow_run_id") if isinstance(data, dict) else None
                 if isinstance(run_id, int) and not isinstance(run_id, bool):
@@ -272,7 +275,7 @@ class GitHubDriver:
             except RateLimitExceededException:
                 raise  # waited out, or past the budget: ServiceUnavailable, never a refusal
             except GithubException as exc:
-                refusal = dispatch_refusal(exc, action, workflow, self.ctx.ref_name)
+                refusal = dispatch_refusal(exc, action, workflow, ref)
                 if refusal is None:
                     raise
                 raise refusal from None

@@ -76,7 +76,7 @@ def github_workspace(env: Mapping[str, str], plan_path: str) -> Workspace:
             why=f"{repo / plan_path} does not exist on the ref this workflow runs on",
             fix="commit the plan on the default branch, or pass the right path as the `plan` input")
     return Workspace(repo=repo, plan_path=plan_path, env=dict(env), remote=REMOTE,
-                     job=env.get("GITHUB_RUN_ID", "") or "actions", actions=True)
+                     job=env.get("GITHUB_RUN_ID", "") or "actions", actions=True, ref=env.get("GITHUB_REF_NAME", ""))
 
 
 def plan_files(repo: Path) -> list[str]:

@@ -164,9 +164,11 @@ def watch_progress(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Repo
     """The session's progress comment (runner.drivers.actions.progress), when a session is about to run on GitHub:
     its events reach it beside the job's log. Its own GitHub client (one connection is one thread's), closed with
     `stack`. None when no session runs, or GitHub refused it (logged once: the session runs as without it)."""
-    if not isinstance(decide_start(s.state, s.plan), (RunSession, ConsultAdvisor)) or not hasattr(driver, "post_comment"):
-        return None
+    from runner.adapters.github.client import GitHubDriver
     from runner.drivers.actions import progress as live
+
+    if not isinstance(decide_start(s.state, s.plan), (RunSession, ConsultAdvisor)) or not isinstance(driver, GitHubDriver):
+        return None
 
     def say(text: str) -> None:
         rep.log(f"plan-runner progress: {text}")

@@ -207,7 +207,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
         if run is None and len(intents) < 2:
             s.write([Dispatched(at=now, for_session=n, key=f"{s.trusted.id}#{n}:redo")])
             try:
-                ports.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}")
+                ports.dispatcher.dispatch_next(s.trusted.path, f"{s.trusted.id}#{n}", ref=s.state.ref)
             except Refused as err:
                 result = park_refused_dispatch(s, err)
                 return f"parked: {result.message}", False
@@ -242,14 +242,14 @@ class _DispatchLater:
     pushes every plan's intent in one atomic push at the end, so the calls wait for that push."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
+        self.calls: list[tuple[str, str, str | None]] = []
 
-    def collect_into(self, calls: list[tuple[str, str]]) -> None:
+    def collect_into(self, calls: list[tuple[str, str, str | None]]) -> None:
         """The plan's own list of calls, for the plan ticked next."""
         self.calls = calls
 
-    def dispatch_next(self, plan_path: str, key: str) -> None:
-        self.calls.append((plan_path, key))
+    def dispatch_next(self, plan_path: str, key: str, ref: str | None = None) -> None:
+        self.calls.append((plan_path, key, ref))
 
     @property
     def dispatched_runs(self) -> tuple[tuple[str, int, str], ...]:
@@ -357,7 +357,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
     store.defer_pushes()  # every plan's writes go in one atomic push, after the loop
     rows, dispatched, failed = [], 0, 0
     annotations = []
-    calls: dict[str, list[tuple[str, str]]] = {}
+    calls: dict[str, list[tuple[str, str, str | None]]] = {}
     spaces: dict[str, Workspace] = {}
     for path in plan_files(repo):
         plan_id = plan_id_from_path(path)
@@ -386,9 +386,9 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
             dispatched -= any(calls.get(plan_id, ()))
             row[1] = "another job moved the plan first; nothing to do"
             continue
-        for plan_path, key in calls.get(plan_id, ()):
+        for plan_path, key, ref in calls.get(plan_id, ()):
             try:
-                run_id = driver.dispatch_next(plan_path, key)
+                run_id = driver.dispatch_next(plan_path, key, ref=ref)
                 if run_id is not None:
                     runs[plan_id] = (_session_of(key), key, run_id)
             except Refused as err:  # only a person can fix it: park once with the fix (voids the intent)

@@ -30,7 +30,7 @@ class LocalDispatcher:
 
     dispatched: list[str] = field(default_factory=list)
 
-    def dispatch_next(self, plan_path: str, key: str) -> int | None:
+    def dispatch_next(self, plan_path: str, key: str, ref: str | None = None) -> int | None:
         self.dispatched.append(key)
         return None
 

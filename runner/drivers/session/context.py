@@ -85,6 +85,9 @@ class Workspace:
     # Local mode: the plan's base branch, named by the plan file the user pointed at. The plan and its
     # configuration are then read from that branch's commit only, never from the user's HEAD or work tree.
     base: str | None = None
+    # On GitHub: the branch (or tag) this job runs on (GITHUB_REF_NAME). A session records it; every later job of
+    # the plan (a reply, a tick, a reconcile) dispatches its next session there, not on the default branch.
+    ref: str = ""
 
     @property
     def scratch_dir(self) -> Path:

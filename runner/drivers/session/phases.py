@@ -355,7 +355,8 @@ def begin(s: Session, action: RunSession) -> Begun | SessionResult:
         n = s.state.next_n
         started_at = ws.clock()
         started = SessionStarted(n=n, kind=action.kind, checkpoint=action.checkpoint, started_at=started_at,
-                                 base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id)
+                                 base_sha=base_sha, job=ws.job, resume_session_id=action.resume_session_id,
+                                 ref=ws.ref)
         # The start goes to the remote only when nothing there says this session is due: a session a plan-runner
         # job dispatched has its intent (`Dispatched`) on the remote already, and the tick finds it by that intent
         # if this job dies without a word (action_tick). A session started by hand pushes it, so it is found too.
@@ -588,7 +589,7 @@ def dispatch(s: Session, action, recorded: bool = False) -> SessionResult:
         s.write([Dispatched(at=s.ws.clock(), for_session=n, key=key)])
     fault_point(s.ws.env, "dispatch-recorded")
     try:
-        run_id = s.d.dispatcher.dispatch_next(s.trusted.path, key)
+        run_id = s.d.dispatcher.dispatch_next(s.trusted.path, key, ref=s.state.ref)
     except Refused as err:
         return park_refused_dispatch(s, err)
     fault_point(s.ws.env, "after-dispatch")
