@@ -95,6 +95,7 @@ def test_every_request_plan_runner_sends_and_every_answer_match_githubs_descript
         progress, _ = d.post_comment(place, "session 1 is running")
         d.edit_comment(progress, "session 1 ended: Advanced")
         assert place_url.endswith(f"/issues/{place}") and "ended: Advanced" in srv.comments[progress]["body"]
+        d.react_review(srv.add_review_comment(number, "shorter", user="mona", path="a.py"), "+1")
         d.close_issue(number)
         run = d.dispatch_next("plans/a.md", "a#2")
         assert run is not None and not d.run_ended(run)  # queued

@@ -500,16 +500,19 @@ def test_a_note_on_the_watch_pull_request_reaches_the_next_prompt_only_from_a_ma
                                                                                           cid)["issue"],
                                                                         "pull_request": {"url": "x"}}})
     assert outputs["outcome"] == "ignored", out  # a re-run of that job
+    rid = srv.add_review_comment(number, "Keep the greeting short.", user="maintainer", path="greeter.py")
     review = {"action": "created", "pull_request": {"number": number},
-              "comment": {"id": 990001, "body": "Keep the greeting short.", "path": "greeter.py",
+              "comment": {"id": rid, "body": "Keep the greeting short.", "path": "greeter.py",
                           "user": {"login": "maintainer", "type": "User"},
-                          "html_url": f"{srv.html_url}/pull/{number}#discussion_r990001"},
+                          "html_url": f"{srv.html_url}/pull/{number}#discussion_r{rid}"},
               "repository": {"full_name": "octo-org/demo"}, "sender": {"login": "maintainer"}}
     rc, out, outputs, summary, _ = jobs.run("pull_request_review_comment", review)
     assert outputs["outcome"] == "noted", out
+    assert [r["content"] for r in srv.reactions[rid]] == ["+1"]  # on the review comment, where its author looks
+    other = srv.add_review_comment(number, "Keep the greeting short.", user="stranger", path="greeter.py")
     rc, out, outputs, summary, _ = jobs.run("pull_request_review_comment", {**review, "comment": {
-        **review["comment"], "id": 990002, "user": {"login": "stranger", "type": "User"}}})
-    assert outputs["outcome"] == "refused", out
+        **review["comment"], "id": other, "user": {"login": "stranger", "type": "User"}}})
+    assert outputs["outcome"] == "refused" and other not in srv.reactions, out
     assert len(srv.dispatches) == dispatched and [e["user"] for e in jobs.ledger() if e["type"] == "note"] == [
         "maintainer", "maintainer"]
     rc, out, outputs, summary, _ = jobs.session()  # the script's session 2 is rate limited: its prompt was given

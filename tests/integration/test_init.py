@@ -40,7 +40,8 @@ def test_init_writes_a_workflow_with_three_triggers_and_least_permissions(tmp_pa
     assert set(jobs) == {"session", "reply"}
     assert jobs["session"]["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write",
                                               "actions": "write", "checks": "write"}
-    assert jobs["reply"]["permissions"] == {"contents": "write", "issues": "write", "actions": "write"}
+    assert jobs["reply"]["permissions"] == {"contents": "write", "issues": "write", "pull-requests": "write",
+                                           "actions": "write"}  # the last to react to a review comment
     assert jobs["session"]["concurrency"] == {"group": "plan-runner-${{ inputs.plan }}", "cancel-in-progress": False}
     clock = yaml.safe_load((tmp_path / ".github/workflows/plan-runner-clock.yml").read_text())
     assert clock[True] == {"schedule": [{"cron": "17,47 * * * *"}]} and clock["permissions"] == {}

@@ -123,6 +123,7 @@ class GitHubServer:
         self.issues: dict[int, dict[str, Any]] = {}  # pull requests too, as GitHub numbers them
         self.comments: dict[int, dict[str, Any]] = {}
         self.reactions: dict[int, list[dict[str, Any]]] = {}
+        self.review_comments: dict[int, dict[str, Any]] = {}  # a pull request's review comments (on its diff)
         self.comment_edits: list[tuple[int, str]] = []  # (comment id, new body) of each `PATCH` of a comment
         self.labels: dict[str, dict[str, Any]] = {}
         self.permissions: dict[str, str] = {owner: "admin"}
@@ -303,6 +304,15 @@ class GitHubServer:
     def add_comment(self, number: int, body: str, *, user: str) -> int:
         with self.lock:
             return self._new_comment(number, body, user)["id"]
+
+    def add_review_comment(self, pull: int, body: str, *, user: str, path: str = "") -> int:
+        """A review comment on a line of pull request #pull's diff (its own ids; reactions in `srv.reactions`)."""
+        with self.lock:
+            self.user_json(user)
+            ident = self.next_id()
+            self.review_comments[ident] = {"id": ident, "pull": pull, "body": body, "user": user, "path": path,
+                                           "created_at": shapes.now_iso()}
+            return ident
 
     def set_check_run(self, sha: str, name: str, status: str = "completed",
                       conclusion: str | None = "success") -> None:

@@ -206,7 +206,10 @@ def list_reactions(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body:
 @at("POST", r"/issues/comments/(?P<id>\d+)/reactions", "/issues/comments/{comment_id}/reactions",
     ("issues", "write"))
 def create_reaction(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
-    ident = comment_of(srv, m)["id"]
+    return _react(srv, comment_of(srv, m)["id"], body)
+
+
+def _react(srv: GitHubServer, ident: int, body: Any) -> Reply:
     content = need(body, "content", "Reaction")
     if content not in shapes.REACTIONS:
         raise ApiError(422, shapes.validation("Reaction", "content"))
@@ -217,6 +220,14 @@ def create_reaction(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body
     record = {"id": srv.next_id(), "user": srv.login, "content": content, "created_at": shapes.now_iso()}
     existing.append(record)
     return Reply(201, shapes.reaction(record, srv.users))
+
+
+@at("POST", r"/pulls/comments/(?P<id>\d+)/reactions", "/pulls/comments/{comment_id}/reactions",
+    ("pull-requests", "write"))
+def create_review_reaction(srv: GitHubServer, m: re.Match[str], q: dict[str, str], body: Any) -> Reply:
+    if int(m["id"]) not in srv.review_comments:
+        raise not_found()
+    return _react(srv, int(m["id"]), body)
 
 
 @at("GET", "/labels", "/labels", ("issues", "read"))

@@ -529,6 +529,14 @@ class GitHubDriver:
         with github_call(f"reacting to comment {comment_id}"):
             self._request("POST", f"/issues/comments/{comment_id}/reactions", input={"content": content})
 
+    def react_review(self, comment_id: int, content: str) -> None:
+        """A reaction on a pull request's review comment (`POST .../pulls/comments/{id}/reactions`, `pull-requests:
+        write`): review comments are not issue comments, and have their own endpoint."""
+        if content not in REACTIONS:
+            raise ValueError(f"not a GitHub reaction: {content!r}")
+        with github_call(f"reacting to review comment {comment_id}"):
+            self._request("POST", f"/pulls/comments/{int(comment_id)}/reactions", input={"content": content})
+
     def close_issue(self, number: int) -> None:
         with github_call(f"closing #{number}"):
             self._request("PATCH", f"/issues/{number}", input={"state": "closed", "state_reason": "completed"})

@@ -85,7 +85,8 @@ def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeR
             return _ignored(f"review comment {rc.action} by @{rc.user_login}: only people's new comments steer")
         text = f"(on `{rc.path}`) {rc.body}" if rc.path else rc.body
         return take_note(ctx, env, driver, number=rc.pull_number, comment_id=rc.comment_id, user=rc.user_login,
-                         text=text, source=rc.html_url or f"review comment {rc.comment_id}", react=False)
+                         text=text, source=rc.html_url or f"review comment {rc.comment_id}", react=False,
+                         review=True)
     ev = ctx.issue_comment()
     if ev.action != "created":
         return _ignored(f"comment {ev.action}, not created: only new comments steer a plan")
@@ -319,7 +320,7 @@ def start_from_label(ctx: GitHubContext, env: Mapping[str, str], driver, ev: Iss
 
 
 def take_note(ctx: GitHubContext, env: Mapping[str, str], driver, *, number: int, comment_id: int, user: str,
-              text: str, source: str, react: bool) -> ModeResult:
+              text: str, source: str, react: bool, review: bool = False) -> ModeResult:
     """A note on a plan's watch pull request (`/plan-runner note ...`, or a review comment) from a person with
     write access (asked from GitHub): recorded in the plan's ledger, it reaches the next session's prompt, quoted
     and attributed (`runner.core.policy.with_notes`); nothing parks or is dispatched. Answered (marked) once."""
@@ -354,7 +355,14 @@ def take_note(ctx: GitHubContext, env: Mapping[str, str], driver, *, number: int
     s.write([Note(at=ws.clock(), text=text, user=user, source=source)])
     if react:
         driver.react(comment_id, "+1")
+    reacted = ""
+    if review:  # a review comment's reaction needs `pull-requests: write`, which older workflows do not grant
+        try:
+            driver.react_review(comment_id, "+1")
+        except PlanRunnerError as err:
+            reacted = (f"\n\nThe review comment got no reaction: {err.what}. Give the reply job `pull-requests: write` "
+                       "(the workflow `plan-runner init` writes has it).\n")
     say(f"@{user}: noted for plan `{plan_id}`. Your note goes into the next session's prompt, quoted and with your "
         "name; the plan is not paused.")
     return ModeResult(outcome="noted", summary=f"# plan-runner note: `{plan_id}`\n\n@{user}'s note reaches the next "
-                      "session's prompt.\n")
+                      "session's prompt.\n" + reacted)
