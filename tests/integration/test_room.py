@@ -242,6 +242,26 @@ def test_the_toolchain_never_shows_the_home_or_the_judges_folders(tmp_path):
     assert shown == (home / "bin", home / "venv", tmp_path / "opt" / "node", home / ".local" / "bin")
 
 
+def test_the_toolchain_shows_a_pyenv_or_nvm_install_in_the_home_whole_but_never_dot_local(tmp_path):
+    """A Python pyenv installed in the home (`~/.pyenv/versions/X/bin` on PATH) runs nothing without its lib/, and
+    pyenv's shims run `pyenv exec` from its root: both bring their prefix. A Node of nvm's too. `~/.local/bin` stays
+    alone even where ~/.local holds an npm prefix (~/.local/share is the user's data)."""
+    home = tmp_path / "home"
+    version = home / ".pyenv" / "versions" / "3.11.7"
+    node = home / ".nvm" / "versions" / "node" / "v20"
+    for d in (version / "bin", version / "lib" / "python3.11", home / ".pyenv" / "shims", home / ".pyenv" / "libexec",
+              node / "bin", node / "lib" / "node_modules", home / ".local" / "bin", home / ".local" / "lib" / "node_modules"):
+        d.mkdir(parents=True)
+    (version / "lib" / "python3.11" / "os.py").write_text("")
+    (home / ".pyenv" / "libexec" / "pyenv").write_text("#!/bin/sh\n")
+    path = os.pathsep.join(map(str, (version / "bin", node / "bin", home / ".local" / "bin")))
+    assert set(rooms.toolchain(path, homes=[home])) == {version, node, home / ".local" / "bin"}
+    shims = rooms.toolchain(str(home / ".pyenv" / "shims"), homes=[home])
+    assert shims == (home / ".pyenv",)
+    (home / ".pyenv" / "libexec" / "pyenv").unlink()  # a folder named shims that is not pyenv's: itself only
+    assert rooms.toolchain(str(home / ".pyenv" / "shims"), homes=[home]) == (home / ".pyenv" / "shims",)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="what root alone may read: only a root plan-runner's rooms hide it")
 def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path):
     """Issue 49: as root, a room's uid is root's outside (kuid 0), so a file only root may read that the room shows by

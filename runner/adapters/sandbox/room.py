@@ -147,8 +147,9 @@ def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Pat
               private: Sequence[Path] = ()) -> tuple[Path, ...]:
     """The folders a room shows read-only: the install roots of `path_value`'s folders and of `also` (the
     interpreter and venvs the plan or plan-runner names, the agent CLI's install), resolved. In one of `homes`
-    (the user's) only the named folder itself is shown (`~/bin`, `~/.local/bin`), or a venv's whole prefix; a
-    home itself never; nothing in or holding `private` (the judge's repository and state) ever."""
+    (the user's) only the named folder itself is shown (`~/bin`, `~/.local/bin`), or the whole prefix of one
+    program's install (a venv, a pyenv or nvm version; pyenv's root for its shims); a home itself never;
+    nothing in or holding `private` (the judge's repository and state) ever."""
     chosen: list[Path] = []
     shut = [Path(os.path.realpath(h)) for h in homes]
     secret = [Path(os.path.realpath(h)) for h in private]
@@ -161,8 +162,10 @@ def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Pat
             continue
         named = folder if folder.is_dir() else folder.parent
         root = install_root(named)
-        if any(_covers(h, root) for h in shut) and not (root / "pyvenv.cfg").is_file():
-            root = named  # in a home, only a venv brings its prefix (~/.local/bin never shows ~/.local/share)
+        if any(_covers(h, root) for h in shut) and not _whole_install(root):
+            root = named  # in a home, only an install brings its prefix (~/.local/bin never shows ~/.local/share)
+        if named.name == "shims" and (named.parent / "libexec" / "pyenv").exists():
+            root = named.parent  # pyenv's shims run `pyenv exec`: its root (libexec, versions) comes with them
         if any(_covers(root, h) for h in shut):
             root = named
         if any(_covers(root, h) for h in shut) or any(_covers(root, h) or _covers(h, root) for h in secret):
@@ -173,6 +176,17 @@ def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Pat
         if not any(_covers(o, p) for o in out) and not any(_covers(Path(s), p) for s in SYSTEM):
             out.append(p)
     return tuple(out)
+
+
+def _whole_install(prefix: Path) -> bool:
+    """A prefix that is one program's install, shown whole even in a home: a venv, a Python's (pyenv's
+    ~/.pyenv/versions/X: its bin/ without lib/python3.x runs nothing) or a Node's (nvm's); never ~/.local, which
+    holds far more than programs (~/.local/share)."""
+    if prefix.name == ".local":
+        return False
+    if (prefix / "pyvenv.cfg").is_file() or (prefix / "lib" / "node_modules").is_dir():
+        return True
+    return any((lib / "os.py").is_file() for lib in (prefix / "lib").glob("python3*"))
 
 
 def _link_hops(path: str, limit: int = 40) -> list[str]:
