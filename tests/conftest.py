@@ -45,11 +45,26 @@ def _agent_can_reach_tmp_path(request: pytest.FixtureRequest) -> None:
         _searchable(request.getfixturevalue("tmp_path"), Path(tempfile.gettempdir()))
 
 
-def agent_writable(path: Path) -> Path:
-    """A file the agent's (unprivileged) user may append to, for tests whose scripted agent reports through it."""
+def agent_writable(repo: Path, name: str, plan_id: str = "calc") -> Path:
+    """A file the agent (and the gates) of `plan_id` in `repo` (made later is fine) may append to, for tests whose
+    scripted agent reports through it; the test reads it afterwards. It lies in the plan's agent area
+    (judge_dir("agents")/<key>, as plan-runner's child with this process's environment finds it), the one place a
+    room shows the agent at the same path the judge sees: a file anywhere else outside the clone is out of its
+    reach, which is the sandbox working. The area is plan-runner's; the file's folder is the test's own."""
+    path = agent_visible(repo, name, plan_id)
     path.touch()
-    path.chmod(0o666)
     return path
+
+
+def agent_visible(repo: Path, name: str, plan_id: str = "calc") -> Path:
+    """Where `agent_writable` puts `name`, without making it (a file the test makes later, for the agent to see)."""
+    from runner.adapters.sandbox.agent_clone import area_for
+
+    root = area_for(repo, plan_id).root
+    root.mkdir(mode=0o711, parents=True, exist_ok=True)
+    folder = root / "test-reports"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / name
 
 
 # Per-file durations (setup + call + teardown of every test in the file), printed at the end of a run when

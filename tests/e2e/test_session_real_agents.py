@@ -89,7 +89,7 @@ def test_real_agent_that_commits_and_ticks_is_advanced_and_never_sees_the_github
     """A real agent commits and flips 1.1: Advanced; its shell environment holds no GitHub token."""
     repo = make_repo(tmp_path, backend)
     # a file of the test's that the agent's user may append to (the agent's own /tmp is wiped when its lease ends)
-    marker = agent_writable(tmp_path / f"plan-runner-env-{backend}")
+    marker = agent_writable(repo, f"plan-runner-env-{backend}", "hello")
     with MessagesServer() as srv:
         srv.enqueue(reply("Working.", shell(backend, COMMIT_AND_TICK.format(marker=marker))),
                     reply("Done: hello.txt is committed and 1.1 is ticked."))
@@ -130,7 +130,7 @@ def test_silent_agent_is_stalled_then_resumed_with_the_same_session(backend, tmp
         assert first["tokens"] > 0, first
         sid = first["next_action"]["resume_session_id"]
         assert first["next_action"]["kind"] == "resume" and sid
-        srv.enqueue(reply("Resumed.", shell(backend, COMMIT_AND_TICK.format(marker=agent_writable(tmp_path / "unused")))), reply("ok"))
+        srv.enqueue(reply("Resumed.", shell(backend, COMMIT_AND_TICK.format(marker=agent_writable(repo, "unused", "hello")))), reply("ok"))
         second = session(repo, srv)
         earlier = [r for r in srv.message_requests if "Starting." in json.dumps(r.json)]
     assert second["outcome"] == "Advanced", second

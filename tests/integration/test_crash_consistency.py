@@ -17,7 +17,7 @@ import pytest
 
 from runner.adapters.sandbox.agent_clone import area_for
 from runner.drivers.session import FAULT_POINTS
-from tests.conftest import agent_writable
+from tests.conftest import agent_visible, agent_writable
 from tests.reliability_world import (
     GH_SCRIPT,
     MUL_STEP,
@@ -83,7 +83,7 @@ def _check_ledger(where: Path) -> list[dict]:
 def test_sigkill_at_each_point_loses_nothing_and_the_next_session_carries_on(tmp_path, point):
     """Killed at `point`, the next session reconciles or continues: commits survive, the ledger folds, one of
     everything (record per session, dispatch per session, park report per plan)."""
-    shas = agent_writable(tmp_path / "agent-commits")
+    shas = agent_writable(tmp_path / "repo", "agent-commits")
     park = point in PARK_POINTS
     repo = make_repo(tmp_path, _work_script(shas, park))
     bare = tmp_path / "origin.git"
@@ -130,9 +130,9 @@ def test_sigkill_at_each_point_loses_nothing_and_the_next_session_carries_on(tmp
 def test_sigkill_of_the_whole_job_while_the_agent_works_keeps_its_commits_and_leftovers(tmp_path):
     """The job and its agent killed mid-session: the commit and the uncommitted file both survive as work/WIP,
     and the session is reconciled TimedOut."""
-    shas = agent_writable(tmp_path / "agent-commits")
-    working = agent_writable(tmp_path / "agent-working")  # the agent says here that it is in its wait
-    stop = tmp_path / "stop"  # the replayed session (its cursor died with the job) must not wait again
+    shas = agent_writable(tmp_path / "repo", "agent-commits")
+    working = agent_writable(tmp_path / "repo", "agent-working")  # the agent says here that it is in its wait
+    stop = agent_visible(tmp_path / "repo", "stop")  # the replayed session (its cursor died with the job) must not wait again
     repo = make_repo(tmp_path, script(
         [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},
          {"write": {"path": "calc/half.py", "content": "x = 1\n"}},
@@ -171,7 +171,7 @@ def _group_alive(pgid: int) -> bool:
 def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_work_is_saved(tmp_path):
     """Only plan-runner is SIGKILLed; its agent (a process group of its own) keeps writing. The next session
     stops exactly that group before it saves the leftovers, says so in the record, and loses no work."""
-    shas, stop = agent_writable(tmp_path / "agent-commits"), tmp_path / "stop"
+    shas, stop = agent_writable(tmp_path / "repo", "agent-commits"), agent_visible(tmp_path / "repo", "stop")
     late = "calc/late.txt"
     repo = make_repo(tmp_path, script(
         [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},

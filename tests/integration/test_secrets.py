@@ -47,16 +47,17 @@ def _env() -> dict[str, str]:
 
 
 def test_the_agent_environment_holds_only_the_allow_list(tmp_path):
-    """An agent that dumps its environment sees its API key and the plan's listed names, never a token or an
-    unlisted secret; a gate gets the plan's listed names and no credentials at all."""
-    dump, gate_dump = agent_writable(tmp_path / "agent-env.json"), agent_writable(tmp_path / "gate-env.txt")
+    """An agent that dumps its environment sees the plan's listed names, never its model's key (the proxy outside
+    its room adds it), a token or an unlisted secret; a gate gets the plan's listed names and no credentials."""
+    dump, gate_dump = agent_writable(tmp_path / "repo", "agent-env.json"), agent_writable(tmp_path / "repo", "gate-env.txt")
     repo = make_repo(tmp_path, script([{"env_dump": str(dump)}, MUL_STEP, {"commit": "Add mul"}]),
                      agent_extra="\n  env: [DATABASE_URL, PUBLIC_FLAG]",
                      gate=f"env > {gate_dump}")
     out = result_json(run_session(repo, env=_env()))
     assert out["outcome"] == "Progress", out
     seen = json.loads(dump.read_text())
-    assert seen["ANTHROPIC_API_KEY"] == API_KEY  # the backend's own credential
+    # The model's key stays outside the room: the allow-list proxy adds it to the requests that leave (docs/security.md)
+    assert API_KEY not in json.dumps(seen) and seen.get("ANTHROPIC_API_KEY") != API_KEY, seen.get("ANTHROPIC_API_KEY")
     assert seen["DATABASE_URL"] == LISTED["DATABASE_URL"] and seen["PUBLIC_FLAG"] == "on"
     for name, value in UNLISTED.items():
         assert name not in seen and value not in json.dumps(seen), name

@@ -107,7 +107,7 @@ def test_deleting_the_state_branch_without_a_remote_reaches_only_its_own_clone(t
 def test_git_hooks_and_config_written_by_the_agent_never_run_with_plan_runners_environment(tmp_path):
     """A hook or `core.fsmonitor` the agent plants in its own clone never runs in plan-runner's repository or
     with its environment: plan-runner's .git is untouched, and whatever ran saw no token."""
-    marker = agent_writable(tmp_path / "pwned")
+    marker = agent_writable(tmp_path / "repo", "pwned")
     hook = f"#!/bin/sh\necho \"hook:$GITHUB_TOKEN\" >> {marker}\n"
     repo = make_repo(tmp_path, script([
         MUL_STEP,
