@@ -424,12 +424,26 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
+def _short_temp() -> str | None:
+    """Where the socket's private folder goes: the temp folder, unless a TMPDIR so deep would make the socket's path
+    too long for a unix socket (108 bytes), then /tmp or /dev/shm (sticky: the 0700 folder mkdtemp makes is ours)."""
+    if len(os.fsencode(tempfile.gettempdir())) < 60:
+        return None
+    for short in ("/tmp", "/dev/shm"):
+        try:
+            if os.stat(short).st_mode & 0o1000 and os.access(short, os.W_OK | os.X_OK):
+                return short
+        except OSError:
+            continue
+    return None
+
+
 def start_proxy(allow: AllowList, routes: tuple[Route, ...] = (), *, sock_dir: Path | None = None,
                 max_connections: int = MAX_CONNECTIONS, idle_timeout_s: float = IDLE_TIMEOUT_S) -> NetProxy:
     """Start one run's proxy. `sock_dir`: a private folder for the socket (made 0700 here when not given; a unix
     socket's path must stay under 108 bytes). Close it with `close()` or a `with` block."""
     owns = sock_dir is None
-    folder = Path(tempfile.mkdtemp(prefix="plan-runner-net-")) if sock_dir is None else Path(sock_dir)
+    folder = Path(tempfile.mkdtemp(prefix="plan-runner-net-", dir=_short_temp())) if sock_dir is None else Path(sock_dir)
     path = folder / "net.sock"
     if len(os.fsencode(path)) >= 104:
         raise ValueError(f"the proxy's socket path is too long for a unix socket: {path}")
