@@ -134,7 +134,7 @@ class Note(Record):
 class Place(Record):
     """The issue a plan talks in on GitHub: the one it was started from (`/plan-runner start`, the start label),
     or the one plan-runner opened for it when it had none. Each session job's progress comment goes there
-    (docs/github-actions.md, "Watch it run"); the latest entry wins."""
+    (docs/github-actions.md, "Watching a session while it runs"); the latest entry wins."""
 
     type: Literal["place"] = "place"
     at: datetime

@@ -2,7 +2,7 @@
 
 A session's events (`Workspace.on_event`: kind and detail, the agent's words among them) fold into one frozen
 `Live` record; `edit_due` is the throttle, a function of the last edit's time and now on a clock the caller
-passes (docs/github-actions.md, "Watch it run"). Pure: the driver (runner.drivers.actions.progress) holds the
+passes (docs/github-actions.md, "Watching a session while it runs"). Pure: the driver (runner.drivers.actions.progress) holds the
 record, the clock and the GitHub calls. Everything of the agent's here is bounded; it is escaped where it is
 rendered (runner.adapters.render.report.render_progress).
 """

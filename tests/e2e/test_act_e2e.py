@@ -39,6 +39,7 @@ ACTION_SHA = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_outp
 ACTION_REF = f"octo-org/plan-runner@{ACTION_SHA}"
 SETUP_PYTHON = "actions/setup-python@ece7cb06caefa5fff74198d8649806c4678c61a1"
 CACHE = "actions/cache@27d5ce7f107fe9357f9df03efb73ab90386fccae"  # actions/cache/{restore,save} in action.yml
+UPLOAD = "actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f"  # the session's record, in action.yml
 PLAN = "plans/greeter.md"
 API_KEY = "sk-ant-e2e-secret-value-456"
 # The workflow file GitHub runs for each event, as `plan-runner init` writes them.
@@ -174,6 +175,8 @@ class ActWorld:
                "--local-repository", f"{ACTION_REF}={self.action}",
                "--local-repository", f"{SETUP_PYTHON}={ROOT / 'tests/e2e_act/setup-python-unused'}",
                "--local-repository", f"{CACHE}={ROOT / 'tests/e2e_act/cache-unavailable'}",
+               "--local-repository", f"{UPLOAD}={ROOT / 'tests/e2e_act/upload-artifact-to-folder'}",
+               "--env", f"ARTIFACTS_DIR={self.root / 'artifacts'}",
                "--env", "GITHUB_REPOSITORY=octo-org/demo", "--env", f"GITHUB_API_URL={self.srv.url}",
                "--env", f"GITHUB_WORKFLOW_REF=octo-org/demo/.github/workflows/{workflow}@refs/heads/main",
                "--env", f"GITHUB_RUN_ID={run_id or 900_000 + self.runs}",

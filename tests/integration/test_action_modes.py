@@ -391,18 +391,23 @@ def test_a_command_whose_reply_job_was_cancelled_is_answered_by_the_next_reply_j
 def test_the_record_output_is_the_sessions_record_and_debug_logging_shows_the_api_calls(jobs):
     """`record`: the session's record as JSON, the same as the ledger's entry; with the runner's debug logging on
     (RUNNER_DEBUG=1, from ACTIONS_STEP_DEBUG) every GitHub request shows as a `::debug::` line, the token never."""
-    rc, out, outputs, summary, _ = jobs.session()
+    temp = {"RUNNER_TEMP": str(jobs.root / "runner-temp")}  # the runner's temporary folder: the record's file
+    rc, out, outputs, summary, _ = jobs.session(**temp)
     assert rc == 0 and "::debug::" not in out
     record = json.loads(outputs["record"])
     (entry,) = [e for e in jobs.ledger() if e["type"] == "session"]
     assert record == entry and record["outcome"] == "Advanced" and record["gates"][0]["name"] == "tests"
+    # the same entry as a file, for the action's upload step (the artifact plan-runner-<plan>-session-<n>)
+    assert outputs["record-artifact"] == "plan-runner-greeter-session-1"
+    assert json.loads(Path(outputs["record-file"]).read_text()) == entry
+    assert Path(outputs["record-file"]).name == "plan-runner-greeter-session-1.json"
     rc, out, outputs, summary, _ = jobs.session(RUNNER_DEBUG="1")
     assert rc == 0 and json.loads(outputs["record"])["n"] == 2
     assert "::debug::plan-runner PLAN_RUNNER_MODE=session" in out
     assert "::debug::github.Requester: POST " in out or "::debug::github" in out, out
     assert jobs.srv.token not in out.replace(f"::add-mask::{jobs.srv.token}", "")
-    rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event())  # no session: an empty record
-    assert outputs["record"] == ""
+    rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event(), **temp)  # no session: an empty record
+    assert outputs["record"] == "" and outputs["record-file"] == "" and outputs["record-artifact"] == ""
 
 
 def test_a_plan_starts_from_an_issue_comment_of_a_maintainer_only(jobs):

@@ -87,7 +87,8 @@ def test_action_inputs_reach_code_only_through_env():
     assert action["runs"]["using"] == "composite"
     for name, spec in action["inputs"].items():
         assert spec.get("description") and "default" in spec, name
-    assert set(action["outputs"]) == {"outcome", "next-action", "issue-url", "pull-request-url", "record"}
+    assert set(action["outputs"]) == {"outcome", "next-action", "issue-url", "pull-request-url", "record",
+                                      "record-artifact"}
     for step in action["runs"]["steps"]:
         assert "${{" not in step.get("run", ""), step.get("name")
     run = [s for s in action["runs"]["steps"] if s.get("id") == "run"][0]

@@ -25,6 +25,7 @@ class ModeResult:
     issue_url: str = ""
     pull_request_url: str = ""
     record: str = ""  # the session's record (JSON), when the job recorded one
+    record_name: str = ""  # its artifact's name: plan-runner-<plan>-session-<n>
     summary: str = ""
     annotations: list[tuple[str, str, str]] = field(default_factory=list)  # (level, message, title)
     exit_code: int = 0

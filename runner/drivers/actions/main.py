@@ -206,7 +206,8 @@ def session_mode_result(result: SessionResult, rows: list[dict] | None = None) -
     headline = (f"{result.plan.id} session {record.n}: {outcome}" if record
                 else f"{result.plan.id}: {result.message}")
     mr = ModeResult(outcome=outcome, next_action=describe(action) if action is not None else "",
-                    record=record.model_dump_json() if record else "")
+                    record=record.model_dump_json() if record else "",
+                    record_name=f"plan-runner-{result.plan.id}-session-{record.n}" if record else "")
     if result.status == "parked" or isinstance(action, Park):
         mr.issue_url = result.url or result.state.park_issue or ""
         mr.annotations.append(("warning", f"{result.plan.id} parked: {getattr(action, 'reason', result.message)}"
@@ -456,6 +457,22 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
     return result
 
 
+def keep_record(env: Mapping[str, str], result: ModeResult) -> str:
+    """The session's ledger entry as a file for the action's upload step (an artifact named `record_name`): its
+    path, or "" when the job recorded no session or the runner gave no RUNNER_TEMP. Never fails the job."""
+    temp = env.get("RUNNER_TEMP", "")
+    if not (result.record and result.record_name and temp):
+        return ""
+    try:
+        folder = Path(temp) / "plan-runner-record"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{result.record_name}.json"
+        path.write_text(result.record + "\n", encoding="utf-8")
+        return str(path)
+    except OSError:
+        return ""
+
+
 def publish(rep: Reporter, result: ModeResult) -> None:
     for level, message, title in result.annotations:
         rep.annotate(level, message, title)
@@ -464,6 +481,9 @@ def publish(rep: Reporter, result: ModeResult) -> None:
     rep.set_output("issue-url", result.issue_url)
     rep.set_output("pull-request-url", result.pull_request_url)
     rep.set_output("record", result.record)
+    record_file = keep_record(rep.env, result)
+    rep.set_output("record-file", record_file)
+    rep.set_output("record-artifact", result.record_name if record_file else "")
     rep.log(f"plan-runner: {result.outcome}" + (f"; next: {result.next_action}" if result.next_action else ""))
     rep.write_outputs()
     if result.summary:
