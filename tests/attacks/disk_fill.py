@@ -1,13 +1,13 @@
 """Commit honest work, then fill the file system plan-runner shares (its temp folder, where the agent's area is
 too) with bytes or, when the `fill-mode` control says `inodes`, with empty files, until it says ENOSPC; once only
-(a later session is honest). Where: the judge's temp folder `<scope>/tmp` where the agent can write it (another
-user's pool: it is world-writable, like /tmp), else the loot in its own area, on the same file system (a room
-shows the agent nothing of the judge's temp folder but its area). Files named `fill-*`."""
+(a later session is honest). It fills through its loot, in its own area (judge_dir, under the judge's temp
+folder): every isolation lets it write there, and what it writes stays after the session (its room's own /tmp
+is on that file system too, but goes with the room). Files named `fill-*`."""
 import sys; sys.path.insert(0, __import__("os").path.dirname(__file__))  # noqa: E702
 from hostile import *  # noqa: F401,F403
 
 mode = control("fill-mode", "bytes")
-target = SCOPE / "tmp" if os.access(SCOPE / "tmp", os.W_OK) else LOOT
+target = LOOT
 honest_mul()
 commit("Add mul")
 if not (LOOT / "filled").exists():

@@ -3,11 +3,15 @@ could not see, races on the judge's copies, leftovers across plans, two plan-run
 programs planted on PATH, and secrets on a command line. Each attack is judged by its effect, next to a
 positive control that shows the attack is real (it works where the mechanism is absent).
 
-Runs as root (as CI does): the agent's identities are the pooled users."""
+Untrusted code runs in the room (runner.adapters.sandbox.room) whoever runs the suite; the tests of the pooled
+users' own mechanisms (the uid scan, the cgroup, the slot locks, the launcher, the code-replacement check at the
+lease) went with the pool (issue 49), and the survivor and the leftovers are checked against the room instead.
+A few tests hand files to another uid to play the other user: those need root."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,9 +25,8 @@ from runner.adapters.sandbox import fsafe, proc, tools
 from runner.adapters.sandbox import identity as sandbox
 from tests.attack_world import arena  # noqa: F401 - the fixture
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a pooled agent user (CI is root)")]
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="hands a file to another uid (chown): needs root")
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 # A process whose main thread leaves with the bare `exit` syscall: its leader is a zombie, its other thread
@@ -50,47 +53,6 @@ def _beating(beat: Path, wait: float = 0.4) -> bool:
     return beat.exists() and beat.stat().st_size != before
 
 
-_started: list[subprocess.Popen] = []
-
-
-def _start_survivor(identity, folder: Path, seconds: float = 30) -> Path:
-    """Started the way plan-runner starts the agent (the identity's launcher: its cgroup, if it has one), but
-    without proc.run's kill at the end: what is left is for the test to kill."""
-    beat = folder / "heartbeat"
-    launch = identity.launch([sys.executable, "-c", SURVIVOR, str(beat), str(seconds)], dict(ENV), "/")
-    _started.append(subprocess.Popen(launch.argv, **launch.popen, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-    deadline = time.monotonic() + 5
-    while not beat.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)  # the main thread has left by now
-    return beat
-
-
-@pytest.fixture(autouse=True)
-def _reap():
-    yield
-    while _started:
-        p = _started.pop()
-        try:
-            p.kill()
-        except OSError:
-            pass
-        p.wait(timeout=10)
-
-
-def _zombie_leaders(uid: int) -> list[int]:
-    found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        if f"\nUid:\t{uid}\t" in status and "State:\tZ" in status and len(os.listdir(f"/proc/{pid}/task")) > 1:
-            found.append(int(pid))
-    return found
-
-
 @pytest.fixture
 def shared(tmp_path):
     folder = tmp_path / "shared"
@@ -102,79 +64,41 @@ def shared(tmp_path):
 
 # --- the kill by construction ---------------------------------------------------------------------------------
 
-
-def test_the_uid_scan_finds_a_thread_group_whose_leader_exited_alone(shared):
-    """The survivor of issue 22, killed by the uid scan alone (no cgroup): a scan that skips every zombie (the
-    old filter) misses it while it runs on, which is the positive control."""
-    with sandbox.leased("user") as leased:
-        bare = sandbox.Identity(uid=leased.uid, gid=leased.gid, name=leased.name)  # no cgroup: the scan only
-        beat = _start_survivor(bare, shared)
-        try:
-            assert _beating(beat), "the survivor never ran"
-            leaders = _zombie_leaders(bare.uid)
-            assert leaders, "no zombie leader with running threads: the attack is not what it claims"
-            assert all(p in bare.pids() for p in leaders)
-            bare.kill_all()
-            assert not _beating(beat, 0.5), "the survivor still runs after the uid-wide kill"
-        finally:
-            leased.kill_all()
-
-
-def test_the_sessions_cgroup_holds_and_kills_what_the_scan_would_miss(shared):
-    """Every process the identity starts is in the lease's cgroup, the survivor too: killing the cgroup (no
-    uid scan) ends it, and the cgroup is empty after."""
-    with sandbox.leased("user") as identity:
-        if identity.cgroup is None:
-            pytest.skip("no writable cgroup v2 on this machine")
-        beat = _start_survivor(identity, shared)
-        assert _beating(beat)
-        assert sandbox._cgroup_procs(identity.cgroup), "the survivor is not in the session's cgroup"
-        sandbox._kill_cgroup(identity.cgroup, identity.sudo)
-        assert not _beating(beat, 0.5), "the survivor outlived the cgroup kill"
-        assert sandbox._cgroup_procs(identity.cgroup) == []
-        cgroup = identity.cgroup
-    assert not cgroup.exists(), "the lease's cgroup was left behind"
-
-
-# --- two plan-runners, one machine ----------------------------------------------------------------------------
-
-HOLD = textwrap.dedent("""\
-    import os, sys, time
-    sys.path.insert(0, {root!r})
-    from runner.adapters.sandbox import identity as sandbox
-    with sandbox.leased("user") as identity:
-        print(identity.uid, flush=True)
-        time.sleep(6)
+# A process of the room starts the survivor in a session of its own (as a daemon would), writes its pid, and exits.
+LAUNCH = textwrap.dedent("""\
+    import subprocess, sys, time
+    survivor, beat = sys.argv[1], sys.argv[2]
+    p = subprocess.Popen([sys.executable, "-c", survivor, beat, "20"], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    open(beat + ".pid", "w").write(str(p.pid))
+    time.sleep(1)
     """)
 
 
-def test_two_sandbox_roots_never_lease_the_same_uid(tmp_path):
-    """Two plan-runners with different roots (TMPDIR, PLAN_RUNNER_SANDBOX_ROOT) share the machine's pool: the
-    slot locks are machine-wide, so their uids differ. Positive control: their old lock folders differ."""
-    roots = [tmp_path / "a", tmp_path / "b"]
-    for r in roots:
-        r.mkdir()
-    env = {**os.environ, "PLAN_RUNNER_SANDBOX_ROOT": str(roots[0])}
-    child = subprocess.Popen([sys.executable, "-c", HOLD.format(root=str(ROOT))], env=env, stdout=subprocess.PIPE,
-                             text=True)
-    try:
-        other = int(child.stdout.readline())
-        old = os.environ.get("PLAN_RUNNER_SANDBOX_ROOT")
-        os.environ["PLAN_RUNNER_SANDBOX_ROOT"] = str(roots[1])
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_a_bare_exit_survivor_ends_with_the_rooms_first_process(shared, isolation):
+    """The survivor of issue 22 (its leader a zombie with a thread running on, its own session: what a uid scan
+    that skipped zombies missed), started by a process of the room that then exits: the room's PID namespace
+    ends with that process, and the survivor with it. Positive control (`none`): started the same way without a
+    room, it runs on after its parent is gone."""
+    beat = shared / "heartbeat"
+    with sandbox.leased(isolation) as identity:
+        if identity.room is not None:
+            identity.room.grant(shared)  # where it beats: the test reads it
         try:
-            assert sandbox.judge_dir("pool") != roots[0] / "plan-runner-0" / "pool"  # the old locks: not shared
-            with sandbox.leased("user") as mine:
-                assert mine.uid != other
-        finally:
-            if old is None:
-                os.environ.pop("PLAN_RUNNER_SANDBOX_ROOT")
+            proc.run([sys.executable, "-c", LAUNCH, SURVIVOR, str(beat)], cwd=str(shared), env=dict(ENV),
+                     time_limit_s=30, identity=identity)
+            assert beat.exists(), "the survivor never ran"
+            if isolation == "none":
+                assert _beating(beat), "positive control: without a room the survivor outlives its parent"
             else:
-                os.environ["PLAN_RUNNER_SANDBOX_ROOT"] = old
-        assert not str(sandbox.lock_dir()).startswith(str(tmp_path))
-    finally:
-        child.kill()
-        child.wait()
-        child.stdout.close()
+                assert not _beating(beat, 0.8), "the survivor outlived the room's first process"
+        finally:
+            if isolation == "none" and (shared / "heartbeat.pid").exists():
+                try:
+                    os.kill(int((shared / "heartbeat.pid").read_text()), signal.SIGKILL)
+                except OSError:
+                    pass
 
 
 # --- leftovers across plans -------------------------------------------------------------------------------------
@@ -187,39 +111,26 @@ def _as(identity, script: str, home: Path) -> str:
     return out.decode()
 
 
-def test_a_password_one_plans_agent_kept_is_not_readable_by_the_next_session_on_that_uid(tmp_path):
+def test_a_password_one_sessions_agent_kept_is_not_readable_by_the_next_session():
     """~/.pgpass, a file in its TMPDIR, one in /tmp and one in Claude Code's own /tmp/claude-<uid> folder, written
-    by one lease's agent: readable by that uid while the lease lasts (the positive control), gone for the next
-    lease of the same uid (another plan's)."""
-    area = tmp_path / "area"
-    area.mkdir(mode=0o711)
-    tmp_path.chmod(0o711)
+    by one session's agent: readable while its room lasts (the positive control), gone with it: the next
+    session's room (another plan's, the same uid) reads none of them, and the first room's folder is removed."""
     write = ('echo "db:5432:*:u:hunter2-pw" > ~/.pgpass; echo hunter2-tmp > "$TMPDIR/kept"; '
              'echo hunter2-shared > /tmp/pr-leftover-$(id -u); '
-             'mkdir -p /tmp/claude-$(id -u)/project && echo hunter2-claude > /tmp/claude-$(id -u)/project/out; '
-             'echo "$TMPDIR"')
-    read = 'cat ~/.pgpass /tmp/pr-leftover-$(id -u) /tmp/claude-$(id -u)/project/out "$OLD/kept" 2>/dev/null; true'
-    uid = None
-    for _ in range(5):
-        home = area / "home"
-        home.mkdir(mode=0o700)
-        with sandbox.leased("user") as first:
-            sandbox.Identity(uid=first.uid, gid=first.gid, name=first.name).give(home)
-            old_tmp = _as(first, write, home).strip()
-            seen = _as(first, read.replace("$OLD", old_tmp), home)
-            assert all(f"hunter2-{w}" in seen for w in ("pw", "tmp", "shared", "claude")), seen  # positive control
-            uid = first.uid
-        home2 = area / "home2"
-        home2.mkdir(mode=0o700, exist_ok=True)
-        with sandbox.leased("user") as second:
-            if second.uid != uid:  # another helper took the slot meanwhile: try again
-                continue
-            sandbox.Identity(uid=second.uid, gid=second.gid, name=second.name).give(home2)
-            got = _as(second, read.replace("$OLD", old_tmp).replace("~/", f"{home}/"), home2)
-            assert "hunter2" not in got, got
-            assert not Path(old_tmp).exists() and not home.exists()
-            return
-    pytest.skip("the same pool uid could not be leased twice in a row (the machine is busy)")
+             'mkdir -p /tmp/claude-$(id -u)/project && echo hunter2-claude > /tmp/claude-$(id -u)/project/out')
+    read = ('cat ~/.pgpass "$TMPDIR/kept" /tmp/pr-leftover-$(id -u) /tmp/claude-$(id -u)/project/out 2>/dev/null; '
+            'true')
+    home = Path("/nonexistent-home")  # not in the room's view: the room gives it a HOME of its own
+    with sandbox.leased("auto") as first:
+        assert first.room is not None
+        folder = first.room.folder
+        _as(first, write, home)
+        seen = _as(first, read, home)
+        assert all(f"hunter2-{w}" in seen for w in ("pw", "tmp", "shared", "claude")), seen  # positive control
+    assert not folder.exists(), "the first room's folder (its TMP and HOME) outlived its session"
+    with sandbox.leased("auto") as second:
+        got = _as(second, read, home)
+    assert "hunter2" not in got, got
 
 
 # --- no secret on a command line ---------------------------------------------------------------------------------
@@ -357,6 +268,7 @@ def test_a_directory_swapped_for_a_link_during_the_copy_hands_on_nothing_of_the_
         assert leaked == 0, f"the judge's config was copied {leaked} times"
 
 
+@needs_root
 def test_a_directory_swapped_for_a_link_during_the_chown_gives_away_nothing_of_the_judges(tmp_path):
     """The same flip while plan-runner hands a tree to the agent's uid: the judge's file keeps its owner; a
     path-based lchown walk (positive control) gives it away."""
@@ -421,6 +333,7 @@ def _planted_path(tmp_path: Path, log: Path) -> Path:
     return folder
 
 
+@needs_root
 def test_a_git_or_sudo_planted_first_on_path_never_runs_as_the_judge(arena, tmp_path):
     """A whole session with a planted `git` and `sudo` first on PATH: plan-runner never runs them (it drops the
     folder from its own PATH and resolves tools in root-owned folders), and the honest work advances.
@@ -439,6 +352,7 @@ def test_a_git_or_sudo_planted_first_on_path_never_runs_as_the_judge(arena, tmp_
     a.assert_all_well(run)
 
 
+@needs_root
 def test_the_trusted_path_leaves_out_every_folder_others_can_write(tmp_path):
     """The folder on PATH that others can write is dropped, with why; sticky /tmp as an entry too; a root-owned
     0755 folder is kept."""
@@ -451,25 +365,6 @@ def test_the_trusted_path_leaves_out_every_folder_others_can_write(tmp_path):
     kept = found.path.split(":")
     assert str(folder) not in kept and "/tmp" not in kept and str(safe) in kept
     assert found.git == "/usr/bin/git" and any(str(folder) in d for d in found.dropped)
-
-
-def test_plan_runner_refuses_to_run_from_a_folder_others_can_rename(tmp_path):
-    """plan-runner's interpreter under a world-writable folder without the sticky bit (the hosted image's
-    $RUNNER_TOOL_CACHE): an isolated session refuses with what, why and how to fix, before any agent runs."""
-    opt = tmp_path / "hostedtoolcache"
-    opt.mkdir()
-    opt.chmod(0o777)
-    tmp_path.chmod(0o755)
-    venv = opt / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    (site,) = venv.glob("lib/python3*/site-packages")
-    (site / "judge.pth").write_text("\n".join([*(p for p in sys.path if p.endswith("site-packages")), str(ROOT)])
-                                    + "\n")
-    code = ("from runner.adapters.sandbox import identity as s\n"
-            "try:\n    s.acquire('user')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd="/",
-                          timeout=60)
-    assert "can be replaced by other users" in done.stdout and str(opt) in done.stdout, done.stdout + done.stderr
 
 
 def test_removals_and_reads_never_go_through_a_link(tmp_path):

@@ -3,12 +3,13 @@ leave something behind for the next session's gates: a planted conftest.py / sit
 rewritten with its mtime reset, a tracked file or folder replaced by a link to outside, a chmod, a hard link
 written through by the next agent, a FIFO, a descriptor held open by a process of another user.
 
-Each attack runs as the agent's pooled user in session 1's gates' tree; session 2 reuses the tree (the test
-checks it was reused, not made fresh: the same folder inode) and its gate must give the honest verdict, and
-the tree must hold exactly what a fresh checkout holds. Positive control (check="off"): the same attack with
-the walk that proves the tree turned off (kept_tree.prune and held_open as no-ops) flips the verdict.
+Each attack runs in the agent's room in session 1's gates' tree; session 2 reuses the tree (the test checks it
+was reused, not made fresh: the same folder inode) and its gate must give the honest verdict, and the tree must
+hold exactly what a fresh checkout holds. Positive control (check="off"): the same attack with the walk that
+proves the tree turned off (kept_tree.prune and held_open as no-ops) flips the verdict.
 
-Runs as root (as CI does): the agent's identities are the pooled users."""
+Runs as whoever runs the suite: the room is every user's. What an attack keeps outside the tree ($OUT) is in
+the agent's area (the room shows the agent nothing else), where a later session's agent finds it again."""
 
 from __future__ import annotations
 
@@ -25,8 +26,7 @@ from runner.adapters.sandbox import agent_clone, kept_tree
 from runner.adapters.sandbox import identity as sandbox
 from runner.core.plan import GateConfig
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a pooled agent user (CI is root)")]
+pytestmark = pytest.mark.integration
 
 PY = sys.executable
 PYTEST = f"{PY} -m pytest -q -p no:cacheprovider tests"
@@ -36,9 +36,9 @@ FORGED = FORGED + "#" * (len(TEST) - len(FORGED) - 1) + "\n"  # the same size as
 assert len(FORGED) == len(TEST)
 CONFTEST = "import calc\ncalc.mul = lambda a, b: a * b\n"
 
-# Each attack: a shell script run as the agent's user in session 1's gates' tree ($OUT: a folder of its own
-# outside the tree), an optional one its next session's agent runs (the tree is out of its reach then), and
-# the gate whose honest verdict (red) it tries to turn green.
+# Each attack: a shell script run in the agent's room in session 1's gates' tree ($OUT: a folder of its own
+# outside the tree, in its area), an optional one its next session's agent runs (the tree is out of its reach
+# then), and the gate whose honest verdict (red) it tries to turn green.
 ATTACKS = {
     "conftest": (f"printf '%s' '{CONFTEST}' > tests/conftest.py; printf '%s' '{CONFTEST}' > sitecustomize.py",
                  None, PYTEST),
@@ -80,13 +80,13 @@ def world(tmp_path, monkeypatch):
     git(repo, "commit", "-q", "-am", "two")
     two = git(repo, "rev-parse", "HEAD")
     git(repo, "branch", "plan-runner/p")
-    out = tmp_path / "out"
-    out.mkdir()
-    out.chmod(0o777)
-    return repo, one, two, out, tmp_path / "scratch"
+    return repo, one, two, tmp_path / "scratch"
 
 
-def _as_agent(identity, script: str, cwd: Path, out: Path) -> None:
+def _as_agent(identity, script: str, cwd: Path, area: agent_clone.AgentArea) -> None:
+    """`script` run as the agent in `cwd` (in its area), with $OUT a folder of its own in the area."""
+    out = area.root / "attack-out"
+    out.mkdir(exist_ok=True)
     done = agent_clone.run_as(identity, ["sh", "-c", script], cwd=cwd,
                               env={"PATH": "/usr/bin:/bin", "OUT": str(out), "HOME": str(out)})
     assert done.returncode == 0, done.stderr
@@ -129,7 +129,7 @@ def _off(monkeypatch) -> None:
 @pytest.mark.parametrize("check", ["on", "off"])
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_what_session_1s_gates_leave_never_reaches_session_2s_verdict(world, attack, check, monkeypatch):
-    repo, one, two, out, scratch = world
+    repo, one, two, scratch = world
     in_gates, in_agent, gate = ATTACKS[attack]
     if check == "off":
         _off(monkeypatch)
@@ -139,14 +139,14 @@ def test_what_session_1s_gates_leave_never_reaches_session_2s_verdict(world, att
             agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
             gates = agent_clone.checkout(area, identity, repo, one, scratch)
             assert not _gate(identity, gates, gate), "the honest verdict of the commit is red"
-            _as_agent(identity, in_gates, gates, out)  # session 1's gates
+            _as_agent(identity, in_gates, gates, area)  # session 1's gates
             if in_agent is None:
                 assert _gate(identity, gates, gate), f"{attack}: the attack works on the tree it was made in"
             # Session 2: the area prepared again (the kept tree out of the agent's reach), its agent, the checkout.
             agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
             assert not os.path.lexists(area.gates)
             if in_agent:
-                _as_agent(identity, in_agent, area.work, out)
+                _as_agent(identity, in_agent, area.work, area)
             inode = os.lstat(area.root / agent_clone.KEPT / "gates").st_ino
             gates = agent_clone.checkout(area, identity, repo, two, scratch)
             assert os.lstat(gates).st_ino == inode, "the kept tree was not reused (a fresh checkout proves nothing)"
@@ -158,19 +158,18 @@ def test_what_session_1s_gates_leave_never_reaches_session_2s_verdict(world, att
             assert (gates / "README.md").read_text() == "calc, session 2\n"
             assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", identity.uid)
         finally:
-            identity.kill_all()
             agent_clone.discard_area(area, identity)
 
 
 def test_a_fifo_and_untracked_folders_are_gone_and_the_tree_is_a_fresh_checkout(world):
-    repo, one, two, out, scratch = world
+    repo, one, two, scratch = world
     area = agent_clone.area_for(repo, "reuse-fifo")
     with sandbox.leased("user") as identity:
         try:
             agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
             gates = agent_clone.checkout(area, identity, repo, one, scratch)
             _as_agent(identity, "mkfifo tests/fifo; mkdir -p build/deep; echo x > build/deep/x; "
-                                "mkdir .venv; ln -s /etc .venv/etc", gates, out)
+                                "mkdir .venv; ln -s /etc .venv/etc", gates, area)
             inode = os.lstat(gates).st_ino
             gates = agent_clone.checkout(area, identity, repo, two, scratch)  # within one session, as setup: does
             assert os.lstat(gates).st_ino == inode
@@ -186,7 +185,7 @@ def test_a_descriptor_another_user_holds_in_the_tree_means_a_fresh_checkout(worl
     """A process the agent could have passed a descriptor to (of another user: the agent's own are dead) could
     write a tracked file after the walk: the tree is not reused while one is open. Its positive control: the
     same checkout without that process reuses the tree."""
-    repo, one, two, out, scratch = world
+    repo, one, two, scratch = world
     area = agent_clone.area_for(repo, "reuse-held")
     with sandbox.leased("user") as identity:
         try:
@@ -213,28 +212,10 @@ def test_a_descriptor_another_user_holds_in_the_tree_means_a_fresh_checkout(worl
             agent_clone.discard_area(area, identity)
 
 
-def test_another_identity_gets_a_fresh_checkout(world):
-    """The uid that owns a kept tree may serve another session meanwhile: a session leased as another uid
-    never reuses it."""
-    repo, one, two, out, scratch = world
-    area = agent_clone.area_for(repo, "reuse-other")
-    with sandbox.leased("user") as first, sandbox.leased("user") as second:
-        assert first.uid != second.uid
-        try:
-            agent_clone.prepare(area, first, repo, "plan-runner/p", None, scratch)
-            gates = agent_clone.checkout(area, first, repo, one, scratch)
-            inode = os.lstat(gates).st_ino
-            gates = agent_clone.checkout(area, second, repo, two, scratch)
-            assert os.lstat(gates).st_ino != inode and os.lstat(gates).st_uid == second.uid
-            assert _listing(gates) == _fresh_listing(repo, two, scratch.parent / "fresh", second.uid)
-        finally:
-            agent_clone.discard_area(area, first)
-
-
 def test_the_clone_made_again_before_the_agent_keeps_the_hidden_tree(world):
     """Set-up builds the clone's cache on a checkout of the base and makes the clone again (prepare twice before
     the agent): the tree hidden by the first stays hidden and is reused."""
-    repo, one, two, out, scratch = world
+    repo, one, two, scratch = world
     area = agent_clone.area_for(repo, "reuse-reclone")
     with sandbox.leased("user") as identity:
         try:
@@ -251,7 +232,7 @@ def test_a_session_that_ends_before_its_gates_keeps_the_proven_tree(world):
     """With isolation the tree is proven in a thread from `prepare` on (off the critical path), which takes its
     record away. A session that ends before any checkout (the agent hit a limit) puts the record back as proven,
     so the next session still reuses the tree; without that, every such session would cost a fresh checkout."""
-    repo, one, two, out, scratch = world
+    repo, one, two, scratch = world
     area = agent_clone.area_for(repo, "reuse-ended")
     with sandbox.leased("user") as identity:
         try:
@@ -273,7 +254,7 @@ def test_without_isolation_the_tree_is_proven_only_after_the_agent(world):
     """Without isolation the agent's own user can reach the hidden tree while it runs, so the proof may start only
     once the agent's processes are dead (export_work), never in `prepare`: a tracked file the agent rewrote during
     its run (its mtime put back) is moved aside and written again, and the rest of the tree is reused."""
-    repo, one, two, out, scratch = world
+    repo, one, two, scratch = world
     area = agent_clone.area_for(repo, "reuse-none")
     identity = sandbox.Identity()
     assert not identity.isolated
@@ -309,11 +290,7 @@ def _restored_cache(identity, gates: Path, scratch: Path) -> tuple[Path, agent_c
         untar.write(archive, built, CACHE, source_fd=fd)
     finally:
         os.close(fd)
-    identity.reclaim(gates)
-    try:
-        assert setup._restore(archive, gates, CACHE)
-    finally:
-        setup._give_back(identity, gates, CACHE)
+    assert setup._restore(archive, gates, CACHE)
     keep = agent_clone.KeptSetup(agent_clone.area_for(scratch.parent / "repo", "reuse-cache"), identity, scratch)
     keep.recorded(archive, gates, CACHE)
     return archive, keep
@@ -329,7 +306,7 @@ def test_a_kept_cache_in_a_tree_brought_back_is_judged_by_the_proof_alone(world,
     left is exactly the restored cache, kept. Untouched, intact holds. In no case is the cache walked a second
     time. Positive control (check="off", the proof's walk a no-op): the rewritten or added file stays and the
     cache is kept with it, so the proof is the layer that refuses it."""
-    repo, one, two, out, scratch = world
+    repo, one, two, scratch = world
     if check == "off":
         _off(monkeypatch)
     area = agent_clone.area_for(repo, "reuse-cache")
@@ -343,7 +320,7 @@ def test_a_kept_cache_in_a_tree_brought_back_is_judged_by_the_proof_alone(world,
                                        f"""open(p, 'w').write('honest = 0\\n'); """
                                        f"""os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))" """,
                       "add": "echo 'import os' > .venv/lib/sitecustomize.py"}[change]
-            _as_agent(identity, script, gates, out)  # session 1's gates
+            _as_agent(identity, script, gates, area)  # session 1's gates
             agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)  # session 2
             inode = os.lstat(area.root / agent_clone.KEPT / "gates").st_ino
             gates = agent_clone.checkout(area, identity, repo, two, scratch)
@@ -364,5 +341,4 @@ def test_a_kept_cache_in_a_tree_brought_back_is_judged_by_the_proof_alone(world,
                 assert kept, f"{change}: an intact cache in a proven tree is restored again"
                 assert site.read_text() == "honest = True\n" and not added.exists()
         finally:
-            identity.kill_all()
             agent_clone.discard_area(area, identity)

@@ -85,6 +85,19 @@ def test_connect_reaches_only_the_allowed(echo: int, tmp_path: Path) -> None:
         assert b"not in this run's network allow-list" in refused
 
 
+def test_a_long_temp_folder_still_gets_a_proxy(echo: int, tmp_path: Path, monkeypatch) -> None:
+    """A TMPDIR whose path leaves no room for a unix socket's (108 bytes): the proxy's folder goes somewhere short
+    (/tmp, /dev/shm) instead of failing every session that starts one."""
+    long = tmp_path / ("t" * 90)
+    long.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with start_proxy(expand([f"127.0.0.1:{echo}"])) as proxy:
+        assert len(str(proxy.socket_path)) < 104 and not str(proxy.socket_path).startswith(str(long))
+        assert _connect(proxy.socket_path, f"127.0.0.1:{echo}").endswith(b"echo:ping")
+    assert not proxy.socket_path.parent.exists()
+
+
 def test_an_allowed_name_never_reaches_the_machine(echo: int) -> None:
     """`*` (any host) still refuses loopback and link-local (cloud metadata) addresses: only a rule naming the
     address itself reaches one."""

@@ -247,7 +247,9 @@ def recorded_interruptions(ws: Workspace, ports: Ports):
             _record_quietly(ws, ports, "plan-runner was interrupted (Ctrl-C or SIGTERM) during the session")
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised for the CLI's one error handler
-            if isinstance(exc, PlanRunnerError):  # a failure plan-runner names (what, why, fix): not a crash
+            # a failure plan-runner names (what, why, fix): not a crash, unless what it names is a full disk (git's
+            # "Out of diskspace" writing the gates' index, say): then the full disk's own record and message below
+            if isinstance(exc, space.OutOfSpace) or isinstance(exc, PlanRunnerError) and not space.exhausted(exc):
                 _record_quietly(ws, ports, f"plan-runner stopped during the session: {type(exc).__name__}: {exc}")
                 raise
             if not space.exhausted(exc):

@@ -31,7 +31,9 @@ from runner.core.errors import PlanRunnerError
 RESERVE_BYTES = 4 * 2**20
 RESERVE_INODES = 64
 _ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-_WORDS = ("no space left on device", "disk quota exceeded")
+# the C library's words, and git's when it cannot write an object or an index ("sha1 file ... write error. Out of
+# diskspace")
+_WORDS = ("no space left on device", "disk quota exceeded", "out of diskspace")
 
 
 def exhausted(exc: BaseException | None) -> bool:
