@@ -80,6 +80,7 @@ def progress_comments(srv: GitHubServer, number: int) -> list[dict]:
 
 def test_a_session_shows_bounded_progress_while_it_runs_and_how_it_ended(tmp_path, minutes):
     with GitHubServer() as srv:
+        srv.actions_can_create_prs = True
         jobs = Jobs(tmp_path, srv, script=LONG)
         rc, out, outputs, summary, _ = jobs.session()
         assert rc == 0 and outputs["outcome"] == "Advanced", out
@@ -87,6 +88,8 @@ def test_a_session_shows_bounded_progress_while_it_runs_and_how_it_ended(tmp_pat
         # recorded it as the plan's place
         (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
         assert issue["title"] == "plan-runner: Greeter" and issue["labels"] == []
+        (pull,) = [i for i in srv.issues.values() if i.get("pull")]  # the watch view links to it
+        assert f"[session progress]({srv.html_url}/issues/{issue['number']})" in pull["body"], pull["body"][:600]
         places = [e for e in jobs.ledger() if e["type"] == "place"]
         assert [p["issue"] for p in places] == [issue["number"]]
         (comment,) = progress_comments(srv, issue["number"])

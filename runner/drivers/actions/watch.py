@@ -125,6 +125,8 @@ def update_watch(parker: Parker, ctx: GitHubContext, s: Session, result: Session
         state = None
     plan = result.plan
     links = [("park issue", result.state.park_issue)] if state == "closed" and result.state.park_issue else []
+    if result.state.place is not None:  # where each session shows while it runs (runner.drivers.actions.progress)
+        links.append(("session progress", result.state.place.url))
     body = Markdown("") if state is None else render_watch(
         plan, result.state, rows, status=status_line(state), links=links,
         next_action=describe(result.action) if result.action is not None else "",
