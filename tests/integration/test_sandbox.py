@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from runner.adapters.sandbox import identity as sandbox
+from runner.adapters.sandbox import room as rooms
 from runner.core.errors import PlanRunnerError
 from runner.adapters.sandbox.supervise import supervise
 
@@ -68,6 +69,25 @@ def test_a_setsid_daemon_does_not_outlive_the_agent(tmp_path):
         assert (work / "started").exists()
     threading.Event().wait(2.5)
     assert not marker.exists()
+
+
+def test_outside_a_network_block_a_room_reaches_no_host_port(tmp_path):
+    """The agent's git (its clone made, updated, exported) runs outside every proxy's block: its config could start
+    a program (core.fsmonitor), which must reach nothing. Control: the same probe through `View(network=True)`."""
+    srv, port = _listener()
+    try:
+        probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+                 "    print('REACHED')\nexcept OSError:\n    print('no')\n")
+        with sandbox.leased("auto") as identity:
+            out = _run(identity, f"python3 -c \"{probe}\"", tmp_path)
+            assert out == ["no"], out
+            room = identity.room
+            launch = room.command(["python3", "-c", probe], {"PATH": "/usr/bin:/bin"}, "/",
+                                  rooms.View(network=True))
+            done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True, timeout=60)
+            assert done.stdout.split() == ["REACHED"], done.stdout + done.stderr
+    finally:
+        srv.close()
 
 
 def test_isolation_none_is_refused_on_github_actions():

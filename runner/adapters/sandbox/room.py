@@ -209,7 +209,10 @@ class Namespaces:
     tools: tuple[Path, ...] = ()  # install roots shown read-only beside the system folders
     overlay: bool = True  # the kernel mounts an overlay in a user namespace (Linux 5.11+)
     said: tuple[str, ...] = ()  # what opening the room changed on the machine (lifting a restriction)
-    network: bool = True  # the host's network for every process (until the allow-list proxy lands)
+    # the host's network for processes started outside a proxy's block (`behind`): none. What needs the network runs
+    # behind its phase's allow-list proxy (Identity.network); the agent's git (its clone made, updated, exported)
+    # needs none, and its config could run a program (core.fsmonitor) that would otherwise reach the host's ports
+    network: bool = False
     # as root: system files and folders only root may read, covered (a file by /dev/null, a folder by an empty
     # tmpfs): (path, is a folder)
     hidden: tuple[tuple[str, bool], ...] = ()
