@@ -123,14 +123,11 @@ def test_the_checkout_token_in_git_config_is_out_of_reach(arena):
     a.assert_all_well()
 
 
-# Two ways the judged repository itself lands in the room's read-only toolchain (room.toolchain, whose `private`
-# holds plan-runner's state folder but not the repository): the checkout token in its .git/config is then one
-# read away. Known holes, kept as strict xfails: when the room leaves the repository out, they pass and fail the
-# suite, and the marks go.
-HOLE = "the room shows the judged repository read-only (room.toolchain: the repository is not in `private`)"
+# Two ways the judged repository itself could land in the room's read-only toolchain (room.toolchain): the checkout
+# token in its .git/config would then be one read away. The room leaves the repository out (`private` holds it, and
+# plan-runner's own code is shown as its `runner` package alone).
 
 
-@pytest.mark.xfail(strict=True, reason=HOLE)
 def test_a_bin_folder_of_the_repository_on_path_shows_the_agent_nothing_of_it(arena):
     """`<repo>/bin` on the judge's PATH (a repository outside the user's home: a root CI's workspace): the room
     shows that folder's install root, the repository, and the token in its .git/config is read."""
@@ -140,7 +137,6 @@ def test_a_bin_folder_of_the_repository_on_path_shows_the_agent_nothing_of_it(ar
     a.assert_all_well(a.session())
 
 
-@pytest.mark.xfail(strict=True, reason=HOLE)
 def test_plan_runner_run_from_the_judged_repository_shows_the_agent_nothing_of_it(arena):
     """plan-runner run from a checkout that is the judged repository (its own plans, from its own checkout): the
     room shows plan-runner's source tree (agentenv.own_roots), the repository, and its token is read."""

@@ -162,8 +162,10 @@ class Lease:
             self.identity.room.close()
 
 
-def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
-    """Take an identity for one session, per the plan's `isolation` setting: a room ("auto", "user"), or none."""
+def acquire(isolation: Isolation, *, actions: bool = False, repo: Path | None = None) -> Lease:
+    """Take an identity for one session, per the plan's `isolation` setting: a room ("auto", "user"), or none.
+    `repo`: the judged repository, which the room never shows (nor a PATH folder in it, nor plan-runner's own
+    source tree when that is where plan-runner runs from)."""
     if isolation == "none":
         if actions:
             raise PlanRunnerError(
@@ -171,19 +173,23 @@ def acquire(isolation: Isolation, *, actions: bool = False) -> Lease:
                 why="the agent would run as the job's own user and could read the GitHub token and forge the verdict",
                 fix="remove `isolation: none` from the plan; GitHub-hosted runners isolate in kernel namespaces")
         return Lease(Identity())
-    return _room_lease()
+    return _room_lease(repo)
 
 
-def _room_lease() -> Lease:
+def _room_lease(repo: Path | None = None) -> Lease:
     """Kernel namespaces (bubblewrap) as plan-runner's own uid, whoever that is."""
-    from runner.adapters.sandbox.agentenv import own_roots
-
-    also = [Path(p) for p in own_roots()] + [Path(sys.base_prefix), Path(sys.executable)]
+    # plan-runner's own code: its `runner` package (never the tree that holds it: a checkout of plan-runner that is
+    # the judged repository would show its .git) and its venv
+    package = Path(__file__).resolve().parents[2]
+    also = [package] + ([Path(os.path.realpath(sys.prefix))] if sys.prefix != sys.base_prefix else [])
+    also += [Path(sys.base_prefix), Path(sys.executable)]
     claude = os.environ.get("PLAN_RUNNER_CLAUDE")
     if claude:
         also.append(Path(claude))
-    shown = rooms.toolchain(os.environ.get("PATH", os.defpath), also, homes=[Path.home()],
-                            private=[judge_dir("agents").parent])
+    private = [judge_dir("agents").parent] + ([Path(repo)] if repo is not None else [])
+    shown = rooms.toolchain(os.environ.get("PATH", os.defpath), also, homes=[Path.home()], private=private)
+    if not any(package == p or p in package.parents for p in shown):
+        shown += (package,)  # plan-runner's package alone, read-only, even inside the judged repository
     made = rooms.open_room(toolchain_roots=shown, base=judge_dir("rooms"), can_sudo=_can_sudo,
                            sudo=tools.resolve(check_code=False).sudo or "sudo")
     uid, gid = os.geteuid(), os.getegid()
@@ -195,8 +201,8 @@ def _room_lease() -> Lease:
 
 
 @contextmanager
-def leased(isolation: Isolation, *, actions: bool = False) -> Iterator[Identity]:
-    lease = acquire(isolation, actions=actions)
+def leased(isolation: Isolation, *, actions: bool = False, repo: Path | None = None) -> Iterator[Identity]:
+    lease = acquire(isolation, actions=actions, repo=repo)
     try:
         yield lease.identity
     finally:

@@ -264,7 +264,7 @@ def build(job: _Job) -> dict[str, str] | None:
     job.scratch.mkdir(parents=True, exist_ok=True)
     env = build_agent_env(job.ws.env, allow=job.plan.config.agent.env, api_key_vars=())  # no credentials
     env["PATH"] = clean_path(env.get("PATH", ""), also=(job.ws.repo,))
-    with sandbox.leased(isolation_of(job.ws, job.plan), actions=True) as identity, \
+    with sandbox.leased(isolation_of(job.ws, job.plan), actions=True, repo=job.ws.repo) as identity, \
             identity.network("setup", job.plan.config.network):  # the registries (or the plan's list) only
         for place in job.places():
             env["HOME"] = str(job.area.gate_home)

@@ -67,7 +67,7 @@ def salvage(s: Session, base_sha: str | None) -> tuple[str | None, str]:
     if base_sha is None or not agentarea.has_clone(area) or gitwork.ref_sha(ws.repo, f"refs/heads/{branch}") != base_sha:
         return None, ""
     try:
-        with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
+        with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity:
             agentarea.reveal_clone(area, identity, ws.scratch_dir / plan.id)  # (hidden by an export cut short)
             imported = agentarea.export_work(area, identity, ws.repo, branch, base_sha, plan.id,
                                              ws.scratch_dir / plan.id)

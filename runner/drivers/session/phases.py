@@ -277,7 +277,7 @@ def run_session(ws: Workspace, ports: Ports, session: Session | None = None) -> 
         return action
     begun = None
     try:
-        with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions) as identity:
+        with sandbox.leased(isolation_of(ws, s.trusted), actions=ws.actions, repo=ws.repo) as identity:
             ws.on_event("isolation", identity.describe())
             begun = begin(s, action)
             if isinstance(begun, SessionResult):

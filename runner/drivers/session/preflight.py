@@ -407,7 +407,7 @@ def before_first_session(ws, ports, *, warn=lambda text: None, session=None, ful
     # An area of this preflight's own, never the plan's: two jobs starting the plan's first session at once both
     # run a preflight, and the one that loses the start must not touch the winner's gates or clone.
     area = agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
-    with sandbox.leased(isolation_of(ws, plan), actions=ws.actions) as identity:
+    with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity:
         try:
             checked = _as_it_will_run(ws, plan, identity, area)
             checkout, setup_failed = checked if checked is not None else (None, None)
