@@ -1,6 +1,7 @@
 """Issue 22: an agent fills a file system plan-runner shares (bytes, or the inode table). The session ends in a
 clear error (no `unexpected error: OSError`), nothing is lost, and once space is back the next session records
-what happened and runs. Real small file systems: a tmpfs mounted for the test (the suite runs as root)."""
+what happened and runs. Real small file systems: a tmpfs mounted for the test, which takes privilege: the tests run
+where the user has passwordless sudo (`sudo_user`: .ci/run's second step)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from runner.drivers.session import space
 from tests.attack_world import Arena
 from tests.reliability_world import git, ledger
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sudo_user]
+SUDO = [] if os.geteuid() == 0 else ["sudo", "-n"]
 
 
 @pytest.fixture
@@ -23,12 +25,13 @@ def small_fs(tmp_path):
     """A 48 MB tmpfs with 3000 inodes at tmp_path/small, unmounted afterwards."""
     mount = tmp_path / "small"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,nr_inodes=3000,mode=0755", "tmpfs", str(mount)],
-                   check=True)
+    owner = f"uid={os.getuid()},gid={os.getgid()}"  # the user's own, as a disk it works on is
+    subprocess.run([*SUDO, "mount", "-t", "tmpfs", "-o", f"size=48m,nr_inodes=3000,mode=0755,{owner}", "tmpfs",
+                    str(mount)], check=True)
     try:
         yield mount
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+        subprocess.run([*SUDO, "umount", "-l", str(mount)], check=False)
 
 
 def _session(a: Arena) -> subprocess.CompletedProcess:

@@ -152,7 +152,8 @@ def test_a_tag_is_pinned_to_its_commit_sha(tmp_path):
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q",
                     "--allow-empty", "-m", "release"], check=True)
-    subprocess.run(["git", "-C", str(repo), "tag", "-a", "v0", "-m", "v0"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b", "tag", "-a", "v0", "-m", "v0"],
+                   check=True)
     sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert resolve_ref(str(repo), "v0") == sha  # the peeled commit, not the tag object
     assert pin_action_ref("octo-org/plan-runner@v0", server=str(tmp_path)) == (
