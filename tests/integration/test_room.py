@@ -20,6 +20,7 @@ import pytest
 
 from runner.adapters.sandbox import room as rooms
 from runner.core.errors import PlanRunnerError
+from tests.other_users import again_as_root
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,12 +82,11 @@ def _user(name: str, sudo: bool) -> pwd.struct_passwd:
 
 def _who(kind: str) -> pwd.struct_passwd:
     """The user a case runs as: root itself, or an ordinary user (made when the suite is root; else the suite's own
-    user stands for the ordinary one, and the other kinds are skipped)."""
+    user is the ordinary one, and the other kinds have been run again as root: tests/other_users.again_as_root)."""
     me = pwd.getpwuid(os.getuid())
     if os.getuid() != 0:
-        if kind == "plain":
-            return me
-        pytest.skip("needs root to make the other users (CI's root job makes them)")
+        assert kind == "plain", "the other kinds run as root (again_as_root)"
+        return me
     if kind == "root":
         return me
     return _user("pr-room-plain" if kind == "plain" else "pr-room-sudo", sudo=kind == "sudo")
@@ -116,10 +116,12 @@ def _base(entry: pwd.struct_passwd, tag: str) -> Path:
     return base
 
 
-@pytest.mark.parametrize("kind", ["root", "plain", "sudo"])
-def test_a_room_sees_its_work_and_the_toolchain_and_nothing_of_the_home_or_the_judge(kind):
+@pytest.mark.parametrize("kind", [pytest.param("root", marks=pytest.mark.sudo_user), "plain", pytest.param("sudo", marks=pytest.mark.sudo_user)])
+def test_a_room_sees_its_work_and_the_toolchain_and_nothing_of_the_home_or_the_judge(kind, request):
     """~/.ssh/id_rsa, the rest of the home, the judge's repository and state are not there; the work folder is
     writable, the system read-only, python runs; the room's own TMP and HOME are gone after close."""
+    if kind != "plain" and again_as_root(request):
+        return
     entry = _who(kind)
     base = _base(entry, f"sees-{kind}")
     seen = _probe(entry, SEES, base)
@@ -139,8 +141,11 @@ def test_a_room_sees_its_work_and_the_toolchain_and_nothing_of_the_home_or_the_j
     assert not seen["folder_left"]
 
 
-def test_without_the_room_the_same_probe_reads_the_key():
+@pytest.mark.sudo_user
+def test_without_the_room_the_same_probe_reads_the_key(request):
     """Positive control: the Unconfined adapter (isolation: none) reads the planted key and lists the home."""
+    if again_as_root(request):
+        return
     entry = _who("root")
     base = _base(entry, "control")
     key = Path(entry.pw_dir) / ".ssh" / "id_rsa"
@@ -160,9 +165,11 @@ echo started
 """
 
 
-@pytest.mark.parametrize("kind", ["root", "plain", "sudo"])
-def test_a_forked_daemon_dies_with_the_room_and_no_process_is_left(kind):
+@pytest.mark.parametrize("kind", [pytest.param("root", marks=pytest.mark.sudo_user), "plain", pytest.param("sudo", marks=pytest.mark.sudo_user)])
+def test_a_forked_daemon_dies_with_the_room_and_no_process_is_left(kind, request):
     """A setsid daemon and a nohup'd sleeper started in the room are gone when its first process returns."""
+    if kind != "plain" and again_as_root(request):
+        return
     entry = _who(kind)
     base = _base(entry, f"daemon-{kind}")
     seen = _probe(entry, DAEMON, base)
@@ -173,9 +180,11 @@ def test_a_forked_daemon_dies_with_the_room_and_no_process_is_left(kind):
     assert left.stdout.strip() == "", left.stdout
 
 
-@pytest.mark.parametrize("kind", ["root", "plain"])
-def test_a_layered_folder_takes_writes_in_a_throwaway_layer(kind, tmp_path):
+@pytest.mark.parametrize("kind", [pytest.param("root", marks=pytest.mark.sudo_user), "plain"])
+def test_a_layered_folder_takes_writes_in_a_throwaway_layer(kind, tmp_path, request):
     """The overlay: the process writes, deletes and replaces in a read-only base; the base is unchanged after."""
+    if kind != "plain" and again_as_root(request):
+        return
     entry = _who(kind)
     base = _base(entry, f"layer-{kind}")
     script = textwrap.dedent(f"""\
@@ -262,11 +271,13 @@ def test_the_toolchain_shows_a_pyenv_or_nvm_install_in_the_home_whole_but_never_
     assert rooms.toolchain(str(home / ".pyenv" / "shims"), homes=[home]) == (home / ".pyenv" / "shims",)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="what root alone may read: only a root plan-runner's rooms hide it")
-def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path):
+@pytest.mark.sudo_user  # run again as root (tests/other_users.py): only a root plan-runner's rooms hide it
+def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path, request):
     """Issue 49: as root, a room's uid is root's outside (kuid 0), so a file only root may read that the room shows by
     mount (/etc/shadow, an ssh host key) would be readable in it as its owner. Every root room covers them.
     Control: the same room with nothing covered reads /etc/shadow."""
+    if again_as_root(request):
+        return
     secret = Path("/etc/plan-runner-test-secret")
     secret.write_text("ROOT-ONLY\n")
     secret.chmod(0o600)
@@ -289,11 +300,13 @@ def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path):
         secret.unlink()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a sysctl is writable on file modes alone only to kuid 0")
-def test_as_root_a_room_cannot_write_the_hosts_sysctls():
+@pytest.mark.sudo_user  # run again as root: a sysctl is writable on file modes alone only to kuid 0
+def test_as_root_a_room_cannot_write_the_hosts_sysctls(request):
     """Issue 49: as root, the room's processes are kuid 0 outside, and the kernel checks a write to /proc/sys by file
     mode and euid alone (no capability): vm.swappiness, kernel.core_pattern would be the host's to change. A root
     plan-runner's rooms see /proc/sys read-only. The probe writes back the value it read (a no-op if it got in)."""
+    if again_as_root(request):
+        return
     room = rooms.open_room()
     try:
         probe = ("v=$(cat /proc/sys/vm/swappiness); echo \"$v\" > /proc/sys/vm/swappiness 2>/dev/null && echo WROTE; "

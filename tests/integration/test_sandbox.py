@@ -1,9 +1,10 @@
 """The identity untrusted code runs as (runner.adapters.sandbox.identity): a room of kernel namespaces, whoever
 runs plan-runner; what it cannot reach, and that nothing of it survives.
 
-The in-process tests run as the suite's user (root in CI's root job, an ordinary user otherwise); the tests that
-create ordinary users the way a GitHub-hosted runner has one (`runner`, with passwordless sudo) and a laptop has
-one (no sudo) need root to make them, and are skipped without it.
+The in-process tests run as the suite's user (an ordinary user: .ci/run); the tests that make ordinary users the way
+a GitHub-hosted runner has one (`runner`, with passwordless sudo) and a laptop has one (no sudo) and run plan-runner
+as them take privilege (tests/other_users.py): they carry the `sudo_user` marker and run where the suite's user has
+passwordless sudo (.ci/run's second step).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from runner.adapters.sandbox import identity as sandbox
 from runner.adapters.sandbox import room as rooms
 from runner.core.errors import PlanRunnerError
 from runner.adapters.sandbox.supervise import supervise
+from tests.other_users import as_user, make_user, privileged
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,37 +116,22 @@ MAKE_REPO = textwrap.dedent("""\
 
 
 def _user(name: str, sudo: bool) -> pwd.struct_passwd:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make the users under test (CI's root job makes them)")
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True)
-    sudoers = Path(f"/etc/sudoers.d/{name}")
-    if sudo:
-        sudoers.write_text(f"{name} ALL=(ALL) NOPASSWD:ALL\n")
-        sudoers.chmod(0o440)
-    else:
-        sudoers.unlink(missing_ok=True)
-    entry = pwd.getpwnam(name)
-    Path(entry.pw_dir).chmod(0o750)  # like /home/runner: other users cannot enter it
-    return entry
+    return make_user(name, sudo)
 
 
 def _as_user(entry: pwd.struct_passwd, argv: list[str], cwd: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": entry.pw_dir, "LANG": "C.UTF-8"}
-    return subprocess.run(argv, cwd=cwd, env=env, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
-                          capture_output=True, text=True, timeout=180)
+    return as_user(entry, argv, cwd)
 
 
 def _session_as(entry: pwd.struct_passwd, tag: str) -> subprocess.CompletedProcess[str]:
     where = Path(entry.pw_dir) / tag
-    subprocess.run(["rm", "-rf", str(where)], check=True)
+    privileged("rm", "-rf", str(where))
     made = _as_user(entry, [sys.executable, "-c", MAKE_REPO.format(root=str(ROOT), where=str(where))], entry.pw_dir)
     assert made.returncode == 0, made.stderr
     return _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(where / "repo"))
 
 
+@pytest.mark.sudo_user
 def test_a_judge_with_passwordless_sudo_isolates_like_a_hosted_runner():
     """An ordinary user with `sudo -n` (GitHub's `runner`) runs the agent in kernel namespaces, as its own uid (no
     pooled user is made), and advances."""
@@ -183,7 +170,7 @@ def _snooping_session_as(entry: pwd.struct_passwd, tag: str, *extra: str) -> tup
                  _as_user(entry, ["sh", "-c", f"echo PRIVATE-KEY-{tag} > {key} && chmod 600 {key}"], str(home))):
         assert made.returncode == 0, made.stderr
     where = home / tag
-    subprocess.run(["rm", "-rf", str(where)], check=True)
+    privileged("rm", "-rf", str(where))
     agent = SNOOP.format(key=key, home=home, marker=f"pr-snoop-{tag}")
     code = MAKE_AGENT_REPO.format(root=str(ROOT), where=str(where), agent=agent)
     made = _as_user(entry, [sys.executable, "-c", code],
@@ -195,6 +182,7 @@ def _snooping_session_as(entry: pwd.struct_passwd, tag: str, *extra: str) -> tup
     return proc, shown.stdout
 
 
+@pytest.mark.sudo_user
 @pytest.mark.parametrize("sudo", [False, True], ids=["plain-user", "sudo-user"])
 def test_an_ordinary_user_runs_the_agent_isolated_in_namespaces(sudo):
     """Issue 49: no root, with or without sudo (a laptop, GitHub's `runner`): the session runs isolated in kernel
@@ -282,6 +270,7 @@ def _listener() -> tuple[socket.socket, int]:
     return srv, srv.getsockname()[1]
 
 
+@pytest.mark.sudo_user
 def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_proxy():
     """Issue 49, item 4, as an ordinary user without sudo: the agent's room has no network of its own (a host port
     is out of reach directly); through the allow-list proxy it reaches the address the plan's `network: agent:`
@@ -292,7 +281,7 @@ def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_pr
     try:
         entry = _user("pr-test-plain", sudo=False)
         where = Path(entry.pw_dir) / "net-ns"
-        subprocess.run(["rm", "-rf", str(where)], check=True)
+        privileged("rm", "-rf", str(where))
         agent = NET_PROBE.replace("UNLISTED", str(unlisted)).replace("LISTED", str(listed))
         made = _as_user(entry, [sys.executable, "-c", MAKE_AGENT_REPO.format(root=str(ROOT), where=str(where),
                                                                              agent=agent)], entry.pw_dir)
@@ -331,6 +320,7 @@ SHOW_ENV = ("env | grep -i -e anthropic -e proxy > env.txt; cat /proc/*/environ 
             "sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/calc.md; git add -A && git commit -qm 'Add mul, tick 1.1'")
 
 
+@pytest.mark.sudo_user
 def test_in_namespaces_an_api_key_agent_never_holds_its_key():
     """Issue 49, item 4: the built-in agent (an API-key backend) of an ordinary user without sudo runs in the room
     behind the proxy: no process in it holds the key (its environment has a placeholder and the proxy's address),
@@ -339,7 +329,7 @@ def test_in_namespaces_an_api_key_agent_never_holds_its_key():
 
     entry = _user("pr-test-plain", sudo=False)
     where = Path(entry.pw_dir) / "key-ns"
-    subprocess.run(["rm", "-rf", str(where)], check=True)
+    privileged("rm", "-rf", str(where))
     made = _as_user(entry, [sys.executable, "-c", MAKE_AGENT_REPO.format(root=str(ROOT), where=str(where),
                                                                          agent="#!/bin/sh\n")], entry.pw_dir)
     assert made.returncode == 0, made.stderr
@@ -348,14 +338,12 @@ def test_in_namespaces_an_api_key_agent_never_holds_its_key():
     code = (f"import re; from pathlib import Path; p = Path({str(plan)!r}); "
             "p.write_text(re.sub(r'backend: command\\n  executable: .*\\n', 'backend: anthropic\\n', p.read_text()))")
     edit = _as_user(entry, ["sh", "-c", '"$0" -c "$1" && git commit -qam anthropic', sys.executable, code], str(repo))
-    assert edit.returncode == 0 and "backend: anthropic" in plan.read_text(), edit.stderr
+    assert edit.returncode == 0 and "backend: anthropic" in _as_user(entry, ["cat", str(plan)], "/").stdout, edit.stderr
     with MessagesServer() as srv:
         srv.enqueue(reply(tool_use("run_shell", {"command": SHOW_ENV})), reply("Done: mul added."))
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": entry.pw_dir, "LANG": "C.UTF-8",
                "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": srv.url}
-        proc = subprocess.run([sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], cwd=repo,
-                              env=env, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], capture_output=True,
-                              text=True, timeout=180)
+        proc = as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], repo, env=env)
         keys = [r.headers.get("x-api-key") for r in srv.message_requests]
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
@@ -369,6 +357,7 @@ SETUP = ("setup:\n  run: [\"mkdir -p .made && echo ok > .made/x && mkdir -p buil
          "  cache: [.made]\n  key: [plans/calc.md]\nbudget:")
 
 
+@pytest.mark.sudo_user
 @pytest.mark.parametrize("sudo", [True, False], ids=["sudo-user", "plain-user"])
 def test_a_plan_with_setup_runs_its_first_session_as_an_ordinary_user(sudo):
     """Issue 49: as an ordinary user with passwordless sudo (GitHub's `runner`) the first session of a plan with
@@ -378,14 +367,14 @@ def test_a_plan_with_setup_runs_its_first_session_as_an_ordinary_user(sudo):
     entry = _user("pr-test-sudo" if sudo else "pr-test-plain", sudo=sudo)
     tag = "setup-sudo" if sudo else "setup-plain"
     where = Path(entry.pw_dir) / tag
-    subprocess.run(["rm", "-rf", str(where)], check=True)
+    privileged("rm", "-rf", str(where))
     made = _as_user(entry, [sys.executable, "-c", MAKE_REPO.format(root=str(ROOT), where=str(where))], entry.pw_dir)
     assert made.returncode == 0, made.stderr
     repo = where / "repo"
     plan = repo / "plans" / "calc.md"
     code = f"from pathlib import Path; p = Path({str(plan)!r}); p.write_text(p.read_text().replace('budget:', {SETUP!r}, 1))"
     edit = _as_user(entry, ["sh", "-c", '"$0" -c "$1" && git commit -qam setup', sys.executable, code], str(repo))
-    assert edit.returncode == 0 and "setup:" in plan.read_text(), edit.stderr
+    assert edit.returncode == 0 and "setup:" in _as_user(entry, ["cat", str(plan)], "/").stdout, edit.stderr
     proc = _as_user(entry, [sys.executable, "-m", "runner", "session", "plans/calc.md", "--json"], str(repo))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "Advanced", proc.stderr
@@ -395,6 +384,7 @@ def test_a_plan_with_setup_runs_its_first_session_as_an_ordinary_user(sudo):
     assert "calc/mul.py" in tracked and ".made/x" not in tracked and "built/out" not in tracked, tracked
 
 
+@pytest.mark.sudo_user
 @pytest.mark.parametrize("sudo", [True, False], ids=["sudo-user", "plain-user"])
 def test_the_readme_first_command_finishes_for_an_ordinary_user_with_a_private_home(sudo):
     """Issue 20: an ordinary user with passwordless sudo and a 0750 home copies plan-runner into it and runs the
@@ -405,7 +395,7 @@ def test_the_readme_first_command_finishes_for_an_ordinary_user_with_a_private_h
     entry = _user("pr-test-reach" if sudo else "pr-test-reach-plain", sudo=sudo)
     home = Path(entry.pw_dir)
     src, tmp = home / "plan-runner", home / "tmp"
-    subprocess.run(["rm", "-rf", str(src), str(tmp)], check=True)
+    privileged("rm", "-rf", str(src), str(tmp))
     for made in (_as_user(entry, ["mkdir", "-p", str(src), str(tmp)], str(home)),
                  _as_user(entry, ["cp", "-r", str(ROOT / "runner"), str(ROOT / "pyproject.toml"),
                                   str(ROOT / "README.md"), str(src)], str(home)),
@@ -418,8 +408,7 @@ def test_the_readme_first_command_finishes_for_an_ordinary_user_with_a_private_h
     env = {"PATH": f"{Path(sys.base_prefix) / 'bin'}:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "TMPDIR": str(tmp)}
     env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})  # the machine's package index
-    proc = subprocess.run(["sh", "-c", first], cwd=src, env=env, user=entry.pw_uid, group=entry.pw_gid,
-                          extra_groups=[], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    proc = as_user(entry, ["sh", "-c", first], src, env=env, timeout=900, stdin=subprocess.DEVNULL)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     assert "without isolation" not in text and "isolated in kernel namespaces" in text, text[:2000]
