@@ -4,8 +4,11 @@ users, or fails before any session is recorded with what / why / fix."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,12 +18,25 @@ from runner.core.planfile import parse_plan
 from tests.e2e_act import world as w
 from tests.servers.github import GitHubServer
 from tests.integration.test_action_modes import Jobs
+from tests.other_users import privileged
 
 pytestmark = pytest.mark.integration
 
 
 def plan_with(backend: str, extra: str = "") -> str:
     return w.PLAN.replace("  backend: script\n  script: plans/greeter.script.yaml\n", f"  backend: {backend}\n{extra}")
+
+
+@contextmanager
+def root_owned_folder() -> Iterator[Path]:
+    """A folder only root may write, every parent too (the action installs only into such a folder, as
+    /usr/local/lib on a hosted runner): made and removed through sudo (tests/other_users.py)."""
+    base = Path(f"/usr/local/lib/plan-runner-test-{secrets.token_hex(4)}")
+    privileged("install", "-d", "-m", "0755", "-o", "0", "-g", "0", str(base))
+    try:
+        yield base
+    finally:
+        privileged("rm", "-rf", str(base))
 
 
 def test_only_cli_backends_without_an_executable_need_an_install() -> None:
@@ -33,6 +49,7 @@ def test_only_cli_backends_without_an_executable_need_an_install() -> None:
     assert needed_cli(parse_plan(w.PLAN, "plans/a.md"), {}) is None
 
 
+@pytest.mark.sudo_user  # the action installs its CLI into a root-owned folder: a hosted runner's shape (sudo)
 def test_a_runner_without_npm_fails_before_any_session_is_recorded(tmp_path: Path) -> None:
     """No npm on the runner: the session job fails with the setup-node fix and the plan's ledger stays empty."""
     with GitHubServer() as srv:
@@ -41,25 +58,28 @@ def test_a_runner_without_npm_fails_before_any_session_is_recorded(tmp_path: Pat
         bare_path.mkdir()
         for tool in ("git", "python3"):
             os.symlink(shutil.which(tool), bare_path / tool)
-        rc, out, outputs, summary, _ = jobs.session(PATH=str(bare_path),
-                                                    PLAN_RUNNER_INSTALL_ROOT=str(tmp_path / "tools" / "plan-runner"))
+        with root_owned_folder() as tools:
+            rc, out, outputs, summary, _ = jobs.session(PATH=str(bare_path),
+                                                        PLAN_RUNNER_INSTALL_ROOT=str(tools / "plan-runner"))
         assert rc == 2 and outputs["outcome"] == "error"
         assert "npm is not installed" in summary and "actions/setup-node" in summary
         assert w.ref(jobs.bare, "plan-runner/state") is None
 
 
 @pytest.mark.e2e
+@pytest.mark.sudo_user  # root owns the install: placed through sudo -n, as on a hosted runner
 def test_the_pinned_claude_code_cli_is_installed_read_only_for_others(tmp_path: Path) -> None:
     """npm installs the pinned Claude Code into plan-runner's install directory; it answers --version with that
     version, root owns all of it, no other user may write any of it, and a second call reuses it without npm."""
-    root = tmp_path / "usr-local-lib" / "plan-runner"
-    env = {**os.environ, "PLAN_RUNNER_INSTALL_ROOT": str(root)}  # the job's environment (proxy, CA bundle, ...)
-    path = install_cli(CLIS["claude-code"], env)
-    assert path == root / "claude-code-2.1.332" / "node_modules" / ".bin" / "claude"
-    writable = [p for p in root.rglob("*") if not p.is_symlink()
-                and (p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH) or p.stat().st_uid != 0)]
-    assert writable == []
-    assert install_cli(CLIS["claude-code"], {**env, "PATH": "/nonexistent"}) == path  # cached: no npm needed
+    with root_owned_folder() as base:
+        root = base / "plan-runner"
+        env = {**os.environ, "PLAN_RUNNER_INSTALL_ROOT": str(root)}  # the job's environment (proxy, CA bundle, ...)
+        path = install_cli(CLIS["claude-code"], env)
+        assert path == root / "claude-code-2.1.332" / "node_modules" / ".bin" / "claude"
+        writable = [p for p in root.rglob("*") if not p.is_symlink()
+                    and (p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH) or p.stat().st_uid != 0)]
+        assert writable == []
+        assert install_cli(CLIS["claude-code"], {**env, "PATH": "/nonexistent"}) == path  # cached: no npm needed
 
 
 def _due_step() -> str:
