@@ -63,56 +63,78 @@ DEFAULT_INSTALL_ROOT = "/usr/local/lib/plan-runner"
 SUDO = "/usr/bin/sudo"  # absolute: PATH's first entries on the hosted image are world-writable
 
 
-def writable_by_others(path: Path) -> str | None:
-    """The first component of `path`'s real path (from /) that a user other than root could change or rename
-    entries of: not owned by root, or writable by group or others without the sticky bit. None when there is none."""
+def install_owner() -> int:
+    """Who owns plan-runner's install: root (plan-runner is root, or may use passwordless sudo: GitHub's hosted
+    runners), else plan-runner's own user (a self-hosted runner's ordinary user). Either way the agent's room shows
+    the install read-only (runner.adapters.sandbox.room) and no other user may change it (`writable_by_others`)."""
+    if os.geteuid() == 0:
+        return 0
+    try:
+        sudo = subprocess.run([SUDO, "-n", "/bin/true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        sudo = False
+    return 0 if sudo else os.geteuid()
+
+
+def writable_by_others(path: Path, owner: int = 0) -> str | None:
+    """The first component of `path`'s real path (from /) that a user other than root (and `owner`) could change or
+    rename entries of: owned by another, or writable by group or others without the sticky bit. None when none."""
     real = Path(os.path.realpath(path))
     for part in (*reversed(real.parents), real):
         try:
             st = part.stat()
         except OSError:
-            return None  # not created yet: it will be, by root, inside the components checked so far
-        if st.st_uid != 0:
+            return None  # not created yet: it will be, by its owner, inside the components checked so far
+        if st.st_uid not in (0, owner):
             return f"{part} (owner uid {st.st_uid})"
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
             return f"{part} (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 
 
-def install_root(env: Mapping[str, str]) -> Path:
-    """plan-runner's own install directory, refused when anyone but root could change it."""
-    root = Path(env.get("PLAN_RUNNER_INSTALL_ROOT") or DEFAULT_INSTALL_ROOT)
-    weak = writable_by_others(root) if root.is_absolute() else f"{root} (not an absolute path)"
+def default_install_root(owner: int, env: Mapping[str, str]) -> Path:
+    if owner == 0:
+        return Path(DEFAULT_INSTALL_ROOT)
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return Path(cache) / "plan-runner" / "install"
+
+
+def install_root(env: Mapping[str, str], owner: int | None = None) -> Path:
+    """plan-runner's own install directory, refused when a user other than root (or its owner) could change it."""
+    owner = install_owner() if owner is None else owner
+    root = Path(env.get("PLAN_RUNNER_INSTALL_ROOT") or default_install_root(owner, env))
+    weak = writable_by_others(root, owner) if root.is_absolute() else f"{root} (not an absolute path)"
     if weak:
         raise PlanRunnerError(
-            what=f"plan-runner's install directory {root} is not safe from the agent",
-            why=f"{weak} lets another user than root change or rename what is installed there, and the agent runs "
-                "as another user",
-            fix="set PLAN_RUNNER_INSTALL_ROOT to a directory whose every parent only root may write (the action's "
-                f"default, {DEFAULT_INSTALL_ROOT}, is one on GitHub's hosted runners)")
+            what=f"plan-runner's install directory {root} is not safe from other users",
+            why=f"{weak} lets a user other than root{'' if owner == 0 else ' or this one'} change or rename what is "
+                "installed there",
+            fix="set PLAN_RUNNER_INSTALL_ROOT to a directory whose every parent only root (or this job's user) may "
+                f"write (the action's default, {DEFAULT_INSTALL_ROOT}, is one on GitHub's hosted runners)")
     return root
 
 
-def as_root(argv: list[str]) -> list[str]:
-    return argv if os.geteuid() == 0 else [SUDO, "-n", *argv]
-
-
-def place_as_root(src: Path, dest: Path) -> None:
-    """A root-owned copy of `src` at `dest`, read-only for everyone else, renamed into place in one step (a folder
-    at `dest` is always complete; when another job placed it first, its copy stays)."""
+def place_as_root(src: Path, dest: Path, owner: int | None = None) -> None:
+    """A copy of `src` at `dest` owned by the install's owner (root through sudo, or plan-runner's own user),
+    read-only for everyone else, renamed into place in one step (a folder at `dest` is always complete; when
+    another job placed it first, its copy stays)."""
+    owner = install_owner() if owner is None else owner
+    run_as = [] if owner != 0 or os.geteuid() == 0 else [SUDO, "-n"]
     new = dest.parent / f".new-{dest.name}-{os.getpid()}"
-    steps = [["/bin/rm", "-rf", str(new)], ["/usr/bin/install", "-d", "-m", "0755", "-o", "0", "-g", "0", str(dest.parent)],
-             ["/bin/cp", "-R", "--no-preserve=ownership", "--", str(src), str(new)],
-             ["/bin/chown", "-R", "0:0", str(new)], ["/bin/chmod", "-R", "go-w,a+rX", str(new)]]
+    make = ["/usr/bin/install", "-d", "-m", "0755", *(["-o", "0", "-g", "0"] if owner == 0 else []), str(dest.parent)]
+    steps = [["/bin/rm", "-rf", str(new)], make, ["/bin/cp", "-R", "--no-preserve=ownership", "--", str(src), str(new)],
+             *([["/bin/chown", "-R", "0:0", str(new)]] if owner == 0 else []), ["/bin/chmod", "-R", "go-w,a+rX", str(new)]]
     for argv in steps:
-        proc = subprocess.run(as_root(argv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        proc = subprocess.run([*run_as, *argv], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
         if proc.returncode != 0:
             raise PlanRunnerError(
                 what=f"cannot place {dest.name} in plan-runner's install directory {dest.parent}",
-                why=f"`{' '.join(argv)}` as root failed: {(proc.stderr or proc.stdout).strip()[-400:]}",
-                fix="run the job as root or give its user passwordless sudo (GitHub's hosted runners do)")
-    if subprocess.run(as_root(["/bin/mv", "-T", str(new), str(dest)]), capture_output=True).returncode != 0:
-        subprocess.run(as_root(["/bin/rm", "-rf", str(new)]), capture_output=True)  # another job won
+                why=f"`{' '.join(argv)}`{' as root' if owner == 0 else ''} failed: "
+                    f"{(proc.stderr or proc.stdout).strip()[-400:]}",
+                fix="run the job as root or give its user passwordless sudo (GitHub's hosted runners do), or set "
+                    "PLAN_RUNNER_INSTALL_ROOT to a directory of this job's user")
+    if subprocess.run([*run_as, "/bin/mv", "-T", str(new), str(dest)], capture_output=True).returncode != 0:
+        subprocess.run([*run_as, "/bin/rm", "-rf", str(new)], capture_output=True)  # another job won
 
 
 def _works(path: Path, version: str) -> bool:
@@ -125,10 +147,11 @@ def _works(path: Path, version: str) -> bool:
 
 def install_cli(cli: AgentCli, env: Mapping[str, str], log=lambda text: None) -> Path:
     """The path of a working `cli` at its pinned version, installed once per runner in plan-runner's install
-    directory (root-owned: `install_root`)."""
-    prefix = install_root(env) / cli.key
+    directory (`install_root`: root's, or plan-runner's own user's where it may not use sudo)."""
+    owner = install_owner()
+    prefix = install_root(env, owner) / cli.key
     binary = prefix / "node_modules" / ".bin" / cli.binary
-    if _works(binary, cli.version) and not writable_by_others(binary.parent):
+    if _works(binary, cli.version) and not writable_by_others(binary.parent, owner):
         return binary
     npm = shutil.which("npm", path=env.get("PATH") or os.environ.get("PATH"))
     if npm is None:
@@ -154,7 +177,7 @@ def install_cli(cli: AgentCli, env: Mapping[str, str], log=lambda text: None) ->
                 why=detail or f"{staged_binary} does not answer `--version` with {cli.version}",
                 fix="re-run the job (a registry hiccup), or install the CLI in an earlier step and set "
                     f"`{cli.env}` to its path; nothing of the plan was recorded")
-        place_as_root(staged, prefix)
+        place_as_root(staged, prefix, owner)
     if not _works(binary, cli.version):
         raise PlanRunnerError(what=f"{binary} does not run after its install",
                               why=f"it does not answer `--version` with {cli.version}",
