@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from runner.drivers.actions import install_cache as ac
+from tests.other_users import again_as_root
 from tests.e2e_act import world as w
 from tests.e2e_act.hosted import ActionsCache, CompositeRunner, HostedImage
 from tests.servers.github import GitHubServer
@@ -125,7 +126,10 @@ def session_job(tmp_path: Path, name: str, cache: ActionsCache, offline: bool = 
 
 
 @pytest.mark.integration
-def test_a_second_session_job_on_a_fresh_runner_restores_the_install_instead_of_installing(tmp_path):
+@pytest.mark.sudo_user  # the hosted image's root-owned install: run again as root (tests/other_users.py)
+def test_a_second_session_job_on_a_fresh_runner_restores_the_install_instead_of_installing(tmp_path, request):
+    if again_as_root(request):
+        return
     cache = ActionsCache(tmp_path / "cache-service")
     image1, first, first_s = session_job(tmp_path, "job1", cache)
     assert first.status == "success", first.text

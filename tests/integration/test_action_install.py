@@ -14,6 +14,7 @@ import pytest
 
 from runner.core.errors import PlanRunnerError
 from runner.drivers.actions.install import install_root, writable_by_others
+from tests.other_users import again_as_root
 from tests.e2e_act import world as w
 from tests.e2e_act.hosted import CompositeRunner, HostedImage
 from tests.servers.github import GitHubServer
@@ -28,9 +29,12 @@ def as_other(*argv: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def test_a_folder_others_can_change_is_found_on_the_way_from_the_root(tmp_path: Path) -> None:
+@pytest.mark.sudo_user  # the hosted image's root-owned install: run again as root (tests/other_users.py)
+def test_a_folder_others_can_change_is_found_on_the_way_from_the_root(tmp_path: Path, request) -> None:
     """The hosted image's tool cache (0777, no sticky bit) is refused; a sticky world-writable parent (like /tmp)
     is not, when the entry in it is root's; a folder owned by another user is."""
+    if again_as_root(request):
+        return
     image = HostedImage(tmp_path)
     assert writable_by_others(image.tool_cache / "plan-runner") == f"{image.opt} (mode 777)"
     assert writable_by_others(image.install_root) is None
@@ -68,11 +72,14 @@ def run_install(tmp_path: Path, install_root_: Path | None = None):
         return image, job.run()
 
 
-def test_the_action_installs_plan_runner_where_only_root_can_change_it(tmp_path: Path) -> None:
+@pytest.mark.sudo_user  # the hosted image's root-owned install: run again as root (tests/other_users.py)
+def test_the_action_installs_plan_runner_where_only_root_can_change_it(tmp_path: Path, request) -> None:
     """The install step puts the venv and uv under the root-owned install directory, not the tool cache; root owns
     every file, none is writable by others, and another user can neither rename nor replace the venv (while the
     same user can rename what is in the hosted image's tool cache: the world is the image's). The run step then
     runs from it."""
+    if again_as_root(request):
+        return
     image, job = run_install(tmp_path)
     assert job.status == "success", job.text
     python = Path(job.step("install").outputs["python"])
@@ -99,9 +106,12 @@ def test_the_action_installs_plan_runner_where_only_root_can_change_it(tmp_path:
     assert len(compiled) > 100 and from_source == [], from_source[:10]
 
 
-def test_an_install_directory_others_could_change_fails_the_job_with_the_fix(tmp_path: Path) -> None:
+@pytest.mark.sudo_user  # the hosted image's root-owned install: run again as root (tests/other_users.py)
+def test_an_install_directory_others_could_change_fails_the_job_with_the_fix(tmp_path: Path, request) -> None:
     """PLAN_RUNNER_INSTALL_ROOT under the image's world-writable /opt: the install step fails with one ::error
     naming the folder and the fix; nothing is installed and plan-runner never runs."""
+    if again_as_root(request):
+        return
     opt_root = tmp_path / "image" / "opt" / "hostedtoolcache" / "plan-runner"
     image, job = run_install(tmp_path, install_root_=opt_root)
     assert job.status == "failure" and job.step("install").exit_code != 0

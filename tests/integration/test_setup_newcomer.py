@@ -6,7 +6,8 @@ Now: `validate` warns and the preflight stops naming `setup:`; a gate that canno
 parks once as a set-up problem with the fix, blaming nobody and burning nothing; after the maintainer adds the
 `setup:` block the docs show and replies `retry`, the plan finishes, crediting session 1's work; `setup:` ran in
 the agent's clone too (the agent ran the gate itself). Real git, real processes, real pytest and pip (from a
-wheelhouse made once with pip's configured index), the agent as its own user (isolation auto)."""
+wheelhouse made once with pip's configured index, committed in the project), the agent in its room (isolation
+auto)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import agent_visible
 from tests.reliability_world import git, ledger
 
 pytestmark = pytest.mark.integration
@@ -110,9 +112,8 @@ def _ledger(repo: Path) -> list[dict]:
 
 
 def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(world, tmp_path):
-    loot = world / "loot"
+    loot = agent_visible(world / "repo", "loot")  # where the agent, in its room, and this test both see it
     loot.mkdir()
-    os.chmod(loot, 0o777)
     (world / "agent.sh").write_text(AGENT.format(loot=loot))
     os.chmod(world / "agent.sh", 0o755)
     repo = world / "repo"
@@ -124,6 +125,9 @@ def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(
     (repo / "conftest.py").write_text("")
     (repo / "requirements-test.txt").write_text("pytest\n")
     (repo / ".gitignore").write_text(".venv/\n__pycache__/\n")
+    # the project's own wheelhouse, committed (pip's index stays out of an offline test; the room shows a set-up
+    # what its checkout holds and the toolchain, not the test's folders)
+    shutil.copytree(world / "wheels", repo / "wheels")
     (repo / "plans" / "calc.md").write_text(_plan(world, ".venv/bin/pytest -q -p no:cacheprovider"))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.name", "Maintainer")
@@ -148,7 +152,9 @@ def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(
     git(repo, "commit", "-q", "-am", "gate in a form the preflight cannot read")
     parked = cli(repo, "run", "plans/calc.md")
     assert parked.returncode == 3, parked.stdout + parked.stderr
-    (one,) = [e for e in _ledger(repo) if e.get("type") == "session"]
+    sessions = [e for e in _ledger(repo) if e.get("type") == "session"]
+    assert len(sessions) == 1, json.dumps(sessions, indent=1)[:3000]
+    (one,) = sessions
     assert (one["outcome"], one["blame"], one["rule"]) == ("NeedsHuman", "none", 1)
     reasons = " ".join(one["reasons"])
     assert "set-up problem" in reasons and "cannot start on a fresh checkout of the base" in reasons
@@ -160,7 +166,7 @@ def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(
     # 3. the maintainer follows the docs: a setup: block, the gate by its path in the venv, on main; then retry
     git(repo, "checkout", "-q", "main")
     (repo / "plans" / "calc.md").write_text(_plan(world, ".venv/bin/pytest -q -p no:cacheprovider",
-                                                  SETUP.format(wheels=world / "wheels")))
+                                                  SETUP.format(wheels="wheels")))
     git(repo, "commit", "-q", "-am", "setup: as the docs show")
     assert cli(repo, "validate", "plans/calc.md").returncode == 0
     assert cli(repo, "reply", "plans/calc.md", "retry").returncode == 0
