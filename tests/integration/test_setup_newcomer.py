@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import agent_visible
 from tests.reliability_world import git, ledger
 
 pytestmark = pytest.mark.integration
@@ -66,9 +65,9 @@ if grep -q 'a - b' calc.py; then
   sed -i 's/a - b/a + b/' calc.py && git commit -q -am 'Fix add'
 fi
 if [ -x .venv/bin/pytest ] && .venv/bin/pytest -q -p no:cacheprovider >/dev/null 2>&1; then
-  echo ok > {loot}/agent-ran-the-gate
+  echo "marker: agent-ran-the-gate"
 fi
-if [ -z "$(git status --porcelain)" ]; then echo clean > {loot}/clone-clean; fi
+if [ -z "$(git status --porcelain)" ]; then echo "marker: clone-clean"; fi
 sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/calc.md && git commit -q -am 'Tick 1.1' || true
 echo done
 """
@@ -77,7 +76,7 @@ echo done
 @pytest.fixture(scope="module")
 def world():
     top = Path(tempfile.mkdtemp(prefix="pr-newcomer-"))
-    os.chmod(top, 0o755)  # the agent's user reads its script and the wheelhouse, writes its loot
+    os.chmod(top, 0o755)
     wheels = top / "wheels"
     got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), "pytest"],
                          capture_output=True, text=True, timeout=300)
@@ -112,9 +111,7 @@ def _ledger(repo: Path) -> list[dict]:
 
 
 def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(world, tmp_path):
-    loot = agent_visible(world / "repo", "loot")  # where the agent, in its room, and this test both see it
-    loot.mkdir()
-    (world / "agent.sh").write_text(AGENT.format(loot=loot))
+    (world / "agent.sh").write_text(AGENT)
     os.chmod(world / "agent.sh", 0o755)
     repo = world / "repo"
     repo.mkdir()
@@ -175,6 +172,9 @@ def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(
     sessions = [e for e in _ledger(repo) if e.get("type") == "session"]
     assert [s["outcome"] for s in sessions] == ["NeedsHuman", "Advanced"]
     assert any("earlier session(s)" in r for r in sessions[1]["reasons"])  # session 1's fix is what is credited
-    assert (loot / "agent-ran-the-gate").exists()  # setup: ran in the agent's clone: it could run the gate
-    assert (loot / "clone-clean").exists()  # and what set-up made is not taken for the agent's leftovers
+    # What the agent said of its clone, in its session's log (its room, and the area with it, are gone once the plan
+    # is finished): setup: ran in the agent's clone, so it could run the gate; and what set-up made is not taken
+    # for the agent's leftovers.
+    said = cli(repo, "logs", "plans/calc.md", str(sessions[1]["n"])).stdout
+    assert "marker: agent-ran-the-gate" in said and "marker: clone-clean" in said, said[-3000:]
     assert "WIP" not in git(repo, "log", "--format=%s", "plan-runner/calc")
