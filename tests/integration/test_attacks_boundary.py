@@ -23,10 +23,12 @@ import pytest
 
 from runner.adapters.sandbox import fsafe, proc, tools
 from runner.adapters.sandbox import identity as sandbox
+from tests.other_users import again_as_root
 from tests.attack_world import arena  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="hands a file to another uid (chown): needs root")
+# hands a file to another uid (chown), or checks what root resolves: run again as root through sudo (tests/other_users.py)
+needs_root = pytest.mark.sudo_user
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 # A process whose main thread leaves with the bare `exit` syscall: its leader is a zombie, its other thread
@@ -269,9 +271,11 @@ def test_a_directory_swapped_for_a_link_during_the_copy_hands_on_nothing_of_the_
 
 
 @needs_root
-def test_a_directory_swapped_for_a_link_during_the_chown_gives_away_nothing_of_the_judges(tmp_path):
+def test_a_directory_swapped_for_a_link_during_the_chown_gives_away_nothing_of_the_judges(tmp_path, request):
     """The same flip while plan-runner hands a tree to the agent's uid: the judge's file keeps its owner; a
     path-based lchown walk (positive control) gives it away."""
+    if again_as_root(request):
+        return
     area, judge_git, _ = _arena_for_race(tmp_path)
     target = judge_git / "config"
 
@@ -334,10 +338,12 @@ def _planted_path(tmp_path: Path, log: Path) -> Path:
 
 
 @needs_root
-def test_a_git_or_sudo_planted_first_on_path_never_runs_as_the_judge(arena, tmp_path):
+def test_a_git_or_sudo_planted_first_on_path_never_runs_as_the_judge(arena, tmp_path, request):
     """A whole session with a planted `git` and `sudo` first on PATH: plan-runner never runs them (it drops the
     folder from its own PATH and resolves tools in root-owned folders), and the honest work advances.
     Positive control: a by-name lookup with that PATH runs the planted git."""
+    if again_as_root(request):
+        return
     log = tmp_path / "planted-ran"
     folder = _planted_path(tmp_path, log)
     path = f"{folder}:{os.environ['PATH']}"
@@ -353,9 +359,11 @@ def test_a_git_or_sudo_planted_first_on_path_never_runs_as_the_judge(arena, tmp_
 
 
 @needs_root
-def test_the_trusted_path_leaves_out_every_folder_others_can_write(tmp_path):
+def test_the_trusted_path_leaves_out_every_folder_others_can_write(tmp_path, request):
     """The folder on PATH that others can write is dropped, with why; sticky /tmp as an entry too; a root-owned
     0755 folder is kept."""
+    if again_as_root(request):
+        return
     log = tmp_path / "log"
     folder = _planted_path(tmp_path, log)
     safe = tmp_path / "safe"
