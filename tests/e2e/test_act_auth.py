@@ -57,6 +57,13 @@ def _pinned(action: str) -> str:
     return action.split(" #")[0]
 
 
+ROOM_STANDIN = pytest.mark.xfail(strict=True, reason=(
+    "issue 49: in the room the agent reaches the network only through its allow-list proxy, which carries the "
+    "model hosts of a cloud login (bedrock-runtime.*.amazonaws.com, aiplatform.googleapis.com, chatgpt.com) "
+    "by name; this test points the real CLI at a stand-in on the host's 127.0.0.1, which the room's own "
+    "loopback does not reach. Still to do: a route through the proxy for these logins' base URLs"))
+
+
 def _real_cli(world: ActWorld, backend: str) -> Path:
     """The real CLI where the action's install puts it (plan-runner's root-owned install directory)."""
     real = os.environ.get("PLAN_RUNNER_CLAUDE") if backend == "claude-code" else codex_exe()
@@ -128,6 +135,7 @@ def test_a_subscription_token_through_act(tmp_path, shared_install_root) -> None
     print(f"act run (oauth-token): {spent:.1f} s")
 
 
+@ROOM_STANDIN
 def test_bedrock_through_act_with_the_jobs_oidc_role(tmp_path, shared_install_root) -> None:
     with CloudServer() as srv:
         _script(srv)
@@ -147,6 +155,7 @@ def test_bedrock_through_act_with_the_jobs_oidc_role(tmp_path, shared_install_ro
     print(f"act run (bedrock): {spent:.1f} s")
 
 
+@ROOM_STANDIN
 def test_vertex_through_act_with_workload_identity_federation(tmp_path, shared_install_root) -> None:
     with CloudServer() as srv:
         _script(srv)
@@ -186,6 +195,7 @@ def test_an_openai_key_for_codex_through_act(tmp_path, shared_install_root) -> N
     print(f"act run (codex-api-key): {spent:.1f} s")
 
 
+@ROOM_STANDIN
 def test_a_chatgpt_login_for_codex_through_act(tmp_path, shared_install_root) -> None:
     """The login reaches the real Codex CLI as its own auth.json; its turns go to the ChatGPT backend with the
     login's access token and account id (no API key anywhere)."""

@@ -267,6 +267,12 @@ def test_the_toolchain_shows_a_pyenv_or_nvm_install_in_the_home_whole_but_never_
     assert set(rooms.toolchain(path, homes=[home])) == {version, node, home / ".local" / "bin"}
     shims = rooms.toolchain(str(home / ".pyenv" / "shims"), homes=[home])
     assert shims == (home / ".pyenv",)
+    # an npm-installed CLI (the action's install of Codex: .bin/codex is a launcher that loads the platform's binary
+    # from an optional dependency beside it): its whole package tree, in the home or not
+    for prefix in (home / "tools" / "codex-1", tmp_path / "lib" / "codex-1"):
+        (prefix / "node_modules" / ".bin").mkdir(parents=True)
+        (prefix / "node_modules" / "@openai" / "codex-linux-x64").mkdir(parents=True)
+        assert rooms.toolchain(str(prefix / "node_modules" / ".bin"), homes=[home]) == (prefix,)
     (home / ".pyenv" / "libexec" / "pyenv").unlink()  # a folder named shims that is not pyenv's: itself only
     assert rooms.toolchain(str(home / ".pyenv" / "shims"), homes=[home]) == (home / ".pyenv" / "shims",)
 

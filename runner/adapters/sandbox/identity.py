@@ -183,9 +183,9 @@ def _room_lease(repo: Path | None = None) -> Lease:
     package = Path(__file__).resolve().parents[2]
     also = [package] + ([Path(os.path.realpath(sys.prefix))] if sys.prefix != sys.base_prefix else [])
     also += [Path(sys.base_prefix), Path(sys.executable)]
-    claude = os.environ.get("PLAN_RUNNER_CLAUDE")
-    if claude:
-        also.append(Path(claude))
+    for cli in ("PLAN_RUNNER_CLAUDE", "PLAN_RUNNER_CODEX"):  # the agent CLIs the action installed (or the job names)
+        if os.environ.get(cli):
+            also.append(Path(os.environ[cli]))
     private = [judge_dir("agents").parent] + ([Path(repo)] if repo is not None else [])
     shown = rooms.toolchain(os.environ.get("PATH", os.defpath), also, homes=[Path.home()], private=private)
     if not any(package == p or p in package.parents for p in shown):

@@ -162,6 +162,8 @@ def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Pat
             continue
         named = folder if folder.is_dir() else folder.parent
         root = install_root(named)
+        if "node_modules" in named.parts:  # an npm package's program needs its package tree (optional dependencies)
+            root = Path(*named.parts[:named.parts.index("node_modules")])
         if any(_covers(h, root) for h in shut) and not _whole_install(root):
             root = named  # in a home, only an install brings its prefix (~/.local/bin never shows ~/.local/share)
         if named.name == "shims" and (named.parent / "libexec" / "pyenv").exists():
@@ -180,11 +182,12 @@ def toolchain(path_value: str, also: Sequence[Path] = (), *, homes: Sequence[Pat
 
 def _whole_install(prefix: Path) -> bool:
     """A prefix that is one program's install, shown whole even in a home: a venv, a Python's (pyenv's
-    ~/.pyenv/versions/X: its bin/ without lib/python3.x runs nothing) or a Node's (nvm's); never ~/.local, which
+    ~/.pyenv/versions/X: its bin/ without lib/python3.x runs nothing), a Node's (nvm's) or an npm prefix's (a CLI's
+    package with the optional dependencies it loads); never ~/.local, which
     holds far more than programs (~/.local/share)."""
     if prefix.name == ".local":
         return False
-    if (prefix / "pyvenv.cfg").is_file() or (prefix / "lib" / "node_modules").is_dir():
+    if (prefix / "pyvenv.cfg").is_file() or any((prefix / p).is_dir() for p in ("lib/node_modules", "node_modules")):
         return True
     return any((lib / "os.py").is_file() for lib in (prefix / "lib").glob("python3*"))
 
