@@ -10,10 +10,11 @@ from tests.servers.stopping import stop_loop
 
 
 def test_a_loop_that_does_not_stop_fails_with_the_stacks_of_its_threads():
-    held = threading.Event()
+    held, entered = threading.Event(), threading.Event()
 
     class Stuck(ThreadingHTTPServer):
         def process_request(self, request, client_address):  # the loop itself blocks here
+            entered.set()
             held.wait(10)
             super().process_request(request, client_address)
 
@@ -22,6 +23,7 @@ def test_a_loop_that_does_not_stop_fails_with_the_stacks_of_its_threads():
     loop.start()
     conn = socket.create_connection(httpd.server_address)
     try:
+        assert entered.wait(30), "the loop never took the connection"  # stuck for sure before the stop is asked
         with pytest.raises(AssertionError) as failed:
             stop_loop(httpd, loop, "the stuck server", deadline_s=0.5)
         said = str(failed.value)
