@@ -59,10 +59,24 @@ def _world(tmp: Path) -> tuple[Path, list[str]]:
     return bare, ids
 
 
+def _clone(bare: Path, clone: Path, tries: int = 3) -> None:
+    """The job's checkout. A clone taken while other jobs push to the same bare repository can fail on a ref that
+    moved under it (seen once in CI: exit 128); a runner's checkout retries, and so does this one, saying why at the
+    end if every try failed."""
+    for attempt in range(tries):
+        proc = subprocess.run(["git", "clone", "-q", str(bare), str(clone)], cwd=bare.parent, capture_output=True,
+                              text=True)
+        if proc.returncode == 0:
+            return
+        subprocess.run(["rm", "-rf", str(clone)], check=False)
+        time.sleep(0.2 * (attempt + 1))
+    raise AssertionError(f"git clone of {bare} failed {tries} times: {proc.stderr.strip()}")
+
+
 def _job(bare: Path, clone: Path, plan_id: str) -> dict:
     """One session job of `plan_id` in its own clone (cloned on first use, as a runner would)."""
     if not clone.exists():
-        git(bare.parent, "clone", "-q", str(bare), str(clone))
+        _clone(bare, clone)
     proc = subprocess.run([sys.executable, "-m", "runner", "session", f"plans/{plan_id}.md", "--json"], cwd=clone,
                           env=cli_env(), capture_output=True, text=True, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -72,7 +86,7 @@ def _job(bare: Path, clone: Path, plan_id: str) -> dict:
 
 def _ticker(bare: Path, clone: Path, ids: list[str], stop: threading.Event, seen: list) -> None:
     """Ticks over every plan until `stop`: one glob fetch for all plans, then each plan's tick decision."""
-    git(bare.parent, "clone", "-q", str(bare), str(clone))
+    _clone(bare, clone)
     while not stop.is_set():
         store = GitStateStore(clone, remote="origin")
         with_state = set(store.plans())
