@@ -130,16 +130,21 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
 
 
+def _comment(payload: Any, name: str) -> dict[str, Any]:
+    """What every comment event says of its comment: the action, the comment's id, body and author."""
+    return {"action": _field(payload, "action", str, name),
+            "comment_id": _field(payload, "comment.id", int, name),
+            "body": _field(payload, "comment.body", str, name, optional=True) or "",
+            "user_login": _field(payload, "comment.user.login", str, name),
+            "user_is_bot": _field(payload, "comment.user.type", str, name, optional=True) == "Bot"}
+
+
 def parse_issue_comment(payload: Any) -> IssueComment:
     name = "issue_comment"
     labels = _field(payload, "issue.labels", list, name, optional=True) or []  # of {"name": ...}
     label_names = [_field(item, "name", str, name) for item in labels]
     return IssueComment(
-        action=_field(payload, "action", str, name),
-        comment_id=_field(payload, "comment.id", int, name),
-        body=_field(payload, "comment.body", str, name, optional=True) or "",
-        user_login=_field(payload, "comment.user.login", str, name),
-        user_is_bot=_field(payload, "comment.user.type", str, name, optional=True) == "Bot",
+        **_comment(payload, name),
         issue_number=_field(payload, "issue.number", int, name),
         issue_title=_field(payload, "issue.title", str, name, optional=True) or "",
         issue_body=_field(payload, "issue.body", str, name, optional=True) or "",
@@ -183,11 +188,7 @@ def parse_event(name: str, payload: Any) -> Event:
         return parse_issue_labeled(payload)
     if name == "pull_request_review_comment":
         return ReviewComment(
-            action=_field(payload, "action", str, name),
-            comment_id=_field(payload, "comment.id", int, name),
-            body=_field(payload, "comment.body", str, name, optional=True) or "",
-            user_login=_field(payload, "comment.user.login", str, name),
-            user_is_bot=_field(payload, "comment.user.type", str, name, optional=True) == "Bot",
+            **_comment(payload, name),
             pull_number=_field(payload, "pull_request.number", int, name),
             path=_field(payload, "comment.path", str, name, optional=True) or "",
             html_url=_field(payload, "comment.html_url", str, name, optional=True) or "")

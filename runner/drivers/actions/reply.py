@@ -225,17 +225,25 @@ def start_from_comment(ctx: GitHubContext, env: Mapping[str, str], driver, ev: I
             "Start one with `/plan-runner start plans/<name>.md` on a line of its own.")
         return ModeResult(outcome="invalid", summary=f"# plan-runner start: no such plan\n\n`{defang(raw)}` is not a "
                           f"plan file on the default branch ({listed}).\n")
-    plan_id = plan_id_from_path(path)
-    unrecorded = record_place(ctx, env, driver, path, ev.issue_number, user)
-    run_id = driver.dispatch_next(path, f"{plan_id}#start-{ev.comment_id}")
-    driver.react(ev.comment_id, "rocket")
+    return _start(ctx, env, driver, path, ev.issue_number, user, say, key=f"start-{ev.comment_id}", how="",
+                  where=f"from #{ev.issue_number}", react_to=ev.comment_id)
+
+
+def _start(ctx: GitHubContext, env: Mapping[str, str], driver, path: str, number: int, user: str, say, *, key: str,
+           how: str, where: str, react_to: int | None = None) -> ModeResult:
+    """Start the plan `path` for `user` from issue `number` (a comment's or a label's): its place recorded, its
+    session dispatched (`key`: the dispatch's idempotency key after the plan's id), the start said there."""
+    unrecorded = record_place(ctx, env, driver, path, number, user)
+    run_id = driver.dispatch_next(path, f"{plan_id_from_path(path)}#{key}")
+    if react_to is not None:
+        driver.react(react_to, "rocket")
     link = f"{ctx.server_url}/{ctx.repository}/actions/runs/{run_id}" if run_id else ""
-    say(f"Started `{path}` for @{user}" + (f": [run {run_id}]({link})." if link else ".")
+    say(f"Started `{path}` for @{user}{how}" + (f": [run {run_id}]({link})." if link else ".")
         + " Each of its sessions posts its progress here, edited while it runs, and how it ended; the work shows in "
           "the plan's pull request once a checkpoint is credited; it parks in an issue of its own if it needs a "
           "human." + unrecorded)
     return ModeResult(outcome="dispatched", next_action=f"session of {path}",
-                      summary=f"# plan-runner start: `{path}`\n\nStarted by @{user} from #{ev.issue_number}"
+                      summary=f"# plan-runner start: `{path}`\n\nStarted by @{user} {where}"
                               + (f": run [{run_id}]({link}).\n" if link else ".\n"))
 
 
@@ -306,17 +314,8 @@ def start_from_label(ctx: GitHubContext, env: Mapping[str, str], driver, ev: Iss
         return ModeResult(outcome="invalid", summary=f"# plan-runner start: no plan\n\nThe description of "
                           f"#{ev.issue_number} {what} ({listed}).\n")
     (path,) = known
-    plan_id = plan_id_from_path(path)
-    unrecorded = record_place(ctx, env, driver, path, ev.issue_number, user)
-    run_id = driver.dispatch_next(path, f"{plan_id}#start-label-{run}")
-    link = f"{ctx.server_url}/{ctx.repository}/actions/runs/{run_id}" if run_id else ""
-    say(f"Started `{path}` for @{user} (label `{defang(label)}`)" + (f": [run {run_id}]({link})." if link else ".")
-        + " Each of its sessions posts its progress here, edited while it runs, and how it ended; the work shows in "
-          "the plan's pull request once a checkpoint is credited; it parks in an issue of its own if it needs a "
-          "human." + unrecorded)
-    return ModeResult(outcome="dispatched", next_action=f"session of {path}",
-                      summary=f"# plan-runner start: `{path}`\n\nStarted by @{user} with a label on #{ev.issue_number}"
-                              + (f": run [{run_id}]({link}).\n" if link else ".\n"))
+    return _start(ctx, env, driver, path, ev.issue_number, user, say, key=f"start-label-{run}",
+                  how=f" (label `{defang(label)}`)", where=f"with a label on #{ev.issue_number}")
 
 
 def take_note(ctx: GitHubContext, env: Mapping[str, str], driver, *, number: int, comment_id: int, user: str,
