@@ -20,7 +20,7 @@ import pytest
 
 from runner.adapters.sandbox import room as rooms
 from runner.core.errors import PlanRunnerError
-from tests.other_users import again_as_root
+from tests.other_users import again_as_root, as_user, make_user
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,22 +64,6 @@ python3 -c 'print("python ok")'
 """
 
 
-def _user(name: str, sudo: bool) -> pwd.struct_passwd:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True)
-    sudoers = Path(f"/etc/sudoers.d/{name}")
-    if sudo:
-        sudoers.write_text(f"{name} ALL=(ALL) NOPASSWD:ALL\n")
-        sudoers.chmod(0o440)
-    else:
-        sudoers.unlink(missing_ok=True)
-    entry = pwd.getpwnam(name)
-    Path(entry.pw_dir).chmod(0o750)
-    return entry
-
-
 def _who(kind: str) -> pwd.struct_passwd:
     """The user a case runs as: root itself, or an ordinary user (made when the suite is root; else the suite's own
     user is the ordinary one, and the other kinds have been run again as root: tests/other_users.again_as_root)."""
@@ -89,14 +73,11 @@ def _who(kind: str) -> pwd.struct_passwd:
         return me
     if kind == "root":
         return me
-    return _user("pr-room-plain" if kind == "plain" else "pr-room-sudo", sudo=kind == "sudo")
+    return make_user("pr-room-plain" if kind == "plain" else "pr-room-sudo", sudo=kind == "sudo")
 
 
 def _as(entry: pwd.struct_passwd, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    if entry.pw_uid == os.getuid():
-        return subprocess.run(argv, env=env, cwd=entry.pw_dir, capture_output=True, text=True, timeout=120)
-    return subprocess.run(argv, env=env, cwd=entry.pw_dir, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
-                          capture_output=True, text=True, timeout=120)
+    return as_user(entry, argv, entry.pw_dir, env=env, timeout=120)
 
 
 def _probe(entry: pwd.struct_passwd, script: str, base: Path) -> dict:
