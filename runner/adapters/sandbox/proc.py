@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runner.adapters.sandbox.identity import Identity
+from runner.adapters.sandbox.identity import Identity, Launch
 from runner.core.tail import BoundedTail
 
 Reason = Literal["exited", "stalled", "time_limit", "stopped"]
@@ -235,129 +235,196 @@ def run(
     if identity.isolated:
         _check_startable(argv, env)
     launch = identity.launch(list(argv), dict(env), cwd)
-    want_stdin = stdin_text is not None or keep_stdin_open
-    started = time.monotonic()  # before the child exists: its duration is never shorter than what it did
+    supervisor = Supervisor(time_limit_s=time_limit_s, stall_s=stall_s, term_grace_s=term_grace_s, drain_s=drain_s,
+                            stop_leftovers_at_exit=stop_leftovers_at_exit, pid_file=pid_file)
+    supervisor.start(launch, want_stdin=stdin_text is not None or keep_stdin_open,
+                     merge_stderr=merge_stderr)
     try:
-        proc = subprocess.Popen(
-            launch.argv,
-            **launch.popen,
-            stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            start_new_session=True,  # its own process group: a kill reaches everything it started
-            bufsize=0,
-        )
-    except OSError as exc:
-        raise StartFailed(exc) from exc
-    pgid = proc.pid  # start_new_session: the child leads its own group
-    ctl: Controller | None = None
-    sel = selectors.DefaultSelector()
-    streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
-    sinks: dict[int, Callable[[bytes], None] | None] = {}
-    ending: Reason | None = None  # set once plan-runner decided to kill it
-    sigkill_at = float("inf")
-    exited_at: float | None = None
-    output_bytes = 0
-    last_output = started
-    try:
-        if pid_file is not None:
-            _record_group(pid_file, pgid)
+        supervisor.attach(on_output, on_stderr, stdin_text=stdin_text, keep_stdin_open=keep_stdin_open,
+                          on_start=on_start)
+        supervisor.watch()
+    except BaseException:
+        supervisor.abandon()
+        raise
+    finally:
+        supervisor.kill_group_and_reap()
+    return supervisor.collect()
+
+
+class Supervisor:
+    """One process `run` started, in the steps of its life: `start`, `attach` the sinks and stdin, `watch` the
+    output, the limits and the deadline, kill the group (`abandon` when the caller's side raised,
+    `kill_group_and_reap` always), `collect` how it ended. Used once, by `run`, in that order."""
+
+    def __init__(self, *, time_limit_s: float, stall_s: float | None, term_grace_s: float, drain_s: float,
+                 stop_leftovers_at_exit: bool, pid_file: Path | None) -> None:
+        self._time_limit_s = time_limit_s
+        self._stall_s = stall_s
+        self._term_grace_s = term_grace_s
+        self._drain_s = drain_s
+        self._stop_leftovers_at_exit = stop_leftovers_at_exit
+        self._pid_file = pid_file
+        self._ctl: Controller | None = None
+        self._sel = selectors.DefaultSelector()
+        self._sinks: dict[int, Callable[[bytes], None] | None] = {}
+        self._ending: Reason | None = None  # set once plan-runner decided to kill it
+        self._sigkill_at = float("inf")
+        self._exited_at: float | None = None
+        self._output_bytes = 0
+
+    def start(self, launch: Launch, *, want_stdin: bool, merge_stderr: bool) -> None:
+        """Start the process in a session of its own; `StartFailed` when it cannot start at all."""
+        self._started = time.monotonic()  # before the child exists: its duration is never shorter than what it did
+        self._last_output = self._started
+        try:
+            self._proc = subprocess.Popen(
+                launch.argv,
+                **launch.popen,
+                stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                start_new_session=True,  # its own process group: a kill reaches everything it started
+                bufsize=0,
+            )
+        except OSError as exc:
+            raise StartFailed(exc) from exc
+        self._pgid = self._proc.pid  # start_new_session: the child leads its own group
+        self._streams = [s for s in (self._proc.stdout, self._proc.stderr) if s is not None]
+
+    def attach(self, on_output: Callable[[bytes], None] | None, on_stderr: Callable[[bytes], None] | None, *,
+               stdin_text: str | bytes | None, keep_stdin_open: bool,
+               on_start: Callable[[Controller], None] | None) -> None:
+        """Record the group, route each stream to its sink, feed stdin, hand the `Controller` to `on_start`."""
+        proc = self._proc
+        if self._pid_file is not None:
+            _record_group(self._pid_file, self._pgid)
         assert proc.stdout is not None
-        sinks[proc.stdout.fileno()] = on_output
+        self._sinks[proc.stdout.fileno()] = on_output
         if proc.stderr is not None:
-            sinks[proc.stderr.fileno()] = on_stderr
-        for fd in sinks:
+            self._sinks[proc.stderr.fileno()] = on_stderr
+        for fd in self._sinks:
             os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        ctl = Controller(proc, started)
+            self._sel.register(fd, selectors.EVENT_READ)
+        self._ctl = ctl = Controller(proc, self._started)
         if stdin_text is not None:
             ctl.send(stdin_text)
         if not keep_stdin_open:
             ctl.close_stdin()
         if on_start is not None:
             on_start(ctl)
+
+    def watch(self) -> None:
+        """Read its output until it has exited and its pipes are drained (or `drain_s` is over), killing it on a
+        limit or a stop on the way."""
         while True:
             now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-                if ending is None:
-                    if stop_leftovers_at_exit:
-                        _signal_group(pgid, signal.SIGTERM)  # what it left running goes too (a chance to clean up)
-                else:
-                    _kill_everything(pgid)  # it was being killed: no second grace
-            if exited_at is None:
-                if ending is None:
-                    if ctl.stop_detail is not None:
-                        ending = "stopped"
-                    elif now - started >= time_limit_s:
-                        ending = "time_limit"
-                    elif stall_s is not None and now - last_output >= stall_s:
-                        ending = "stalled"
-                    if ending is not None:
-                        _signal_group(pgid, signal.SIGTERM)  # SIGTERM first so test runners can clean up
-                        sigkill_at = now + term_grace_s
-                elif now >= sigkill_at:
-                    _kill_everything(pgid)  # it ignored SIGTERM
-                    sigkill_at = float("inf")
-            elif not sinks or now - exited_at >= drain_s:
-                break  # done; or an escaped grandchild (new session) holds the pipe open
-            timeout = _TICK_S
-            if exited_at is None and ending is None:
-                deadline = started + time_limit_s
-                if stall_s is not None:
-                    deadline = min(deadline, last_output + stall_s)
-                timeout = max(0.0, min(_TICK_S, deadline - now))
-            if not sinks:  # pipes closed but the process lives on: keep watching it
+            self._notice_exit(now)
+            if self._exited_at is None:
+                self._enforce_limits(now)
+            elif not self._sinks or now - self._exited_at >= self._drain_s:
+                return  # done; or an escaped grandchild (new session) holds the pipe open
+            timeout = self._quiet_for(now)
+            if not self._sinks:  # pipes closed but the process lives on: keep watching it
                 try:
-                    proc.wait(timeout=timeout)
+                    self._proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     pass
                 continue
-            for key, _ in sel.select(timeout):
-                fd = key.fd
-                try:
-                    data = os.read(fd, _READ_CHUNK)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(fd)
-                    del sinks[fd]
-                    continue
-                output_bytes += len(data)
-                sink = sinks[fd]
-                if sink is not None:
-                    sink(data)
-                last_output = time.monotonic()  # time spent in the sink is ours, not the child's silence
-    except BaseException:
-        if exited_at is None:
-            _signal_group(pgid, signal.SIGTERM)
+            self._read_output(timeout)
+
+    def _notice_exit(self, now: float) -> None:
+        if self._exited_at is not None or self._proc.poll() is None:
+            return
+        self._exited_at = now
+        if self._ending is None:
+            if self._stop_leftovers_at_exit:
+                _signal_group(self._pgid, signal.SIGTERM)  # what it left running goes too (a chance to clean up)
+        else:
+            _kill_everything(self._pgid)  # it was being killed: no second grace
+
+    def _enforce_limits(self, now: float) -> None:
+        """The deadline, the stall and a stop: SIGTERM first (test runners clean up), SIGKILL a grace later."""
+        if self._ending is None:
+            self._ending = self._limit_reached(now)
+            if self._ending is not None:
+                _signal_group(self._pgid, signal.SIGTERM)
+                self._sigkill_at = now + self._term_grace_s
+        elif now >= self._sigkill_at:
+            _kill_everything(self._pgid)  # it ignored SIGTERM
+            self._sigkill_at = float("inf")
+
+    def _limit_reached(self, now: float) -> Reason | None:
+        assert self._ctl is not None
+        if self._ctl.stop_detail is not None:
+            return "stopped"
+        if now - self._started >= self._time_limit_s:
+            return "time_limit"
+        if self._stall_s is not None and now - self._last_output >= self._stall_s:
+            return "stalled"
+        return None
+
+    def _quiet_for(self, now: float) -> float:
+        """How long to wait for output before looking at the clock again: never past a limit."""
+        if self._exited_at is not None or self._ending is not None:
+            return _TICK_S
+        deadline = self._started + self._time_limit_s
+        if self._stall_s is not None:
+            deadline = min(deadline, self._last_output + self._stall_s)
+        return max(0.0, min(_TICK_S, deadline - now))
+
+    def _read_output(self, timeout: float) -> None:
+        for key, _ in self._sel.select(timeout):
+            fd = key.fd
             try:
-                proc.wait(timeout=min(term_grace_s, 0.5))
+                data = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if not data:
+                self._sel.unregister(fd)
+                del self._sinks[fd]
+                continue
+            self._output_bytes += len(data)
+            sink = self._sinks[fd]
+            if sink is not None:
+                sink(data)
+            self._last_output = time.monotonic()  # time spent in the sink is ours, not the child's silence
+
+    def abandon(self) -> None:
+        """The caller's side raised (a sink, `on_start`, Ctrl-C): a short chance to clean up, then the kill."""
+        if self._exited_at is None:
+            _signal_group(self._pgid, signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=min(self._term_grace_s, 0.5))
             except subprocess.TimeoutExpired:
                 pass
-        raise
-    finally:
-        _kill_everything(pgid)  # leftovers that ignored SIGTERM, or held the pipe
-        sel.close()
-        if ctl is not None:
-            ctl._shutdown_writer()
+
+    def kill_group_and_reap(self) -> None:
+        """However it ended: SIGKILL to the group, pipes and stdin closed, the leader reaped, the record gone."""
+        proc = self._proc
+        _kill_everything(self._pgid)  # leftovers that ignored SIGTERM, or held the pipe
+        self._sel.close()
+        if self._ctl is not None:
+            self._ctl._shutdown_writer()
         elif proc.stdin is not None:
             proc.stdin.close()
-        for stream in streams:
+        for stream in self._streams:
             stream.close()
         try:
             proc.wait(timeout=_REAP_S)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent; stuck in the kernel
             pass
-        if pid_file is not None:
-            _forget_group(pid_file)
-    return Finished(
-        returncode=proc.returncode,
-        reason=ending or "exited",
-        stop_detail=(ctl.stop_detail or "") if ending == "stopped" and ctl is not None else "",
-        output_bytes=output_bytes,
-        duration_s=time.monotonic() - started,
-    )
+        if self._pid_file is not None:
+            _forget_group(self._pid_file)
+
+    def collect(self) -> Finished:
+        ctl, ending = self._ctl, self._ending
+        return Finished(
+            returncode=self._proc.returncode,
+            reason=ending or "exited",
+            stop_detail=(ctl.stop_detail or "") if ending == "stopped" and ctl is not None else "",
+            output_bytes=self._output_bytes,
+            duration_s=time.monotonic() - self._started,
+        )
 
 
 def _check_startable(argv: Sequence[str], env: Mapping[str, str]) -> None:
