@@ -81,6 +81,11 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+def _loopback(host: str) -> bool:
+    address = _ip(host)
+    return host == "localhost" or (address is not None and address.is_loopback)
+
+
 def normalise_host(host: str) -> str:
     host = host.strip().lower().rstrip(".")
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
@@ -155,6 +160,11 @@ class AllowList:
         """The first rule allowing host:port, or None."""
         return next((r for r in self.rules if r.matches(host, port)), None)
 
+    def loopback(self) -> tuple[tuple[str, int], ...]:
+        """The machine's own services these rules name with a port (`127.0.0.1:5432`, `localhost:3000`,
+        `[::1]:8080`): the sandbox shows each at the same port of its own loopback (runner.adapters.netproxy.relay)."""
+        return tuple((r.host, r.port) for r in self.rules if r.port is not None and _loopback(r.host))
+
     def __str__(self) -> str:
         return ", ".join(str(r) for r in self.rules) or "nothing"
 
@@ -215,12 +225,14 @@ def model_access(spec: BackendSpec, provider: str | None, env: Mapping[str, str]
     if way.provider == "bedrock":
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
         return ModelAccess(hosts=(f"bedrock-runtime.{region}.amazonaws.com", f"bedrock.{region}.amazonaws.com",
-                                  f"sts.{region}.amazonaws.com", "sts.amazonaws.com"))
+                                  f"sts.{region}.amazonaws.com", "sts.amazonaws.com",
+                                  *_gateway(env.get("ANTHROPIC_BEDROCK_BASE_URL"))))
     if way.provider == "vertex":
         region = env.get("CLOUD_ML_REGION") or "global"
         regional = () if region == "global" else (f"{region}-aiplatform.googleapis.com",)
         return ModelAccess(hosts=(*regional, "aiplatform.googleapis.com", "oauth2.googleapis.com",
-                                  "sts.googleapis.com", "iamcredentials.googleapis.com"))
+                                  "sts.googleapis.com", "iamcredentials.googleapis.com",
+                                  *_gateway(env.get("ANTHROPIC_VERTEX_BASE_URL"))))
     if way.provider == "anthropic":
         upstream = env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
         for name, header, prefix in (("ANTHROPIC_API_KEY", "x-api-key", ""),
@@ -238,6 +250,23 @@ def model_access(spec: BackendSpec, provider: str | None, env: Mapping[str, str]
         # a ChatGPT login (auth.json): its tokens refresh against auth.openai.com, so the CLI holds them
         return ModelAccess(hosts=("chatgpt.com", "auth.openai.com", "api.openai.com"))
     return ModelAccess()
+
+
+def _gateway(url: str | None) -> tuple[str, ...]:
+    """The host of a cloud login's own endpoint (`ANTHROPIC_BEDROCK_BASE_URL`, `ANTHROPIC_VERTEX_BASE_URL`: an LLM
+    gateway), with its port: the CLI signs its requests itself, so it reaches the gateway as it would the cloud's
+    host; one on the machine's loopback is shown inside the sandbox at the same address."""
+    if not url:
+        return ()
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return ()
+    if not parts.hostname:
+        return ()
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return (f"{host}:{port}",)
 
 
 def allow_list(network: object, phase: Phase, access: ModelAccess = ModelAccess()) -> AllowList:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from urllib.parse import urlsplit
 from pathlib import Path
 
 import pytest
@@ -55,13 +56,6 @@ WORK = " && ".join(SCENARIO["1.1"][:-1])  # 1.1 of init's example plan: ARCHITEC
 
 def _pinned(action: str) -> str:
     return action.split(" #")[0]
-
-
-ROOM_STANDIN = pytest.mark.xfail(strict=True, reason=(
-    "issue 49: in the room the agent reaches the network only through its allow-list proxy, which carries the "
-    "model hosts of a cloud login (bedrock-runtime.*.amazonaws.com, aiplatform.googleapis.com, chatgpt.com) "
-    "by name; this test points the real CLI at a stand-in on the host's 127.0.0.1, which the room's own "
-    "loopback does not reach. Still to do: a route through the proxy for these logins' base URLs"))
 
 
 def _real_cli(world: ActWorld, backend: str) -> Path:
@@ -96,16 +90,18 @@ def _script(srv) -> None:
 
 
 def _run(tmp_path: Path, install_root: Path, auth: str, env: dict[str, str], act_args: tuple[str, ...],
-         plan_args: str = "") -> tuple[ActWorld, float]:
+         plan_args: str = "", network: str = "") -> tuple[ActWorld, float]:
     """One act run of init's workflow and example plan for `auth` (`plan_args`: an `agent.args` line the test
-    adds, the only change to init's plan; `install_root`: plan-runner's install directory, shared by the worker's
-    worlds: the first run installs plan-runner, the others reuse it as a runner's later jobs do)."""
+    adds and `network`: a `network.agent` entry, the only changes to init's plan; `install_root`: plan-runner's
+    install directory, shared by the worker's worlds: the first run installs plan-runner, the others reuse it as a
+    runner's later jobs do)."""
+    listed = f'network:\n  agent: ["{network}"]\n' if network else ""
     assert shutil.which("act"), "act is not installed"
     backend = AUTHS[auth].backend
     with GitHubServer() as gh:
         world = ActWorld(tmp_path, gh, files=REPO, init_plan=True, plan_id="example", auth=auth, env=env,
                          act_args=act_args, install_root=install_root, plan_edit=lambda text: text.replace(
-                             f"  backend: {backend}\n", f"  backend: {backend}\n{plan_args}"))
+                             f"\nagent:\n  backend: {backend}\n", f"\n{listed}agent:\n  backend: {backend}\n{plan_args}"))
         workflow = (world.clone / ".github/workflows/plan-runner.yml").read_text()
         assert ("id-token: write" in workflow) is (auth in ("bedrock", "vertex"))  # only for OIDC
         _real_cli(world, backend)
@@ -135,7 +131,6 @@ def test_a_subscription_token_through_act(tmp_path, shared_install_root) -> None
     print(f"act run (oauth-token): {spent:.1f} s")
 
 
-@ROOM_STANDIN
 def test_bedrock_through_act_with_the_jobs_oidc_role(tmp_path, shared_install_root) -> None:
     with CloudServer() as srv:
         _script(srv)
@@ -155,7 +150,6 @@ def test_bedrock_through_act_with_the_jobs_oidc_role(tmp_path, shared_install_ro
     print(f"act run (bedrock): {spent:.1f} s")
 
 
-@ROOM_STANDIN
 def test_vertex_through_act_with_workload_identity_federation(tmp_path, shared_install_root) -> None:
     with CloudServer() as srv:
         _script(srv)
@@ -195,7 +189,6 @@ def test_an_openai_key_for_codex_through_act(tmp_path, shared_install_root) -> N
     print(f"act run (codex-api-key): {spent:.1f} s")
 
 
-@ROOM_STANDIN
 def test_a_chatgpt_login_for_codex_through_act(tmp_path, shared_install_root) -> None:
     """The login reaches the real Codex CLI as its own auth.json; its turns go to the ChatGPT backend with the
     login's access token and account id (no API key anywhere)."""
@@ -206,7 +199,8 @@ def test_a_chatgpt_login_for_codex_through_act(tmp_path, shared_install_root) ->
         world, spent = _run(tmp_path, shared_install_root,
                             "codex-login", {"CODEX_CA_CERTIFICATE": str(srv.ca_file)},
                             ("-s", f"CODEX_AUTH_JSON={json.dumps(LOGIN)}"),
-                            plan_args="  args: [\"-c\", " + json.dumps(f"chatgpt_base_url={json.dumps(srv.url)}") + "]\n")
+                            plan_args="  args: [\"-c\", " + json.dumps(f"chatgpt_base_url={json.dumps(srv.url)}") + "]\n",
+                            network=urlsplit(srv.url).netloc)  # a backend of the user's own is listed
         calls = srv.model_requests
     assert calls and all(q.headers["authorization"] == f"Bearer {LOGIN['tokens']['access_token']}" and
                          q.headers["chatgpt-account-id"] == ACCOUNT_ID for q in calls)

@@ -222,3 +222,77 @@ def test_codex_with_an_api_key_holds_a_placeholder(tmp_path: Path) -> None:
         # the model's traffic all took the route; what Codex tries besides it (its feature flags at ab.chatgpt.com,
         # a check at github.com) is refused and counted, once per host
         assert not any("openai" in r.host for r in refused) and all(r.count <= 2 for r in refused)
+
+
+MIRROR_PROBE = r"""
+import json, socket, sys
+def talk(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"ping")
+            return s.recv(100).decode() or "closed"
+    except OSError as exc:
+        return type(exc).__name__
+print(json.dumps({"listed": talk(int(sys.argv[1])), "unlisted": talk(int(sys.argv[2]))}))
+"""
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    """A service on the machine's loopback that answers `echo:` and what it was sent (no HTTP, no proxy)."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"echo:" + conn.recv(100))
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_a_listed_loopback_service_is_shown_inside_at_its_own_address(echo_port: int, machine_port: int,
+                                                                      tmp_path: Path) -> None:
+    """`127.0.0.1:PORT` in a run's list (a database for the gates, a model gateway on the machine) is reached
+    inside at the same address by a client that knows no proxy; a machine port not listed is not there at all.
+    The proxy still decides: the mirror's connection is a CONNECT it allows, counted nowhere as refused."""
+    host_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")}
+    with start_proxy(expand([f"127.0.0.1:{echo_port}"])) as proxy:
+        run = _sandboxed(proxy, host_env, [sys.executable, "-c", MIRROR_PROBE, str(echo_port), str(machine_port)],
+                         tmp_path)
+        refused = proxy.refused()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout) == {"listed": "echo:ping", "unlisted": "ConnectionRefusedError"}
+    assert refused == ()
+
+
+def test_a_mirror_the_proxy_refuses_is_a_closed_connection(echo_port: int, tmp_path: Path) -> None:
+    """The relay shows only what its proxy allows: told to mirror a port whose rule the proxy does not hold, each
+    connection is closed (and the proxy counts the refusal), never carried."""
+    from runner.adapters.netproxy import INSIDE_SOCKET, relay_argv
+
+    host_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")}
+    with start_proxy(expand([])) as proxy:
+        home = tmp_path / "home"
+        home.mkdir(exist_ok=True)
+        inside = proxy.sandbox_env(host_env, port=INSIDE_PORT)
+        argv = relay_argv([sys.executable, "-c", MIRROR_PROBE, str(echo_port), "1"], python=sys.executable,
+                          socket=INSIDE_SOCKET, mirrors=[("127.0.0.1", echo_port)])
+        command = [_bwrap(), "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/",
+                   "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run",
+                   "--bind", str(home), str(home), "--bind", str(proxy.bind[0]), proxy.bind[1], "--clearenv",
+                   *[a for k, v in inside.items() for a in ("--setenv", k, v)], *argv]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        refused = {(r.host, r.port) for r in proxy.refused()}
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout)["listed"] == "closed"
+    assert refused == {("127.0.0.1", echo_port)}

@@ -273,8 +273,9 @@ def _listener() -> tuple[socket.socket, int]:
 @pytest.mark.sudo_user
 def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_proxy():
     """Issue 49, item 4, as an ordinary user without sudo: the agent's room has no network of its own (a host port
-    is out of reach directly); through the allow-list proxy it reaches the address the plan's `network: agent:`
-    lists and is refused one it does not. `setup:` and a gate, with lists of their own (none), are refused that
+    not listed is out of reach directly); the address the plan's `network: agent:` lists it reaches through the
+    allow-list proxy, and at its own address too (the relay shows a listed loopback port inside); one it does not
+    list is refused both ways. `setup:` and a gate, with lists of their own (none), are refused that
     address too (each exits non-zero otherwise, and the session would not advance)."""
     listed_srv, listed = _listener()
     unlisted_srv, unlisted = _listener()
@@ -308,7 +309,7 @@ def test_in_namespaces_the_agent_reaches_only_what_the_plan_lists_through_the_pr
     (line,) = [x for x in proc.stderr.splitlines() if "network refused" in x]
     assert f"agent: 127.0.0.1:{unlisted} (1x, not allowed)" in line, line
     assert f"setup: 127.0.0.1:{listed} (" in line and f"gates: 127.0.0.1:{listed} (" in line, line
-    assert seen[0].startswith(f"direct {listed}: no"), seen
+    assert seen[0] == f"direct {listed}: hello", seen  # shown inside at its own address
     assert seen[1].startswith(f"proxied {listed}: HTTP/1.1 200") and seen[1].endswith("hello"), seen
     assert seen[2].startswith(f"direct {unlisted}: no"), seen
     assert seen[3].startswith(f"proxied {unlisted}: HTTP/1.1 403") or " 40" in seen[3], seen

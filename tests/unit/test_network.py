@@ -185,6 +185,23 @@ def test_providers_without_a_key_to_add_reach_their_hosts() -> None:
     assert allow_list(NetworkConfig(), "gates", bedrock).rules == ()  # the model's hosts are the agent's only
 
 
+def test_a_cloud_logins_own_gateway_is_reached_as_its_hosts_are() -> None:
+    """ANTHROPIC_BEDROCK_BASE_URL / ANTHROPIC_VERTEX_BASE_URL (an LLM gateway): its host and port join the agent's
+    hosts; one on the machine's loopback is a literal rule, which the sandbox shows at the same address."""
+    gateway = model_access(BACKENDS["claude-code"], "bedrock", {"ANTHROPIC_BEDROCK_BASE_URL": "https://llm.corp/b"})
+    assert "llm.corp:443" in gateway.hosts
+    local = model_access(BACKENDS["claude-code"], "vertex", {"ANTHROPIC_VERTEX_BASE_URL": "http://127.0.0.1:8123/v1"})
+    agent = allow_list(NetworkConfig(), "agent", local)
+    assert agent.rule_for("127.0.0.1", 8123).literal and agent.loopback() == (("127.0.0.1", 8123),)
+    assert model_access(BACKENDS["claude-code"], "bedrock", {"ANTHROPIC_BEDROCK_BASE_URL": "not a url"}).hosts[-1] \
+        == "sts.amazonaws.com"  # nothing made of a value that names no host
+
+
+def test_loopback_rules_with_a_port_are_the_ones_shown_inside() -> None:
+    rules = expand(["127.0.0.1:5432", "localhost:3000", "[::1]:8080", "127.0.0.1", "10.0.0.5:5432", "*", "db:5432"])
+    assert rules.loopback() == (("127.0.0.1", 5432), ("localhost", 3000), ("::1", 8080))
+
+
 def test_backends_without_a_model() -> None:
     assert model_access(BACKENDS["command"], None, {"ANTHROPIC_API_KEY": "k"}) == ModelAccess()
     assert model_access(BACKENDS["script"], None, {"ANTHROPIC_API_KEY": "k"}) == ModelAccess()

@@ -148,7 +148,7 @@ class NetProxy:
         """`argv` behind the relay (runner.adapters.netproxy.relay), for a sandbox that binds `bind`. `python`: an
         interpreter the sandbox shows (default: plan-runner's own, which the room shows read-only)."""
         return relay_argv(self.inside_argv(argv), python=python or sys.executable, socket=INSIDE_SOCKET,
-                          port=INSIDE_PORT)
+                          port=INSIDE_PORT, mirrors=self.allow.loopback())
 
     def inside_argv(self, argv: list[str] | tuple[str, ...], *, port: int = INSIDE_PORT) -> list[str]:
         """`argv` with a route's real endpoint, where a CLI is given it on its command line (Codex:

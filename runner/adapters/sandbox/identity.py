@@ -35,7 +35,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,12 +192,37 @@ def _room_lease(repo: Path | None = None) -> Lease:
         shown += (package,)  # plan-runner's package alone, read-only, even inside the judged repository
     made = rooms.open_room(toolchain_roots=shown, base=judge_dir("rooms"), can_sudo=_can_sudo,
                            sudo=tools.resolve(check_code=False).sudo or "sudo")
+    for trusted in trust_stores(os.environ, private):
+        made.show(trusted)
     uid, gid = os.geteuid(), os.getegid()
     try:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
         name = str(uid)
     return Lease(Identity(uid=uid, gid=gid, name=name, room=made))
+
+
+# Variables naming the certificates a client trusts (a company's TLS-inspecting proxy, a gateway's own CA): the
+# file (or SSL_CERT_DIR's folder) is shown read-only in the room, or a CLI told to trust it fails every TLS handshake.
+TRUST_STORE_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                    "PIP_CERT", "GIT_SSL_CAINFO", "CODEX_CA_CERTIFICATE")
+
+
+def trust_stores(env: Mapping[str, str], private: Sequence[Path] = ()) -> tuple[Path, ...]:
+    """The certificate files and folders `env` names (TRUST_STORE_VARS), resolved; never one in or holding a
+    folder of `private` (the judged repository, plan-runner's own folders)."""
+    out: list[Path] = []
+    for name in TRUST_STORE_VARS:
+        value = env.get(name, "")
+        if not value.startswith("/"):
+            continue
+        real = Path(os.path.realpath(value))
+        kind = real.is_dir() if name == "SSL_CERT_DIR" else real.is_file()
+        hidden = any(real == p or p in real.parents or real in p.parents
+                     for p in (Path(os.path.realpath(q)) for q in private))
+        if kind and not hidden and real not in out:
+            out.append(real)
+    return tuple(out)
 
 
 @contextmanager
