@@ -150,8 +150,36 @@ class Finished(Record):
     pull_request_url: str | None = None
 
 
+class Summary(Record):
+    """What compaction kept of the ledger's oldest entries (`runner.core.compaction`): the first entry of a
+    compacted ledger, standing for every entry before the ones kept. `state` is the run state folded from them
+    (`policy.RunState`, as JSON; `fold` continues from it, so a compacted ledger folds to the state the full one
+    did); the rest is what `status`, `logs` and the session tables show of the sessions it stands for."""
+
+    type: Literal["summary"] = "summary"
+    at: datetime  # when the compaction was written
+    entries: int  # ledger entries it stands for (over every compaction so far)
+    previous: str = ""  # the state commit the compaction was written on (its history is not kept)
+    began: datetime | None = None  # the time of the ledger's very first entry (the plan's run, `watch.run_key`)
+    fold: int  # `policy.FOLD_VERSION` of `state`
+    state: dict[str, Any]
+    sessions: int = 0  # session records it stands for
+    first_session: int | None = None
+    last_session: int | None = None
+    first_at: datetime | None = None  # when the first of them started
+    last_at: datetime | None = None  # when the last of them finished
+    outcomes: dict[str, int] = Field(default_factory=dict)  # outcome -> sessions
+    credited: tuple[str, ...] = ()  # checkpoints credited (Advanced), in order (bounded: the latest)
+    credited_count: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    cost_known: bool = False  # some session reported its cost
+    cost_lower_bound: bool = False  # some session ended before its backend's final account
+    seconds: float = 0.0  # sessions' time, summed
+
+
 Entry = Annotated[
-    Union[SessionStarted, SessionRecord, Advice, Reply, Note, Place, Dispatched, Parked, Finished],
+    Union[SessionStarted, SessionRecord, Advice, Reply, Note, Place, Dispatched, Parked, Finished, Summary],
     Field(discriminator="type"),
 ]
 

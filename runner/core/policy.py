@@ -24,6 +24,7 @@ from runner.core.bounds import bound_text
 from runner.core.outcome import SETUP_PROBLEM
 from runner.core.ledger import (
     Advice, Dispatched, Entry, Finished, Note, Parked, Place, Reply, SessionRecord, SessionStarted, StoredLedger,
+    Summary,
 )
 from runner.core.plan import Plan
 
@@ -186,11 +187,23 @@ def folded(ledger: StoredLedger | Sequence[Entry]) -> RunState:
     return fold(ledger)
 
 
+def summary_state(summary: Summary) -> RunState:
+    """The run state a compacted ledger's summary stands for. One folded by another version of `fold` is read as
+    it was stored (its entries are gone); should it not read as a RunState at all, its totals carry on alone."""
+    try:
+        return RunState.model_validate(summary.state)
+    except ValidationError:
+        return RunState(sessions=summary.sessions, tokens=summary.tokens, cost_usd=summary.cost_usd)
+
+
 def fold(ledger: Iterable[Entry], state: RunState | None = None) -> RunState:
-    """The run state, derived from the plan's ledger in order (continuing from `state`, if given)."""
+    """The run state, derived from the plan's ledger in order (continuing from `state`, if given). A compacted
+    ledger's summary (its first entry) stands for the state folded from the entries it replaced."""
     state = state if state is not None else RunState()
     for entry in ledger:
-        if isinstance(entry, SessionStarted):
+        if isinstance(entry, Summary):
+            state = summary_state(entry)
+        elif isinstance(entry, SessionStarted):
             state = state.evolve(open_session=entry, ref=entry.ref or state.ref)
         elif isinstance(entry, SessionRecord):
             state = _note_session(state, entry)

@@ -2,7 +2,8 @@
 
     ledger/000000.jsonl  the ledger: one `runner.core.ledger` entry per line, in segments of SEGMENT_ENTRIES
     ledger/000001.jsonl  entries (all full but the last, so a write rewrites the last one only and a
-    ...                  read that trusts the snapshot loads the last one only)
+    ...                  read that trusts the snapshot loads the last one only); at most COMPACT_AFTER
+                         segments: a write that makes more compacts the ledger (see `compact`)
     snapshot.json     the folded run state after the last entry, and the segments' tree it was folded from
     files/<name>      kept with the state, e.g. the last evidence
     <dir>/...         a directory kept with the state (runner.adapters.store.dirs)
@@ -13,20 +14,24 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from git.exc import GitCommandError
 
 from runner.adapters.git.invoke import run_git
 from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree
+from runner.core.compaction import summarize
 from runner.core.errors import PlanRunnerError
-from runner.core.ledger import Ledger, SegmentedLedger
+from runner.core.ledger import Ledger, SegmentedLedger, dump_entry
 
 NAMESPACE = "refs/plan-runner/state"
 TRACKING = "refs/plan-runner/remote-state"  # + /<remote>/<plan_id>
 BACKUP = "refs/plan-runner/backup"  # + /<plan>/<UTC time>/{state,branch}: what `plan-runner reset` kept
 LEDGER_DIR = "ledger"  # the ledger in segments: ledger/000000.jsonl, ledger/000001.jsonl, ...
 SEGMENT_ENTRIES = 256  # entries per segment; every segment but the last is full
+COMPACT_AFTER = 8  # segments: a write that leaves more compacts the ledger
+KEEP_SEGMENTS = 2  # a compaction keeps the latest KEEP_SEGMENTS * SEGMENT_ENTRIES entries as they were
 SEGMENT_NAME = re.compile(r"[0-9]{6}\.jsonl")
 SNAPSHOT = "snapshot.json"
 FILES = "files"
@@ -141,6 +146,75 @@ def append_segments(objects: GitObjects, plan_id: str, plan: Tree, lines: list[b
     return sha, before + len(tail)
 
 
+def compact(objects: GitObjects, plan_id: str, plan: Tree, count: int, *, previous: str | None,
+            at: datetime) -> tuple[str, int] | None:
+    """When the ledger of `count` entries is longer than COMPACT_AFTER segments: fold its oldest entries (all but
+    the latest KEEP_SEGMENTS segments' worth, with any earlier summary) into one `Summary`
+    (`runner.core.compaction`), in place in `plan`; returns the segments' tree sha and the number of entries
+    (None: too short to compact). The kept entries stay byte for byte as they were. `previous`: the state commit this is written on
+    (the compacted state commit has no parent: the ref's history stays as bounded as its tree)."""
+    if count <= COMPACT_AFTER * SEGMENT_ENTRIES:
+        return None
+    ordered = segments(objects, plan_id, plan[LEDGER_DIR])
+    raws = [objects.get(sha, b"blob") or b"" for _, sha in ordered]
+    lines = [line + b"\n" for raw in raws for line in raw.split(b"\n") if line.strip()]
+    cut = len(lines) - KEEP_SEGMENTS * SEGMENT_ENTRIES
+    names = [name for name, _ in ordered]
+    ledger = SegmentedLedger([_given(raw) for raw in raws], None,
+                             lambda i: corrupt(plan_id, f"{LEDGER_DIR}/{names[i]}"))
+    summary = summarize(ledger[:cut], at=at, previous=previous or "")
+    kept = [(dump_entry(summary) + "\n").encode()] + lines[cut:]
+    found: Tree = {}
+    for i in range(0, len(kept), SEGMENT_ENTRIES):
+        found[f"{i // SEGMENT_ENTRIES:06d}.jsonl"] = (BLOB_MODE, objects.store(b"blob", b"".join(kept[i:i + SEGMENT_ENTRIES])))
+    sha = objects.write_tree(found)
+    plan[LEDGER_DIR] = (TREE_MODE, sha)
+    return sha, len(kept)
+
+
+def _given(raw: bytes) -> Callable[[], bytes]:
+    return lambda: raw
+
+
+def compacted_from(objects: GitObjects, tree: Tree) -> str | None:
+    """The state commit a compacted state commit (tree `tree`) was written on, as its summary names it (None:
+    the ledger does not start with a summary)."""
+    summary = _first_summary(objects, tree)
+    return summary.get("previous") or None if summary is not None else None
+
+
+def _first_summary(objects: GitObjects, tree: Tree) -> dict | None:
+    if LEDGER_DIR not in tree:
+        return None
+    first = objects.tree(tree[LEDGER_DIR][1]).get(f"{0:06d}.jsonl")
+    raw = objects.get(first[1], b"blob") if first else None
+    try:
+        entry = json.loads((raw or b"").split(b"\n", 1)[0] or b"null")
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) and entry.get("type") == "summary" else None
+
+
+def _all_lines(objects: GitObjects, tree: Tree) -> list[bytes]:
+    return [line for _, sha in segments(objects, "?", tree[LEDGER_DIR])
+            for line in (objects.get(sha, b"blob") or b"").split(b"\n") if line.strip()]
+
+
+def _compacts(objects: GitObjects, new: Tree, old: Tree) -> bool:
+    """The ledger in `new` is the one in `old` compacted (its oldest entries in `new`'s summary, the rest kept as
+    they were), with entries appended."""
+    summary, was = _first_summary(objects, new), _first_summary(objects, old)
+    if summary is None or summary == was:
+        return False
+    try:
+        dropped = int(summary["entries"]) - (int(was["entries"]) if was is not None else 0)
+    except (KeyError, TypeError, ValueError):
+        return False
+    now, before = _all_lines(objects, new), _all_lines(objects, old)
+    k = dropped + (1 if was is not None else 0)  # the old ledger's lines the summary stands for
+    return 0 <= k <= len(before) and now[1:1 + len(before) - k] == before[k:]
+
+
 def _counted(objects: GitObjects, plan: Tree, ledger_sha: str, ordered: list[tuple[str, str]]) -> int:
     """The entries in the segments: from the stored snapshot when it was written for them, else counted."""
     snap_entry = plan.get(SNAPSHOT)
@@ -161,10 +235,13 @@ def snapshot_blob(snapshot: str, ledger_sha: str, count: int) -> bytes:
 
 
 def ledger_extends(objects: GitObjects, new: Tree, old: Tree) -> bool:
-    """The ledger in tree `new` is the one in `old` with entries appended (compares segment shas, reads two)."""
+    """The ledger in tree `new` is the one in `old` with entries appended (compares segment shas, reads two),
+    or compacted with entries appended (reads both whole: only a write that compacts does that)."""
     if LEDGER_DIR not in new or LEDGER_DIR not in old:
         return False
     try:
+        if _compacts(objects, new, old):
+            return True
         now, was = dict(segments(objects, "?", new[LEDGER_DIR])), segments(objects, "?", old[LEDGER_DIR])
     except PlanRunnerError:
         return False

@@ -22,6 +22,7 @@ reads that follow in the same process need no fetch of their own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 from git.exc import GitCommandError
@@ -31,8 +32,8 @@ from runner.adapters.git.invoke import run_git, stderr_of
 from runner.adapters.git.objects import Repository, ref_sha, remotes
 from runner.adapters.store.dirs import DIR_LIMIT, bound_dir, checkout_tree, redact_file, scan, store_dir
 from runner.adapters.store.layout import (
-    FILES, NAMESPACE, SNAPSHOT, TRACKING, ZERO, append_segments, check_name, ledger_extends,
-    ledger_text, read_ledger, snapshot_blob, state_ref,
+    FILES, NAMESPACE, SNAPSHOT, TRACKING, ZERO, append_segments, check_name,
+    compact, compacted_from, ledger_extends, ledger_text, read_ledger, snapshot_blob, state_ref,
 )
 from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree, missing_commit
 from runner.core.errors import PlanRunnerError, StateConflict
@@ -259,10 +260,10 @@ class GitStateStore:
         for _ in range(depth):
             if new == old:
                 return True
-            if not self._appends(new, None):
+            parent = self._parent_of(new)
+            if parent is None or not self._appends(new, parent):
                 return False
-            data = self._object(new, b"commit")
-            new = data.split(b"\nparent ", 1)[1][:40].decode()  # type: ignore[union-attr]
+            new = parent
         return new == old
 
     def restore_own(self, plan_id: str, expected: str | None, *, remote: bool = True) -> list[str]:
@@ -306,18 +307,22 @@ class GitStateStore:
     def _appends(self, new: str, old: str | None) -> bool:
         """`new` is a plan-runner write on top of `old` (None: its only parent): its parent, with the old
         ledger as its prefix."""
-        data = self._object(new, b"commit")
+        parent = self._parent_of(new)
+        if parent is None or (old is not None and parent != old):
+            return False
+        return ledger_extends(self.objects, self._tree_of(new, "?"), self._tree_of(parent, "?"))
+
+    def _parent_of(self, commit: str) -> str | None:
+        """The state commit `commit` was written on: its one parent, or for a compaction (a commit without one)
+        the commit its summary names. None: neither (not a state commit plan-runner wrote)."""
+        data = self._object(commit, b"commit")
         if data is None:
-            return False
-        header = data.split(b"\n\n", 1)[0] + b"\n"
-        if old is None:
-            parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
-            if len(parents) != 1:
-                return False
-            old = parents[0].decode()
-        if f"\nparent {old}\n".encode() not in header:
-            return False
-        return ledger_extends(self.objects, self._tree_of(new, "?"), self._tree_of(old, "?"))
+            return None
+        header = data.split(b"\n\n", 1)[0]
+        parents = [line[7:].decode() for line in header.split(b"\n") if line.startswith(b"parent ")]
+        if parents:
+            return parents[0] if len(parents) == 1 else None
+        return compacted_from(self.objects, self.objects.tree(header[5:45].decode()))
 
     def _conflict(self, plan_id: str, expected: str | None, actual: str | None, detail: str = "") -> StateConflict:
         self._fresh.discard(plan_id)
@@ -352,6 +357,9 @@ class GitStateStore:
             plan = {}
         lines = [(dump_entry(e) + "\n").encode() for e in entries]
         ledger_sha, count = append_segments(self.objects, plan_id, plan, lines)
+        compacted = compact(self.objects, plan_id, plan, count, previous=parent, at=_written_at(entries))
+        if compacted is not None:
+            ledger_sha, count = compacted
         if options.snapshot is not None:
             blob = snapshot_blob(options.snapshot, ledger_sha, count)
             plan[SNAPSHOT] = (BLOB_MODE, self.objects.store(b"blob", blob))
@@ -367,6 +375,9 @@ class GitStateStore:
             self._stored_shas[(plan_id, name)] = shas
             plan[name] = (TREE_MODE, tree_sha)
         kinds = ", ".join(dict.fromkeys(getattr(e, "type", "?") for e in entries)) or "files"
+        if compacted is not None:  # a new root: the ref's history is no longer than what the tree holds
+            return self.objects.commit_tree(self.objects.write_tree(plan), None,
+                                            f"plan-runner: {plan_id}: {kinds}; compacted (written on {parent})")
         return self.objects.commit_tree(self.objects.write_tree(plan), parent, f"plan-runner: {plan_id}: {kinds}")
 
     # --- plumbing -----------------------------------------------------------------------
@@ -450,6 +461,13 @@ class GitStateStore:
 
     def _tree_of(self, commit: str | None, plan_id: str) -> Tree:
         return self.objects.tree_of(commit, plan_id, self.ref(plan_id))
+
+
+def _written_at(entries: Sequence[Entry]) -> datetime:
+    """When entries were written, as they say (the latest time any of them names; now if none names one)."""
+    times = [t for e in entries for name in ("at", "finished_at", "started_at")
+             if isinstance(t := getattr(e, name, None), datetime)]
+    return max(times, default=datetime.now(timezone.utc))
 
 
 def push_atomic(repo: Path | str, remote: str, updates: Sequence[RefUpdate], *, what: str) -> None:

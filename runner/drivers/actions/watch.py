@@ -45,8 +45,8 @@ def run_key(entries: Sequence[object]) -> str:
     """The plan's run: the UTC time of its ledger's first entry ("" before any). A reset starts a new ledger."""
     if not len(entries):
         return ""
-    first = entries[0]
-    at = getattr(first, "started_at", None) or getattr(first, "at", None)
+    first = entries[0]  # a compacted ledger's summary names the time of the entry it began with
+    at = getattr(first, "began", None) or getattr(first, "started_at", None) or getattr(first, "at", None)
     return at.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ") if at is not None else ""
 
 

@@ -196,6 +196,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 ) for r in ok])
     for r in ok:  # below the table, a line each: a column cut paths and commands mid-word
         out.say(f"{r['plan']}, next: {r['next']}")
+        if r.get("compacted"):
+            out.say(f"{r['plan']}, earlier: {r['compacted']}")
     for r in rows:
         if r.get("error"):
             err.say(f"{r['path']}: {r['error']}\n  fix: {r['fix']}", "bold red")

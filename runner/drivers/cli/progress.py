@@ -147,8 +147,15 @@ def print_result(result) -> None:
 def print_sessions_table(state_entries, title: str) -> None:
     from runner.core.ledger import SessionRecord
 
+    from runner.core.ledger import Summary
+
     rows = []
     for e in state_entries:
+        if isinstance(e, Summary) and e.sessions:  # a compacted ledger: one row for the sessions it stands for
+            counts = ", ".join(f"{n} {o}" for o, n in sorted(e.outcomes.items(), key=lambda kv: (-kv[1], kv[0])))
+            rows.append((f"{e.first_session}-{e.last_session}", "compacted", f"{e.credited_count} credited", counts,
+                         "-", str(e.tokens), cost_text(e.cost_usd, e.cost_lower_bound) if e.cost_known else "-",
+                         "-", "-"))
         if isinstance(e, SessionRecord):
             red = [g.name for g in e.gates if g.required and not g.passed]
             gates = ("red: " + ", ".join(red)) if red else ("green" if e.gates else "-")

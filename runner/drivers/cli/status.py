@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 from runner.core.actions import Wait, describe
+from runner.core.compaction import summary_line
+from runner.core.ledger import Summary
 from runner.core.errors import PlanRunnerError
 from runner.drivers.cli.local import local_ports, local_workspace, repo_root
 from runner.core.policy import decide_start
@@ -32,9 +34,13 @@ def plan_status(path: Path, ports=None) -> dict:
         "done": sum(c.state.value == "DONE" for c in plan.checkpoints), "checkpoints": len(plan.checkpoints),
         "attempts_left": (plan.stage_attempt_budget(stage) - state.stage_attempts.get(stage.number, 0)) if stage else 0,
         "sessions": state.sessions, "tokens": state.tokens, "cost_usd": round(state.cost_usd, 4),
-        "cost_known": any(e.cost_usd is not None for e in s.entries if hasattr(e, "cost_usd")),
+        # a compacted ledger's summary (its first entry) answers for the sessions it stands for
+        "cost_known": any(getattr(e, "cost_usd", None) is not None or getattr(e, "cost_known", False)
+                          for e in s.entries),
         # a session cut short (or one that reported no cost) makes the total a lower bound
         "cost_lower_bound": any(getattr(e, "cost_lower_bound", False) for e in s.entries),
+        "compacted": summary_line(first) if isinstance(first := s.entries[0] if len(s.entries) else None, Summary)
+        else None,
         "last_outcome": state.last.outcome.value if state.last else None,
         "parked": state.parked, "finished": state.finished,
         "waiting_until": action.until.isoformat() if isinstance(action, Wait) else None,

@@ -290,12 +290,16 @@ def _bounded(lines: Iterable[str], max_lines: int) -> list[str]:
 
 def render_logs(ws, ports, session: int | None, *, max_lines: int = 400) -> str:
     """The text of `plan-runner logs PLAN [SESSION]`."""
-    from runner.core.ledger import SessionRecord
+    from runner.core.compaction import summary_line
+    from runner.core.ledger import SessionRecord, Summary
     from runner.drivers.session import TRANSCRIPTS_DIR, load_trusted_plan
 
     plan, _ = load_trusted_plan(ws)
     entries, _ = ports.store.read(plan.id)
     records = [e for e in entries if isinstance(e, SessionRecord)]
+    if not records and len(entries) and isinstance(entries[0], Summary):
+        raise PlanRunnerError(what=f"plan {plan.id}'s sessions are all in the ledger's compacted past",
+                              why=summary_line(entries[0]), fix=f"plan-runner status {plan.path}")
     if not records:
         raise PlanRunnerError(what=f"plan {plan.id} has no finished session yet", why="there is no transcript to show",
                               fix=f"run one first: plan-runner run {plan.path}")
@@ -303,6 +307,13 @@ def render_logs(ws, ports, session: int | None, *, max_lines: int = 400) -> str:
         record = records[-1]
     else:
         found = [r for r in records if r.n == session]
+        summary = entries[0] if len(entries) and isinstance(entries[0], Summary) else None
+        if not found and summary is not None and summary.last_session is not None and session <= summary.last_session:
+            raise PlanRunnerError(
+                what=f"session {session} of plan {plan.id} is in the ledger's compacted past",
+                why=f"the ledger keeps its latest entries only: {summary_line(summary)}",
+                fix=f"pick a later session ({', '.join(str(r.n) for r in records[-5:])}), or "
+                    f"`plan-runner status {plan.path}` for the totals")
         if not found:
             raise PlanRunnerError(what=f"plan {plan.id} has no session {session}",
                                   why=f"its sessions are {', '.join(str(r.n) for r in records)}",

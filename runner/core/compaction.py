@@ -1,0 +1,69 @@
+"""Compaction of a plan's ledger: its oldest entries folded into one summary. Pure.
+
+A plan's ledger only grows (a few entries a session). So that its state ref stays small and pushable forever,
+the store (`runner.adapters.store.layout`) folds the oldest entries into one `Summary` once the ledger holds more
+than a fixed number of entries, keeping the latest ones as they were. The summary carries the run state folded
+from what it replaced, so `fold(compacted) == fold(full)`; and, for `status`, `logs` and the session tables, the
+totals of the sessions it stands for: outcomes, checkpoints credited, tokens, cost, time, first and last session.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from runner.core.actions import Outcome
+from runner.core.ledger import Entry, SessionRecord, Summary
+from runner.core.policy import FOLD_VERSION, fold, summary_state
+
+CREDITED_LIMIT = 100  # checkpoint ids a summary names (the latest); `credited_count` counts them all
+
+
+def summarize(entries: Sequence[Entry], *, at: datetime, previous: str = "") -> Summary:
+    """The summary standing for `entries`, a ledger's oldest (the first may be an earlier compaction's summary,
+    whose totals carry on). `previous`: the state commit the compaction is written on."""
+    base = entries[0] if entries and isinstance(entries[0], Summary) else None
+    rest = list(entries[1:] if base is not None else entries)
+    if any(isinstance(e, Summary) for e in rest):
+        raise ValueError("a summary is only ever a ledger's first entry")
+    state = fold(rest, summary_state(base) if base is not None else None)
+    records = [e for e in rest if isinstance(e, SessionRecord)]
+    outcomes = dict(base.outcomes) if base is not None else {}
+    credited = list(base.credited) if base is not None else []
+    credited_count = base.credited_count if base is not None else 0
+    for r in records:
+        outcomes[r.outcome.value] = outcomes.get(r.outcome.value, 0) + 1
+        if r.outcome is Outcome.ADVANCED:
+            credited += r.advanced
+            credited_count += len(r.advanced)
+    first = base.first_session if base is not None and base.first_session is not None else (
+        records[0].n if records else None)
+    first_at = base.first_at if base is not None and base.first_at is not None else (
+        records[0].started_at if records else None)
+    began = base.began if base is not None and base.began is not None else next(
+        (t for e in rest for t in (getattr(e, "started_at", None), getattr(e, "at", None)) if t is not None), None)
+    return Summary(
+        at=at, began=began, entries=(base.entries if base is not None else 0) + len(rest), previous=previous,
+        fold=FOLD_VERSION, state=json.loads(state.model_dump_json()),
+        sessions=(base.sessions if base is not None else 0) + len(records),
+        first_session=first, last_session=records[-1].n if records else (base.last_session if base else None),
+        first_at=first_at, last_at=records[-1].finished_at if records else (base.last_at if base else None),
+        outcomes=outcomes, credited=tuple(credited[-CREDITED_LIMIT:]), credited_count=credited_count,
+        tokens=(base.tokens if base is not None else 0) + sum(r.tokens for r in records),
+        cost_usd=(base.cost_usd if base is not None else 0.0) + sum(r.cost_usd or 0.0 for r in records),
+        cost_known=(base is not None and base.cost_known) or any(r.cost_usd is not None for r in records),
+        cost_lower_bound=(base is not None and base.cost_lower_bound) or any(r.cost_lower_bound for r in records),
+        seconds=(base.seconds if base is not None else 0.0) + sum(
+            (r.finished_at - r.started_at).total_seconds() for r in records),
+    )
+
+
+def summary_line(summary: Summary) -> str:
+    """One line saying what a summary stands for (status, logs, the session tables)."""
+    if not summary.sessions:
+        return f"{summary.entries} earlier ledger entries compacted (no session among them)"
+    counts = ", ".join(f"{n} {o}" for o, n in sorted(summary.outcomes.items(), key=lambda kv: (-kv[1], kv[0])))
+    cost = f", ${summary.cost_usd:.2f}{' at least' if summary.cost_lower_bound else ''}" if summary.cost_known else ""
+    return (f"sessions {summary.first_session}-{summary.last_session} compacted ({summary.sessions} sessions: "
+            f"{counts}; {summary.credited_count} checkpoint(s) credited; {summary.tokens:,} tokens{cost})")

@@ -1,0 +1,192 @@
+"""The ledger compacted on the git state store (issue 46): past COMPACT_AFTER segments its oldest entries fold into
+one summary, the state ref a new root, so its tree and its history stay bounded however many sessions a plan
+runs; the run state folds the same, another job's compaction is a write of plan-runner's (never "moved by the
+agent"), and a compacting push replaces the remote's state under the same lease."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import timedelta
+
+import git
+import pytest
+
+import runner.adapters.store.layout as layout
+from runner.adapters.store.state import GitStateStore
+from runner.core.actions import Blame, Outcome, SessionKind
+from runner.core.ledger import SessionStarted, Summary
+from runner.core.policy import fold, folded, snapshot_json
+from runner.core.ports import AppendOptions
+from tests.core_builders import T0, record
+from tests.git_repos import configure, init_repo
+
+pytestmark = pytest.mark.integration
+
+REF = "refs/plan-runner/state/p"
+OUTCOMES = [Outcome.ADVANCED, Outcome.GATES_RED, Outcome.PROGRESS, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER]
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Segments of 4 entries, compaction past 3 segments keeping the latest 4 entries."""
+    monkeypatch.setattr(layout, "SEGMENT_ENTRIES", 4)
+    monkeypatch.setattr(layout, "COMPACT_AFTER", 3)
+    monkeypatch.setattr(layout, "KEEP_SEGMENTS", 1)
+
+
+def session(n: int) -> list:
+    outcome = OUTCOMES[n % len(OUTCOMES)]
+    started = SessionStarted(n=n, kind=SessionKind.DELIVERY, checkpoint=f"1.{n}", started_at=T0 + timedelta(hours=n),
+                             base_sha="b" * 40)
+    blame = Blame.AGENT if outcome is Outcome.GATES_RED else Blame.NONE
+    return [started, record(n=n, outcome=outcome, blame=blame, checkpoint=f"1.{n}", tokens=100 * n, cost_usd=0.5,
+                            advanced=(f"1.{n}",) if outcome is Outcome.ADVANCED else ())]
+
+
+def write(store: GitStateStore, entries: list, version: str | None) -> str:
+    state = folded(store.read("p")[0]) if version else None
+    return store.append("p", entries, version, options=AppendOptions(snapshot=snapshot_json(fold(entries, state))))
+
+
+def git_out(repo, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def test_a_long_ledger_compacts_into_a_summary_and_folds_the_same(tmp_path, small):
+    """Forty sessions (80 entries) in segments of 4: the ledger never holds more than 3 segments, its first entry
+    is the summary of every session before the kept ones, the state folds the same from the compacted ledger
+    (with or without the snapshot) as from every entry, and the ref's history is as short as its ledger."""
+    init_repo(tmp_path / "w", {"README.md": "x\n"}).close()
+    store = GitStateStore(tmp_path / "w", remote=None)
+    written: list = []
+    v = None
+    for n in range(1, 41):
+        v = write(store, session(n), v)
+        written += session(n)
+        assert len(git_out(tmp_path / "w", "ls-tree", f"{v}:ledger").splitlines()) <= 3
+    ledger, version = GitStateStore(tmp_path / "w", remote=None).read("p")
+    assert version == v and ledger.snapshot is not None
+    entries = list(ledger)
+    summary = entries[0]
+    assert isinstance(summary, Summary) and len(entries) <= 3 * 4
+    assert summary.entries + len(entries) - 1 == len(written)
+    assert summary.last_session == entries[2].n - 1 if isinstance(entries[1], SessionStarted) else True
+    kept_sessions = sum(1 for e in entries if getattr(e, "type", "") == "session")
+    assert summary.sessions + kept_sessions == 40 and summary.first_session == 1
+    assert sum(summary.outcomes.values()) == summary.sessions
+    assert summary.credited == tuple(f"1.{n}" for n in range(5, summary.last_session + 1, 5))
+    assert summary.tokens == sum(100 * n for n in range(1, summary.last_session + 1))
+    full = fold(written)
+    assert folded(ledger) == full  # from the snapshot
+    assert fold(entries) == full  # entry by entry, from the summary on
+    assert full.sessions == 40 and full.tokens == sum(100 * n for n in range(1, 41))
+    history = int(git_out(tmp_path / "w", "rev-list", "--count", REF))
+    assert history <= 2 * 4, f"{history} commits reachable from the state ref"
+    assert "written on " in git_out(tmp_path / "w", "log", "--format=%s", REF).splitlines()[-1]
+
+
+def test_a_compaction_by_another_job_is_plan_runners_write_and_pushes_under_the_lease(tmp_path, small):
+    """Job A compacts and pushes (a non-fast-forward on the remote, under its lease); job B, whose agent ran
+    meanwhile, finds the remote moved by a write of plan-runner's: nothing restored, its own write yields."""
+    bare = tmp_path / "remote.git"
+    git.Repo.init(bare, bare=True, initial_branch="main").close()
+    with init_repo(tmp_path / "seed", {"README.md": "x\n"}) as seed:
+        seed.create_remote("origin", str(bare)).push("main:main")
+    for name in ("a", "b"):
+        with configure(git.Repo.clone_from(str(bare), tmp_path / name)):
+            pass
+    a, b = GitStateStore(tmp_path / "a"), GitStateStore(tmp_path / "b")
+    v = None
+    for n in range(1, 7):  # 12 entries: 3 full segments, one more session compacts
+        v = write(a, session(n), v)
+    _, seen = b.read("p")
+    assert seen == v
+    new = write(a, session(7), v)
+    assert "parent" not in git_out(tmp_path / "a", "cat-file", "-p", new)  # a new root
+    assert git_out(bare, "rev-parse", REF).strip() == new
+    assert b.restore_own("p", seen) == []  # another job's write: left alone
+    assert git_out(bare, "rev-parse", REF).strip() == new
+    ledger, version = b.read("p")
+    assert version == new and isinstance(ledger[0], Summary) and folded(ledger).sessions == 7
+    v = write(b, session(8), version)  # B carries on on the compacted ledger
+    assert git_out(bare, "rev-parse", REF).strip() == v
+
+
+def test_a_state_ref_moved_to_anything_else_is_still_restored(tmp_path, small):
+    """A parentless commit whose ledger merely starts with a summary naming the old state, but does not keep its
+    entries, is not taken for a compaction: the agent's move is undone."""
+    init_repo(tmp_path / "w", {"README.md": "x\n"}).close()
+    store = GitStateStore(tmp_path / "w", remote=None)
+    v = None
+    for n in range(1, 6):
+        v = write(store, session(n), v)
+    summary = Summary(at=T0, entries=9, previous=v, fold=0, state={}, sessions=5).model_dump_json()
+    seg = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=tmp_path / "w", input=summary + "\n",
+                         capture_output=True, text=True, check=True).stdout.strip()
+    seg_tree = subprocess.run(["git", "mktree"], cwd=tmp_path / "w", input=f"100644 blob {seg}\t000000.jsonl\n",
+                              capture_output=True, text=True, check=True).stdout.strip()
+    top = subprocess.run(["git", "mktree"], cwd=tmp_path / "w", input=f"040000 tree {seg_tree}\tledger\n",
+                         capture_output=True, text=True, check=True).stdout.strip()
+    forged = git_out(tmp_path / "w", "commit-tree", top, "-m", "forged").strip()
+    subprocess.run(["git", "update-ref", REF, forged], cwd=tmp_path / "w", check=True)
+    assert store.restore_own("p", v)
+    assert git_out(tmp_path / "w", "rev-parse", REF).strip() == v
+
+
+def test_status_and_logs_read_a_compacted_ledger_through_the_real_cli(tmp_path):
+    """A plan with 1,100 sessions behind it (the real thresholds: compacted past 8 segments of 256 entries) runs
+    its next session, credited, through the real CLI; `status` counts every session and says what the summary
+    stands for; `logs` shows the latest session and says why an early one is no longer there; every object of
+    the state ref stays small and its history short."""
+    import json
+    import os
+    import sys
+
+    from runner.core.actions import RunSession
+    from tests.integration.test_session_local import MUL, make_repo
+
+    repo = make_repo(tmp_path, f"""
+        sessions:
+          - - write: {MUL}
+            - check: "1.1"
+            - commit: "Add mul"
+        """)
+    plan = (repo / "plans" / "calc.md").read_text().replace("max_sessions: 10", "max_sessions: 5000")
+    (repo / "plans" / "calc.md").write_text(plan)
+    subprocess.run(["git", "commit", "-qam", "more sessions"], cwd=repo, check=True)
+    store = GitStateStore(repo, remote=None)
+    nxt = RunSession(kind=SessionKind.DELIVERY, checkpoint="1.1", reason="progress: keep delivering")
+    v, state = None, None
+    for first, last in ((1, 1000), (1001, 1100)):
+        entries = [e for n in range(first, last + 1) for e in (
+            SessionStarted(n=n, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=T0 + timedelta(minutes=n),
+                           base_sha="b" * 40),
+            record(n=n, outcome=Outcome.PROGRESS, tokens=1000, cost_usd=0.01, next_action=nxt,
+                   reasons=("1 work commit(s), gates green, no checkpoint flipped",)))]
+        state = fold(entries, state)
+        v = store.append("calc", entries, v, options=AppendOptions(snapshot=snapshot_json(state)))
+    store.close()
+    env = dict(os.environ)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "runner", *args], cwd=repo, capture_output=True, text=True,
+                              env=env, timeout=180)
+
+    ran = cli("session", "plans/calc.md", "--json")
+    assert "Traceback" not in ran.stderr, ran.stderr
+    out = json.loads(ran.stdout)
+    assert out["outcome"] == "Advanced", out
+    status = json.loads(cli("status", "--json").stdout)[0]
+    assert status["sessions"] == 1101 and status["tokens"] >= 1_100_000 and status["cost_known"]
+    assert status["compacted"].startswith("sessions 1-") and "Progress" in status["compacted"], status
+    shown = cli("status")
+    assert shown.returncode == 0 and "calc, earlier: sessions 1-" in shown.stdout, shown.stdout
+    latest = cli("logs", "plans/calc.md")
+    assert latest.returncode == 0 and latest.stdout.startswith("session 1101 "), latest.stdout[:500]
+    early = cli("logs", "plans/calc.md", "3")
+    assert early.returncode != 0 and "compacted past" in early.stderr and "sessions 1-" in early.stderr, early.stderr
+    tree = git_out(repo, "ls-tree", "-r", "-l", "refs/plan-runner/state/calc")
+    ledger = [line for line in tree.splitlines() if "\tledger/" in line]
+    assert len(ledger) <= 8, tree
+    assert all(int(line.split()[3]) < 4 * 2**20 for line in ledger), tree
+    assert int(git_out(repo, "rev-list", "--count", "refs/plan-runner/state/calc")) <= 3
