@@ -206,6 +206,36 @@ def test_a_room_has_no_network_unless_its_view_grants_it():
     assert outs[1] != ["lo"] and "lo" in outs[1]
 
 
+def test_a_program_named_through_a_linked_folder_starts_in_the_room(tmp_path):
+    """A venv reached through linked folders (a home under `/home -> var/home`, a project through a link): the room
+    shows the resolved install and makes each link on the way again, so the program starts as it is named; the
+    folders only linked to are not shown beyond the link."""
+    real = tmp_path / "data" / "project"
+    (real / "venv" / "bin").mkdir(parents=True)
+    (real / "secret.txt").write_text("not for the room\n")
+    (real / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    # like a venv's python, it finds its install beside the path it was named by
+    (real / "venv" / "bin" / "hello").write_text('#!/bin/sh\necho hello from $0; cat "${0%/bin/*}/pyvenv.cfg"\n')
+    (real / "venv" / "bin" / "hello").chmod(0o755)
+    (tmp_path / "home").symlink_to(tmp_path / "data")  # an absolute link,
+    (tmp_path / "data" / "again").symlink_to("project")  # then a relative one, in a folder the room does not show
+    named = tmp_path / "home" / "again" / "venv" / "bin" / "hello"
+    shown = rooms.toolchain("/usr/bin:/bin", [named])
+    room = rooms.open_room(toolchain_roots=shown, links=rooms.links_on_the_way([named]))
+    try:
+        launch = room.command([str(named)], {"PATH": "/usr/bin:/bin"}, "/", rooms.View())
+        ran = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True)
+        peek = room.command(["cat", str(tmp_path / "home" / "again" / "secret.txt")], {"PATH": "/usr/bin:/bin"}, "/",
+                            rooms.View())
+        peeked = subprocess.run(peek.argv, **peek.popen, capture_output=True, text=True)
+    finally:
+        room.close()
+    assert ran.returncode == 0 and ran.stdout == f"hello from {named}\nhome = /usr/bin\n", ran.stderr
+    assert peeked.returncode != 0 and "not for the room" not in peeked.stdout
+    assert rooms.links_on_the_way([named]) == ((str(tmp_path / "home"), str(tmp_path / "data")),
+                                              (str(tmp_path / "data" / "again"), "project"))
+
+
 def test_a_kernel_that_refuses_user_namespaces_is_named_with_its_fix(monkeypatch, tmp_path):
     """Ubuntu 24.04's AppArmor restriction: what, why, and the sysctl that lifts it; no sudo is tried without it."""
     knob = tmp_path / "apparmor_restrict_unprivileged_userns"

@@ -187,11 +187,13 @@ def _room_lease(repo: Path | None = None) -> Lease:
         if os.environ.get(cli):
             also.append(Path(os.environ[cli]))
     private = [judge_dir("agents").parent] + ([Path(repo)] if repo is not None else [])
-    shown = rooms.toolchain(os.environ.get("PATH", os.defpath), also, homes=[Path.home()], private=private)
+    path_value = os.environ.get("PATH", os.defpath)
+    shown = rooms.toolchain(path_value, also, homes=[Path.home()], private=private)
     if not any(package == p or p in package.parents for p in shown):
         shown += (package,)  # plan-runner's package alone, read-only, even inside the judged repository
+    named = [p for p in path_value.split(os.pathsep) if p.startswith("/")] + [str(p) for p in also]
     made = rooms.open_room(toolchain_roots=shown, base=judge_dir("rooms"), can_sudo=_can_sudo,
-                           sudo=tools.resolve(check_code=False).sudo or "sudo")
+                           sudo=tools.resolve(check_code=False).sudo or "sudo", links=rooms.links_on_the_way(named))
     for trusted in trust_stores(os.environ, private):
         made.show(trusted)
     uid, gid = os.geteuid(), os.getegid()

@@ -192,6 +192,26 @@ def _whole_install(prefix: Path) -> bool:
     return any((lib / "os.py").is_file() for lib in (prefix / "lib").glob("python3*"))
 
 
+def links_on_the_way(paths: Sequence[str | Path], limit: int = 40) -> tuple[tuple[str, str], ...]:
+    """Every symbolic link a lookup of one of `paths` passes through, in any component, as (link, its target):
+    a room made of resolved folders shows none of them, so a program named through a linked folder (a home under
+    `/home -> var/home`, a project reached through a link) would not start; the room makes each one again."""
+    out: dict[str, str] = {}
+    for raw in paths:
+        path = os.path.abspath(raw)
+        current = "/"
+        for part in Path(path).parts[1:]:
+            step = os.path.join(current, part)
+            hops = 0
+            while os.path.islink(step) and hops < limit:
+                target = os.readlink(step)
+                out.setdefault(step, target)
+                step = os.path.normpath(os.path.join(os.path.dirname(step), target))
+                hops += 1
+            current = step
+    return tuple(out.items())
+
+
 def _link_hops(path: str, limit: int = 40) -> list[str]:
     """The links a lookup of `path` passes through (the last component's chain), absolute; [] when it is none."""
     out: list[str] = []
@@ -219,6 +239,9 @@ class Namespaces:
     # as root: system files and folders only root may read, covered (a file by /dev/null, a folder by an empty
     # tmpfs): (path, is a folder)
     hidden: tuple[tuple[str, bool], ...] = ()
+    # (link, target): the links on the way to the toolchain's folders as they are named (links_on_the_way), made
+    # again where no folder shown holds them
+    links: tuple[tuple[str, str], ...] = ()
     _closed: bool = field(default=False, repr=False)
     _readonly: set[Path] = field(default_factory=set, repr=False)
     _writable: set[Path] = field(default_factory=set, repr=False)
@@ -309,8 +332,14 @@ class Namespaces:
         mounts: list[tuple[str, Path]] = [("--ro-bind", p) for p in self.tools]
         mounts += [("--ro-bind", Path(p)) for p in view.readonly]
         mounts += [("--bind", Path(p)) for p in view.writable]
-        if program is not None and not any(_covers(m[1], program) for m in mounts):
+        if program is not None and not any(_covers(m[1], program) for m in mounts) and not (
+                any(_covers(m[1], Path(os.path.realpath(program))) for m in mounts)
+                and set(links_on_the_way([program])) <= set(self.links)):  # (shown, and the links made on the way)
             mounts.append(("--ro-bind", program))  # the program the plan names (a command agent): read-only
+        shown = [Path(top) for top in SYSTEM] + [m[1] for m in mounts] + [Path("/proc"), Path("/dev")]
+        for link, target in self.links:  # first: a mount named through a link lands where it points
+            if not any(_covers(p, Path(link)) for p in shown):  # a folder shown holds its links as they are
+                args += ["--symlink", target, link]
         for kind, p in sorted(mounts, key=lambda m: len(m[1].parts)):  # outer folders first
             if os.path.exists(p):
                 args += [kind, str(p), str(p)]
@@ -351,7 +380,8 @@ def _read(path: Path) -> str | None:
 
 
 def open_room(*, toolchain_roots: Sequence[Path] = (), base: Path | None = None,
-              can_sudo: Callable[[], bool] = lambda: False, sudo: str = "sudo") -> Namespaces:
+              can_sudo: Callable[[], bool] = lambda: False, sudo: str = "sudo",
+              links: Sequence[tuple[str, str]] = ()) -> Namespaces:
     """A namespaces room for one session, checked to start here; refused user namespaces lifted through
     `sudo -n` when `can_sudo()` says it may, else a PlanRunnerError with what, why and how to fix."""
     if not os.path.isdir("/proc/self/ns"):
@@ -376,7 +406,7 @@ def open_room(*, toolchain_roots: Sequence[Path] = (), base: Path | None = None,
     os.mkdir(folder / "tmp" / "home", 0o700)
     hidden = root_only() if os.geteuid() == 0 else ()
     return Namespaces(bwrap=bwrap, folder=folder, tools=tuple(toolchain_roots), overlay=overlay, said=tuple(said),
-                      hidden=hidden)
+                      hidden=hidden, links=tuple(links))
 
 
 def root_only(tops: Sequence[str] = SCANNED) -> tuple[tuple[str, bool], ...]:
