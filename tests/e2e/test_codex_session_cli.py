@@ -1,7 +1,8 @@
-"""`plan-runner session` with the real Codex CLI against the scripted Responses server (issue 46, item 3): what
-one session writes into Codex's own configuration (`$CODEX_HOME/config.toml`: a `notify` program, an extra MCP
-server) is not in force in the next session. Of the agent's CLI state plan-runner keeps only session transcripts
-(runner/adapters/judge/agent_state.py); the CLI's configuration is what plan-runner passes on its command line."""
+"""`plan-runner session` with the real Codex CLI against the scripted Responses server (issue 46): what one session
+writes into Codex's own configuration (`$CODEX_HOME/config.toml`: a `notify` program, an extra MCP server) is not in
+force in the next session (item 3: of the agent's CLI state plan-runner keeps only session transcripts,
+runner/adapters/judge/agent_state.py); usage past the token budget, which Codex reports only when a turn ends, so
+that it cannot be stopped mid-turn, decides RolledOver (item 7)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.adapters.store.state import ledger_text
 from tests.conftest import agent_writable
 from tests.reliability_world import git
 from tests.servers.responses import ResponsesServer, reply, shell
@@ -28,7 +30,7 @@ agent:
   executable: {codex}
   model: gpt-5-codex
   stall_minutes: 60s
-  time_limit_minutes: 3m
+  time_limit_minutes: 3m{tokens}
 gates:
   - name: tests
     run: test -f hello.txt
@@ -105,15 +107,7 @@ def test_codex_configuration_written_by_one_session_is_not_in_force_in_the_next(
     """Session 1 appends a `notify` program and an MCP server to `$CODEX_HOME/config.toml` (the CLI's own config
     folder, in plan-runner's saved state) and advances; session 2 runs Codex again on the same plan: the extra
     server's tools are not offered to the model (the control above: they would be, were the file in force)."""
-    repo = tmp_path / "repo"
-    (repo / "plans").mkdir(parents=True)
-    (repo / "plans" / "hello.md").write_text(PLAN.format(codex=codex_exe))
-    (repo / "README.md").write_text("hello\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.name", "Maintainer")
-    git(repo, "config", "user.email", "m@example.invalid")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "init")
+    repo = codex_repo(tmp_path, codex_exe)
     marker = agent_writable(repo, "codex-config-written", "hello")
     lines = " ".join("'" + line + "'" for line in WIDENED)
     widen = (f"mkdir -p \"$CODEX_HOME\" && printf '%s\\n' {lines} >> \"$CODEX_HOME/config.toml\" && "
@@ -130,3 +124,41 @@ def test_codex_configuration_written_by_one_session_is_not_in_force_in_the_next(
         tools = offered(r.json for r in srv.response_requests[done:])
     assert second["outcome"] == "Advanced", second
     assert len(srv.response_requests) > done and "extra" not in tools, tools
+
+
+def codex_repo(tmp_path: Path, codex: str, tokens: str = "") -> Path:
+    repo = tmp_path / "repo"
+    (repo / "plans").mkdir(parents=True)
+    (repo / "plans" / "hello.md").write_text(PLAN.format(codex=codex, tokens=tokens))
+    (repo / "README.md").write_text("hello\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "Maintainer")
+    git(repo, "config", "user.email", "m@example.invalid")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
+    return repo
+
+
+@pytest.mark.parametrize("ticks", [False, True], ids=["work-only", "ticked"])
+def test_live_usage_past_the_budget_decides_rolled_over_with_the_real_codex(codex_exe, tmp_path, ticks):
+    """Codex commits work and reports 20,000 tokens against a budget of 10,000: RolledOver (not Progress), no
+    attempt burned, the claim in the record; the same with a genuine tick is Advanced (the checkpoint is done)."""
+    repo = codex_repo(tmp_path, codex_exe, tokens="\n  session_tokens: 10000")
+    work = "echo hello > hello.txt && git add hello.txt && git commit -q -m 'Add hello'"
+    if ticks:
+        work += " && sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/hello.md && git commit -q -am 'Tick 1.1'"
+    with ResponsesServer() as srv:
+        srv.enqueue(reply("Working.", shell(work), usage={"input_tokens": 12000, "output_tokens": 100}),
+                    reply("Done: all tests pass.", usage={"input_tokens": 8000, "output_tokens": 100}))
+        out = session(repo, srv)
+    assert out["tokens"] >= 20000, out
+    if ticks:
+        assert out["outcome"] == "Advanced", out
+        return
+    assert out["outcome"] == "RolledOver" and out["blame"] == "environment", out
+    assert any("counted live" in r for r in out["reasons"]), out["reasons"]
+    assert out["next_action"]["kind"] == "handoff" and out["attempts"]["1"]["used"] == 0
+    record = [e for e in map(json.loads, ledger_text(repo, "refs/plan-runner/state/hello").splitlines())
+              if e["type"] == "session"][0]
+    assert record["hints"]["claimed_done"] is True and "all tests pass" in record["hints"]["claims"]
+    assert "Add hello" in git(repo, "log", "--format=%s", "plan-runner/hello")

@@ -153,3 +153,30 @@ def test_burning_the_token_budget_is_nudged_then_rolled_over(backend, tmp_path):
         sent = json.dumps([r.json for r in srv.message_requests])
     assert out["outcome"] == "RolledOver" and out["blame"] == "environment", out
     assert "handoff" in sent.lower() and out["next_action"]["kind"] == "handoff"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_session_stopped_at_its_token_budget_keeps_the_agents_claim(backend, tmp_path):
+    """The agent commits, ticks 1.1, then says it is done in the turn whose usage crosses the budget, and is
+    stopped: RolledOver; the tick is not credited (reverted, a rejected claim naming the outcome) but the record
+    keeps the claim as data (its words in the hints, the ticked checkpoint in the rejected flips) and the commits
+    (issue 46, the seed orchestrator's case)."""
+    from runner.adapters.store.state import ledger_text
+
+    repo = make_repo(tmp_path, backend, tokens=100000)
+    tick = ("echo hello > hello.txt && git add hello.txt && git commit -q -m 'Add hello' && "
+            "sed -i 's/- \\[ \\] 1.1/- [x] 1.1/' plans/hello.md && git commit -q -am 'Tick 1.1'")
+    with MessagesServer() as srv:
+        srv.enqueue(reply("Working.", shell(backend, tick), usage={"input_tokens": 50000, "output_tokens": 10}),
+                    reply("All done: 1.1 is ticked and all tests pass.", shell(backend, "echo more; sleep 3"),
+                          usage={"input_tokens": 60000, "output_tokens": 10}),
+                    reply("Final."))
+        out = session(repo, srv)
+    assert out["outcome"] == "RolledOver" and out["blame"] == "environment", out
+    record = [e for e in map(json.loads, ledger_text(repo, "refs/plan-runner/state/hello").splitlines())
+              if e["type"] == "session"][0]
+    assert record["hints"]["claimed_done"] is True and "all tests pass" in record["hints"]["claims"], record["hints"]
+    assert "All done" in record["hints"]["final_text"]
+    assert record["rejected_flips"] == ["1.1: the session ended RolledOver, and only an Advanced session credits a "
+                                        "checkpoint"] and record["advanced"] == []
+    assert record["work_commits"] == 1 and "Add hello" in git(repo, "log", "--format=%s", "plan-runner/hello")
