@@ -14,9 +14,10 @@ ref (docs/plan-format.md):
 * the plan file as the agent left it is read only when it is at most PLAN_GROWTH_BYTES and
   PLAN_GROWTH_LINES beyond the base's: a larger one is a protected change in itself (restored whole).
 
-A ledger entry built from bounded records is at most ENTRY_LIMIT bytes of JSON; `runner.core.ledger`
-refuses a bigger one, and a segment of the ledger (SEGMENT_ENTRIES entries) is so far under GitHub's
-100 MB limit on a file.
+A ledger entry built from bounded records stays under ENTRY_LIMIT bytes of JSON (the biggest an agent can
+cause, every text of its own flooded with two-byte characters, is about 196 KB:
+tests/unit/test_bounds.py), so a segment of the ledger (256 entries) stays under GitHub's 100 MB limit on a
+file; the store compacts the ledger past 8 segments (runner.core.compaction).
 """
 
 from __future__ import annotations

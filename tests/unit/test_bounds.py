@@ -98,3 +98,30 @@ def test_a_set_up_problem_is_the_park_headline():
     assert "No module named 'pytest'" in park.reason and len(park.reason) <= 420
     other = decide_next(classify(evidence(tampering=("x",))), fold([]), plan())
     assert other.reason == "the session needs a human"
+
+
+def test_the_biggest_record_an_agent_can_cause_is_under_the_entry_limit():
+    """Every text of the agent's as big as it likes (non-ASCII, so more bytes than characters), in every place a
+    record quotes: the session's ledger entry stays under ENTRY_LIMIT (docs/reliability.md's per-session bound)."""
+    from datetime import datetime, timezone
+
+    from runner.core.actions import SessionKind
+    from runner.core.bounds import ENTRY_LIMIT
+    from runner.core.ledger import SessionRecord, dump_entry
+
+    huge = "é" * 50_000
+    e = bound_evidence(evidence(
+        handoff="\n".join(f"HUMAN: {i} {huge}" for i in range(100)),
+        tampering=tuple(f"{i} {huge}" for i in range(100)), deleted_tests=tuple(f"t{i}{huge}" for i in range(100)),
+        signals=signals(error=huge, agent_session_id=huge, last_tool=huge,
+                        hints=Hints(claimed_done=True, final_text=huge, claims=(huge,) * 50, stop_reason=huge,
+                                    result_subtype=huge))))
+    v = classify(e)
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    record = SessionRecord(n=1, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=at, finished_at=at,
+                           outcome=v.outcome, blame=v.blame, rule=v.rule, reasons=v.reasons,
+                           rejected_flips=v.rejected_flips, agent_session_id=v.agent_session_id,
+                           backend=e.signals.backend, hints=e.signals.hints)
+    size = len(dump_entry(record).encode())
+    assert len(v.reasons) > LIST_LIMIT and size > 100_000  # the flood reached the record, cut
+    assert size < ENTRY_LIMIT, f"a record of {size:,} bytes"
