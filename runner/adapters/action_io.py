@@ -91,6 +91,16 @@ class Reporter:
             self.out.write(f"::add-mask::{escape_data(value)}\n")
         self.out.flush()
 
+    def add_secret(self, value: str) -> None:
+        """A secret made while the job runs (a token minted from the GitHub App): masked by the runner from now on
+        and redacted from everything this reporter writes, with the base64 form git sends it in."""
+        fresh = [v for v in (value, basic_auth(value)) if value and len(value) >= 6 and v not in self.secrets]
+        self.secrets.extend(fresh)
+        for v in fresh:
+            self.out.write(f"::add-mask::{escape_data(v)}\n")
+        if fresh:
+            self.out.flush()
+
     def log(self, text: str) -> None:
         self.out.write(defang(self.clean(text)) + "\n")
         self.out.flush()
@@ -167,7 +177,7 @@ def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
     the agent, working in the same tree, could read it; the agent's allow-listed environment
     never carries these variables. Inside another `git_credentials` for the same server (a step's mode, then a
     helper of it) nothing is added: git would send both headers."""
-    if not token or not server_url.startswith("https://"):
+    if not token or not (server_url.startswith("https://") or loopback(server_url)):
         yield
         return
     header = f"http.{server_url.rstrip('/')}/.extraheader"
@@ -189,6 +199,15 @@ def git_credentials(token: str | None, server_url: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def loopback(url: str) -> bool:
+    """A plain-http URL of this machine itself (a GitHub Enterprise test instance on the runner, the test suite's
+    server): a token sent there never crosses a network. Any other http URL gets no token."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
 
 
 def append_outputs(env: Mapping[str, str], **values: str) -> None:

@@ -150,3 +150,46 @@ def test_no_issues_permission_no_progress_and_the_session_stands(tmp_path, minut
         assert rc == 0 and outputs["outcome"] == "Advanced", out
         assert "plan-runner progress: no progress comment for this session" in out
         assert srv.comments == {}
+
+
+def test_a_killed_sessions_progress_comment_says_how_it_ended_once_reconciled(tmp_path, minutes):
+    """The job of session 2 was killed while its progress comment said "running": the tick that reconciles the
+    session edits that comment (the bot's, with the session's marker) to say it ended, TimedOut, and how; a
+    person's comment quoting the same marker is left alone."""
+    from datetime import timedelta
+
+    from runner.adapters.render.report import render_progress
+    from runner.adapters.store.state import GitStateStore
+    from runner.core.ledger import SessionStarted
+    from runner.core.planfile import parse_plan
+    from runner.core.progress import Live
+    from tests.servers.github import BOT
+
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script=LONG)
+        rc, out, outputs, _, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        number = issue["number"]
+        # session 2 started, posted its progress, and its job was killed (nothing more of it)
+        now = clock.now()
+        store = GitStateStore(w.checkout(jobs.bare, jobs.root / "killed"))
+        _, version = store.read("greeter")
+        store.append("greeter", [SessionStarted(n=2, kind="delivery", checkpoint="1.2", base_sha="0" * 40,
+                                                started_at=now - timedelta(hours=2), job="999")], version)
+        running = str(render_progress(parse_plan(w.PLAN, PLAN), Live(n=2, kind="delivery", checkpoint="1.2",
+                                                                         phase="agent", tokens=321),
+                                      elapsed_s=95, run_url=f"{srv.html_url}/actions/runs/999"))
+        assert "session 2 is running (agent)" in running
+        bot_comment = srv.add_comment(number, running + "\n<!-- plan-runner:comment -->", user=BOT)
+        forged = srv.add_comment(number, running, user="stranger")
+        rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event())
+        session = [e for e in jobs.ledger() if e["type"] == "session"][-1]
+        assert session["n"] == 2 and session["outcome"] == "TimedOut", out
+        body = srv.comments[bot_comment]["body"]
+        assert "### plan-runner: `greeter` session 2 ended: **TimedOut** (its job was stopped)" in body, body
+        assert "is running" not in body and "within the plan's time limit" in body and "reconcile" in body
+        assert "| Tokens so far | 321 |" in body  # what it showed is kept
+        assert body.count("<!-- plan-runner:comment -->") == 1
+        assert srv.comments[forged]["body"] == running  # a person's comment is never edited
+        assert "progress comment on #" in out and "now says it ended" in out

@@ -149,6 +149,13 @@ class GitHubServer:
         self.has_issues = True
         self.token_scopes: dict[str, str] | None = None  # None: every permission the job can have
         self.custom_roles: dict[str, str] = {}  # custom role name -> its base role
+        # GitHub Apps (tests/servers/github_apps.py): by App id; a token they minted expires (`token_expiry`)
+        self.apps: dict[int, Any] = {}
+        self.token_expiry: dict[str, float] = {}  # token -> epoch seconds it stops working (401 after)
+        self.app_token_ttl = 3600.0
+        self.git_bare: Any = None  # a bare repository served over smart HTTP at {url}/{owner}/{repo}.git
+        self.git_requests: list[tuple[str, str, str, bool]] = []  # (method, path, the token's login, accepted)
+        self.git_read_only: set[str] = set()  # logins git lets fetch but not push (403)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._sockets: set[socket.socket] = set()
@@ -481,14 +488,46 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve("DELETE")
 
+    def _read_body(self) -> bytes:
+        if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":  # git's packs past its post buffer
+            data = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return bytes(data)
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
     def _serve(self, method: str) -> None:
+        from tests.servers import github_apps as apps
         from tests.servers.github_routes import route
 
         srv = self.srv
         parts = urlsplit(self.path)
         path = unquote(parts.path).rstrip("/") or "/"
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        raw = self._read_body()
+        if apps.GIT_PATH.fullmatch(path):
+            status, headers, data = apps.serve_git(srv, method, self.path, self.headers, raw)
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if apps.is_app_route(srv, path):
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except ValueError:
+                body = None
+            with srv.lock:
+                status, answer = apps.serve_app(srv, method, path, body, self.headers.get("Authorization") or "")
+                srv.calls.append(Call(method, path, query, body, status, answer, "app"))
+            self._send(method, Reply(status, answer))
+            return
         fault = srv.take_fault(method, path)
         if fault is not None and fault.kind == "reset":
             self._reset()
@@ -536,7 +575,11 @@ class _Handler(BaseHTTPRequestHandler):
         if scheme.lower() not in ("token", "bearer"):
             return ""
         given = given.strip()
-        return self.srv.login if given == self.srv.token else self.srv.tokens.get(given, "")
+        if given == self.srv.token:
+            return self.srv.login
+        if self.srv.token_expiry.get(given, float("inf")) <= time.time():
+            return ""  # an installation token past its hour: 401 Bad credentials
+        return self.srv.tokens.get(given, "")
 
     def _fault_reply(self, fault: Fault) -> Reply:
         if fault.kind == "secondary":

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from git.exc import GitCommandError
 
-from runner.adapters.git.invoke import _NO_SIGN, REVERT_TRAILER, ZERO, _fail, run_git, stderr_of
+from runner.adapters.git.invoke import _NO_SIGN, AUTH_REFUSED, REVERT_TRAILER, ZERO, _fail, run_git, stderr_of
 from runner.adapters.git.objects import _is_ancestor, _resolve, ref_sha, tree_hash
 from runner.adapters.git.trees import _check_path, _refuse_checked_out, _tree_with, attach_tree
 from runner.core.errors import PlanRunnerError, StateConflict
@@ -159,6 +159,16 @@ def push_leased(repo: str | os.PathLike[str], remote: str, updates: Sequence[tup
             what=f"{what} moved on {remote!r} since it was read",
             why="another job pushed first; compare-and-swap lost (" + "; ".join(rejected) + ")",
             fix="nothing to do: re-read the state and yield to the job that won",
+        )
+    if AUTH_REFUSED.search(err):
+        raise PlanRunnerError(
+            what=f"the remote {remote!r} refused plan-runner's token: {what} was not pushed",
+            why=f"the token is expired, revoked or may not write here ({err.splitlines()[-1] if err else 'refused'})",
+            fix="the commits are kept in this checkout's local refs, nothing was pushed; give the action a token "
+                "that can push: `app-id` and `app-private-key` (plan-runner mints an installation token and a new "
+                "one before a push when it nears its hour), or a `push-token` that does not expire within the job, "
+                "or the job's token with `contents: write`; then run the workflow again "
+                "(docs/github-actions.md, \"A push token from a GitHub App\")",
         )
     raise PlanRunnerError(
         what=f"could not push {what} to {remote!r}",

@@ -7,11 +7,14 @@ unattended job must not hang on a GPG prompt or be blocked by a pre-commit hook 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import threading
 import weakref
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 from git import Git
 from git.exc import GitCommandError, GitCommandNotFound
@@ -55,11 +58,74 @@ def judge_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+class RemoteAuth(Protocol):
+    """plan-runner's credentials for the remote (the action's push token, runner.drivers.actions.push_auth): asked
+    before each git command that talks to the remote, and told when the remote refused them."""
+
+    def before_remote(self) -> None:
+        """Make the credentials current (a token close to expiry is replaced)."""
+
+    def refused(self, stderr: str) -> bool:
+        """The remote refused the credentials (`stderr`, git's words): True when others are in place to try once
+        more."""
+
+
+_REMOTE_AUTH: list[RemoteAuth] = []  # at most one, for the process (the job's step)
+_REMOTE_VERBS = frozenset({"push", "fetch", "ls-remote"})
+# git's words for credentials a smart-HTTP remote refused: 401 (asks for a login git may not prompt for) or 403.
+AUTH_REFUSED = re.compile(r"Authentication failed|could not read Username|terminal prompts disabled|"
+                          r"The requested URL returned error: 40[13]|Invalid username or (password|token)|"
+                          r"Permission to \S+ denied|Write access to repository not granted", re.IGNORECASE)
+
+
+@contextmanager
+def remote_auth(auth: RemoteAuth) -> Iterator[RemoteAuth]:
+    """`auth` for every git command of this process that talks to a remote, while the block runs."""
+    _REMOTE_AUTH.append(auth)
+    try:
+        yield auth
+    finally:
+        _REMOTE_AUTH.remove(auth)
+
+
+def current_remote_auth() -> RemoteAuth | None:
+    return _REMOTE_AUTH[-1] if _REMOTE_AUTH else None
+
+
+def _verb(args: tuple[str, ...]) -> str:
+    """The git subcommand of `args` (past `-c key=value` and other leading options)."""
+    i = 0
+    while i < len(args):
+        if args[i] in ("-c", "-C"):
+            i += 2
+            continue
+        if args[i].startswith("-"):
+            i += 1
+            continue
+        return args[i]
+    return ""
+
+
 def run_git(repo: str | os.PathLike[str], *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
     """Run one git command in `repo`; stdout as bytes, untouched (no newline stripped).
 
-    Raises GitCommandError on a non-zero exit (its `stderr` says why).
+    Raises GitCommandError on a non-zero exit (its `stderr` says why). A command that talks to the remote asks
+    the process's RemoteAuth first, and once more after a refusal when it put other credentials in place.
     """
+    auth = _REMOTE_AUTH[-1] if _REMOTE_AUTH and _verb(args) in _REMOTE_VERBS else None
+    if auth is None:
+        return _run_git(repo, *args, data=data, env=env)
+    auth.before_remote()
+    try:
+        return _run_git(repo, *args, data=data, env=env)
+    except GitCommandError as exc:
+        if not AUTH_REFUSED.search(stderr_of(exc)) or not auth.refused(stderr_of(exc)):
+            raise
+    return _run_git(repo, *args, data=data, env=env)
+
+
+def _run_git(repo: str | os.PathLike[str], *args: str, data: bytes | None = None,
+             env: dict[str, str] | None = None) -> bytes:
     g = Git(str(repo))
     kwargs: dict[str, Any] = dict(stdout_as_string=False, strip_newline_in_stdout=False,
                                   env={**BOT_ENV, **(env or {}), **judge_git_env(env)})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -181,7 +181,26 @@ class _Https(HTTPSRequestsConnectionClass):
         _mount_read_retry(self, "https://")
 
 
-def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
+class CurrentToken(Auth.Auth):
+    """A token asked for at each request (a GitHub App's installation token, minted again before it expires)."""
+
+    def __init__(self, get: Callable[[], str]) -> None:
+        self._get = get
+
+    @property
+    def token_type(self) -> str:
+        return "token"
+
+    @property
+    def token(self) -> str:
+        return self._get()
+
+    @property
+    def _masked_token(self) -> str:
+        return "token (removed)"
+
+
+def make_client(api_url: str, token: str | Callable[[], str], policy: RetryPolicy) -> Github:
     if not token:
         raise PlanRunnerError(
             what="no GitHub token was given",
@@ -204,7 +223,7 @@ def make_client(api_url: str, token: str, policy: RetryPolicy) -> Github:
     Requester.injectConnectionClasses(_Http, _Https)  # PyGithub's hook for its connection classes
     return Github(
         base_url=api_url,
-        auth=Auth.Token(token),
+        auth=CurrentToken(token) if callable(token) else Auth.Token(token),
         retry=retry,
         timeout=max(1, int(policy.timeout)),
         seconds_between_requests=policy.seconds_between_requests or None,

@@ -168,7 +168,7 @@ class GitHubDriver:
     """Use as a context manager (or call `close()`): it holds an HTTP connection pool."""
 
     def __init__(self, ctx: GitHubContext, token: str, *, retry: RetryPolicy | None = None,
-                 label: str = PARK_LABEL, pull_token: str | None = None) -> None:
+                 label: str = PARK_LABEL, pull_token: str | Callable[[], str] | None = None) -> None:
         """`pull_token`: the token the final pull request is listed, opened and updated with (the action's
         `push-token`). GitHub starts no `pull_request` workflow for what GITHUB_TOKEN does ("Triggering a
         workflow from a workflow"), and its "Allow GitHub Actions to create and approve pull requests" setting

@@ -46,7 +46,9 @@ def backend_agent_env(parent: Mapping[str, str], backend: str, allow: Iterable[s
 
 
 # Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
-_GITHUB_CREDENTIALS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN"})
+_GITHUB_CREDENTIALS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN",
+                                 # the action's push token and the GitHub App's key it is minted from
+                                 "PLAN_RUNNER_PUSH_TOKEN", "PLAN_RUNNER_APP_PRIVATE_KEY"})
 _GITHUB_PREFIXES = ("GITHUB_", "GH_", "ACTIONS_")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|^KEY$|APIKEY|API_KEY|AUTH(?!OR)", re.IGNORECASE)
 _RESTRICTED_NAME = re.compile(r"TOKEN|SECRET|PASSWORD", re.IGNORECASE)  # only passed when named exactly

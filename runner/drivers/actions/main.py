@@ -53,7 +53,14 @@ def open_driver(ctx: GitHubContext, env: Mapping[str, str]):
             why="plan-runner dispatches runs, opens issues and pull requests through the GitHub API",
             fix="pass `github-token: ${{ github.token }}` (the default) and grant the job the permissions "
                 "listed in docs/github-actions.md")
-    # The pull request is opened with the push-token when one is given, so that its CI runs (GitHubDriver).
+    # The pull request is opened with the push-token when one is given, so that its CI runs (GitHubDriver); a
+    # token minted from the GitHub App is asked for at each call (a new one once it nears its hour).
+    from runner.adapters.git.invoke import current_remote_auth
+    from runner.drivers.actions.push_auth import PushAuth
+
+    auth = current_remote_auth()
+    if isinstance(auth, PushAuth) and auth.app is not None:
+        return GitHubDriver(ctx, token, pull_token=auth.pull_token)
     return GitHubDriver(ctx, token, pull_token=env.get(PUSH_TOKEN) or None)
 
 
@@ -423,6 +430,10 @@ def cancelled_result(env: dict[str, str], mode: str | None, rep: Reporter, why: 
 
 def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
               driver_factory: Callable[[GitHubContext, Mapping[str, str]], AbstractContextManager]) -> ModeResult:
+    from runner.adapters.git.invoke import remote_auth
+    from runner.drivers.actions.push_auth import push_auth, with_notes, without_key
+
+    auth = None
     try:
         chosen = parse_mode(mode or env.get("PLAN_RUNNER_MODE"))
         ctx = GitHubContext.from_env(env)
@@ -430,14 +441,16 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
             from runner.adapters.github.permissions import check_job_permissions
 
             check_job_permissions(env, chosen, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
-        with git_credentials(_push_token(env), ctx.server_url), driver_factory(ctx, env) as driver:
-            return _modes()[chosen](ctx, env, driver, rep)
+        without_key()  # nothing this process starts inherits the App's key
+        auth = push_auth(env, rep.add_secret)  # an App's token minted now (`env` then holds it as the push token)
+        with git_credentials(auth.current(), ctx.server_url), remote_auth(auth), driver_factory(ctx, env) as driver:
+            return with_notes(_modes()[chosen](ctx, env, driver, rep), auth)
     except StateConflict as err:  # another job won the compare-and-swap: nothing is wrong
         result = ModeResult(outcome="superseded", summary=error_summary(err),
                             annotations=[("notice", err.what, "plan-runner")], exit_code=err.exit_code)
     except PlanRunnerError as err:
-        result = ModeResult(outcome="error", summary=error_summary(err),
-                            annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code)
+        result = with_notes(ModeResult(outcome="error", summary=error_summary(err),
+                                       annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code), auth)
     except Exception as exc:  # noqa: BLE001 - the job must still leave a summary and fail visibly
         from runner.drivers.session import space
 

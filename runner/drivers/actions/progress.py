@@ -16,6 +16,7 @@ slow or failing GitHub never holds the session up: a failed edit is logged once,
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -163,3 +164,53 @@ def start_progress(driver, ctx: GitHubContext, s: Session, log: Callable[[str], 
         return None
     log(f"{url} (edited while the session runs)")
     return LiveProgress(lambda body: driver.edit_comment(comment_id, body), render, clock=clock, log=log)
+
+
+_RUNNING_HEAD = re.compile(r"^(### plan-runner: .*?) is running \([^)\n]*\)[ \t]*$", re.MULTILINE)
+_LIVE_NOTE = re.compile(r"^_Edited at most once a minute while the session runs\._", re.MULTILINE)
+
+
+def ended_by_reconcile(body: str, how: str) -> str | None:
+    """A running session's progress comment, as its session ended without its job (`how`): its head says ended,
+    TimedOut, and its note why. None when `body` is no running progress comment (it ended, or is not one)."""
+    from runner.adapters.github.client import COMMENT_MARKER
+
+    body = body.replace(COMMENT_MARKER, "").rstrip()
+    if not _RUNNING_HEAD.search(body):
+        return None
+    body = _RUNNING_HEAD.sub(lambda m: f"{m[1]} ended: **TimedOut** (its job was stopped)", body, count=1)
+    note = (f"**Outcome:** `TimedOut`: the job running this session ended before the session did: "
+            f"{redact_how(how)}. plan-runner's reconcile found it and recorded the session; whatever the agent had "
+            "committed is kept (the plan's next session starts from it).\n\n"
+            "_This comment was edited while the session ran; it stays as the session ended._")
+    if _LIVE_NOTE.search(body):
+        return _LIVE_NOTE.sub(lambda m: note, body, count=1) + "\n"
+    return f"{body}\n\n{note}\n"
+
+
+def redact_how(how: str) -> str:
+    return how.replace("\n", " ")[:300]
+
+
+def end_orphan_progress(driver, plan_id: str, issue: int, n: int, how: str, log: Callable[[str], None]) -> bool:
+    """The progress comment of session `n` of `plan_id` on its place `issue`, still saying "running" because its
+    job was killed, edited to say the session ended and how (found by a tick or reconcile). Only a bot's comment
+    that opens with the session's own hidden marker (runner.adapters.render.report.progress_marker) is edited: a
+    person's comment quoting the marker is left alone. Returns whether one was edited; a refusal is logged, never
+    worth the tick."""
+    from runner.adapters.render.report import progress_marker
+
+    marker = str(progress_marker(plan_id, n))
+    try:
+        for comment in driver.issue_comments(issue):
+            if not comment.user_is_bot or not comment.body.lstrip().startswith(marker):
+                continue
+            body = ended_by_reconcile(comment.body, how)
+            if body is None:
+                continue
+            driver.edit_comment(comment.comment_id, body)
+            log(f"session {n}'s progress comment on #{issue} now says it ended ({how})")
+            return True
+    except Exception as exc:  # noqa: BLE001 - a progress comment is never worth the tick
+        log(f"session {n}'s progress comment on #{issue} could not be edited ({getattr(exc, 'what', None) or exc})")
+    return False

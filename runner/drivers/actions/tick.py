@@ -23,7 +23,7 @@ from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, Sessio
 from runner.core.errors import PlanRunnerError, Refused, StateConflict
 from runner.adapters.github.events import GitHubContext, WorkflowRun
 from runner.core.exits import Exit
-from runner.core.ledger import Dispatched, Reply, SessionRecord, SessionStarted
+from runner.core.ledger import Dispatched, Place, Reply, SessionRecord, SessionStarted
 from runner.core.plan import Plan
 from runner.core.policy import decide_start
 from runner.core.planfile import plan_id_from_path
@@ -171,11 +171,14 @@ def decide_tick(s: Session, now: datetime, ended: frozenset[int] = frozenset()
 
 
 def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
-              ended: frozenset[int] = frozenset(), ask: Callable[[int], bool] | None = None) -> tuple[str, bool]:
+              ended: frozenset[int] = frozenset(), ask: Callable[[int], bool] | None = None,
+              reconciled: list[tuple[str, Place | None, int, str]] | None = None) -> tuple[str, bool]:
     """One plan's tick: reconcile, then dispatch at most one run. Returns (a line for the summary, dispatched?).
     `ended`: runs GitHub said ended without succeeding: their sessions are reconciled now, not after a deadline.
     `ask`: whether GitHub says a run ended without succeeding (`GitHubDriver.run_ended`), asked of the run of the
-    plan's open or dispatched session (one call a running plan; none for a plan that waits, is parked or done)."""
+    plan's open or dispatched session (one call a running plan; none for a plan that waits, is parked or done).
+    `reconciled`: (plan id, its place, session, how it ended) of each session reconciled here, for its progress
+    comment (runner.drivers.actions.progress.end_orphan_progress, once the tick's push landed)."""
     s = load_session(ws, ports)
     now = ws.clock()
     run = watched_run(s)
@@ -188,10 +191,17 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
             log(f"{s.trusted.id}: could not ask GitHub how run {run} is: {err.what}")
     open_ = s.state.open_session
     if open_ is not None and (now >= orphan_deadline(open_.started_at, s.trusted) or ended_run(s, ended)):
+        run_gone = ended_run(s, ended)
         fetch_work_branch(ws, s.trusted.work_branch)
         s = load_session(ws, ports)  # with the work branch's tracker, for the decision after the orphan
         reconcile_orphan(s)
         log(f"{s.trusted.id}: reconciled session {open_.n} (job {open_.job or '?'} never finished)")
+        if reconciled is not None:
+            reconciled.append((s.trusted.id, s.state.place, open_.n, (
+                f"GitHub says its run {run_gone} ended without succeeding (cancelled, timed out or its runner lost)"
+                if run_gone is not None else
+                "its job never reported within the plan's time limit (killed, cancelled, timed out or its runner "
+                "lost)")))
     seen, action = decide_tick(s, now, ended)
     if action is None:
         return seen, False
@@ -215,6 +225,10 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
         fetch_work_branch(ws, s.trusted.work_branch)
         s = load_session(ws, ports)
         reconcile_orphan(s, started=_unaccounted_start(s, n, intents[0] if intents else None, action))
+        if reconciled is not None:
+            reconciled.append((s.trusted.id, s.state.place, n, (
+                f"GitHub says its run {run} ended without a word (cancelled, timed out or its runner lost)"
+                if run is not None else f"it was dispatched {len(intents)} times and never reported")))
         log(f"{s.trusted.id}: reconciled session {n} " + (f"(run {run} ended without a word)" if run is not None
                                                           else f"(dispatched {len(intents)} times, never reported)"))
         seen, action = decide_tick(s, now)
@@ -277,6 +291,10 @@ def keep_alive(driver, rep) -> str:
     except PlanRunnerError as err:
         rep.annotate("warning", f"could not keep the workflow enabled: {err.what}", "plan-runner keep-alive")
         return f"not kept enabled: {err.what}"
+
+
+def _logger(rep, prefix: str) -> Callable[[str], None]:
+    return lambda text: rep.log(prefix + text)
 
 
 def _session_of(key: str) -> int:
@@ -359,6 +377,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
     annotations = []
     calls: dict[str, list[tuple[str, str, str | None]]] = {}
     spaces: dict[str, Workspace] = {}
+    reconciled: list[tuple[str, Place | None, int, str]] = []
     for path in plan_files(repo):
         plan_id = plan_id_from_path(path)
         if plan_id not in with_state:
@@ -369,7 +388,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         spaces[plan_id] = ws
         later.collect_into(calls.setdefault(plan_id, []))
         try:
-            line, went = tick_plan(ws, ports, rep.log, ended, ask=driver.run_ended)
+            line, went = tick_plan(ws, ports, rep.log, ended, ask=driver.run_ended, reconciled=reconciled)
         except StateConflict:
             line = "another job moved the plan first; nothing to do"
         except PlanRunnerError as err:
@@ -380,6 +399,11 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         rows.append([plan_id, line])
     runs: dict[str, tuple[int, str, int]] = {}
     lost = store.flush()  # one push for every plan the tick wrote to; a plan another job moved meanwhile is left out
+    from runner.drivers.actions.progress import end_orphan_progress
+
+    for plan_id, place, n, how in reconciled:  # the killed session's progress comment says it ended, and how
+        if plan_id not in lost and place is not None:
+            end_orphan_progress(driver, plan_id, place.issue, n, how, _logger(rep, f"plan-runner {name}: {plan_id}: "))
     for row in rows:
         plan_id = row[0]
         if plan_id in lost:
