@@ -35,7 +35,8 @@ BOT = "plan-runner-pusher[bot]"
 # The agent writes what it can see of its environment into the work (a leak would park the plan, and shows here).
 SEEING_SCRIPT = w.SCRIPT.split("  - id: s-limited")[0].replace(
     '      - commit: "greet says hello"\n',
-    '      - run: "env | sort > seen-env.txt"\n      - commit: "greet says hello"\n', 1)
+    '      - run: "env | sort > seen-env.txt; cat /proc/[0-9]*/environ > seen-proc.txt 2>/dev/null; true"\n'
+    '      - commit: "greet says hello"\n', 1)
 
 
 def keypair() -> tuple[str, str]:
@@ -105,6 +106,11 @@ def test_a_session_pushes_with_a_token_minted_from_the_app_and_nobody_else_sees_
         seen = w.git(jobs.bare, "show", "plan-runner/greeter:seen-env.txt")
         assert token not in seen and "PRIVATE KEY" not in seen and "PLAN_RUNNER_APP" not in seen
         assert "PLAN_RUNNER_PUSH_TOKEN" not in seen and "GIT_CONFIG" not in seen
+        # the room: no process the agent can see carries them either (plan-runner's own environment has the key)
+        procs = w.git(jobs.bare, "show", "plan-runner/greeter:seen-proc.txt")
+        assert "PATH=" in procs  # it read its own processes' environments
+        assert token not in procs and "PRIVATE KEY" not in procs and "PLAN_RUNNER_APP" not in procs
+        assert "plan-runner isolation: isolated" in out  # the agent ran in its room
         # the JWT's request and the token's, as GitHub documents them; the token only for this repository
         mints = [c for c in srv.calls if c.path.endswith("/access_tokens")]
         assert [c.status for c in mints] == [201] and mints[0].body["repositories"] == ["demo"]

@@ -90,3 +90,50 @@ def fetch_work_branch(ws: Workspace, branch: str) -> None:
     """Bring the remote's work branch in, so checkpoint states are read from the work, not the base (a branch
     never pushed is no error: the tracker then is the base's)."""
     gitwork.fetch_branch(ws.repo, REMOTE, branch)
+
+
+def plan_on_its_branch(repo: Path, store, plan_id: str) -> tuple[str, str] | None:
+    """(path, branch) of a plan that has state but no file on the checked-out branch: a plan started with *Run
+    workflow* on another branch (its sessions run there, the ledger's `ref`), while ticks, reconciles and replies
+    run on the default branch. The branch is fetched and its commit named the plan's base (Workspace.base), so
+    the plan is read from that branch's commit, never from a work tree. None: no such branch, or no such plan on
+    it."""
+    from runner.core.planfile import plan_id_from_path
+    from runner.core.policy import folded
+
+    entries, _ = store.read(plan_id)
+    branch = folded(entries).ref if entries else ""
+    if not branch or branch.startswith("-") or not _branch_name(repo, branch):
+        return None
+    sha = gitwork.fetch_branch(repo, REMOTE, branch)
+    if sha is None:
+        return None
+    listed = gitwork.run_git(repo, "ls-tree", "--name-only", "-z", sha, f"{PLANS_DIR}/").decode("utf-8", "replace")
+    for path in listed.split("\0"):
+        if path.endswith(".md") and not path.endswith(".handoff.md") and plan_id_from_path(path) == plan_id:
+            return path, branch
+    return None
+
+
+def plan_workspace(repo: Path, env: Mapping[str, str], plan_id: str, store) -> Workspace | None:
+    """The Workspace of a plan with state for a job on the default branch (a tick, a reconcile, a reply): its file
+    on the checked-out branch, else on the branch its sessions run on (`plan_on_its_branch`). None: neither."""
+    job = env.get("GITHUB_RUN_ID", "") or "actions"
+    for path in plan_files(repo):
+        from runner.core.planfile import plan_id_from_path
+
+        if plan_id_from_path(path) == plan_id:
+            return Workspace(repo=repo, plan_path=path, env=dict(env), remote=REMOTE, job=job)
+    found = plan_on_its_branch(repo, store, plan_id)
+    if found is None:
+        return None
+    return Workspace(repo=repo, plan_path=found[0], env=dict(env), remote=REMOTE, job=job, base=found[1])
+
+
+def _branch_name(repo: Path, name: str) -> bool:
+    """Whether `name` (from the ledger) is a valid branch name, as git says (`check-ref-format --branch`)."""
+    try:
+        gitwork.run_git(repo, "check-ref-format", "--branch", name)
+    except gitwork.GitCommandError:
+        return False
+    return True

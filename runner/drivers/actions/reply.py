@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 
 from runner.drivers.actions.env import (
-    REMOTE, ModeResult, fetch_work_branch, normalise_plan_path, plan_files, workspace_root)
+    REMOTE, ModeResult, fetch_work_branch, normalise_plan_path, plan_files, plan_workspace, workspace_root)
 from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError
 from runner.adapters.github.events import GitHubContext, IssueComment, IssueLabeled, ReviewComment
@@ -59,14 +59,17 @@ def _ignored(why: str) -> ModeResult:
     return ModeResult(outcome="ignored", summary=f"# plan-runner reply: ignored\n\n{why}\n")
 
 
-def find_plan_path(repo, plan_id: str) -> str:
-    for path in plan_files(repo):
-        if plan_id_from_path(path) == plan_id:
-            return path
+def plan_ws(repo, env: Mapping[str, str], plan_id: str) -> Workspace:
+    """The plan's Workspace: its file on the checked-out (default) branch, else on the branch its sessions run on
+    (a plan started there with *Run workflow*: runner.drivers.actions.env.plan_on_its_branch)."""
+    ws = plan_workspace(repo, env, plan_id, GitStateStore(repo, remote=REMOTE))
+    if ws is not None:
+        return ws
     raise PlanRunnerError(
         what=f"the park issue names plan {plan_id!r}, but no plans/*.md file has that id",
         why="the plan file was renamed or deleted after the plan parked",
-        fix=f"restore plans/{plan_id}.md on the default branch, or close the issue")
+        fix=f"restore plans/{plan_id}.md on the default branch (or on the branch its sessions ran on), or close "
+            "the issue")
 
 
 def mode_reply(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:
@@ -151,8 +154,7 @@ def _answer(ctx: GitHubContext, env: Mapping[str, str], driver, rep, ev: IssueCo
         return ModeResult(outcome="invalid", summary=f"# plan-runner reply: not understood\n\n{command.what}\n")
 
     repo = workspace_root(env)
-    ws = Workspace(repo=repo, plan_path=find_plan_path(repo, plan_id), env=dict(env), remote=REMOTE,
-                   job=env.get("GITHUB_RUN_ID", "") or "actions")
+    ws = plan_ws(repo, env, plan_id)
     trusted, _ = load_trusted_plan(ws)
     fetch_work_branch(ws, trusted.work_branch)  # checkpoint states as the work branch has them
     ports = Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver)
@@ -346,8 +348,7 @@ def take_note(ctx: GitHubContext, env: Mapping[str, str], driver, *, number: int
             "know>`.")
         return ModeResult(outcome="invalid", summary=f"# plan-runner note: not taken\n\n{what}.\n")
     repo = workspace_root(env)
-    ws = Workspace(repo=repo, plan_path=find_plan_path(repo, plan_id), env=dict(env), remote=REMOTE,
-                   job=env.get("GITHUB_RUN_ID", "") or "actions")
+    ws = plan_ws(repo, env, plan_id)
     trusted, _ = load_trusted_plan(ws)
     fetch_work_branch(ws, trusted.work_branch)
     s = load_session(ws, Ports(store=GitStateStore(repo, remote=REMOTE), dispatcher=driver, parker=driver))

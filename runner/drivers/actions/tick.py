@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 
 from runner.adapters import clock as wallclock
-from runner.drivers.actions.env import REMOTE, ModeResult, fetch_work_branch, plan_files, workspace_root
+from runner.drivers.actions.env import (
+    REMOTE, ModeResult, fetch_work_branch, plan_files, plan_workspace, workspace_root)
 from runner.adapters.git import work as gitwork
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Wait, describe
 from runner.core.errors import PlanRunnerError, Refused, StateConflict
@@ -378,12 +379,20 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
     calls: dict[str, list[tuple[str, str, str | None]]] = {}
     spaces: dict[str, Workspace] = {}
     reconciled: list[tuple[str, Place | None, int, str]] = []
-    for path in plan_files(repo):
-        plan_id = plan_id_from_path(path)
-        if plan_id not in with_state:
+    here = [plan_id_from_path(path) for path in plan_files(repo)]
+    # a plan whose file is only on the branch its sessions run on (started there with Run workflow) is ticked too,
+    # its file read from that branch (runner.drivers.actions.env.plan_on_its_branch)
+    for plan_id in [*here, *sorted(with_state - set(here))]:
+        if plan_id not in with_state or plan_id in spaces:
             continue
-        ws = Workspace(repo=repo, plan_path=path, env=dict(env), remote=REMOTE,
-                       job=env.get("GITHUB_RUN_ID", "") or "actions")
+        try:
+            found = plan_workspace(repo, env, plan_id, store)
+        except PlanRunnerError as err:
+            found = None
+            rep.log(f"plan-runner {name}: {plan_id}: its plan file could not be looked for ({err.what})")
+        if found is None:
+            continue  # no file anywhere: a plan deleted (its state stays for `plan-runner status`)
+        ws = found
         went = False
         spaces[plan_id] = ws
         later.collect_into(calls.setdefault(plan_id, []))
