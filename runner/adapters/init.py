@@ -107,6 +107,8 @@ class InitOptions:
     # what the example `setup:` installs for a Python project: the `test` extra when pyproject.toml declares one,
     # else the project and pytest by name (a missing extra is only a warning to pip: pytest would never come)
     python_install: str = ".venv/bin/pip install -q -e . pytest"
+    # the files that install reads, as the cache's `key`: those of the project's that exist
+    python_key: tuple[str, ...] = ("pyproject.toml",)
 
 
 def parse_action_ref(text: str) -> tuple[str, str]:
@@ -240,6 +242,7 @@ def render_example_plan(opts: InitOptions = InitOptions()) -> str:
     auth = auth_of(opts.auth)
     return _ENV.get_template("example_plan.md.j2").render(base=opts.base, test_command=opts.test_command,
                                                           python_install=opts.python_install,
+                                                          python_key="[" + ", ".join(opts.python_key) + "]",
                                                           backend=auth.backend, provider=auth.provider,
                                                           model=auth.model)
 
@@ -266,6 +269,16 @@ def _python_install(repo: Path) -> str:
     if isinstance(extras, dict) and "test" in extras:
         return ".venv/bin/pip install -q -e .[test]"
     return InitOptions.python_install
+
+
+PYTHON_KEY_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "requirements-dev.txt",
+                    "requirements-test.txt")
+
+
+def _python_key(repo: Path) -> tuple[str, ...]:
+    """The example set-up cache's `key`: the files of PYTHON_KEY_FILES the repository has (what `pip install -e .`
+    reads); pyproject.toml alone when it has none of them."""
+    return tuple(name for name in PYTHON_KEY_FILES if (repo / name).is_file()) or InitOptions.python_key
 
 
 def _test_command(repo: Path) -> str:
@@ -324,7 +337,7 @@ def write_init(directory: Path, *, force: bool = False, action_ref: str | None =
     auth_of(auth)  # an unknown way is refused before anything is resolved or written
     opts = InitOptions(action_ref=uses, action_comment=comment, base=_default_branch(repo),
                        test_command=_test_command(repo), auth=auth,
-                       python_install=_python_install(repo))
+                       python_install=_python_install(repo), python_key=_python_key(repo))
     files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / CLOCK_PATH: render_clock(opts),
              repo / RECONCILE_PATH: render_reconcile(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}
     existing = [p for p in files if p.exists()]

@@ -109,6 +109,17 @@ def test_init_installs_the_test_extra_only_where_the_project_declares_it(tmp_pat
     assert plan.config.setup.run == ("python3 -m venv .venv", ".venv/bin/pip install -q -e .[test]")
 
 
+def test_init_keys_the_cache_on_the_files_a_setuptools_project_installs_from(tmp_path):
+    """python-slugify's shape (setup.py, setup.cfg, a pyproject.toml for the build only): all three are the cache's
+    key, or an edit of setup.cfg's dependencies would keep a stale venv."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    for name in ("setup.py", "setup.cfg", "pyproject.toml", "requirements.txt"):
+        (tmp_path / name).write_text("[build-system]\n" if name == "pyproject.toml" else "")
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert plan.config.setup.key == ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+
+
 @pytest.mark.parametrize("marker, setup_run, gate", [
     ("package.json", ("npm ci",), "npm test"), ("go.mod", None, "go test ./..."), (None, None, "make test")])
 def test_init_example_plan_sets_up_node_and_leaves_others_a_commented_example(tmp_path, marker, setup_run, gate):
