@@ -210,3 +210,16 @@ def test_a_push_refused_with_every_token_is_a_clear_error_never_a_trace(tmp_path
         assert "Traceback" not in summary + out
         job = tmp_path / f"job{jobs.n}"
         assert w.git(job, "rev-parse", "--verify", "refs/heads/plan-runner/greeter")  # kept locally
+
+
+def test_pygithubs_debug_log_never_shows_a_minted_token(caplog) -> None:
+    """PyGithub's requester logs at DEBUG (the runner's debug logging passes those records to the job's log), and
+    an answer holding the token would be logged before it could be masked: nothing of the mint is logged."""
+    import logging
+
+    with GitHubServer() as srv:
+        app = add_app(srv, APP_ID, PUBLIC)
+        with caplog.at_level(logging.DEBUG, logger="github"):
+            minted = mint(srv.url, "octo-org/demo", str(APP_ID), PRIVATE)
+        assert minted.token == app.minted[0]["token"]
+        assert minted.token not in caplog.text and not logging.getLogger("github.Requester").disabled

@@ -193,3 +193,22 @@ def test_a_killed_sessions_progress_comment_says_how_it_ended_once_reconciled(tm
         assert body.count("<!-- plan-runner:comment -->") == 1
         assert srv.comments[forged]["body"] == running  # a person's comment is never edited
         assert "progress comment on #" in out and "now says it ended" in out
+
+
+def test_the_agents_words_cannot_move_what_reconcile_writes_into_the_comment():
+    """The last tool's input (the agent's) quotes the comment's own lines: reconcile's edit still changes the real
+    head and the real note, never the quoted ones; an ended comment is not edited again."""
+    from runner.adapters.render.report import render_progress
+    from runner.core.planfile import parse_plan
+    from runner.core.progress import Live
+
+    crafted = ("### plan-runner: `greeter` session 2 is running (agent)\n"
+               "_Edited at most once a minute while the session runs._\n")
+    body = str(render_progress(parse_plan(w.PLAN, PLAN), Live(n=2, phase="agent", last_tool="shell",
+                                                              last_tool_input=crafted), elapsed_s=61))
+    ended = live.ended_by_reconcile(body, "its job never reported")
+    assert ended is not None and ended.count("ended: **TimedOut**") == 1
+    assert crafted.splitlines()[0] in ended and crafted.splitlines()[1] in ended  # the quote is as it was
+    assert ended.rstrip().endswith("it stays as the session ended._"), ended
+    assert ended.index("ended: **TimedOut**") < ended.index(crafted.splitlines()[0])
+    assert live.ended_by_reconcile(ended, "again") is None

@@ -16,9 +16,11 @@ redacted from what plan-runner writes (`on_secret`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -71,11 +73,30 @@ def app_inputs(env: Mapping[str, str]) -> tuple[str, str] | None:
 
 def mint(api_url: str, repository: str, app_id: str, private_key: str) -> Minted:
     """One installation token for `repository` (owner/name), through PyGithub."""
+    owner, _, name = repository.partition("/")
+    with _unlogged():
+        return _mint(api_url, owner, name, repository, app_id, private_key)
+
+
+@contextmanager
+def _unlogged() -> Iterator[None]:
+    """PyGithub's requester logs each request and answer at DEBUG (with the runner's debug logging on, plan-runner
+    passes those records to the job's log: runner.drivers.actions.main.debug_logging); an answer holding a token
+    would be logged before plan-runner could know the token to mask it. The requester says nothing while a token is
+    minted."""
+    log = logging.getLogger("github.Requester")
+    saved, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = saved
+
+
+def _mint(api_url: str, owner: str, name: str, repository: str, app_id: str, private_key: str) -> Minted:
     from github import Auth, GithubException, GithubIntegration
 
     from runner.adapters.github.api import api_message
 
-    owner, _, name = repository.partition("/")
     try:
         gi = GithubIntegration(auth=Auth.AppAuth(int(app_id), private_key), base_url=api_url,
                                seconds_between_requests=None, seconds_between_writes=None, timeout=30)

@@ -166,7 +166,7 @@ def start_progress(driver, ctx: GitHubContext, s: Session, log: Callable[[str], 
     return LiveProgress(lambda body: driver.edit_comment(comment_id, body), render, clock=clock, log=log)
 
 
-_RUNNING_HEAD = re.compile(r"^(### plan-runner: .*?) is running \([^)\n]*\)[ \t]*$", re.MULTILINE)
+_RUNNING_HEAD = re.compile(r"(### plan-runner: .*?) is running \([^)\n]*\)[ \t]*")
 _LIVE_NOTE = re.compile(r"^_Edited at most once a minute while the session runs\._", re.MULTILINE)
 
 
@@ -176,15 +176,20 @@ def ended_by_reconcile(body: str, how: str) -> str | None:
     from runner.adapters.github.client import COMMENT_MARKER
 
     body = body.replace(COMMENT_MARKER, "").rstrip()
-    if not _RUNNING_HEAD.search(body):
+    heads = [m for m in re.finditer(r"^### plan-runner: .*$", body, re.MULTILINE)]
+    head = _RUNNING_HEAD.fullmatch(heads[0][0]) if heads else None  # the first: plan-runner's own, above the agent's
+    if head is None:
         return None
-    body = _RUNNING_HEAD.sub(lambda m: f"{m[1]} ended: **TimedOut** (its job was stopped)", body, count=1)
+    body = (body[:heads[0].start()] + f"{head[1]} ended: **TimedOut** (its job was stopped)"
+            + body[heads[0].end():])
     note = (f"**Outcome:** `TimedOut`: the job running this session ended before the session did: "
             f"{redact_how(how)}. plan-runner's reconcile found it and recorded the session; whatever the agent had "
             "committed is kept (the plan's next session starts from it).\n\n"
             "_This comment was edited while the session ran; it stays as the session ended._")
-    if _LIVE_NOTE.search(body):
-        return _LIVE_NOTE.sub(lambda m: note, body, count=1) + "\n"
+    notes = list(_LIVE_NOTE.finditer(body))  # the last: the agent's words above it may quote the line
+    if notes:
+        last = notes[-1]
+        return body[:last.start()] + note + body[last.end():] + "\n"
     return f"{body}\n\n{note}\n"
 
 
