@@ -166,6 +166,9 @@ RULES: tuple[_Rule, ...] = (
     _Rule(10, Outcome.PROGRESS, Blame.NONE, _progress),
     _Rule(11, Outcome.NO_PROGRESS, Blame.AGENT, _no_progress),
 )
+# A session whose job died without a word, found later (runner/drivers/session/cut_short.py): judged as one
+# that hit its time limit.
+TIMED_OUT_RULE = next(rule.row for rule in RULES if rule.outcome is Outcome.TIMED_OUT)
 
 
 def _rejected_flips(e: Evidence, credited: list[Flip], outcome: Outcome) -> tuple[str, ...]:

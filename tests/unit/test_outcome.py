@@ -9,7 +9,7 @@ from core_builders import (
 )
 from runner.core.actions import Blame, Outcome
 from runner.core.evidence import ExitKind, Hints
-from runner.core.outcome import INTERRUPTED_RULE, RULES, classify, human_lines
+from runner.core.outcome import INTERRUPTED_RULE, RULES, TIMED_OUT_RULE, classify, human_lines
 
 
 def test_row1_handoff_with_human_line_needs_human():
@@ -100,6 +100,11 @@ def test_row6_time_limit_is_timed_out():
     """The hard time limit is TimedOut, not blamed on anyone."""
     v = classify(evidence(signals=signals(ExitKind.TIME_LIMIT)))
     assert (v.outcome, v.blame, v.rule) == (Outcome.TIMED_OUT, Blame.NONE, 6)
+
+
+def test_an_orphaned_session_is_recorded_under_the_time_limits_row():
+    """A session whose job died without a word is recorded under the row a hit time limit is judged by."""
+    assert TIMED_OUT_RULE == classify(evidence(signals=signals(ExitKind.TIME_LIMIT))).rule
 
 
 def test_row7_crash_is_agent_error():

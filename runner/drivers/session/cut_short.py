@@ -27,8 +27,9 @@ from runner.core.actions import Blame, Outcome, RunSession, Verdict, describe
 from runner.core.errors import PlanRunnerError
 from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.bounds import bound_text
-from runner.core.outcome import CRASH_REPORT_URL, INTERRUPTED_RULE
+from runner.core.outcome import CRASH_REPORT_URL, INTERRUPTED_RULE, TIMED_OUT_RULE
 from runner.core.policy import decide, fold
+from runner.core.session_record import session_record
 from runner.drivers.session.context import (
     Ports, Session, Workspace, agent_pid_file, isolation_of, judge_tree, load_session, spent_so_far,
 )
@@ -127,18 +128,14 @@ def record_interruption(ws: Workspace, ports: Ports, why: str, *, only_if_saved:
     saved = reap_and_salvage(s, open_)
     if only_if_saved and saved.words.startswith("its agent's work could not be saved"):
         return None
-    stage = s.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
     again = RunSession(kind=open_.kind, checkpoint=open_.checkpoint, resume_session_id=open_.resume_session_id,
                        reason=f"{outcome.value.lower()}: run the same session again",
                        instructions=s.state.instructions)
-    record = SessionRecord(
-        n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint, stage=stage.number if stage else None,
-        started_at=open_.started_at, finished_at=ws.clock(), outcome=outcome, blame=Blame.NONE,
-        rule=INTERRUPTED_RULE, reasons=(f"{why}; no attempt or resume budget was used"
-                                        + (f"; {saved.words}" if saved.words else ""),),
-        base_sha=open_.base_sha, head_sha=saved.head or "", resume_session_id=open_.resume_session_id,
-        **_spent(ws, s.trusted.id, open_),
-        instructions=s.state.instructions, next_action=again)
+    verdict = Verdict(outcome=outcome, blame=Blame.NONE, rule=INTERRUPTED_RULE, observed_at=ws.clock(),
+                      reasons=(f"{why}; no attempt or resume budget was used"
+                               + (f"; {saved.words}" if saved.words else ""),))
+    record = session_record(open_, verdict, s.plan, head_sha=saved.head or "", **_spent(ws, s.trusted.id, open_),
+                            instructions=s.state.instructions, next_action=again)
     _write_with_work(s, [record], saved)
     ws.on_event("outcome", f"{outcome.value}: {why}")
     return record
@@ -176,7 +173,7 @@ def reconcile_orphan(s: Session, started: SessionStarted | None = None) -> bool:
             if started is not None else
             f"session {open_.n} started at {open_.started_at.isoformat(timespec='seconds')} "
             f"by job {open_.job or '?'} and never finished (the job was killed or lost)")
-    verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=6, observed_at=now,
+    verdict = Verdict(outcome=Outcome.TIMED_OUT, blame=Blame.NONE, rule=TIMED_OUT_RULE, observed_at=now,
                       reasons=(what
                                + (f"; its agent was still running (process group {saved.stopped}) and was stopped "
                                   "before its work was saved" if saved.stopped is not None else "")
@@ -184,12 +181,10 @@ def reconcile_orphan(s: Session, started: SessionStarted | None = None) -> bool:
                                + (f"; if it got past the agent's exit, the agent's commits are kept on {s.ws.remote} at "
                                   f"{session_ref(s.trusted.id, open_.n)}" if s.ws.remote else ""),),
                       agent_session_id=open_.resume_session_id)
-    stage = s.plan.stage_of(open_.checkpoint) if open_.checkpoint else None
-    record = SessionRecord(n=open_.n, kind=open_.kind, checkpoint=open_.checkpoint,
-                           stage=stage.number if stage else None, started_at=open_.started_at,
-                           finished_at=now, outcome=verdict.outcome, blame=verdict.blame, rule=6,
-                           reasons=verdict.reasons, base_sha=open_.base_sha, reconciled=True,
-                           resume_session_id=open_.resume_session_id, **_spent(s.ws, s.trusted.id, open_))
+    # the record names no agent session: the dead job's agent never reported one (the verdict's, the session it
+    # resumed, is for the policy's choice only)
+    record = session_record(open_, verdict, s.plan, agent_session_id=None, reconciled=True,
+                            **_spent(s.ws, s.trusted.id, open_))
     first = [started] if started is not None else []
     decision = decide(verdict, fold([*first, record], s.state), s.plan)
     action = decision.action

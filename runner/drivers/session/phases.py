@@ -42,6 +42,7 @@ from runner.core.outcome import classify
 from runner.core.plan import Plan
 from runner.core.planfile import with_tracker
 from runner.core.policy import AnyAction, decide as decide_by_rules, decide_start, fold, with_notes
+from runner.core.session_record import session_record
 from runner.drivers.session.context import (
     EVIDENCE_FILE, TRANSCRIPTS_DIR, Ports, Session, SessionResult, Workspace, agent_pid_file, isolation_of,
     judge_tree, load_session,
@@ -219,6 +220,7 @@ class Begun:
     """begin -> run_agent: the session's number and base, recorded as started."""
 
     action: RunSession
+    started: SessionStarted  # as recorded
     n: int
     started_at: datetime
     base_sha: str
@@ -365,7 +367,7 @@ def begin(s: Session, action: RunSession) -> Begun | SessionResult:
             s.write([started], push=push_start)
         except StateConflict:
             return superseded
-    return Begun(action=action, n=n, started_at=started_at, base_sha=base_sha, work_remote_sha=work_remote_sha,
+    return Begun(action=action, started=started, n=n, started_at=started_at, base_sha=base_sha, work_remote_sha=work_remote_sha,
                  plan_text=plan_text, tracked=with_tracker(plan, plan_text), handoff_path=handoff_path_of(plan),
                  transcripts=ws.scratch_dir / plan.id / "transcripts")
 
@@ -478,16 +480,11 @@ def decide(s: Session, b: Begun, j: Judged) -> Decided:
     ws, plan, action, verdict, evidence = s.ws, s.trusted, b.action, j.verdict, j.evidence
     signals = evidence.signals
     tracked = with_tracker(plan, gitwork.read_file_at(s.repo, j.head, plan.path) or b.plan_text)
-    stage = plan.stage_of(action.checkpoint) if action.checkpoint else None
-    record = SessionRecord(
-        n=b.n, kind=action.kind, checkpoint=action.checkpoint, stage=stage.number if stage else None,
-        started_at=b.started_at, finished_at=evidence.observed_at, outcome=verdict.outcome, blame=verdict.blame,
-        rule=verdict.rule, reasons=verdict.reasons, fingerprint=verdict.fingerprint, zero_output=verdict.zero_output,
-        advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id,
-        backend=signals.backend, tokens=signals.total_tokens, cost_usd=signals.cost_usd,
-        cost_lower_bound=signals.cost_lower_bound, base_sha=b.base_sha,
+    record = session_record(
+        b.started, verdict, plan, backend=signals.backend,
+        tokens=signals.total_tokens, cost_usd=signals.cost_usd, cost_lower_bound=signals.cost_lower_bound,
         head_sha=j.head, work_commits=len(evidence.work_commits), gates=_gate_summaries(evidence),
-        hints=signals.hints, resume_session_id=action.resume_session_id, instructions=with_notes(action.instructions, s.state.notes))
+        hints=signals.hints, instructions=with_notes(action.instructions, s.state.notes))
     decision = decide_by_rules(verdict, fold([record], s.state), tracked)
     next_action = decision.action
     ws.on_event("outcome", f"{verdict.outcome.value}: {describe(next_action)}")
