@@ -231,7 +231,7 @@ def _exclude(workdir: Path, made: list[str]) -> None:
                 os.mkdir("info", 0o755, dir_fd=git_fd)
             except FileExistsError:
                 pass
-            info = os.open("info", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=git_fd)
+            info = fsafe.open_dir_at("info", git_fd)
             try:
                 fd = os.open("exclude", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                              dir_fd=info)

@@ -20,7 +20,6 @@ wrote passes its own checks.
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import shutil
@@ -32,8 +31,8 @@ from pathlib import Path
 from runner.adapters.sandbox import fsafe
 
 
-class Refused(Exception):
-    """A member the checks refuse; the archive is not trusted."""
+# A member the checks refuse (the archive is not trusted), or a link on the way: the walk's own type (fsafe).
+Refused = fsafe.Unsafe
 
 
 def clean_roots(roots: Iterable[str]) -> tuple[str, ...]:
@@ -59,37 +58,7 @@ def _check_name(raw: str, roots: tuple[str, ...]) -> str:
     return name
 
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _open_dir(name: str, dir_fd: int) -> int:
-    """`name` in `dir_fd` as a directory descriptor; a link (or anything else) there is Refused, never followed."""
-    try:
-        return os.open(name, _DIR, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Refused(f"{name!r} is a link or not a folder: nothing is read or written through it") from None
-        raise
-
-
-def _walk(dir_fd: int, parts: list[str], *, create: bool = False) -> int:
-    """Descend `parts` from `dir_fd` without following a link (making missing folders with `create`)."""
-    fd = os.dup(dir_fd)
-    try:
-        for part in parts:
-            if create:
-                try:
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                except FileExistsError:
-                    pass
-            nxt = _open_dir(part, fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def write(archive: Path, source: Path, roots: Iterable[str], limit: int = 8 * 2**30, *,
@@ -118,7 +87,7 @@ def write(archive: Path, source: Path, roots: Iterable[str], limit: int = 8 * 2*
                 raise Refused(f"{arc!r} changed while it was archived") from None
             tar.addfile(info)
         elif stat.S_ISDIR(st.st_mode):
-            sub = _open_dir(name, dir_fd)
+            sub = fsafe.open_dir_at(name, dir_fd)
             try:
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
@@ -144,7 +113,7 @@ def write(archive: Path, source: Path, roots: Iterable[str], limit: int = 8 * 2*
             for root in roots:
                 *parents, base = root.split("/")
                 try:
-                    parent = _walk(top_fd, parents)
+                    parent = fsafe.open_below(top_fd, parents)
                 except FileNotFoundError:
                     continue
                 try:
@@ -176,14 +145,14 @@ def extract(archive: Path, dest: Path, roots: Iterable[str], *, dest_fd: int | N
             return cached[0][1]
         while cached:
             os.close(cached.pop()[1])
-        fd = _walk(top_fd, parts, create=True)
+        fd = fsafe.open_below(top_fd, parts, create=True)
         cached.append((tuple(parts), fd))
         return fd
 
     try:
         for root in roots:  # what the checkout has at a cache path is replaced, never written into
             *parents, base = root.split("/")
-            parent = _walk(top_fd, parents, create=True)
+            parent = fsafe.open_below(top_fd, parents, create=True)
             try:
                 fsafe.remove_at(parent, base)
             finally:
@@ -207,7 +176,7 @@ def extract(archive: Path, dest: Path, roots: Iterable[str], *, dest_fd: int | N
                         os.mkdir(base, 0o700, dir_fd=parent)
                     except FileExistsError:
                         pass
-                    sub = _open_dir(base, parent)
+                    sub = fsafe.open_dir_at(base, parent)
                     try:
                         os.chmod(sub, mode | 0o700)
                     finally:
@@ -229,7 +198,7 @@ def extract(archive: Path, dest: Path, roots: Iterable[str], *, dest_fd: int | N
         while cached:
             os.close(cached.pop()[1])
         for parts, mtime in reversed(dirs):  # deepest first, after their contents: reached again by descriptor
-            fd = _walk(top_fd, parts)
+            fd = fsafe.open_below(top_fd, parts)
             try:
                 os.utime(fd, (mtime, mtime))
             finally:

@@ -16,10 +16,11 @@ Standard library only, Linux/POSIX `dir_fd` calls.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePath
 
@@ -31,7 +32,8 @@ _CHUNK = 1 << 20
 
 
 class Unsafe(OSError):
-    """A component below the base is a link or not a directory: plan-runner does not go there."""
+    """A component below the base is a link or not a directory: plan-runner does not go there. (Also what the set-up
+    cache's archive checks refuse, as `untar.Refused`: one type for every refusal to go through a link.)"""
 
 
 def _rel(path: Path, below: Path) -> PurePath:
@@ -59,17 +61,31 @@ def open_base(below: Path) -> int:
     return fd
 
 
-def _open_dirs(base_fd: int, parts: tuple[str, ...]) -> int:
-    """Descend `parts` from `base_fd`, never through a link; a new descriptor (the caller closes it)."""
-    fd = os.dup(base_fd)
+def open_dir_at(name: str, dir_fd: int) -> int:
+    """`name` in the folder `dir_fd` as a folder descriptor; Unsafe when it is a link or not a folder (never
+    followed)."""
+    try:
+        return os.open(name, _DIR, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Unsafe(exc.errno, f"{name!r} is a link or not a folder: nothing is read or written through it") \
+                from None
+        raise
+
+
+def open_below(dir_fd: int, parts: Sequence[str], *, create: bool = False) -> int:
+    """A new descriptor of the folder `parts` below the folder `dir_fd`, reached without following any link
+    (Unsafe when a component is a link or not a folder; missing folders made, private, with `create`); the caller
+    closes it. The one descent of plan-runner through folders another identity could write."""
+    fd = os.dup(dir_fd)
     try:
         for part in parts:
-            try:
-                nxt = os.open(part, _DIR, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (40, 20):  # ELOOP: a link; ENOTDIR: not a directory
-                    raise Unsafe(exc.errno, f"{part}: a link or not a directory") from None
-                raise
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nxt = open_dir_at(part, fd)
             os.close(fd)
             fd = nxt
     except BaseException:
@@ -78,18 +94,12 @@ def _open_dirs(base_fd: int, parts: tuple[str, ...]) -> int:
     return fd
 
 
-def open_below(dir_fd: int, parts: list[str] | tuple[str, ...]) -> int:
-    """A new descriptor of the folder `parts` below the folder `dir_fd`, reached without following any link
-    (Unsafe when a component is a link or not a folder); the caller closes it."""
-    return _open_dirs(dir_fd, tuple(parts))
-
-
 @contextmanager
 def opened_dir(path: Path, *, below: Path) -> Iterator[int]:
     """A descriptor of the directory `path`, reached from `below` without following any link."""
     base = open_base(below)
     try:
-        fd = _open_dirs(base, _rel(path, below).parts)
+        fd = open_below(base, _rel(path, below).parts)
     finally:
         os.close(base)
     try:
@@ -106,7 +116,7 @@ def _parent(path: Path, below: Path) -> Iterator[tuple[int, str]]:
                               fix="report this bug")
     base = open_base(below)
     try:
-        fd = _open_dirs(base, parts[:-1])
+        fd = open_below(base, parts[:-1])
     finally:
         os.close(base)
     try:
