@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# The sandbox is being rebuilt in its own branch of work; its references are checked once it lands.
-NOT_YET = ("runner/adapters/sandbox/",)
+# The rooms being rebuilt in their own branch of work; their references are checked once it lands.
+NOT_YET = ("runner/adapters/sandbox/agent_clone.py", "runner/adapters/sandbox/room.py")
 DOC = re.compile(r"(docs/[\w-]+\.md)(?:,\s*\"([^\"\s][^\"]*)\")?")
 FOREIGN = re.compile(r"\bSPEC\b(?! *=)|\(issue \d+|issue \d+(, item \d+)?\)")
 

@@ -2,7 +2,7 @@
 
 plan-runner pushes, dispatches and comments; the agent only edits the work tree.
 So the agent's process sees the basics a shell needs, its own backend's credentials
-(SPEC 4b, invariant 7: least credentials) and the names the plan lists in `agent.env`;
+(invariant 7, least credentials: docs/security.md, "The trust boundary, shown by attack") and the names the plan lists in `agent.env`;
 nothing else from the job's environment. Claude Code never sees an OpenAI key, Codex
 never sees an Anthropic key, and a `command` agent sees no key at all unless the
 plan names it.

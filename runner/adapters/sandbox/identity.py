@@ -1,6 +1,6 @@
-"""Who runs untrusted code: the agent, and every gate, `verify:` and `setup:` command (SPEC 4b).
+"""Who runs untrusted code: the agent, and every gate, `verify:` and `setup:` command.
 
-plan-runner is the judge; the agent and the code it wrote are the defendant. Whoever runs plan-runner (an
+plan-runner is the judge; the agent and the code it wrote are the defendant (docs/security.md, "The trust boundary, shown by attack"). Whoever runs plan-runner (an
 ordinary user, a user with passwordless sudo such as GitHub's hosted `runner`, or root), every untrusted process
 runs in a room of kernel namespaces (runner.adapters.sandbox.room, bubblewrap), as plan-runner's own uid (as
 root: a uid of its own user namespace, with no capability outside it):
@@ -21,7 +21,7 @@ passwordless sudo has it lifted for this boot, and the session says what was don
 stops with what, why and how to fix (room.open_room). `isolation: none` (plan) or `--isolation none` runs
 untrusted code unconfined, and says so on every session; Actions mode refuses that.
 
-Before issue 49, root and sudo users ran untrusted code as pooled system users (`plan-runner-agent-*`, made
+Before the room, root and sudo users ran untrusted code as pooled system users (`plan-runner-agent-*`, made
 with `useradd`), with slot locks, a cgroup and a root launcher; nothing creates those users any more
 (`plan-runner cleanup` still removes the ones an older version made).
 """

@@ -1,4 +1,4 @@
-"""The judge runs nothing another user could have written (SPEC 4b; issue 21, build item 1).
+"""The judge runs nothing another user could have written (docs/security.md, "The trust boundary, shown by attack", invariant 1).
 
 plan-runner starts programs by name (`git`, `sudo`) long after the agent ran. A folder on the way to any of
 them that another user can write, or rename entries in, lets that user plant the program: GitHub's Ubuntu

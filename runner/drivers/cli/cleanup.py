@@ -44,7 +44,7 @@ _POOL_NAME = re.compile(re.escape(USER_PREFIX) + r"(-u[0-9]+)?(-[0-9]+)?")
 
 
 def old_pool_users() -> list[str]:
-    """The pooled agent users a plan-runner before issue 49 made (`useradd --system`, home /nonexistent):
+    """The pooled agent users a plan-runner older than the room made (`useradd --system`, home /nonexistent):
     nothing makes them now."""
     return sorted(u.pw_name for u in pwd.getpwall()
                   if _POOL_NAME.fullmatch(u.pw_name) and u.pw_dir == "/nonexistent" and u.pw_uid != 0)

@@ -37,7 +37,6 @@ class LocalDispatcher:
     @property
     def dispatched_runs(self) -> tuple[tuple[str, int, str], ...]:
         return ()  # no run is started: the loop goes on
-        return None  # no run id: the loop goes on in this process
 
 
 @dataclass
