@@ -159,16 +159,6 @@ def test_overhead_pair_prints_its_rows_and_floors_and_leaves_no_repository_behin
     assert not list(tmp.glob("plan-runner-pair-*"))
 
 
-def test_kept_tree_benchmark_proves_an_unchanged_tree_with_every_lister():
-    """benchmarks/kept_tree.py on a small tree: a row per lister and the floor; it exits non-zero if a proof of the
-    unchanged tree moved anything, so this also checks the three listers agree on a tree they did not change."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.kept_tree", "--files", "5000", "--rounds", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    for name in ("find x3", "find x1", "python", "floor: find -printf %s"):
-        assert f"  {name} " in proc.stdout
-
-
 def test_loop_child_times_each_session_of_one_plan_runner_run(tmp_path):
     """benchmarks/loop_child.py (real_project --mode run): one `plan-runner run` of a two-session plan, a row per
     session with its wall time, its agent's own time and its gates' time, every session Advanced."""

@@ -179,7 +179,7 @@ def test_a_layered_folder_takes_writes_in_a_throwaway_layer(kind, tmp_path, requ
         room = open_room()
         assert room.overlay
         launch = room.command(["sh", "-c", "echo bad > kept.py && touch new && rm -f kept.py; ls -A | wc -l"],
-                              {{"PATH": "/usr/bin:/bin"}}, tree, View(layered=(tree,)))
+                              {{"PATH": "/usr/bin:/bin"}}, tree, View(layered=((tree, tree),)))
         done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True)
         room.close()
         print(done.returncode, done.stdout.strip(), done.stderr.strip())

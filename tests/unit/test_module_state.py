@@ -28,11 +28,6 @@ MEMOS = {
     "runner.adapters.render.prompts": {"_environment"},  # the templates' environment
 }
 PENDING = {
-    # the areas this process holds and the kept gates' tree's proofs under way: they go when the gates run on a
-    # read-only base in the room (issue 49, item 3) and the kept-tree proof retires
-    "runner.adapters.sandbox.agent_clone": {"_held", "_proofs", "_brought_back"},
-    # GNU find, resolved once (the kept-tree proof's listing): goes with the proof
-    "runner.adapters.sandbox.kept_tree": {"_find"},
     # the live terminal lines of the process (one terminal per process)
     "runner.adapters.render.term": {"_active"},
     # the scripted agent is a process of its own (python -P runner/backends/script/agent.py): its globals are its run's

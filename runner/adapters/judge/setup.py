@@ -9,8 +9,9 @@ agent's reach, and a cache holds only what the maintainer's code produced:
   is read from), never from a commit of the agent's, and sessions only restore it, never refresh it;
 * it is keyed by the commands, the cache paths and the content of the `key:` files; a judged commit
   whose key files differ from the trusted commit's runs its set-up fresh and caches nothing;
-* it is built and restored at one path per use (the gates' checkout, the agent's clone), since what
-  set-up makes (a virtualenv) names its own path;
+* it is built and restored at one path per use (the gates' tree, the agent's clone), since what
+  set-up makes (a virtualenv) names its own path; the gates' copy is restored into plan-runner's read-only
+  base (runner.adapters.judge.base), which no untrusted process can write;
 * it is read back member by member with checks of our own (runner/adapters/judge/untar.py), on every
   Python the package allows.
 
@@ -26,7 +27,7 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import untar
@@ -36,9 +37,6 @@ from runner.adapters.sandbox.identity import Identity
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import GateResult
 from runner.core.plan import GateConfig, SetupConfig
-
-if TYPE_CHECKING:
-    from runner.adapters.sandbox.agent_clone import KeptSetup
 
 CACHE_KEEP = 3  # cache archives kept per place (the newest)
 
@@ -130,14 +128,46 @@ def _base_problem(sha: str, result: GateResult) -> GateResult:
         f"could pass its gates; fix: make the command work on a fresh checkout of the base; " + SETUP_FIX)})
 
 
+@dataclass(frozen=True)
+class CloneSetup:
+    """The set-up cache restored into the agent's clone, left there by the clone's update in place
+    (agent_clone.prepare's `keep`) and restored again only when the archive is another file or a cache path is
+    gone. The clone is the agent's own: what it does to its set-up there is its own business (the gates run on the
+    judge's read-only base, and no cache is ever built from the clone), so nothing of it is proven."""
+
+    scratch: Path
+
+    def _record(self, workdir: Path) -> Path:
+        return self.scratch / f"setup-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}.restored"
+
+    @staticmethod
+    def _said(archive: Path, roots: tuple[str, ...]) -> str:
+        st = os.stat(archive, follow_symlinks=False)
+        return " ".join(map(str, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, *roots)))
+
+    def intact(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
+        try:
+            said = self._record(workdir).read_text(encoding="utf-8")
+            return said == self._said(archive, roots) and all(os.path.lexists(workdir / r) for r in roots)
+        except OSError:
+            return False
+
+    def recorded(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> None:
+        try:
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            self._record(workdir).write_text(self._said(archive, roots), encoding="utf-8")
+        except OSError:
+            pass
+
+
 def run_setup(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], workdir: Path, env: Mapping[str, str],
               identity: Identity, cache_dir: Path, trusted_sha: str | None = None,
               checkout: Callable[[str], Path] | None = None,
               on_event: Callable[[str, str], None] = lambda e, d: None,
-              keep: KeptSetup | None = None) -> tuple[GateResult, ...]:
+              keep: CloneSetup | None = None) -> tuple[GateResult, ...]:
     """Set `workdir` (a fresh checkout of `sha`) up; the failed command as a red gate result (empty: all good).
-    `keep`: a cache restored into `workdir` by an earlier session and provably unchanged since is not restored
-    again (agent_clone.KeptSetup).
+    `keep`: a cache restored into `workdir` (the agent's clone) by an earlier session is not restored again while
+    it is there (CloneSetup).
 
     `checkout(rev)` makes a fresh checkout of `rev` at `workdir` again: with it and `trusted_sha`, a missing
     cache is built from the trusted commit (then `sha` is checked out again and the cache restored), and a
@@ -168,7 +198,7 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], wor
                     return (_base_problem(trusted_sha, failed),)
             if archive.is_file():
                 if keep is not None and keep.intact(archive, workdir, roots):
-                    on_event("setup", f"cache {key[:12]} in place, unchanged since it was restored")
+                    on_event("setup", f"cache {key[:12]} in place")
                     return ()
                 restored = _restore(archive, workdir, roots)
                 if restored:
@@ -246,7 +276,7 @@ def _exclude(workdir: Path, made: list[str]) -> None:
 def set_up_clone(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], workdir: Path, env: Mapping[str, str],
                  identity: Identity, cache_dir: Path, trusted_sha: str | None, checkout: Callable[[str], Path],
                  reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None,
-                 keep: KeptSetup | None = None) -> str | None:
+                 keep: CloneSetup | None = None) -> str | None:
     """Run `setup:` in the agent's own clone (at `sha`) before the agent starts, so it can run the gates it is
     judged by; the same commands and cache rules as the gates' (the cache of this path is built from a checkout
     of the trusted commit, then the clone is made again). What set-up made is excluded from the clone's git

@@ -18,10 +18,9 @@ regular file, never through a link) and fetches it into its own repository with
 object checks on. Commits are data: their configuration, hooks, attributes,
 replace refs and alternates never come along.
 
-Gates and `verify:` run on a checkout of the judged commit (tracked files only: no
-ignored or untracked files, no caches the agent left) in `gates/`, with a clean
-`home`: the previous checkout kept and proven to be exactly that
-(runner.adapters.sandbox.kept_tree), else a fresh one.
+Gates and `verify:` run on plan-runner's own checkout of the judged commit (tracked files only: no ignored or
+untracked files, no caches the agent left), shown at `gates/` read-only under a throwaway layer per process
+(runner.adapters.judge.base), with a clean `gate-home`.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import secrets
 import shutil
 import stat
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +41,7 @@ from runner.adapters.git.work import GitCommandError  # the git room owns GitPyt
 
 from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
-from runner.adapters.sandbox import fsafe, kept_tree, origin, tools
+from runner.adapters.sandbox import fsafe, origin, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
 from runner.adapters.sandbox.identity import Identity, area_key, judge_dir
 
@@ -107,7 +105,7 @@ g reset --quiet --hard
 # business in any case: the judge takes only commits from it (test_agent_seed checks the result with status).
 _UPDATE_SCRIPT = r"""
 work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8 aside=$9 trusted=${10}
-shift 10  # the rest: pathspecs of what stays where it is (the set-up cache, checked by the judge: KeptSetup)
+shift 10  # the rest: pathspecs of what stays where it is (the set-up cache: judge.setup.CloneSetup)
 set -e
 cd "$work"
 [ -d .git ] && [ ! -L .git ] && [ -f .git/HEAD ] && [ -d .git/objects/info ] && [ ! -L .git/objects ] || exit 20
@@ -197,7 +195,7 @@ def _fresh_dir(area: AgentArea, path: Path, identity: Identity, mode: int = 0o70
     os.mkdir(path, mode)
 
 
-def _own_root(area: AgentArea, repo: Path | None = None) -> None:
+def own_root(area: AgentArea, repo: Path | None = None) -> None:
     """The area's root made or checked (plan-runner's own folder, 0711), with `repo` recorded as its
     repository (runner.adapters.sandbox.origin; sweep removes the areas of repositories that are gone)."""
     try:
@@ -210,7 +208,7 @@ def _own_root(area: AgentArea, repo: Path | None = None) -> None:
                               why="it was replaced (by a link or another user's folder)",
                               fix=f"remove {area.root} and run again")
     os.chmod(area.root, 0o711)
-    for own in (KEPT, TRASH):  # before any room shows the area: every room covers them (room.Namespaces.view_for)
+    for own in (KEPT, TRASH, BASE):  # before any room shows the area: every room covers them (room.AREA_OWN)
         _own_folder(area.root / own)
     if repo is not None:
         origin.record(origin.area_origin(area.root), repo)
@@ -249,15 +247,11 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
     previous session's clone is updated in place by a git running as the agent where it can be (same owner,
     a usable repository: _UPDATE_SCRIPT), else made again; the other parts are moved aside in O(1) and
     deleted off the critical path (discard_trash). `keep`: the set-up cache's paths, left in a clone updated in
-    place (KeptSetup then proves them unchanged, or they are restored again)."""
-    _own_root(area, repo)
+    place (the clone is the agent's own: judge.setup.CloneSetup restores them only when the archive changed)."""
+    own_root(area, repo)
     if identity.room is not None:
         identity.room.grant(area.root)
-    hold_area(area)
-    if area.root not in _proofs:  # (a proof under way: the tree is hidden already, and being walked)
-        _keep_gates(area, identity, scratch)
-        if identity.isolated:  # its processes are dead and the tree is out of its reach: proven meanwhile
-            _start_proof(area, identity, scratch)
+    hold_area(area, identity)
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         sha = gitwork.ref_sha(repo, f"refs/heads/{branch}")
@@ -389,29 +383,8 @@ def identity_remove_judge_tree(path: Path) -> None:
 
 
 TRASH = ".trash"  # in an area's root: plan-runner's own, mode 0700, out of the agent's reach
-KEPT = ".kept"  # likewise: the gates' tree between its checkouts, while the agent runs (kept_tree)
-
-
-def _keep_gates(area: AgentArea, identity: Identity, scratch: Path) -> None:
-    """The gates' tree of the last checkout, when it has a record, out of the agent's reach until the next
-    checkout (renamed into a folder of plan-runner's own, 0700); anything else of it goes to the trash."""
-    kept = area.root / KEPT
-    if not _own_folder(kept):
-        return
-    held = kept / "gates"
-    if not (scratch / kept_tree.RECORD).is_file():
-        _move_aside(area, held, identity)  # no record: nothing can be proven of it
-        return
-    try:
-        st = os.lstat(area.gates)
-    except FileNotFoundError:
-        return  # already hidden (the clone made again before the agent, a session cut short before its gates)
-    if stat.S_ISDIR(st.st_mode):
-        _move_aside(area, held, identity)
-        try:
-            os.rename(area.gates, held)
-        except OSError:
-            pass
+KEPT = ".kept"  # likewise: the agent's clone between its export and the next session (_hide_clone)
+BASE = ".base"  # likewise: the gates' read-only base (runner.adapters.judge.base), shown in no room
 
 
 CLONE_RECORD = "clone.record"  # in the judge's scratch: the agent's clone as the last export left it (_hide_clone)
@@ -491,6 +464,11 @@ def reveal_clone(area: AgentArea, identity: Identity, scratch: Path) -> None:
     _reveal_clone(area, identity, scratch)
 
 
+def move_aside(area: AgentArea, part: Path) -> None:
+    """`part` of the area out of the way in O(1) (into its trash: _move_aside)."""
+    _move_aside(area, part, Identity())
+
+
 def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
     """The previous session's part out of the way in O(1): renamed into the area's trash (the agent can
     reach nothing in there, so nothing it runs can race the deletion, done later by discard_trash). Where
@@ -513,21 +491,20 @@ def _move_aside(area: AgentArea, part: Path, identity: Identity) -> None:
 
 
 _IN_USE = ".in-use"  # in an area's root: a lock a session holds (shared) from prepare to its end
-_held: dict[Path, int] = {}
 
 
-def hold_area(area: AgentArea) -> None:
-    """Mark the area in use for this process's session (released by discard_trash at the session's end):
-    remove_agent_areas never takes an area whose lock is held, however old it looks."""
-    if area.root in _held:
+def hold_area(area: AgentArea, identity: Identity) -> None:
+    """Mark the area in use for the session `identity` is leased to (released by discard_trash at the session's
+    end, or with the lease): remove_agent_areas never takes an area whose lock is held, however old it looks."""
+    if area.root in identity.areas:
         return
     fd = os.open(area.root / _IN_USE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_SH)
-    _held[area.root] = fd
+    identity.areas[area.root] = fd
 
 
-def _release_area(area: AgentArea) -> None:
-    fd = _held.pop(area.root, None)
+def _release_area(area: AgentArea, identity: Identity) -> None:
+    fd = identity.areas.pop(area.root, None)
     if fd is not None:
         os.close(fd)
 
@@ -535,8 +512,7 @@ def _release_area(area: AgentArea) -> None:
 def discard_trash(area: AgentArea, identity: Identity, *, wait: bool = False) -> None:
     """At a session's end: the area released (hold_area), and what _move_aside put in its trash deleted in
     a detached process (never on a session's critical path) or, with `wait`, now."""
-    _end_proof(area)  # before the trash is listed: the proof moves what differs into it
-    _release_area(area)
+    _release_area(area, identity)
     trash = area.root / TRASH
     try:
         names = os.listdir(trash)
@@ -551,10 +527,6 @@ def discard_area(area: AgentArea, identity: Identity | None = None) -> None:
     """A whole area no session will use again (the preflight's own, a finished plan's), deleted in a detached
     process: never on the critical path. Its files are plan-runner's user's (a room runs as its uid); nothing of
     `identity` runs any more (its rooms' PID namespaces ended with their processes)."""
-    _brought_back.pop(area.root, None)
-    proof = _proofs.pop(area.root, None)  # its tree goes with the area: nothing of it is put back
-    if proof is not None:
-        proof.take()
     if os.path.isdir(area.root) and not os.path.islink(area.root):
         _remove_trees([area.root], wait=False)
 
@@ -667,8 +639,6 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
     """After the agent: its leftovers committed and its work branch imported into the judge's repository."""
     if identity.room is not None:  # the clone borrows its objects from the seed store (a salvage's room is new)
         identity.room.show(_store_path(judge_dir("seeds"), _repo_key(repo)))
-    if not identity.isolated:  # the agent's processes are dead now (its user could reach the hidden tree)
-        _start_proof(area, identity, scratch)
     env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}
     out = area.out / "work.bundle"
     # One process as the agent (its git, its config: its own business), arguments passed positionally.
@@ -754,28 +724,19 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
 
 
 def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,
-             into: Path | None = None, *, keep: bool = True) -> Path:
-    """A checkout of `sha` (tracked files only, nothing else) for gates, owned by the identity that runs them,
-    and a clean home for them. The gates' tree of the previous checkout is kept and brought back to exactly
-    the tracked files of `sha` where that can be proven (runner.adapters.sandbox.kept_tree), else made fresh.
-    `into`: another folder of the area, always fresh (the set-up cache of the agent's clone is built from a
-    checkout of the base commit at the clone's path). `keep=False`: a tree no later checkout reuses (the
-    preflight's own area) is not recorded."""
-    _own_root(area, repo)
+             into: Path | None = None) -> Path:
+    """A fresh, writable checkout of `sha` (tracked files only, nothing else) in a folder of the area (`gates/`, or
+    `into`), and a clean home for the commands run in it: where `setup:` runs (its cache built from the trusted
+    commit, or a set-up nothing can cache). The gates otherwise run on the read-only base (judge.base)."""
+    own_root(area, repo)
     if identity.room is not None:
         identity.room.grant(area.root)
     target = into or area.gates
     if into is None:
-        _brought_back.pop(area.root, None)
         _fresh_dir(area, area.gate_home, identity)
-        entries = _update_kept(area, identity, repo, sha, scratch)
-        if entries is not None:
-            if _setup_record(scratch, target).is_file():  # (held for KeptSetup.intact only where it will ask)
-                _brought_back[area.root] = entries
-            return target
     _fresh_dir(area, target, identity, 0o755 if into is None else 0o700)
-    index = scratch / "gate.index"
-    index.unlink(missing_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    index = scratch / f"checkout-{secrets.token_hex(4)}.index"
     env = {"GIT_INDEX_FILE": str(index)}
     try:
         gitwork.run_git(repo, "read-tree", sha, env=env)
@@ -785,213 +746,7 @@ def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch:
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
     finally:
         index.unlink(missing_ok=True)
-    owner = _keeper(identity)
-    if into is not None or owner is None or not keep:
-        return target
-    # Handed over and recorded in one walk: the record is what the identity is given, before it runs anything.
-    with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
-            fsafe.opened_dir(target, below=area.root) as root_fd:
-        entries = kept_tree.record(root_fd, owner if identity.isolated else None)
-        try:
-            kept_tree.settle(area_fd, kept_tree.newest_ctime(entries))
-        except kept_tree.Mismatch:
-            return target  # no record: the next checkout is fresh
-    kept_tree.save(scratch / kept_tree.RECORD, sha=sha, uid=owner[0], entries=entries)
     return target
-
-
-_KEEP_LIMIT = 2000  # differences beyond max(this, a third of the tree): a fresh checkout costs no more
-
-
-def _keeper(identity: Identity) -> tuple[int, int] | None:  # noqa: ARG001 - one owner whatever the identity
-    """Who owns a kept gates' tree: plan-runner's own uid and gid (a room runs as them)."""
-    return os.geteuid(), os.getegid()
-
-
-def _tree_changes(repo: Path, old: str, new: str) -> list[tuple[int, int, str, str]]:
-    """(old mode, new mode, new object, path) of every entry, folders included, that differs between the
-    commits `old` and `new`. Raises kept_tree.Mismatch when a `.gitattributes` changes (how every other file
-    checks out may change with it)."""
-    if old == new:
-        return []
-    out = gitwork.run_git(repo, "diff-tree", "-r", "-t", "-z", "--no-renames", "--raw", old, new)
-    fields = out.split(b"\0")
-    changes = []
-    for i in range(0, len(fields) - 1, 2):
-        meta, raw_path = fields[i].decode("ascii"), fields[i + 1]
-        old_mode, new_mode, _old_sha, new_sha, _status = meta.lstrip(":").split(" ")
-        path = os.fsdecode(raw_path)
-        if path.rsplit("/", 1)[-1] == ".gitattributes":
-            raise kept_tree.Mismatch(".gitattributes changed")
-        changes.append((int(old_mode, 8), int(new_mode, 8), new_sha, path))
-    return changes
-
-
-@dataclass
-class _Proven:
-    """A kept gates' tree proven: every entry below it that was not in the record or differed from it moved to
-    the trash (kept_tree.prune), and no process of anyone else holding one of what is left (held_open)."""
-    rec: dict  # the record, its entries those left (exactly as recorded)
-    gone: set[str]  # recorded paths no longer there
-    root: tuple[int, int]  # the tree's folder (device, inode)
-
-
-def _prove(area: AgentArea, identity: Identity, scratch: Path) -> _Proven | None:
-    """The kept gates' tree (hidden in the area's KEPT folder, or in its place) proven against its record,
-    which is taken away (a proof cut short leaves none: the next checkout is fresh); None: no reuse."""
-    owner = _keeper(identity)
-    rec = kept_tree.load(scratch / kept_tree.RECORD)
-    if rec is None or owner is None or rec["uid"] != owner[0]:
-        return None
-    held = area.root / KEPT / "gates"
-    entries: dict[str, kept_tree.Key] = rec["entries"]
-    try:
-        where = held if os.path.lexists(held) else area.gates
-        trash = _trash(area)
-        with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
-                fsafe.opened_dir(where, below=area.root) as root_fd:
-            trash_fd = os.open(trash.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                               dir_fd=area_fd)
-            try:
-                gone = kept_tree.prune(root_fd, entries, trash_fd, max(_KEEP_LIMIT, len(entries) // 3))
-                st = os.fstat(root_fd)
-                if kept_tree.held_open(st.st_dev, kept_tree.inodes(entries)) is not None:
-                    return None
-            finally:
-                os.close(trash_fd)
-    except (OSError, kept_tree.Mismatch, PlanRunnerError, KeyError, ValueError):
-        return None
-    return _Proven(rec, gone, (st.st_dev, st.st_ino))
-
-
-class _Proof:
-    """A proof of the kept gates' tree made in a thread while plan-runner waits on something else (the agent's
-    clone being updated, the agent itself, its export), so the walk is off the session's critical path.
-
-    It starts only once nothing that could still change the tree can run before the tree is used: with an
-    isolated identity, once its processes are all dead and the tree is hidden in the area's KEPT folder (0700,
-    plan-runner's: the identity has no path to it, and the walk moves aside every file with another link or
-    held open, so it has no descriptor either); without isolation, only once the agent's processes are all
-    dead (the agent's own user could reach the hidden tree while it runs)."""
-
-    def __init__(self, area: AgentArea, identity: Identity, scratch: Path) -> None:
-        self.scratch = scratch
-        self.result: _Proven | None = None
-        self._thread = threading.Thread(target=self._run, args=(area, identity, scratch), daemon=True,
-                                        name="kept-tree-proof")
-        self._thread.start()
-
-    def _run(self, area: AgentArea, identity: Identity, scratch: Path) -> None:
-        try:
-            self.result = _prove(area, identity, scratch)
-        except Exception:  # noqa: BLE001 - whatever went wrong, the checkout is made fresh
-            self.result = None
-
-    def take(self) -> _Proven | None:
-        self._thread.join()
-        return self.result
-
-
-_proofs: dict[Path, _Proof] = {}  # an area's root -> its kept tree's proof under way (this process's session)
-# An area's root -> the record of its gates' tree as the last checkout brought it back (proven, then updated),
-# until the next checkout: every entry there is as recorded and nothing else is (KeptSetup.intact).
-_brought_back: dict[Path, dict[str, kept_tree.Key]] = {}
-
-
-def _start_proof(area: AgentArea, identity: Identity, scratch: Path) -> None:
-    if area.root in _proofs or _keeper(identity) is None or not (scratch / kept_tree.RECORD).is_file():
-        return
-    _proofs[area.root] = _Proof(area, identity, scratch)
-
-
-def _end_proof(area: AgentArea) -> None:
-    """A proof no checkout took (the session ended before its gates): its record put back as it was proven, so
-    the next session's proof starts from it (that proof walks the whole tree again)."""
-    proof = _proofs.pop(area.root, None)
-    if proof is None or (proven := proof.take()) is None:
-        return
-    rec = proven.rec
-    try:
-        kept_tree.save(proof.scratch / kept_tree.RECORD, sha=rec["sha"], uid=rec["uid"], entries=rec["entries"])
-    except OSError:
-        pass  # (the scratch gone with a reset): no record, so the next checkout is fresh
-
-
-def _update_kept(area: AgentArea, identity: Identity, repo: Path, sha: str,
-                 scratch: Path) -> dict[str, kept_tree.Key] | None:
-    """Bring the kept gates' tree to exactly the tracked files of `sha` (kept_tree): its record, every entry of
-    the tree as it is now; None: make it fresh."""
-    proof = _proofs.pop(area.root, None)
-    proven = proof.take() if proof is not None else _prove(area, identity, scratch)
-    owner = _keeper(identity)
-    if proven is None or owner is None:
-        return None
-    held = area.root / KEPT / "gates"
-    try:
-        if os.path.lexists(held):  # hidden from the agent while it ran (prepare): back in its place
-            _move_aside(area, area.gates, identity)
-            os.rename(held, area.gates)
-    except OSError:
-        return None
-    entries: dict[str, kept_tree.Key] = proven.rec["entries"]
-    gone = proven.gone
-    limit = max(_KEEP_LIMIT, len(entries) // 3)
-    index = scratch / "gate.index"
-    try:
-        changes = _tree_changes(repo, proven.rec["sha"], sha)
-        if len(changes) > limit:
-            return None
-        trash = _trash(area)
-        with fsafe.opened_dir(area.root, below=area.root.parent) as area_fd, \
-                fsafe.opened_dir(area.gates, below=area.root) as root_fd:
-            st = os.fstat(root_fd)
-            if (st.st_dev, st.st_ino) != proven.root:
-                return None  # not the tree that was proven
-            trash_fd = os.open(trash.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                               dir_fd=area_fd)
-            try:
-                old_side = set()
-                for old_mode, new_mode, _new_sha, path in changes:
-                    if old_mode and not (stat.S_ISDIR(old_mode) and stat.S_ISDIR(new_mode)):
-                        old_side.add(path)
-                for path in sorted(old_side):
-                    kept_tree.move_aside(root_fd, path, trash_fd)
-                kept_tree.drop(entries, old_side)
-                lines = [f"{new_mode:o} {new_sha}\t{path}" for _o, new_mode, new_sha, path in changes
-                         if new_mode and not stat.S_ISDIR(new_mode)]
-                missing = sorted(p for p in gone if p not in old_side and not any(
-                    p.startswith(o + "/") for o in old_side))
-                if missing:  # recorded entries the gates removed or replaced: as the new commit has them
-                    listed = gitwork.run_git(repo, "--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree",
-                                             sha, "--", *missing)
-                    lines += [os.fsdecode(x) for x in listed.split(b"\0") if x]
-                wrote = sorted({line.split("\t", 1)[1] for line in lines})
-                if wrote:
-                    index.unlink(missing_ok=True)
-                    env = {"GIT_INDEX_FILE": str(index)}
-                    # `mode sha<TAB>path` (the diff's) and `mode type sha<TAB>path` (ls-tree's): both index-info
-                    gitwork.run_git(repo, "update-index", "-z", "--index-info",
-                                    data=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"),
-                                    env=env)
-                    gitwork.run_git(repo, "checkout-index", "--all", "--force", f"--prefix={area.gates}/", env=env)
-                    kept_tree.adopt(root_fd, wrote, entries, owner if identity.isolated else None)
-                    kept_tree.settle(area_fd, kept_tree.newest_ctime({p: entries[p] for p in wrote}))
-            finally:
-                os.close(trash_fd)
-    except (OSError, kept_tree.Mismatch, GitCommandError, PlanRunnerError, KeyError, ValueError):
-        return None
-    finally:
-        index.unlink(missing_ok=True)
-    kept_tree.save(scratch / kept_tree.RECORD, sha=sha, uid=owner[0], entries=entries)
-    return entries
-
-
-def _trash(area: AgentArea) -> Path:
-    """The area's trash (plan-runner's own, 0700), made if missing; refused when it is anything else."""
-    trash = area.root / TRASH
-    if not _own_folder(trash):
-        raise kept_tree.Mismatch(f"{trash} is not plan-runner's own folder")
-    return trash
 
 
 def _own_folder(path: Path) -> bool:
@@ -1002,101 +757,3 @@ def _own_folder(path: Path) -> bool:
         pass
     st = os.lstat(path)
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
-
-
-def _setup_record(scratch: Path, workdir: Path) -> Path:
-    """Where KeptSetup records the set-up cache restored into `workdir`."""
-    return scratch / f"setup-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}.record"
-
-
-@dataclass(frozen=True)
-class KeptSetup:
-    """The set-up cache restored into a tree of the area (the gates' checkout, the agent's clone), kept for the
-    next session while provably unchanged (runner.adapters.judge.setup.run_setup asks before restoring).
-
-    Right after a restore the judge records every entry at and below the cache's paths (kept_tree.record_under:
-    lstat with inode and ctime, which no unprivileged process can set) with the identity of the archive file it
-    came from, and waits for the file system's clock to move past them. Before the next restore, once the
-    identity's processes are all dead, the same entries listed again (by GNU find: kept_tree.listed_under, or by
-    that walk) must be exactly that record (nothing added, removed, written, chmodded, linked or replaced) and
-    the archive must be the same file: then the restore is skipped.
-    Anything else (no record, another owner, a process holding one of the files open, through sudo) restores as
-    before. In the gates' tree the entries also join the tree's own record, so its walk keeps them; and where
-    this session's checkout brought that tree back from its proof (`_brought_back`), the proof's record stands
-    in for the walk: the cache is intact when the record's entries at and below its paths are exactly these."""
-
-    area: AgentArea
-    identity: Identity
-    scratch: Path
-
-    def _record(self, workdir: Path) -> Path:
-        return _setup_record(self.scratch, workdir)
-
-    @staticmethod
-    def _archive_id(archive: Path) -> tuple:
-        st = os.stat(archive, follow_symlinks=False)
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-    def intact(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
-        owner = _keeper(self.identity)
-        rec = kept_tree.load_setup(self._record(workdir))
-        if rec is None or owner is None or rec["uid"] != owner[0] or rec["roots"] != tuple(roots):
-            return False
-        try:
-            if rec["archive"] != self._archive_id(archive):
-                return False
-            if workdir == self.area.gates and (tree := _brought_back.pop(self.area.root, None)) is not None:
-                # The gates' tree was proven whole and brought back this session (checkout): every entry in it is
-                # as that record says and nothing else is there, none held open. The cache is intact when the
-                # record's entries at and below its paths are the ones its restore wrote: no second walk.
-                tops, below = set(roots), tuple(f"{root}/" for root in roots)
-                there = {rel: key for rel, key in tree.items() if rel in tops or rel.startswith(below)}
-                if not there or not kept_tree.same(there, rec["entries"]):
-                    return False
-                now = rec["entries"]
-            else:
-                now = self._unchanged(workdir, roots, rec["entries"])
-                if now is None:
-                    return False
-        except (OSError, PlanRunnerError, kept_tree.Mismatch):
-            return False
-        kept_tree.save_setup(self._record(workdir), archive=rec["archive"], uid=owner[0], roots=tuple(roots),
-                             entries=now)
-        return True
-
-    def _unchanged(self, workdir: Path, roots: tuple[str, ...], recorded: dict) -> dict | None:
-        """The cache's entries listed again (GNU find, a third of the walk's time; the walk where there is none)
-        and found to be `recorded`, none held open: the record to keep; None: restore."""
-        with fsafe.opened_dir(workdir, below=self.area.root) as fd:
-            dev = os.fstat(fd).st_dev
-            listed = kept_tree.listed_under(fd, tuple(roots), bound=len(recorded))
-            if listed is not None:
-                if not listed or not kept_tree.same_listed(listed, recorded, fd):
-                    return None
-                now, held = recorded, kept_tree.inodes(listed)
-            else:
-                now = kept_tree.record_under(fd, tuple(roots))
-                if not now or not kept_tree.same(now, recorded):
-                    return None
-                held = kept_tree.inodes(now)
-        return now if kept_tree.held_open(dev, held) is None else None
-
-    def recorded(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> None:
-        owner = _keeper(self.identity)
-        if owner is None:
-            return
-        try:
-            with fsafe.opened_dir(self.area.root, below=self.area.root.parent) as area_fd, \
-                    fsafe.opened_dir(workdir, below=self.area.root) as fd:
-                entries = kept_tree.record_under(fd, tuple(roots))
-                kept_tree.settle(area_fd, kept_tree.newest_ctime(entries))
-            archive_id = self._archive_id(archive)
-        except (OSError, PlanRunnerError, kept_tree.Mismatch):
-            return
-        kept_tree.save_setup(self._record(workdir), archive=archive_id, uid=owner[0], roots=tuple(roots),
-                             entries=entries)
-        tree = kept_tree.load(self.scratch / kept_tree.RECORD) if workdir == self.area.gates else None
-        if tree is not None:  # the gates' tree's own walk keeps (and checks) them too
-            kept_tree.drop(tree["entries"], set(roots))
-            tree["entries"].update(entries)
-            kept_tree.save(self.scratch / kept_tree.RECORD, sha=tree["sha"], uid=tree["uid"], entries=tree["entries"])

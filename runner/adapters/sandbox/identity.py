@@ -70,6 +70,9 @@ class Identity:
     gid: int | None = None
     name: str = ""
     room: rooms.Namespaces | None = field(default=None, compare=False, repr=False)
+    # the agent areas the session holds (agent_clone.hold_area): root -> its in-use lock's descriptor, closed at the
+    # latest when the lease ends
+    areas: dict[Path, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def isolated(self) -> bool:
@@ -158,6 +161,8 @@ class Lease:
     identity: Identity
 
     def release(self) -> None:
+        while self.identity.areas:
+            os.close(self.identity.areas.popitem()[1])
         if self.identity.room is not None:
             self.identity.room.close()
 

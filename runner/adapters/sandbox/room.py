@@ -49,8 +49,9 @@ USERNS_MAX = Path("/proc/sys/user/max_user_namespaces")
 # that refuse to run as root (Claude Code's --dangerously-skip-permissions) run, and nothing inside has a capability
 # outside its namespaces.
 ROOT_INSIDE = 1000
-# In an agent's area, the judge's own folders (agent_clone.TRASH, agent_clone.KEPT): covered in every room
-AREA_OWN = (".trash", ".kept")
+# In an agent's area, the judge's own folders (agent_clone.TRASH, agent_clone.KEPT, judge.base.BASE: the gates'
+# read-only base): covered in every room
+AREA_OWN = (".trash", ".kept", ".base")
 INSIDE_HOME = "/tmp/home"  # a process whose HOME is not in its view gets the room's own
 # As root, a room's uid is root's outside (kuid 0): what root alone may read in the folders every room shows
 # would be readable in it as its owner (/etc/shadow, /etc/ssh/*_key, /etc/sudoers.d). Those folders are scanned
@@ -76,8 +77,9 @@ class View:
 
     writable: tuple[Path, ...] = ()
     readonly: tuple[Path, ...] = ()
-    # read-only folders under a throwaway writable layer (overlay): writes land in the layer, gone after the process
-    layered: tuple[Path, ...] = ()
+    # (read-only folder, where it is shown) under a throwaway writable layer (overlay): writes land in the layer, gone
+    # with the process; where the kernel has no overlay, a fresh copy made at the second path for each process
+    layered: tuple[tuple[Path, Path], ...] = ()
     network: bool = False  # the host's network (until the allow-list proxy: issue 49, item 4)
     # host folder -> the path it is bound at inside, read-write (the allow-list proxy's socket folder)
     binds: tuple[tuple[Path, str], ...] = ()
@@ -246,6 +248,7 @@ class Namespaces:
     _readonly: set[Path] = field(default_factory=set, repr=False)
     _writable: set[Path] = field(default_factory=set, repr=False)
     _proxy: NetProxy | None = field(default=None, repr=False)
+    _layers: dict[Path, Path] = field(default_factory=dict, repr=False)  # where shown -> the read-only base
 
     isolated = True
 
@@ -266,6 +269,14 @@ class Namespaces:
         """`path` writable to every later process of this room (the agent's area: its clone, HOME, state)."""
         self._writable.add(Path(path))
 
+    def lay(self, at: Path, base: Path | None) -> None:
+        """Every later process of this room sees `base` (plan-runner's pristine tree, never writable in any room) at
+        `at` under a throwaway writable layer of its own (`View.layered`); `base` None: `at` as it is again."""
+        if base is None:
+            self._layers.pop(Path(at), None)
+        else:
+            self._layers[Path(at)] = Path(base)
+
     def view_for(self, cwd: Path, areas: Path) -> View:
         """A session's process sees, writable, the areas granted and the agent's area its folder is in (one
         folder under `areas`: its clone, HOME, state and gates' tree); read-only, what `show` named and the
@@ -279,8 +290,9 @@ class Namespaces:
         areas_shown = [w for w in writable if w.parent == areas]
         readonly = set(self._readonly) | {a / "in" for a in areas_shown}
         covered = tuple(sorted(a / own for a in areas_shown for own in AREA_OWN))
+        layered = tuple((base, at) for at, base in sorted(self._layers.items()))
         return View(writable=tuple(sorted(writable)), readonly=tuple(sorted(readonly)), network=self.network,
-                    covered=covered)
+                    covered=covered, layered=layered)
 
     @contextmanager
     def behind(self, proxy: NetProxy) -> Iterator[None]:
@@ -350,12 +362,15 @@ class Namespaces:
                 args += ["--tmpfs", str(shut)]
         for outside, inside in view.binds:
             args += ["--bind", str(outside), inside]
-        for base in view.layered:
-            if self.overlay:
-                args += ["--overlay-src", str(base), "--tmp-overlay", str(base)]
+        for base, at in view.layered:
+            if self.overlay:  # the base is the lower layer, never written; the upper is a tmpfs of this process's
+                args += ["--overlay-src", str(base), "--tmp-overlay", str(at)]
+            elif any(_covers(Path(w), Path(at)) for w in view.writable) and Path(at) != Path(base):
+                fresh_copy(Path(base), Path(at))  # no overlay here (Linux < 5.11): a copy of the base per process
             else:
                 raise PlanRunnerError(what="this kernel cannot lay a writable layer over a read-only folder",
-                                      why="mounting an overlay in a user namespace needs Linux 5.11 or later",
+                                      why="mounting an overlay in a user namespace needs Linux 5.11 or later, and "
+                                          f"{at} is not in a writable folder of the room to copy it into",
                                       fix="run on a newer kernel")
         args += ["--chdir", str(cwd), "--", *argv]
         return Launch(args, {"cwd": "/", "env": env})
@@ -363,6 +378,21 @@ class Namespaces:
     def close(self) -> None:
         self._closed = True
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def fresh_copy(base: Path, at: Path) -> None:
+    """`at` made a copy of `base` (links copied as links, never followed; modes kept), whatever was there before
+    removed first (through links never followed): where the kernel has no overlay, each process gets its own."""
+    from runner.adapters.sandbox import fsafe, tools
+
+    if os.path.lexists(at):
+        fsafe.remove(at, below=at.parent)
+    cp = tools.which("cp") or "/bin/cp"
+    done = subprocess.run([cp, "-a", "--reflink=auto", "--no-target-directory", "--", str(base), str(at)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PlanRunnerError(what=f"could not copy the gates' base {base} to {at}", why=done.stderr.strip()[-500:],
+                              fix="check the free space of the file system that holds it")
 
 
 def _probe(bwrap: Path, overlay: bool) -> subprocess.CompletedProcess[str]:

@@ -259,6 +259,7 @@ def build(job: _Job) -> dict[str, str] | None:
     from runner.adapters.sandbox import identity as sandbox
     from runner.adapters.sandbox.agentenv import build_agent_env, clean_path
     from runner.drivers.session import isolation_of
+    from runner.drivers.session.phases import gates_tree_for
 
     assert job.setup is not None and job.trusted is not None
     job.scratch.mkdir(parents=True, exist_ok=True)
@@ -272,9 +273,18 @@ def build(job: _Job) -> dict[str, str] | None:
             # that keeps its workspace) may have been built after an agent ran
             setup.archive_path(job.cache_dir, place, job.key).unlink(missing_ok=True)
 
+            if place == job.area.gates:  # the gates' own: built as the session's gates build it, into the base
+                gates = gates_tree_for(job.ws, job.plan, identity, job.area, env)
+                with gates.base.held():
+                    gates.tree(job.trusted)
+                    gates.close()
+                if gates.failures:
+                    _say(f"set-up failed on the base commit: {gates.failures[0].error}; nothing is cached")
+                    return None
+                continue
+
             def fresh(sha: str, place: Path = place) -> Path:
-                return agent_clone.checkout(job.area, identity, job.ws.repo, sha, job.scratch,
-                                            into=None if place == job.area.gates else place)
+                return agent_clone.checkout(job.area, identity, job.ws.repo, sha, job.scratch, into=place)
             failed = setup.run_setup(job.setup, sha=job.trusted, repo=job.ws.repo, workdir=fresh(job.trusted),
                                      env=env, identity=identity, cache_dir=job.cache_dir, trusted_sha=job.trusted,
                                      checkout=fresh, on_event=lambda kind, detail: _say(f"{kind}: {detail}"))

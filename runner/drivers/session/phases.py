@@ -21,8 +21,9 @@ from pathlib import Path
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import guard, setup, untar
 from runner.adapters.judge.agent_state import keep_resumable
+from runner.adapters.judge.base import BaseTree, GatesTree
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
-from runner.adapters.judge.gates import GateCache, run_gates
+from runner.adapters.judge.gates import GateCache
 from runner.core.network import model_access, refusals_line
 from runner.adapters.judge.guard import redact_text
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
@@ -148,43 +149,14 @@ def _gate_env(ws: Workspace, plan, area: agentarea.AgentArea) -> dict[str, str]:
     return env
 
 
-def _setup_and_checkout(s: Session, identity: sandbox.Identity, area: agentarea.AgentArea, env: dict[str, str],
-                        failures: list):
-    """The fresh checkout the gates judge, with the plan's `setup:` commands run in it first (a failed
-    one is added to `failures`, reported as a red gate)."""
-    ws, plan = s.ws, s.trusted
-    scratch = ws.scratch_dir / plan.id
-
-    trusted = setup.trusted_commit(s.repo, ws.remote, plan.config.base)
-
-    def fresh(sha: str):
-        return agentarea.checkout(area, identity, ws.repo, sha, scratch)
-
-    keep = agentarea.KeptSetup(area, identity, scratch)
-
-    def make(sha: str):
-        workdir = fresh(sha)
-        if plan.config.setup is not None:
-            with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
-                failures.extend(setup.run_setup(plan.config.setup, sha=sha, repo=s.repo, workdir=workdir, env=env,
-                                                identity=identity, cache_dir=scratch / "setup-cache",
-                                                trusted_sha=trusted, checkout=fresh, on_event=ws.on_event, keep=keep))
-        return workdir
-
-    def on_base(gates):
-        """The gates given, on a fresh checkout of the trusted base commit after its set-up."""
-        if trusted is None:
-            return (), ""
-        workdir = fresh(trusted)
-        if plan.config.setup is not None:
-            with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
-                setup.run_setup(plan.config.setup, sha=trusted, repo=s.repo, workdir=workdir, env=env,
-                                identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
-                                checkout=fresh, on_event=ws.on_event)
-        return run_gates(gates, workdir=workdir, env=env, identity=identity), trusted
-    make.on_base = on_base  # type: ignore[attr-defined]
-    make.trusted = trusted  # type: ignore[attr-defined]
-    return make
+def gates_tree_for(ws, plan: Plan, identity: sandbox.Identity, area: agentarea.AgentArea, env: dict[str, str],
+                   network_refused: list | None = None, *, shown: agentarea.AgentArea | None = None) -> GatesTree:
+    """One "check out the trusted base and set it up" for the session, the preflight and the Actions cache."""
+    trusted = setup.trusted_commit(ws.repo, ws.remote, plan.config.base)
+    return GatesTree(base=BaseTree(area, Path(ws.repo)), area=shown or area, identity=identity,
+                     scratch=ws.scratch_dir / plan.id, env=env, setup=plan.config.setup, trusted=trusted,
+                     on_event=ws.on_event,
+                     network=lambda: identity.network("setup", plan.config.network, refused=network_refused))
 
 
 def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentArea, base_sha: str,
@@ -207,7 +179,7 @@ def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentA
             plan.config.setup, sha=base_sha, repo=s.repo, workdir=area.work, env=env, identity=identity,
             cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(s.repo, ws.remote, plan.config.base),
             checkout=lambda rev: agentarea.checkout(area, identity, ws.repo, rev, scratch, into=area.work),
-            reclone=reclone, on_event=ws.on_event, keep=agentarea.KeptSetup(area, identity, scratch))
+            reclone=reclone, on_event=ws.on_event, keep=setup.CloneSetup(scratch))
     if failed:
         ws.on_event("warning", f"setup: failed in the agent's clone: {failed}")
 
@@ -447,13 +419,12 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     """Evidence from git, the tracker and the gates re-run on a fresh checkout; the verdict computed from it."""
     ws, plan, action, ran = s.ws, s.trusted, b.action, imp.ran
     gate_env = _gate_env(ws, plan, ran.area)
-    setup_failures: list = []
-    make_checkout = _setup_and_checkout(s, identity, ran.area, gate_env, setup_failures)
+    gates = gates_tree_for(ws, plan, identity, ran.area, gate_env, s.refused["setup"])
     scene = SessionScene(repo=s.tree, plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
     # in a room: nothing unless the plan lists it
-    with identity.network("gates", plan.config.network, refused=s.refused["gates"]):
+    with gates.base.held(), identity.network("gates", plan.config.network, refused=s.refused["gates"]):
         evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
                                     cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
                                     on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
@@ -461,11 +432,12 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
                                     before_gates=_push_early(ws, plan, b.n, b.work_remote_sha),
                                     secrets=key_like(s.secrets), unpushed_from=b.work_remote_sha,
                                     carry_from=_carry_from(s, action), identity=identity,
-                                    checkout=make_checkout, gate_env=gate_env, on_base=make_checkout.on_base,
+                                    checkout=gates.tree, gate_env=gate_env, on_base=gates.on_base,
                                     unreached=is_unreachable(ran.signals),
-                                    first_work=b.base_sha == make_checkout.trusted)
-    if setup_failures:
-        evidence = evidence.model_copy(update={"gates": tuple(setup_failures) + evidence.gates})
+                                    first_work=b.base_sha == gates.trusted)
+    gates.close()
+    if gates.failures:
+        evidence = evidence.model_copy(update={"gates": tuple(gates.failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     verdict = classify(evidence)
     head = revert_rejected_flips(scene, evidence, verdict.rejected_flips)

@@ -404,44 +404,42 @@ def before_first_session(ws, ports, *, warn=lambda text: None, session=None, ful
         return
     from runner.adapters.sandbox import agent_clone
 
-    # An area of this preflight's own, never the plan's: two jobs starting the plan's first session at once both
-    # run a preflight, and the one that loses the start must not touch the winner's gates or clone.
-    area = agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
+    # The plan's base (judge.base: written by the judge alone, under its lock) checked out at the trusted commit and
+    # set up: the first session's gates then bring it to their commit incrementally (one write of the tree). What is
+    # writable (a set-up's checkout, the mount point) is in an area of this preflight's own, never the plan's: two
+    # jobs starting the plan's first session at once both run a preflight, and the agent of the one that wins may
+    # be running while the other's preflight sets up.
+    own = agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
     with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity:
         try:
-            checked = _as_it_will_run(ws, plan, identity, area)
-            checkout, setup_failed = checked if checked is not None else (None, None)
-            _raise(plan, problems(plan, ws.env, ws.repo, checkout, setup_failed, agent=False),
-                   warn)
+            gates = _as_it_will_run(ws, plan, identity, own)
+            if gates is None or gates.trusted is None:
+                _raise(plan, problems(plan, ws.env, ws.repo, agent=False), warn)
+                return
+            with gates.base.held():
+                gates.tree(gates.trusted)
+                gates.close()
+                failed = setup_failure(gates.failures[0]) if gates.failures else None
+                _raise(plan, problems(plan, ws.env, ws.repo, gates.host, failed, agent=False), warn)
         finally:
-            agent_clone.discard_area(area, identity)  # in the background: nothing deleted on the critical path
+            agent_clone.discard_area(own, identity)  # in the background: nothing deleted on the critical path
 
 
-def _as_it_will_run(ws, plan: Plan, identity, area) -> tuple[Path, str | None] | None:
-    """A fresh checkout of the base commit, set up as the gates' will be (as the agent's user, with the
-    gates' environment): the path, and what failed in `setup:` (None: all good)."""
+def _as_it_will_run(ws, plan: Plan, identity, own):
+    """The plan's base at the trusted commit, set up as the gates' will be (as the agent's user, with the gates'
+    environment), shown in the preflight's own area `own` (runner.drivers.session.phases.gates_tree_for)."""
     from runner.adapters.judge import setup as setup_mod
     from runner.adapters.sandbox import agent_clone
+    from runner.drivers.session.phases import gates_tree_for
 
     trusted = setup_mod.trusted_commit(ws.repo, ws.remote, plan.config.base)
     if trusted is None:
         return None
-    scratch = ws.scratch_dir / plan.id
-    scratch.mkdir(parents=True, exist_ok=True)
-
-    def fresh(sha: str) -> Path:  # its index in the preflight's own area too (the plan's scratch is shared)
-        return agent_clone.checkout(area, identity, ws.repo, sha, area.root, keep=False)  # its area is discarded
-    workdir = fresh(trusted)
-    if plan.config.setup is None or not plan.config.setup.run:
-        return workdir, None
+    (ws.scratch_dir / plan.id).mkdir(parents=True, exist_ok=True)
     env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
-    env["HOME"] = str(area.gate_home)
+    env["HOME"] = str(own.gate_home)
     env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))
-    with identity.network("setup", plan.config.network):  # as the session's set-up will run (a room: its list)
-        failed = setup_mod.run_setup(plan.config.setup, sha=trusted, repo=ws.repo, workdir=workdir, env=env,
-                                     identity=identity, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
-                                     checkout=fresh, on_event=ws.on_event)
-    return workdir, setup_failure(failed[0]) if failed else None
+    return gates_tree_for(ws, plan, identity, agent_clone.area_for(ws.repo, plan.id), env, shown=own)
 
 
 def setup_failure(result, lines: int = 12) -> str:
