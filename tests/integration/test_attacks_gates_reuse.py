@@ -258,19 +258,32 @@ def test_a_poisoned_cache_reaches_no_later_gate_and_stays_in_place(world, overla
             agent_clone.discard_area(area, identity)
 
 
-def test_without_isolation_each_tree_is_a_fresh_copy(world):
-    """Without a room nothing is protected from the code run (its user could write anywhere); still, what a gate
-    wrote in the tree is gone for the next session's gates: they get a fresh copy of the base."""
+def test_without_isolation_the_base_is_checked_before_it_is_used_again(world, monkeypatch):
+    """Without a room nothing is kept from the code run (its user could write anywhere): the gates run in the base
+    itself, and the next `at` reuses it only when git's stat data says nothing changed (ctime included). A test
+    rewritten with its mtime put back is written again; the mutation (`_untouched` trusting the tree) keeps it."""
     repo, one, two, scratch = world
-    area = agent_clone.area_for(repo, "reuse-none")
     identity = sandbox.Identity()
-    try:
-        gates = _gates(repo, area, identity, scratch)
-        with gates.base.held():
-            tree = gates.tree(one)
-            (tree / "tests" / "test_calc.py").write_text(FORGED)
-            tree = gates.tree(two)
-            assert (tree / "tests" / "test_calc.py").read_text() == TEST
-            assert (gates.base.tree / "tests" / "test_calc.py").read_text() == TEST
-    finally:
-        agent_clone.discard_area(area)
+    for check in ("on", "off"):
+        area = agent_clone.area_for(repo, f"reuse-none-{check}")
+        if check == "off":
+            monkeypatch.setattr(BaseTree, "_untouched", lambda self, roots: True)
+        try:
+            gates = _gates(repo, area, identity, scratch)
+            with gates.base.held():
+                tree = gates.tree(one)
+                test = tree / "tests" / "test_calc.py"
+                st = os.stat(test)
+                test.write_text(FORGED)
+                os.utime(test, ns=(st.st_atime_ns, st.st_mtime_ns))
+                (tree / "conftest.py").write_text(CONFTEST)
+                tree = gates.tree(two)
+                if check == "off":
+                    assert (tree / "tests" / "test_calc.py").read_text() == FORGED, "positive control"
+                    continue
+                assert (tree / "tests" / "test_calc.py").read_text() == TEST
+                assert _listing(gates.base.tree) == _fresh_listing(repo, two, scratch.parent / "fresh")
+                calc = os.lstat(tree / "calc.py").st_ino
+                assert gates.tree(one) == tree and os.lstat(tree / "calc.py").st_ino == calc  # untouched: kept
+        finally:
+            agent_clone.discard_area(area)

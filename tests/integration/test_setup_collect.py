@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -63,10 +65,27 @@ def _checkout(repo: Path, place: Path, made: list[str]):
     return make
 
 
+@dataclass
+class _Judge:
+    """collect.Judge with the tree and the base's gates given (no room, no remote checks, no push)."""
+
+    tree: Callable[[str], Path]
+    base: Callable | None = None
+    identity: None = None
+    env: dict = field(default_factory=lambda: {"PATH": "/usr/bin:/bin"})
+    checks_runner: None = None
+
+    def on_base(self, gates):
+        return self.base(gates) if self.base is not None else ((), "")
+
+    def push_early(self, head: str) -> None:
+        pass
+
+
 def _collect(scene, checkout, on_base=None, secrets=()):
     signals = SessionSignals(backend="script", exit_kind=ExitKind.FINISHED, exit_code=0)
     return collect_evidence(scene, signals, env={"PATH": "/usr/bin:/bin"}, observed_at=datetime.now(timezone.utc),
-                            checkout=checkout, on_base=on_base, secrets=secrets)
+                            judge=_Judge(checkout, on_base), secrets=secrets)
 
 
 def test_verify_runs_on_the_fresh_checkout_when_the_commits_hold_a_secret(tmp_path):

@@ -34,15 +34,15 @@ from pathlib import Path
 from runner.adapters.git import work as gitwork
 from runner.adapters.git.work import GitCommandError
 from runner.adapters.judge import untar
-from runner.adapters.judge.gates import run_gates
+from runner.adapters.judge.gates import ChecksRunner, run_gates
 from runner.adapters.judge.setup import _base_problem, _run_commands, _save, archive_path, setup_key
 from runner.adapters.sandbox import agent_clone, fsafe
 from runner.adapters.sandbox.agent_clone import AgentArea
 from runner.adapters.sandbox.identity import Identity
-from runner.adapters.sandbox.room import fresh_copy
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import GateResult
-from runner.core.plan import GateConfig, SetupConfig
+from runner.adapters.sandbox.agentenv import build_agent_env, clean_path
+from runner.core.plan import GateConfig, Plan, SetupConfig
 
 BASE = agent_clone.BASE  # in an area's root: plan-runner's own (0700), covered in every room (room.AREA_OWN)
 
@@ -119,6 +119,9 @@ class BaseTree:
         self._own()
         state = self._forget()
         old = state.get("sha")
+        if state.get("exposed"):  # (no isolation: the code run wrote where it liked; git's stat data tells what)
+            old = old if self._untouched(tuple((state.get("cache") or [None, []])[1])) else None
+            state["cache"] = None  # restored again: a cache it wrote in cannot be told from the restored one
         if old and self._incremental(old, sha):
             self._write({"sha": sha, "cache": state.get("cache")})
             return self.tree
@@ -134,6 +137,25 @@ class BaseTree:
                                   fix=f"check `git -C {self.repo} fsck`") from None
         self._write({"sha": sha})
         return self.tree
+
+    def expose(self) -> None:
+        """The tree is handed to code run without isolation (it runs in the tree itself): the next `at` checks it."""
+        state = self._read()
+        if state:
+            self._write({**state, "exposed": True})
+
+    def _untouched(self, roots: tuple[str, ...]) -> bool:
+        """Nothing but the cache's paths untracked, and every tracked file as the index's stat data has it
+        (ctime included: a rewrite with its mtime put back, a chmod, a link, a replacement all move it)."""
+        env = {"GIT_INDEX_FILE": str(self._index)}
+        tree = f"--work-tree={self.tree}"
+        try:
+            gitwork.run_git(self.repo, tree, "diff-files", "--quiet", env=env)
+            others = gitwork.run_git(self.repo, tree, "ls-files", "-z", "--others", "--directory", env=env)
+        except GitCommandError:
+            return False
+        tops = {p.rstrip(b"/").decode("utf-8", "surrogateescape") for p in others.split(b"\0") if p}
+        return all(any(t == r or t.startswith(r + "/") for r in roots) for t in tops)
 
     def _incremental(self, old: str, new: str) -> bool:
         try:
@@ -193,11 +215,21 @@ def _remove_below(fd: int, rel: str) -> None:
         os.close(parent)
 
 
+def gate_env(env: Mapping[str, str], plan: Plan, home: Path, repo: Path) -> dict[str, str]:
+    """The environment of the gates, `verify:` and `setup:` (the session's, the preflight's, the Actions cache's, the
+    agent's clone's set-up): the basics and the plan's own names, no credentials of the backend, `home` as HOME,
+    and a PATH without the user's working copy (`repo`: its venv is never the gates')."""
+    out = build_agent_env(env, allow=plan.config.agent.env, api_key_vars=())
+    out["HOME"] = str(home)
+    out["PATH"] = clean_path(out.get("PATH", ""), also=(repo,))
+    return out
+
+
 @dataclass
 class GatesTree:
     """The tree one session's (or the preflight's) gates and `verify:` run on, shown at `area.gates`: the plan's
     base (read-only, under a throwaway layer per process) set up from the cache, or, where `setup:` must run on
-    the judged commit itself, a writable checkout made for this session only.
+    the judged commit itself, a writable checkout made for this session only. The session's collect.Judge.
 
     `base`: the plan's BaseTree; `area`: where the tree is shown (the plan's agent area; the preflight's own)."""
 
@@ -212,6 +244,12 @@ class GatesTree:
     network: Callable[[], AbstractContextManager] = nullcontext
     failures: list[GateResult] = field(default_factory=list)  # what `setup:` failed, as red gate results
     host: Path | None = None  # where the tree the gates see is, for the judge's own reads
+    checks_runner: ChecksRunner | None = None  # remote `checks:` (collect.Judge)
+    push: Callable[[str], None] | None = None  # the early push of the judged commit, before the gates
+
+    def push_early(self, head: str) -> None:
+        if self.push is not None:
+            self.push(head)
 
     @property
     def repo(self) -> Path:
@@ -219,12 +257,14 @@ class GatesTree:
 
     def _show_base(self) -> Path:
         agent_clone.move_aside(self.area, self.area.gates)
-        os.mkdir(self.area.gates, 0o755)  # (the overlay's mount point)
         room = self.identity.room
         if room is not None:
+            os.mkdir(self.area.gates, 0o755)  # (the overlay's mount point)
             room.lay(self.area.gates, self.base.tree)
-        else:  # no isolation: nothing is protected from the code run anyway; a copy per tree, not per process
-            fresh_copy(self.base.tree, self.area.gates)
+        else:  # no isolation: nothing is kept from the code run anyway (it runs as plan-runner's user); it runs in
+            # the base itself, through a link at gates/, and the next `at` checks what it left (BaseTree.expose)
+            self.base.expose()
+            os.symlink(self.base.tree, self.area.gates)
         self.host = self.base.tree
         return self.area.gates
 
@@ -239,6 +279,7 @@ class GatesTree:
         agent_clone.own_root(self.area, self.repo)
         if self.identity.room is not None:
             self.identity.room.grant(self.area.root)
+        agent_clone.fresh_gate_home(self.area)
         self.base.at(sha)
         setup = self.setup
         if setup is None or not setup.run:

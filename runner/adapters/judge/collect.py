@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 from runner.adapters.git import work as gitwork
 from runner.core.bounds import bound_evidence, plan_too_big
 from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, SessionSignals
-from runner.adapters.judge.gates import GateCache, GateEvent, run_gates
+from runner.adapters.judge.gates import ChecksRunner, GateCache, GateEvent, run_gates
 from runner.adapters.judge.setup import SETUP_FIX
 from runner.core.plan import GateConfig, Plan
 from runner.adapters.sandbox.identity import Identity
@@ -44,6 +45,28 @@ class SessionScene:
     session_number: int
     session_kind: str
     checkpoint: str | None
+
+
+class Judge(Protocol):
+    """The port through which collect_evidence judges a session's commit beyond git (implemented once:
+    runner.adapters.judge.base.GatesTree): the tree `verify:` and the gates run on (plan-runner's checkout of the
+    commit, set up), who runs them (`identity`) with which environment (`env`), remote `checks:`, the gates on the
+    base commit, and the early push the remote checks judge."""
+
+    @property
+    def identity(self) -> Identity | None: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def checks_runner(self) -> ChecksRunner | None: ...
+
+    def tree(self, sha: str) -> Path: ...
+
+    def on_base(self, gates: Sequence[GateConfig]) -> tuple[tuple[GateResult, ...], str]: ...
+
+    def push_early(self, head: str) -> None: ...
 
 
 def handoff_path_of(plan: Plan) -> str:
@@ -178,13 +201,9 @@ def _discard_gate_byproducts(repo: Path | gitwork.Repository) -> None:
 def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mapping[str, str],
                      observed_at: datetime, cache: GateCache | None = None,
                      on_gate: Callable[[GateEvent], None] | None = None,
-                     checks_runner=None, extra_tampering: tuple[str, ...] = (),
-                     before_gates: Callable[[str], None] | None = None,
+                     extra_tampering: tuple[str, ...] = (),
                      secrets: Sequence[str] = (), unpushed_from: str | None = None,
-                     carry_from: str | None = None, identity: Identity | None = None,
-                     checkout: Callable[[str], Path] | None = None,
-                     gate_env: Mapping[str, str] | None = None, unreached: bool = False,
-                     on_base: Callable[[Sequence[GateConfig]], tuple[tuple[GateResult, ...], str]] | None = None,
+                     carry_from: str | None = None, judge: Judge | None = None, unreached: bool = False,
                      first_work: bool = False) -> Evidence:
     """Commit leftovers as WIP, revert tampering, then gather commits, flips, gates and the handoff.
 
@@ -194,11 +213,12 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     is where the interrupted sessions before this one began: their commits are carried into the
     evidence for the verdict to judge.
 
-    `checkout(sha)` makes the fresh checkout of the judged commit that `verify:` and the gates run on
-    (as `identity`, with `gate_env`), whatever the session did (a leaked secret included); without it they
-    run in `scene.repo` (tests of this function). `on_base(gates)` runs gates on a fresh, set-up checkout of
-    the base commit (results, its sha): a required gate that cannot start there either is a set-up problem; one red
-    there too when `first_work` (the session began on the base commit: the agent has done nothing yet) is marked.
+    `judge.tree(sha)` is the tree of the judged commit, set up, that `verify:` and the gates run on (as
+    `judge.identity`, with `judge.env`), whatever the session did (a leaked secret included); without a judge they
+    run in `scene.repo` with `env` (tests of this function). `judge.on_base(gates)` runs gates on the base commit,
+    set up (results, its sha): a required gate that cannot start there either is a set-up problem; one red there
+    too when `first_work` (the session began on the base commit: the agent has done nothing yet) is marked.
+    `judge.push_early(head)` pushes the commit remote `checks:` judge, before the gates.
 
     `unreached`: the agent never reached its model (an unreachable endpoint): when it also left nothing,
     there is nothing to judge, so no checkout, no `setup:`, no `verify:` and no gates."""
@@ -208,7 +228,7 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
     if not gitwork.is_ancestor(repo, scene.base_sha, agent_head):
         extra_tampering += (f"the work branch was rewritten: the session base {scene.base_sha[:12]} "
                             "is no longer in its history",)
-    if checkout is None:  # the agent worked in `repo` itself (tests of this function); a session's judge tree
+    if judge is None:  # the agent worked in `repo` itself (tests of this function); a session's judge tree
         gitwork.commit_leftovers(repo)  # holds no files (gitwork.attach_tree): the agent's work came in as commits
     head = gitwork.head_sha(repo)
     handoff = gitwork.read_file_at(repo, head, scene.handoff_path)
@@ -216,14 +236,15 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         handoff = None  # an earlier session's handoff, already read; only this session's words count
     tampering, head = _repair_tampering(scene, head)
     final_text = gitwork.read_file_at(repo, head, path) or scene.plan_text
-    gate_env = env if gate_env is None else gate_env
+    gate_env = env if judge is None else judge.env
+    identity = None if judge is None else judge.identity
     flips = _flips(scene, agent_text, final_text)
     since = unpushed_from or scene.base_sha
     # Everything that is pushed: added lines, file names, and the commits themselves (messages, identities).
     leaked = tuple(gitwork.paths_adding(repo, since, head, secrets)
                    + gitwork.commits_carrying(repo, since, head, secrets)) if secrets else ()
     idle = unreached and head == scene.base_sha
-    workdir = checkout(head) if checkout is not None and not idle else Path(repo)
+    workdir = judge.tree(head) if judge is not None and not idle else Path(repo)
     flips = flips if idle else _verify(flips, scene.plan, workdir, gate_env, identity)
     commits = gitwork.collect_commits(repo, scene.base_sha, head, {path, scene.handoff_path})
     carried: tuple[CommitInfo, ...] = ()
@@ -231,15 +252,16 @@ def collect_evidence(scene: SessionScene, signals: SessionSignals, *, env: Mappi
         carried = gitwork.collect_commits(repo, carry_from, scene.base_sha, {path, scene.handoff_path})
     deleted_tests = tuple(gitwork.display_path(p) for p in gitwork.deleted_files(repo, scene.base_sha, head)
                           if _TEST_FILE.search(p))
-    if before_gates is not None and not leaked:
-        before_gates(head)  # remote `checks:` gates judge the pushed commit
+    if judge is not None and not leaked:
+        judge.push_early(head)  # remote `checks:` gates judge the pushed commit
     # A leaked secret decides the outcome (row 1) and the commit is not pushed, so remote `checks:`
     # would wait for a commit GitHub never sees: the gates are not run.
     gates: tuple[GateResult, ...] = () if leaked or idle else run_gates(
         scene.plan.config.gates, workdir=workdir, env=gate_env, tree_hash=gitwork.tree_hash(repo, head),
-        cache=cache, on_event=on_gate, checks_runner=checks_runner, identity=identity)
-    gates = _set_up_problems(gates, scene.plan, on_base, first_work)
-    if checkout is None:  # the gates ran in `repo` (a session's judge tree has no files: nothing to discard there)
+        cache=cache, on_event=on_gate, checks_runner=None if judge is None else judge.checks_runner,
+        identity=identity)
+    gates = _set_up_problems(gates, scene.plan, None if judge is None else judge.on_base, first_work)
+    if judge is None:  # the gates ran in `repo` (a session's judge tree has no files: nothing to discard there)
         _discard_gate_byproducts(repo)
     return bound_evidence(Evidence(
         plan_id=scene.plan.id, session_number=scene.session_number, session_kind=scene.session_kind,

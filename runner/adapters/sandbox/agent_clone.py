@@ -723,6 +723,12 @@ def save_state(area: AgentArea, identity: Identity, dest: Path, limit: int = STA
     return fsafe.copy_tree(area.state, dest, below=area.root, limit=limit)
 
 
+def fresh_gate_home(area: AgentArea) -> Path:
+    """The gates' HOME, made anew (the last one's moved aside)."""
+    _fresh_dir(area, area.gate_home, Identity())
+    return area.gate_home
+
+
 def checkout(area: AgentArea, identity: Identity, repo: Path, sha: str, scratch: Path,
              into: Path | None = None) -> Path:
     """A fresh, writable checkout of `sha` (tracked files only, nothing else) in a folder of the area (`gates/`, or

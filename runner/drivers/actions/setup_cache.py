@@ -257,24 +257,22 @@ def build(job: _Job) -> dict[str, str] | None:
     from runner.adapters.judge import setup
     from runner.adapters.sandbox import agent_clone
     from runner.adapters.sandbox import identity as sandbox
-    from runner.adapters.sandbox.agentenv import build_agent_env, clean_path
+    from runner.adapters.judge.base import gate_env
     from runner.drivers.session import isolation_of
     from runner.drivers.session.phases import gates_tree_for
 
     assert job.setup is not None and job.trusted is not None
     job.scratch.mkdir(parents=True, exist_ok=True)
-    env = build_agent_env(job.ws.env, allow=job.plan.config.agent.env, api_key_vars=())  # no credentials
-    env["PATH"] = clean_path(env.get("PATH", ""), also=(job.ws.repo,))
+    env = gate_env(job.ws.env, job.plan, job.area.gate_home, Path(job.ws.repo))  # no credentials
     with sandbox.leased(isolation_of(job.ws, job.plan), actions=True, repo=job.ws.repo) as identity, \
             identity.network("setup", job.plan.config.network):  # the registries (or the plan's list) only
         for place in job.places():
-            env["HOME"] = str(job.area.gate_home)
             # built here and now, never taken from the runner's disk: an archive a session left there (a runner
             # that keeps its workspace) may have been built after an agent ran
             setup.archive_path(job.cache_dir, place, job.key).unlink(missing_ok=True)
 
             if place == job.area.gates:  # the gates' own: built as the session's gates build it, into the base
-                gates = gates_tree_for(job.ws, job.plan, identity, job.area, env)
+                gates = gates_tree_for(job.ws, job.plan, identity, job.area)
                 with gates.base.held():
                     gates.tree(job.trusted)
                     gates.close()

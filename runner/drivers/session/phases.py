@@ -21,7 +21,7 @@ from pathlib import Path
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import guard, setup, untar
 from runner.adapters.judge.agent_state import keep_resumable
-from runner.adapters.judge.base import BaseTree, GatesTree
+from runner.adapters.judge.base import BaseTree, GatesTree, gate_env
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.adapters.judge.gates import GateCache
 from runner.core.network import model_access, refusals_line
@@ -32,7 +32,7 @@ from runner.adapters.sandbox import identity as sandbox
 from runner.adapters.sandbox import agent_creds
 from runner.adapters.sandbox import sweep
 from runner.core.backend_spec import BACKENDS
-from runner.adapters.sandbox.agentenv import backend_agent_env, build_agent_env, clean_path, key_like
+from runner.adapters.sandbox.agentenv import backend_agent_env, clean_path, key_like
 from runner.backends import SessionRequest, get_backend
 from runner.backends.common.endpoint import is_unreachable
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Verdict, Wait, describe
@@ -141,22 +141,19 @@ def _secure_judge_repo(repo) -> None:
         git_dir.chmod(mode & ~0o077)
 
 
-def _gate_env(ws: Workspace, plan, area: agentarea.AgentArea) -> dict[str, str]:
-    """Gates get the basics and the plan's own names, no credentials of the backend, and a clean HOME."""
-    env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
-    env["HOME"] = str(area.gate_home)
-    env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))  # never the user's working copy's venv
-    return env
-
-
-def gates_tree_for(ws, plan: Plan, identity: sandbox.Identity, area: agentarea.AgentArea, env: dict[str, str],
-                   network_refused: list | None = None, *, shown: agentarea.AgentArea | None = None) -> GatesTree:
-    """One "check out the trusted base and set it up" for the session, the preflight and the Actions cache."""
+def gates_tree_for(ws, plan: Plan, identity: sandbox.Identity, area: agentarea.AgentArea,
+                   network_refused: list | None = None, *, shown: agentarea.AgentArea | None = None,
+                   checks_runner=None, push=None) -> GatesTree:
+    """One "check out the trusted base and set it up" for the session (its collect.Judge), the preflight and the
+    Actions cache: the plan's base (in `area`, the plan's) shown in `shown` (the preflight's own area), else `area`,
+    with the gates' environment (judge.base.gate_env: its HOME the shown area's gate-home)."""
     trusted = setup.trusted_commit(ws.repo, ws.remote, plan.config.base)
-    return GatesTree(base=BaseTree(area, Path(ws.repo)), area=shown or area, identity=identity,
-                     scratch=ws.scratch_dir / plan.id, env=env, setup=plan.config.setup, trusted=trusted,
-                     on_event=ws.on_event,
-                     network=lambda: identity.network("setup", plan.config.network, refused=network_refused))
+    where = shown or area
+    return GatesTree(base=BaseTree(area, Path(ws.repo)), area=where, identity=identity,
+                     scratch=ws.scratch_dir / plan.id, env=gate_env(ws.env, plan, where.gate_home, Path(ws.repo)),
+                     setup=plan.config.setup, trusted=trusted, on_event=ws.on_event,
+                     network=lambda: identity.network("setup", plan.config.network, refused=network_refused),
+                     checks_runner=checks_runner, push=push)
 
 
 def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentArea, base_sha: str,
@@ -166,9 +163,7 @@ def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentA
     if plan.config.setup is None or not plan.config.setup.run:
         return
     scratch = ws.scratch_dir / plan.id
-    env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())  # no credentials for set-up
-    env["HOME"] = str(area.home)
-    env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))
+    env = gate_env(ws.env, plan, area.home, Path(ws.repo))  # no credentials for set-up
 
     def reclone():
         agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, scratch)
@@ -418,24 +413,23 @@ def import_work(s: Session, b: Begun, ran: AgentRan, identity: sandbox.Identity)
 def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Judged:
     """Evidence from git, the tracker and the gates re-run on a fresh checkout; the verdict computed from it."""
     ws, plan, action, ran = s.ws, s.trusted, b.action, imp.ran
-    gate_env = _gate_env(ws, plan, ran.area)
-    gates = gates_tree_for(ws, plan, identity, ran.area, gate_env, s.refused["setup"])
+    gates = gates_tree_for(ws, plan, identity, ran.area, s.refused["setup"], checks_runner=s.d.checks_runner,
+                           push=_push_early(ws, plan, b.n, b.work_remote_sha))
     scene = SessionScene(repo=s.tree, plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
     # in a room: nothing unless the plan lists it
     with gates.base.held(), identity.network("gates", plan.config.network, refused=s.refused["gates"]):
-        evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
-                                    cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
-                                    on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
-                                    checks_runner=s.d.checks_runner, extra_tampering=imp.moved,
-                                    before_gates=_push_early(ws, plan, b.n, b.work_remote_sha),
-                                    secrets=key_like(s.secrets), unpushed_from=b.work_remote_sha,
-                                    carry_from=_carry_from(s, action), identity=identity,
-                                    checkout=gates.tree, gate_env=gate_env, on_base=gates.on_base,
-                                    unreached=is_unreachable(ran.signals),
-                                    first_work=b.base_sha == gates.trusted)
-    gates.close()
+        try:
+            evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
+                                        cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
+                                        on_gate=lambda e: ws.on_event("gate", f"{e.kind} {e.gate}"),
+                                        extra_tampering=imp.moved, secrets=key_like(s.secrets),
+                                        unpushed_from=b.work_remote_sha, carry_from=_carry_from(s, action),
+                                        judge=gates, unreached=is_unreachable(ran.signals),
+                                        first_work=b.base_sha == gates.trusted)
+        finally:
+            gates.close()
     if gates.failures:
         evidence = evidence.model_copy(update={"gates": tuple(gates.failures) + evidence.gates})
     evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published

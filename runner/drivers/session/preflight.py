@@ -436,10 +436,7 @@ def _as_it_will_run(ws, plan: Plan, identity, own):
     if trusted is None:
         return None
     (ws.scratch_dir / plan.id).mkdir(parents=True, exist_ok=True)
-    env = build_agent_env(ws.env, allow=plan.config.agent.env, api_key_vars=())
-    env["HOME"] = str(own.gate_home)
-    env["PATH"] = clean_path(env.get("PATH", ""), also=(ws.repo,))
-    return gates_tree_for(ws, plan, identity, agent_clone.area_for(ws.repo, plan.id), env, shown=own)
+    return gates_tree_for(ws, plan, identity, agent_clone.area_for(ws.repo, plan.id), shown=own)
 
 
 def setup_failure(result, lines: int = 12) -> str:
