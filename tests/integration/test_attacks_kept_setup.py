@@ -1,12 +1,8 @@
-"""The set-up cache kept in the gates' tree between sessions (agent_clone.KeptSetup), attacked through the real
+"""The set-up cache restored into the gates' read-only base (runner.adapters.judge.base), attacked through the real
 CLI: the gates of session 1 (the agent's code) swap the restored venv's python for one that passes everything,
-with its times put back. Session 2 must be judged on the set-up the judge restored, not on that python.
-The gates' tree walk (kept_tree.prune, whose record holds the restored entries too) moves the changed file
-aside, and KeptSetup.intact, which in a tree that walk brought back compares the walk's record with the
-restore's instead of walking the cache again, refuses it, so the cache is restored again. Where the tree is
-made fresh instead, intact's own walk refuses it (tests/integration/test_kept_setup.py pins that walk alone;
-test_attacks_gates_reuse.py::test_a_kept_cache_in_a_tree_brought_back_is_judged_by_the_proof_alone, the
-comparison with the proof's record and its positive control)."""
+with its times put back. Session 2 must be judged on the set-up the judge restored, not on that python. The swap
+lands in the gate's own overlay layer, gone with its process: the base never saw it (the cache stays "in place").
+The mechanism alone, and its mutation (the base bound writable): test_attacks_gates_reuse.py."""
 
 from __future__ import annotations
 

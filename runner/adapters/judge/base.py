@@ -12,7 +12,8 @@ base (read-only) and whose upper layer is a tmpfs of that process's room: whatev
 replaces or chmods lands in the upper layer and vanishes with the process (its PID namespace, with
 `--die-with-parent`, ends with it), so the next gate, the next session and the next cache restore see the base
 as the judge wrote it. Where the kernel has no overlay in a user namespace, each process gets a fresh copy of
-the base at that path instead (room.fresh_copy).
+the base at that path instead (room.fresh_copy). Without isolation the gates run in the base itself (nothing is
+kept from code that runs as plan-runner's own user anyway), and the next update checks it first (`expose`).
 
 `setup:` runs on a writable checkout at the same path (what it makes, a virtualenv, names its path): from the
 trusted commit when the cache is built (then archived, and restored into the base), from the judged commit when
@@ -145,12 +146,13 @@ class BaseTree:
             self._write({**state, "exposed": True})
 
     def _untouched(self, roots: tuple[str, ...]) -> bool:
-        """Nothing but the cache's paths untracked, and every tracked file as the index's stat data has it
-        (ctime included: a rewrite with its mtime put back, a chmod, a link, a replacement all move it)."""
+        """Nothing but the cache's paths untracked, and every tracked file as the index has it: git's stat data
+        (ctime included: a rewrite with its mtime put back, a chmod, a link, a replacement all move it), and where
+        that moved, its content, mode and type (`update-index --refresh`: non-zero when one differs)."""
         env = {"GIT_INDEX_FILE": str(self._index)}
         tree = f"--work-tree={self.tree}"
         try:
-            gitwork.run_git(self.repo, tree, "diff-files", "--quiet", env=env)
+            gitwork.run_git(self.repo, tree, "update-index", "-q", "--refresh", env=env)
             others = gitwork.run_git(self.repo, tree, "ls-files", "-z", "--others", "--directory", env=env)
         except GitCommandError:
             return False
