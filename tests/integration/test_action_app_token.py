@@ -223,3 +223,20 @@ def test_pygithubs_debug_log_never_shows_a_minted_token(caplog) -> None:
             minted = mint(srv.url, "octo-org/demo", str(APP_ID), PRIVATE)
         assert minted.token == app.minted[0]["token"]
         assert minted.token not in caplog.text and not logging.getLogger("github.Requester").disabled
+
+
+def test_a_minted_token_refused_by_the_remote_is_minted_again_and_the_push_goes_through(tmp_path) -> None:
+    """The App's first token is revoked as soon as it is made (the remote answers 401): plan-runner mints a new
+    one and pushes with it; the session is recorded with the App's token, no fallback, no warning."""
+    with GitHubServer() as srv:
+        app = add_app(srv, APP_ID, PUBLIC)
+        app.revoke_next = 1
+        jobs = HttpJobs(tmp_path, srv)
+        rc, out, outputs, summary, _ = jobs.session(**app_env(srv))
+        assert rc == 0 and outputs["outcome"] == "Advanced", out + summary
+        assert len(app.minted) == 2
+        seen = [(login, ok) for _, _, login, ok in srv.git_requests]
+        assert seen[0] == (BOT, False) and all(ok for _, ok in seen[1:]), seen
+        assert receive_packs(srv) and all(p == (BOT, True) for p in receive_packs(srv))
+        assert "push token" not in summary and "::warning title=plan-runner push token" not in out
+        assert f"::add-mask::{app.minted[1]['token']}" in out

@@ -51,6 +51,7 @@ class App:
     suspended: bool = False
     installed: bool = True
     max_mints: int | None = None  # suspended once it minted this many tokens
+    revoke_next: int = 0  # this many of the next tokens are revoked as soon as they are minted (401 from then on)
     minted: list[dict[str, Any]] = field(default_factory=list)  # each token's answer, in order
 
 
@@ -135,6 +136,9 @@ def serve_app(srv: GitHubServer, method: str, path: str, body: Any, authorizatio
         expires = time.time() + srv.app_token_ttl
         srv.tokens[token] = f"{app.slug}[bot]"
         srv.token_expiry[token] = expires
+        if app.revoke_next > 0:  # revoked: its answer says an hour, the server takes it no more
+            app.revoke_next -= 1
+            srv.token_expiry[token] = 0.0
         answer = {"token": token,
                   "expires_at": datetime.fromtimestamp(int(expires), UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                   "permissions": dict(wanted or app.permissions), "repository_selection": "selected",
