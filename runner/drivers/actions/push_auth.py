@@ -48,7 +48,7 @@ class PushAuth:
                 try:
                     return self.app.token()
                 except PlanRunnerError as err:  # GitHub would mint none: the job's token keeps the work
-                    self._fall_back(f"{err.what} ({err.why})")
+                    self._fall_back(f"{err.what} ({err.why})", refused=False)
             if self.fallen_back:
                 return self.job_token
             return self.env.get(PUSH_TOKEN) or self.job_token
@@ -70,7 +70,7 @@ class PushAuth:
             try:
                 token = self.app.token()
             except PlanRunnerError as err:  # GitHub would mint none: the job's token keeps the work
-                self._fall_back(f"{err.what} ({err.why})")
+                self._fall_back(f"{err.what} ({err.why})", refused=False)
                 return
             self._install(token)
 
@@ -96,11 +96,12 @@ class PushAuth:
 
     # ---
 
-    def _fall_back(self, why: str) -> None:
+    def _fall_back(self, why: str, *, refused: bool = True) -> None:
         self.fallen_back = True
         source = "the token minted from the GitHub App" if self.app is not None else "the `push-token`"
+        happened = f"the remote refused {source}" if refused else f"{source} could not be renewed before its hour"
         self.notes.append((
-            f"the remote refused {source}: plan-runner pushed with the job's GITHUB_TOKEN instead",
+            f"{happened}: plan-runner pushed with the job's GITHUB_TOKEN instead",
             f"{why}. The session is recorded and its work kept, but GitHub starts no workflow for what the job's "
             "token pushes: `checks:` gates and the pull request's CI do not run for this push",
             (STORED_TOKEN_FIX if self.app is None else
