@@ -165,3 +165,34 @@ def test_the_same_calls_with_new_results_are_not_a_cycle():
         steps += [step("read_file", {"path": "log.txt"}, True, "line\n" * (n + 1), False),
                   step("run_shell", {"command": "sleep 1"}, True, "exit code 0", False)]
     assert stuck(steps) is None
+
+
+def edit(old: str, new: str, tree: str) -> Step:
+    return step("edit_file", {"path": "tests/test_m.py", "old_string": old, "new_string": new}, True, "edited", True,
+                tree)
+
+
+def test_an_edit_flipping_a_file_between_two_states_is_toggle():
+    """3, 4, 3, 4...: each edit changes the tree, so only the states it comes back to show the loop (the 1.5B
+    flipped a test's expected value between two numbers until the time limit)."""
+    steps = []
+    for n in range(10):
+        steps += [edit("3", "4", "B") if n % 2 == 0 else edit("4", "3", "A"), gate()]
+        found = stuck(steps)
+        if found is not None:
+            break
+    assert found is not None and found.rule == "toggle" and n == 4  # B A B A B: B a third time
+    assert "came back to the same state 3 times" in str(found) and "edit_file" in str(found)
+
+
+def test_edits_that_reach_new_states_or_come_back_once_are_iteration():
+    steps = [edit("1", "2", "B"), gate(), edit("2", "1", "A"), gate(), edit("1", "3", "C"), gate(), edit("3", "4", "D")]
+    assert stuck(steps) is None
+    assert stuck([*steps, edit("4", "1", "A")]) is None  # A a second time: not yet
+    assert stuck([*steps, edit("4", "1", "A"), gate(), edit("1", "2", "B"), edit("2", "1", "A")]).rule == "toggle"
+
+
+def test_a_step_that_changed_nothing_carries_no_state():
+    assert step("read_file", {"path": "a"}, True, "x", False, "A").tree == ""
+    assert stuck([write(changed=False)] + [step("read_file", {"path": str(n)}, True, "x", False, "A")
+                                           for n in range(5)]) is None

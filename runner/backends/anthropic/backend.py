@@ -358,7 +358,13 @@ class AnthropicAgentBackend:
                 if not calls:
                     if message.stop_reason == "pause_turn" and blocks:
                         continue  # the API paused a long turn: sending it back lets the model go on
-                    return
+                    reminder = workspace.unfinished(tally.tool_calls) if blocks else None
+                    if reminder is None:
+                        return
+                    # the work tree shows the work not begun or not committed: said once, and the model goes on
+                    messages.append({"role": "user", "content": [{"type": "text", "text": reminder}]})
+                    write_transcript(path, session_id, model, messages)
+                    continue
                 results, spin = self._run_tools(workspace, calls, tally, request, time_left)
                 if verdict == "nudge":
                     results.append({"type": "text", "text": NUDGE_TEXT})
@@ -453,7 +459,7 @@ class AnthropicAgentBackend:
             if name not in _READ_ONLY_TOOLS:
                 tree = workspace.tree_state()
                 changed, tally.tree = tree != tally.tree, tree
-            tally.steps.append(step(name, args, outcome_ok, text, changed))
+            tally.steps.append(step(name, args, outcome_ok, text, changed, tally.tree or ""))
             found = stuck(tally.steps)
             if found is not None:
                 spin = str(found)

@@ -8,7 +8,10 @@ A careful peer's rules (OpenHands' stuck detector is the reference), on frozen r
 * ``alternation``: two calls taking turns, each with the same result every time, for :data:`ALTERNATION_STEPS`
   steps in a row (read, run, read, run...);
 * ``cycle``: :data:`CYCLE_STEPS` steps in a row that each repeat, call and result, a step made since the work tree
-  last changed (a longer loop: write the same text, run, edit, write, run, edit...).
+  last changed (a longer loop: write the same text, run, edit, write, run, edit...);
+* ``toggle``: the work tree back in the same state for the :data:`TOGGLE_VISITS`-th time (an edit that flips a
+  test's expected value 3, 4, 3, 4, or a file written broken and mended again and again: each edit is a change,
+  so the rules above never see it).
 
 Nothing counts across a change to the work tree: a step that changed it (a file written, a commit) starts the
 count again, so re-running a failing gate after each edit is iteration, never a repeat. Results are compared
@@ -32,6 +35,7 @@ ERROR_REPEATS = 3
 RESULT_REPEATS = 4
 ALTERNATION_STEPS = 6  # A B A B A B: three rounds of the same two calls
 CYCLE_STEPS = 6  # after the first round, six steps with nothing new: A B C A B C A B C
+TOGGLE_VISITS = 3  # A B A B A: the third time the work tree is in state A
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Step:
     ok: bool
     result: str
     changed: bool = False
+    tree: str = ""  # the work tree's state after a step that changed it
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,10 @@ class Stuck:
         return f"stuck ({self.rule}): {self.detail}"
 
 
-def step(name: str, args: Any, ok: bool, text: str, changed: bool) -> Step:
+def step(name: str, args: Any, ok: bool, text: str, changed: bool, tree: str = "") -> Step:
     """The Step of a tool call: its input canonical (key order does not matter), its result normalised."""
     call = f"{name} {json.dumps(args, sort_keys=True, default=str, ensure_ascii=False)}"
-    return Step(call, ok, normalise_error(text), changed)
+    return Step(call, ok, normalise_error(text), changed, tree if changed else "")
 
 
 def since_change(steps: Sequence[Step]) -> Sequence[Step]:
@@ -78,7 +83,15 @@ def _short(text: str, limit: int) -> str:
 
 
 def stuck(steps: Sequence[Step]) -> Stuck | None:
-    """The rule the last steps break, or None. Only steps since the work tree last changed count."""
+    """The rule the last steps break, or None. Only steps since the work tree last changed count (but for
+    ``toggle``, which reads the states the changes left)."""
+    changes = [s for s in steps if s.changed and s.tree]
+    if changes:
+        visits = sum(1 for s in changes if s.tree == changes[-1].tree)
+        if visits >= TOGGLE_VISITS:
+            calls = list(dict.fromkeys(s.call for s in changes))[-3:]
+            return Stuck("toggle", f"the work tree came back to the same state {visits} times (its changes undo each "
+                                   f"other): {_short(' / '.join(calls), 400)}")
     tail = since_change(steps)
     last = tail[-1] if tail else None
     if last is None:

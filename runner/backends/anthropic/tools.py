@@ -26,6 +26,7 @@ post-session tamper check (runner.core.planfile.protected_changes) stays the rul
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -35,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.adapters.git.evidence import _at_or_above
 from runner.adapters.sandbox import proc
+from runner.backends.anthropic.failures import digest as failure_digest
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CheckpointState
 from runner.core.planfile import parse_plan, set_checkpoint_state
@@ -332,6 +335,7 @@ class Workspace:
         if target.is_dir():
             raise ToolError(f"{path!r} is a directory")
         self._guard_plan(target, content)
+        self._guard_protected(target)
         rel = self._rel(target)
         if target.is_file() and target not in self._known and target != self.plan_path:
             raise ToolError(f"read it first: write_file replaces the whole file, and {rel} has not been read in this "
@@ -349,12 +353,15 @@ class Workspace:
         return f"wrote {len(content.encode('utf-8'))} bytes to {rel}"
 
     def edit_file(self, path: object, old_string: object, new_string: object) -> str:
-        if not isinstance(old_string, str) or not isinstance(new_string, str) or not old_string:
-            raise ToolError("`old_string` (non-empty) and `new_string` must be strings")
+        if not isinstance(old_string, str) or not isinstance(new_string, str):
+            raise ToolError("`old_string` and `new_string` must be strings")
         target = self.resolve(path)
         if not target.is_file():
             raise ToolError(f"no such file: {path!r}{self._did_you_mean(target)}{self._nearby(target)}")
+        self._guard_protected(target)
         text = target.read_bytes().decode("utf-8", errors="replace")
+        if not old_string.strip():
+            return self._append(target, text, new_string)
         count = text.count(old_string)
         if count == 0:
             if len(text.encode("utf-8")) <= _HINT_LIMIT:
@@ -375,6 +382,22 @@ class Workspace:
         target.write_text(new_text, encoding="utf-8")
         _check_python(target, new_text, f"edited {path}")
         return f"edited {path}"
+
+    def _append(self, target: Path, text: str, new_string: str) -> str:
+        """An edit with an empty old_string adds new_string at the end of the file (the 1.5B adds a function so;
+        refused, it wrote the whole file again and lost what was there)."""
+        rel = self._rel(target)
+        if not new_string.strip():
+            raise ToolError("`old_string` and `new_string` are both empty: nothing to change")
+        gap = "" if not text.strip() else ("\n\n\n" if target.suffix == ".py" else "\n")
+        new_text = text.rstrip("\n") + gap + new_string.strip("\n") + "\n" if text.strip() else new_string
+        self._guard_plan(target, new_text)
+        target.write_text(new_text, encoding="utf-8")
+        first = len(text.rstrip("\n").splitlines()) + gap.count("\n") if text.strip() else 1
+        done = (f"old_string was empty, so new_string was added at the end of {rel} (from line {first}; "
+                f"{len(new_text.splitlines())} lines now)")
+        _check_python(target, new_text, done)
+        return done
 
     # -- the plan file --
 
@@ -459,6 +482,75 @@ class Workspace:
             return f"{done}, and committed the tick. If the task is done, stop and say briefly what you did."
         return (f"{done}. The tick counts only once committed: your next call is run_shell with the command "
                 f"`git commit -am tick-{item.checkpoint_id}`")
+
+    def _protected(self) -> list[str]:
+        """The plan's `protected:` paths, read from the plan file as it is; none when it does not parse."""
+        if self.plan_path is None or not self.plan_path.is_file():
+            return []
+        try:
+            plan = parse_plan(self.plan_path.read_text(encoding="utf-8", errors="replace"), self._plan_rel())
+        except (PlanRunnerError, ValueError):
+            return []
+        return list(plan.config.protected)
+
+    def _guard_protected(self, target: Path) -> None:
+        """Refuse to change a file the plan protects, at once and saying what to change instead (the 1.5B changed
+        a test's expected value instead of the code; after the session that is tampering, reverted, and the plan
+        parks). The shell can still write it: the post-session check stays the rule."""
+        if target == self.root or self.root not in target.parents:
+            return
+        rel = self._rel(target)
+        patterns = self._protected()
+        if not patterns or not _at_or_above(rel, patterns):
+            return
+        shown = ", ".join(f"`{p}`" for p in patterns[:6])
+        code = self._imported_code(target)
+        instead = (f" Change the code it tests instead: {', '.join(code)}." if code
+                   else " Change the code it tests instead.")
+        raise ToolError(f"refused: {rel} is protected by the plan ({shown}): it says what the code must do, and "
+                        f"a change to it is undone and stops the plan.{instead} The file was not changed.")
+
+    def _imported_code(self, target: Path) -> list[str]:
+        """The work tree's own modules a Python file imports (a test's code under test)."""
+        if target.suffix != ".py":
+            return []
+        try:
+            tree = ast.parse(target.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return []
+        names: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.append(node.module)
+        found: list[str] = []
+        for name in names:
+            for candidate in (name.replace(".", "/") + ".py", name.replace(".", "/") + "/__init__.py"):
+                path = self.root / candidate
+                if path.is_file() and candidate not in found and not _at_or_above(candidate, self._protected()):
+                    found.append(candidate)
+                    break
+        return found[:5]
+
+    def unfinished(self, tool_calls: int) -> str | None:
+        """When the model stops: a reminder if the evidence shows its work is not begun or not committed (a question
+        asked once each per session), else None. The 1.5B answered "added, tested, committed" with no tool call
+        at all, and stopped with its fix uncommitted. It only says what the work tree shows; nothing is counted."""
+        if self.plan_path is None:
+            return None
+        if tool_calls == 0:
+            if self._ask_once("stop:no-calls"):
+                return ("You have not called any tool, so nothing has been done yet: no file was read or changed, "
+                        "the gates were not run and nothing was committed. Do the task now with the tools: your "
+                        "next call is read_file of the file the task names.")
+            return None
+        pending = self._uncommitted()
+        if pending and self._ask_once("stop:uncommitted"):
+            shown = ", ".join(pending[:5]) + (f" and {len(pending) - 5} more" if len(pending) > 5 else "")
+            return (f"Your changes are not committed ({shown}), so they do not count. Run the gates; when they "
+                    f"pass, your next call is run_shell with the command `git add -A && git commit -m 'work'`.")
+        return None
 
     def _gate_commands(self) -> list[str]:
         """The plan's gate commands (`run:`), read from the plan file as it is; none when it does not parse."""
@@ -575,9 +667,11 @@ class Workspace:
                 return ToolOutcome(True, self.mark_done(args.get("checkpoint")))
             if name == "run_shell":
                 ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
-                if ok and self._is_gate(args.get("command")):
+                if not ok:
+                    text += failure_digest(text, self.root)
+                elif self._is_gate(args.get("command")):
                     text += self._after_green_gate()
-                elif ok and self._is_commit(args.get("command")):
+                elif self._is_commit(args.get("command")):
                     text += self._after_commit()
                 return ToolOutcome(ok, text)  # already bounded as it streamed
             return ToolOutcome(False, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOL_NAMES))}")

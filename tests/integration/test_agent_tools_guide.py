@@ -1,0 +1,120 @@
+"""The built-in agent's tools show a small model where the work is (issue 47), and nothing counts that did not
+happen: a red run stays a failed call, a refused write writes nothing, a reminder changes nothing.
+
+* a failed run with Python tracebacks ends with a digest: the test's failing line, the error, and the source of
+  the function under test with its line numbers (or, for a missing name, what the module defines);
+* `write_file` and `edit_file` refuse a file the plan's `protected:` lists, naming the code the test imports;
+* when the model stops with no tool call at all, or with its changes uncommitted, it is told so once.
+
+Real files in a real git repository; the digests read real unittest output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.backends.anthropic.failures import digest
+from runner.backends.anthropic.tools import Workspace
+from tests.git_repos import init_repo
+
+PLAN = ("---\ngates:\n  - name: tests\n    run: python3 -m unittest -q\nprotected: [tests/]\n---\n# Report\n\n"
+        "## Stage 1: Sums <!-- sessions: 2 -->\n\n- [ ] 1.1 Make total skip None\n")
+REPORT = ('def total(values):\n    """The sum, None skipped."""\n    return sum(values)\n\n\n'
+          'def label(x):\n    return str(x)\n')
+TEST = ("import unittest\n\nimport report\nfrom report import total\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_total(self):\n        self.assertEqual(total([1, None, 2]), 3)\n\n"
+        "    def test_label(self):\n        self.assertEqual(report.label(3), 'three')\n\n"
+        "    def test_mean(self):\n        self.assertEqual(report.mean([2]), 2)\n")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    init_repo(tmp_path, {"plans/report.md": PLAN, "report.py": REPORT, "tests/__init__.py": "",
+                         "tests/test_report.py": TEST, ".gitignore": "__pycache__/\n"})
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "HOME": str(tmp_path),
+           "GIT_CONFIG_NOSYSTEM": "1"}
+    return Workspace(tmp_path, env, plan_path="plans/report.md")
+
+
+def test_a_red_run_ends_with_the_failing_lines_and_the_code_under_test(ws: Workspace) -> None:
+    out = ws.run("run_shell", {"command": f"{sys.executable} -m unittest -q"})
+    assert not out.ok  # still a failed call
+    text = out.text.split("What failed, read from the output above", 1)[1]
+    # raised in the code: the frame's function, numbered as in the file
+    assert "tests/test_report.py line 9, in test_total: self.assertEqual(total([1, None, 2]), 3)" in text
+    assert "TypeError: unsupported operand" in text and "raised in report.py line 3: return sum(values)" in text
+    assert "total in report.py, lines 1-3:\n   1  def total(values):\n" in text and "   3      return sum(values)" in text
+    # an assertion in the test: the function its line calls
+    assert "AssertionError: '3' != 'three'" in text and "label in report.py, lines 6-7:" in text
+    # a missing name: what the module defines
+    assert "report.py has no 'mean' yet; it defines: total (line 1), label (line 6)" in text
+
+
+def test_a_green_run_and_output_without_a_traceback_get_no_digest(ws: Workspace, tmp_path: Path) -> None:
+    assert "What failed" not in ws.run("run_shell", {"command": "true"}).text
+    assert "What failed" not in ws.run("run_shell", {"command": "echo nope; exit 3"}).text
+    assert digest("Traceback (most recent call last):\n  File \"/usr/lib/python3/x.py\", line 1, in f\nValueError\n",
+                  tmp_path) == ""  # no frame of the work tree
+    assert digest("\x00garbage", tmp_path / "missing") == ""
+
+
+def test_a_protected_file_is_refused_naming_the_code_it_tests(ws: Workspace) -> None:
+    test = ws.root / "tests" / "test_report.py"
+    assert ws.run("read_file", {"path": "tests/test_report.py"}).ok
+    for name, args in (("edit_file", {"old_string": "3)", "new_string": "4)"}),
+                       ("write_file", {"content": "import unittest\n"})):
+        out = ws.run(name, {"path": "tests/test_report.py", **args})
+        assert not out.ok, out.text
+        assert out.text.startswith("refused: tests/test_report.py is protected by the plan (`tests/`)")
+        assert "Change the code it tests instead: report.py." in out.text and "The file was not changed." in out.text
+        assert test.read_text() == TEST
+    new = ws.run("write_file", {"path": "tests/test_more.py", "content": "x = 1\n"})
+    assert not new.ok and not (ws.root / "tests" / "test_more.py").exists()
+    # the code is not protected
+    assert ws.run("edit_file", {"path": "report.py", "old_string": "sum(values)",
+                                "new_string": "sum(v for v in values if v is not None)"}).ok
+
+
+def test_nothing_is_protected_without_a_plan_that_says_so(tmp_path: Path) -> None:
+    init_repo(tmp_path, {"tests/test_x.py": "x = 1\n"})
+    bare = Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert bare.run("edit_file", {"path": "tests/test_x.py", "old_string": "x = 1", "new_string": "x = 2"}).ok
+
+
+def test_stopping_with_nothing_done_or_uncommitted_is_said_once_each(ws: Workspace) -> None:
+    first = ws.unfinished(0)
+    assert first is not None and first.startswith("You have not called any tool")
+    assert ws.unfinished(0) is None  # once
+    assert ws.unfinished(3) is None  # nothing uncommitted
+    (ws.root / "report.py").write_text(REPORT + "\n")
+    pending = ws.unfinished(3)
+    assert pending is not None and "not committed (report.py)" in pending and "git add -A && git commit" in pending
+    assert ws.unfinished(4) is None
+    subprocess.run(["git", "status"], cwd=ws.root, capture_output=True, check=True)  # nothing was committed for it
+    assert ws._uncommitted() == ["report.py"]
+
+
+def test_no_reminder_outside_a_plan(tmp_path: Path) -> None:
+    init_repo(tmp_path, {"a.py": "x = 1\n"})
+    assert Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}).unfinished(0) is None
+
+
+def test_an_edit_with_an_empty_old_string_adds_at_the_end(ws: Workspace) -> None:
+    """The 1.5B adds a function so; refused, it wrote the whole file again and lost what was there."""
+    out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "def mean(v):\n    return 1\n"})
+    assert out.ok, out.text
+    assert (ws.root / "report.py").read_text() == REPORT + "\n\ndef mean(v):\n    return 1\n"
+    assert out.text == ("old_string was empty, so new_string was added at the end of report.py (from line 10; "
+                        "11 lines now)")
+    broken = ws.run("edit_file", {"path": "report.py", "old_string": " ", "new_string": "def f(:\n"})
+    assert not broken.ok and "added at the end of report.py" in broken.text and "not valid Python now" in broken.text
+    assert not ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "\n"}).ok
+    # the plan file still takes nothing but a box
+    plan = (ws.root / "plans" / "report.md").read_text()
+    assert not ws.run("edit_file", {"path": "plans/report.md", "old_string": "", "new_string": "- [ ] 1.2 more\n"}).ok
+    assert (ws.root / "plans" / "report.md").read_text() == plan
