@@ -130,7 +130,9 @@ def test_a_python_file_that_no_longer_parses_is_written_but_the_call_says_so(ws:
     assert ws.run("write_file", {"path": "textutil.py", "content": broken}) == \
         ws.run("write_file", {"path": "textutil.py", "content": broken})  # the same answer each time
     out = ws.run("write_file", {"path": "textutil.py", "content": broken})
-    assert not out.ok and out.text.startswith("wrote 70 bytes to textutil.py, but it is not valid Python now: line 2 ('\"The text in capitals.\"\"'): ")
+    assert not out.ok and out.text.startswith("wrote 70 bytes to textutil.py, but it is not valid Python now: line 2: ")
+    assert "Your next call: edit_file with old_string '\"The text in capitals.\"\"' (line 2 as it is now)" in out.text
+    assert out.text.endswith('\n   1  def shout(text):\n   2>     "The text in capitals.""\n   3      return text.upper()')
     assert (ws.root / "textutil.py").read_text() == broken
     edit = ws.run("edit_file", {"path": "textutil.py", "old_string": '"The text in capitals.""',
                                 "new_string": '"""The text in capitals."""'})

@@ -113,6 +113,7 @@ def test_an_edit_with_an_empty_old_string_adds_at_the_end(ws: Workspace) -> None
                         "11 lines now)")
     broken = ws.run("edit_file", {"path": "report.py", "old_string": " ", "new_string": "def f(:\n"})
     assert not broken.ok and "added at the end of report.py" in broken.text and "not valid Python now" in broken.text
+    assert broken.text.endswith("  14> def f(:")
     assert not ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "\n"}).ok
     # the plan file still takes nothing but a box
     plan = (ws.root / "plans" / "report.md").read_text()

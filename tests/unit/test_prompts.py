@@ -240,6 +240,22 @@ def test_fix_gates_embeds_each_failing_required_gate() -> None:
     assert '{"status": "ok"}' not in text
 
 
+def test_fix_gates_names_what_the_last_session_changed() -> None:
+    """A second session of a greedy model repeats the first unless its prompt differs: it says what the last one
+    changed (its work and its saved leftovers, not its tick) and that the gates fail with it, or that it committed
+    nothing."""
+    text = render_prompt(run(SessionKind.FIX_GATES), context(last_evidence=RED_EVIDENCE))
+    assert "The last session changed `app/login.py`; the gates still fail with that change." in text
+    mixed = RED_EVIDENCE.model_copy(update={"commits": (
+        CommitInfo(sha="d" * 40, summary="Tick 1.2", files=("plans/add-auth.md",), counts_as_work=False),
+        CommitInfo(sha="e" * 40, summary="WIP: leftovers", files=("app/a.py", "app/login.py"), wip=True),
+        CommitInfo(sha="c" * 40, summary="Add login route", files=("app/login.py",)))})
+    assert "The last session changed `app/login.py`, `app/a.py`; the gates" in \
+        render_prompt(run(SessionKind.FIX_GATES), context(last_evidence=mixed))
+    none = RED_EVIDENCE.model_copy(update={"commits": ()})
+    assert "The last session committed no change." in render_prompt(run(SessionKind.FIX_GATES), context(last_evidence=none))
+
+
 def test_fix_gates_shows_http_status_and_body_reason() -> None:
     """A red HTTP gate is shown with its status and the reason plan-runner found in the body."""
     red = evidence(gates=(GateResult(name="health", kind="http", passed=False, http_status=200,

@@ -41,6 +41,7 @@ from runner.adapters.sandbox import proc
 from runner.backends.anthropic.failures import digest as failure_digest
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CheckpointState
+from runner.core.plan import Plan
 from runner.core.planfile import parse_plan, set_checkpoint_state
 from runner.core.planfile_body import Item, rewrite_state, scan_body
 from runner.core.planfile_front import split_front_matter
@@ -94,7 +95,8 @@ TOOL_SPECS: list[dict[str, Any]] = [
     {
         "name": "edit_file",
         "description": ("Replace exactly one occurrence of old_string with new_string in a file; old_string must match the "
-                        "file exactly, whitespace and line breaks included (for a small file, write_file is simpler)."),
+                        "file exactly, whitespace and line breaks included (for a small file, write_file is simpler). An empty "
+                        "old_string adds new_string at the end of the file."),
         "input_schema": {
             "type": "object",
             "properties": {
@@ -167,21 +169,40 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def _check_python(target: Path, text: str, done: str) -> None:
-    """A Python file that no longer parses: the change stays written, but the call says so at once (small
-    models drop a docstring's quotes and only learn it from the gate, sessions later)."""
+def _syntax_error(target: Path, text: str) -> SyntaxError | None:
     if target.suffix != ".py":
-        return
+        return None
     try:
         compile(text, str(target.name), "exec", dont_inherit=True)
     except SyntaxError as exc:
-        lines = text.splitlines()
-        shown = f" ({lines[exc.lineno - 1].strip()[:200]!r})" if exc.lineno and 0 < exc.lineno <= len(lines) else ""
-        raise ToolError(f"{done}, but it is not valid Python now: line {exc.lineno}{shown}: {exc.msg}. Fix that line "
-                        f"with edit_file (old_string: the line as it is now, new_string: the line fixed), or read_file "
-                        f"the file and write it again.") from None
+        return exc
     except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
+
+
+def _around(text: str, lineno: int | None) -> str:
+    """The lines around `lineno`, numbered as in the file."""
+    lines = text.splitlines()
+    if not lineno or not 0 < lineno <= len(lines):
+        return ""
+    shown = range(max(1, lineno - 2), min(len(lines), lineno + 2) + 1)
+    return "\n" + "\n".join(f"{n:4d}{'>' if n == lineno else ' '} {lines[n - 1]}" for n in shown)
+
+
+def _check_python(target: Path, text: str, done: str) -> None:
+    """A Python file that no longer parses: the change stays written, but the call says so at once (small
+    models drop a docstring's quotes and only learn it from the gate, sessions later)."""
+    exc = _syntax_error(target, text)
+    if exc is None:
         return
+    lines = text.splitlines()
+    line = lines[exc.lineno - 1].strip() if exc.lineno and 0 < exc.lineno <= len(lines) else ""
+    fix = (f"Your next call: edit_file with old_string {line!r} (line {exc.lineno} as it is now) and new_string that "
+           f"line fixed." if line and text.count(line) == 1 else
+           "Fix that line with edit_file (old_string: the line as it is now, new_string: the line fixed).")
+    raise ToolError(f"{done}, but it is not valid Python now: line {exc.lineno}: {exc.msg}. {fix} The file now "
+                    f"reads:{_around(text, exc.lineno)}")
 
 
 class Workspace:
@@ -485,13 +506,8 @@ class Workspace:
 
     def _protected(self) -> list[str]:
         """The plan's `protected:` paths, read from the plan file as it is; none when it does not parse."""
-        if self.plan_path is None or not self.plan_path.is_file():
-            return []
-        try:
-            plan = parse_plan(self.plan_path.read_text(encoding="utf-8", errors="replace"), self._plan_rel())
-        except (PlanRunnerError, ValueError):
-            return []
-        return list(plan.config.protected)
+        plan = self._plan()
+        return list(plan.config.protected) if plan is not None else []
 
     def _guard_protected(self, target: Path) -> None:
         """Refuse to change a file the plan protects, at once and saying what to change instead (the 1.5B changed
@@ -552,15 +568,22 @@ class Workspace:
                     f"pass, your next call is run_shell with the command `git add -A && git commit -m 'work'`.")
         return None
 
-    def _gate_commands(self) -> list[str]:
-        """The plan's gate commands (`run:`), read from the plan file as it is; none when it does not parse."""
+    def _plan(self) -> Plan | None:
+        """The plan file as it is, parsed; None when there is none or it does not parse."""
         if self.plan_path is None or not self.plan_path.is_file():
-            return []
+            return None
         try:
-            plan = parse_plan(self.plan_path.read_text(encoding="utf-8", errors="replace"), self._plan_rel())
+            return parse_plan(self.plan_path.read_text(encoding="utf-8", errors="replace"), self._plan_rel())
         except (PlanRunnerError, ValueError):
+            return None
+
+    def _gate_commands(self) -> list[str]:
+        """The plan's gate commands (`run:`) and the next checkpoint's own check, read from the plan file as it
+        is; none when it does not parse."""
+        plan = self._plan()
+        if plan is None:
             return []
-        return [g.run for g in plan.config.gates if g.run]
+        return [g.run for g in plan.config.gates if g.run] + [v for v in (self._todo_verify(),) if v]
 
     def _is_gate(self, command: object) -> bool:
         if not isinstance(command, str) or not command.strip():
@@ -591,8 +614,24 @@ class Workspace:
                 if i.state is CheckpointState.TODO]
         if not todo:
             return ""
+        check = self._verify_of(todo[0].checkpoint_id)
+        if check:
+            return (f"\nCommitted. If checkpoint {todo[0].checkpoint_id} is done (the gates and its own check pass: "
+                    f"run_shell `{check}`), your next call is mark_done with {todo[0].checkpoint_id!r}.")
         return (f"\nCommitted. If checkpoint {todo[0].checkpoint_id} is done (the gates pass), your next call is "
                 f"mark_done with {todo[0].checkpoint_id!r}.")
+
+    def _verify_of(self, checkpoint_id: str) -> str | None:
+        """A checkpoint's own check (`<!-- verify: ... -->`), read from the plan file as it is."""
+        plan = self._plan()
+        found = plan.checkpoint(checkpoint_id) if plan is not None else None
+        return found.verify if found is not None else None
+
+    def _todo_verify(self) -> str | None:
+        """The own check of the first unticked checkpoint that has one, when the plan is read."""
+        plan = self._plan()
+        todo = plan.next_checkpoint() if plan is not None else None
+        return todo.verify if todo is not None else None
 
     def _uncommitted(self) -> list[str] | None:
         """The paths with uncommitted changes (the plan file and Python's caches aside), None outside git."""
