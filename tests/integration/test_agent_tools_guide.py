@@ -119,3 +119,39 @@ def test_an_edit_with_an_empty_old_string_adds_at_the_end(ws: Workspace) -> None
     plan = (ws.root / "plans" / "report.md").read_text()
     assert not ws.run("edit_file", {"path": "plans/report.md", "old_string": "", "new_string": "- [ ] 1.2 more\n"}).ok
     assert (ws.root / "plans" / "report.md").read_text() == plan
+
+
+VERIFY_PLAN = ("---\ngates:\n  - name: tests\n    run: python3 -c pass\n---\n# Report\n\n"
+               "## Stage 1: Sums <!-- sessions: 2 -->\n\n- [ ] 1.1 Add mean <!-- verify: python3 -c 'import report; report.mean' -->\n")
+
+
+def test_a_green_gate_names_the_checkpoints_own_check_next(tmp_path: Path) -> None:
+    """The gate passes as given when the checkpoint's own test is its `verify:`: the 1.5B ran the gate only."""
+    init_repo(tmp_path, {"plans/report.md": VERIFY_PLAN, "report.py": REPORT, ".gitignore": "__pycache__/\n"})
+    ws = Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, plan_path="plans/report.md")
+    gate = ws.run("run_shell", {"command": "python3 -c pass"})
+    assert gate.ok and gate.text.endswith("The gate passes. The checkpoint has its own check too: your next call is "
+                                          "run_shell with the command `python3 -c 'import report; report.mean'`.")
+    check = ws.run("run_shell", {"command": "python3 -c 'import report; report.mean'"})
+    assert not check.ok and "report.py has no 'mean' yet; it defines: total (line 1), label (line 6)" in check.text
+    (tmp_path / "report.py").write_text(REPORT + "\n\ndef mean(v):\n    return 1\n")
+    green = ws.run("run_shell", {"command": "python3 -c 'import report; report.mean'"})
+    assert green.ok and "Your next call is run_shell with the command `git add -A && git commit -m 'work'`" in green.text
+
+
+def test_mark_done_ticks_only_while_the_checkpoints_own_check_passes(tmp_path: Path) -> None:
+    init_repo(tmp_path, {"plans/report.md": VERIFY_PLAN, "report.py": REPORT, ".gitignore": "__pycache__/\n"})
+    ws = Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "a",
+                              "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@x"},
+                   plan_path="plans/report.md")
+    (tmp_path / "report.py").write_text(REPORT + "\n# more\n")
+    assert ws.run("run_shell", {"command": "git add -A && git commit -qm work"}).ok
+    plan = (tmp_path / "plans" / "report.md").read_text()
+    out = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert not out.ok and out.text.startswith("not ticked: checkpoint 1.1's own check fails")
+    assert "report.py has no 'mean' yet" in out.text
+    assert (tmp_path / "plans" / "report.md").read_text() == plan
+    (tmp_path / "report.py").write_text(REPORT + "\n\ndef mean(v):\n    return 1\n")
+    assert ws.run("run_shell", {"command": "git add -A && git commit -qm mean"}).ok
+    done = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert done.ok and "- [x] 1.1 Add mean" in (tmp_path / "plans" / "report.md").read_text(), done.text

@@ -58,7 +58,7 @@ def _failures(output: str) -> list[_Failure]:
                     frames.append((m.group(1), int(m.group(2)), m.group(3)))
                 i += 1
             error = lines[i].strip() if i < len(lines) else ""
-            if frames:
+            if frames or error:
                 found.append(_Failure(frames, error))
             continue
         m = _PYTEST_FRAME.match(lines[i])
@@ -68,7 +68,7 @@ def _failures(output: str) -> list[_Failure]:
         i += 1
     unique: list[_Failure] = []
     for f in found:
-        if all((f.frames[-1], f.error) != (u.frames[-1], u.error) for u in unique):
+        if all((f.frames[-1:], f.error) != (u.frames[-1:], u.error) for u in unique):
             unique.append(f)
     return unique
 
@@ -177,7 +177,7 @@ def _digest(output: str, root: Path) -> str:
     shown_functions: set[tuple[str, str]] = set()
     for failure in _failures(output)[:MAX_FAILURES]:
         frames = [(rel, line, name) for printed, line, name in failure.frames if (rel := tree.rel(printed))]
-        if not frames:
+        if not frames and not (_NO_ATTR.search(failure.error) or _NO_NAME.search(failure.error)):
             continue
         tests = [f for f in frames if _is_test(f[0])]
         code = [f for f in frames if not _is_test(f[0])]
@@ -189,7 +189,7 @@ def _digest(output: str, root: Path) -> str:
             rel, line, name = code[0]
             lines.append(f"- called from {rel} line {line}, in {name}: {tree.line(rel, line)}")
         if failure.error:
-            lines.append(f"  {failure.error[:300]}")
+            lines.append(f"  {failure.error[:300]}" if lines else f"- {failure.error[:300]}")
         targets: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
         if code:  # raised in the work tree's own code: the function it was raised in
             rel, line, _name = code[-1]

@@ -486,6 +486,7 @@ class Workspace:
         line = text.splitlines()[item.index]
         if item.state is not CheckpointState.DONE:
             self._check_committed(item.checkpoint_id)
+            self._check_verify(item.checkpoint_id)
         if item.state is CheckpointState.DONE:
             return (f"checkpoint {item.checkpoint_id} is already ticked in {self._plan_rel()} (line {item.line}: "
                     f"{line}); commit the file if you have not")
@@ -591,9 +592,15 @@ class Workspace:
         given = " ".join(command.split())
         return any(" ".join(gate.split()) in given for gate in self._gate_commands())
 
-    def _after_green_gate(self) -> str:
-        """After a gate passed with work not committed: the next call, as a command that works as written (the
-        1.5B went from a green gate to mark_done, refused, and back, until it was stopped)."""
+    def _after_green_gate(self, command: object) -> str:
+        """After a gate passed: the next checkpoint's own check when it was not this command (the 1.5B ran the
+        green gate only, and never saw what its checkpoint asked for); with work not committed, the commit as the
+        next call, as a command that works as written (the 1.5B went from a green gate to mark_done, refused, and
+        back, until it was stopped)."""
+        check = self._todo_verify()
+        if check and " ".join(check.split()) not in " ".join(str(command).split()):
+            return (f"\nThe gate passes. The checkpoint has its own check too: your next call is run_shell with the "
+                    f"command `{check}`.")
         pending = self._uncommitted()
         if not pending:
             return ""
@@ -648,6 +655,18 @@ class Workspace:
                 continue
             paths.append(path + (" (new)" if entry[:2] == "??" else ""))
         return paths
+
+    def _check_verify(self, checkpoint_id: str) -> None:
+        """A checkpoint with its own check (`verify:`) is ticked only while that check passes here: the 1.5B ticked
+        with the check red (plan-runner runs it after the session and undoes such a tick; this says so at once)."""
+        check = self._verify_of(checkpoint_id)
+        if not check:
+            return
+        ok, out = self.run_shell(check)
+        if not ok:
+            raise ToolError(f"not ticked: checkpoint {checkpoint_id}'s own check fails, so the tick would be undone. "
+                            f"Make `{check}` pass first (change the code, not the check), commit, then mark_done "
+                            f"{checkpoint_id} again. Its output:\n{out}{failure_digest(out, self.root)}")
 
     def _check_committed(self, checkpoint_id: str) -> None:
         """A tick counts with the work committed: uncommitted work is named, and a tick before anything was
@@ -709,7 +728,7 @@ class Workspace:
                 if not ok:
                     text += failure_digest(text, self.root)
                 elif self._is_gate(args.get("command")):
-                    text += self._after_green_gate()
+                    text += self._after_green_gate(args.get("command"))
                 elif self._is_commit(args.get("command")):
                     text += self._after_commit()
                 return ToolOutcome(ok, text)  # already bounded as it streamed
