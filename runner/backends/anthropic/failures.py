@@ -1,7 +1,7 @@
 """What a failing test run means for the code, read from its output: for the built-in agent's `run_shell`.
 
 Small models shown a red run's whole output edit the test instead of the code, invent parameters or change the
-wrong function (docs/real-model.md, issue 47). So a failed command whose output holds Python tracebacks (unittest,
+wrong function (docs/real-model.md). So a failed command whose output holds Python tracebacks (unittest,
 pytest, a plain crash) gets a short digest after its output: per failure (three at most), the test's line that
 failed, the error, and the source of the function it points at, with line numbers, read from the work tree: the
 frame of the work tree's own code where the error was raised, or else the functions the test's line calls. A
