@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                 with LlamaServer(weights, max_tokens_cap=1024) as srv:
                     run = run_world(repo, srv.url, timeout_s=3 * 3600)
                     replies = srv.replies()
-                check = check_world(Path(tmp), world)
+                check = check_world(Path(tmp), world, run)
                 tokens = sum(int(s.get("tokens") or 0) for s in run.sessions)
                 result = row(model, world, run, check, tokens, agrees(run, check, world))
                 result["calls"] = len(replies)

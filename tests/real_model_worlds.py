@@ -233,6 +233,7 @@ class WorldCheck:
     work_commits: int = 0
     plan_intact: bool = False
     gate_output: str = ""
+    at_credit: dict[str, WorldCheck] = field(default_factory=dict)  # a credited checkpoint, at the crediting commit
 
     def earned(self, checkpoint: str) -> bool:
         """What a credit of `checkpoint` must mean in the pushed commit: ticked, doing what it asks, gate green."""
@@ -249,9 +250,10 @@ def _bash(cwd: Path, command: str, timeout: int = 300) -> subprocess.CompletedPr
     return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def check_world(tmp: Path, world: World) -> WorldCheck:
+def check_world(tmp: Path, world: World, run: WorldRun | None = None) -> WorldCheck:
     """Clone origin afresh, check out the pushed branch, make its venv and run the gate, the checkpoints' own
-    checks and a probe of each checkpoint's behaviour, by hand."""
+    checks and a probe of each checkpoint's behaviour, by hand. With `run`, each credited checkpoint is checked
+    the same way at the commit of the session that earned it too (`at_credit`): a later session may break it."""
     clone = tmp / "clean-clone"
     if clone.exists():
         shutil.rmtree(clone)
@@ -259,7 +261,16 @@ def check_world(tmp: Path, world: World) -> WorldCheck:
     head = git(clone, "rev-parse", "--verify", "-q", f"origin/plan-runner/{PLAN_ID}", check=False)
     if not head:
         return WorldCheck(None)
-    git(clone, "checkout", "-q", head)
+    earned_at = {cid: s.get("head_sha") for s in (run.sessions if run else ()) for cid in s.get("advanced", ())}
+    check = _check_commit(clone, world, head)
+    for cid, sha in earned_at.items():
+        check.at_credit[cid] = _check_commit(clone, world, sha) if sha and sha != head else check
+    return check
+
+
+def _check_commit(clone: Path, world: World, head: str) -> WorldCheck:
+    git(clone, "checkout", "-q", "-f", head)
+    git(clone, "clean", "-q", "-fdx", "-e", ".venv")
     assert _bash(clone, SETUP).returncode == 0
     gate = _bash(clone, GATE)
     text = (clone / "plans" / f"{PLAN_ID}.md").read_text()
@@ -290,9 +301,10 @@ def agrees(run: WorldRun, check: WorldCheck, world: World) -> list[str]:
     problems = []
     for cid in world.checkpoints:
         credited = cid in run.credited
-        if credited != check.earned(cid):
-            problems.append(f"{cid}: credited={credited} but in the clean clone ticked={check.ticked.get(cid)} "
-                            f"behaves={check.behaves.get(cid)} gate={check.gate_passed} verify={check.verify_passed.get(cid)}")
+        at = check.at_credit.get(cid, check)  # a credit is read at the commit of the session that earned it
+        if credited != at.earned(cid):
+            problems.append(f"{cid}: credited={credited} but in the clean clone ticked={at.ticked.get(cid)} "
+                            f"behaves={at.behaves.get(cid)} gate={at.gate_passed} verify={at.verify_passed.get(cid)}")
     last = run.sessions[-1] if run.sessions else None
     if last is not None:
         recorded = next((g for g in last.get("gates", ()) if g.get("name") == "tests"), None)

@@ -33,7 +33,7 @@ def test_the_1_5b_model_on_a_user_written_plan_every_verdict_agrees_with_a_clean
     with LlamaServer(model_path(MODEL), max_tokens_cap=1024) as srv:
         run = run_world(repo, srv.url, timeout_s=3300)
         replies = srv.replies()
-    check = check_world(tmp_path, world)
+    check = check_world(tmp_path, world, run)
     problems = agrees(run, check, world)
     story = (json.dumps(run.sessions, indent=1, default=str)[-6000:] + f"\n{check}\n{problems}\n" + run.stderr[-3000:]
              + "\n" + calls_text(replies) + f"\n[{time.monotonic() - started:.0f} s with the server start]")

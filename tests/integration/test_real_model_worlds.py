@@ -55,3 +55,33 @@ def test_a_worlds_plan_is_a_users_plan_with_its_own_interpreter(name: str) -> No
     assert not re.search(r"read_file|write_file|edit_file|run_shell|mark_done|git commit", body)
     assert "/" + "root" not in text and "/tmp" not in text and ".venv/bin/python" in text
     assert WORLDS[name].checkpoints == re.findall(r"(?m)^- \[ \] (\d+\.\d+) ", body)
+
+
+def test_a_credit_is_checked_at_the_commit_of_the_session_that_earned_it(tmp_path: Path) -> None:
+    """Session 1 earns 1.1 (parse_cents right, ticked, gates green); session 2 breaks the file. The credit agrees
+    with the clean clone at session 1's commit; the last session's red gate with the pushed head."""
+    from tests.real_model_worlds import PLAN_ID, WorldRun, agrees, check_world, make_world
+    from tests.real_model_world import git
+
+    world = WORLDS["two-checkpoints"]
+    repo = make_world(tmp_path, world, "qwen-1.5b")
+    git(repo, "checkout", "-q", "-b", f"plan-runner/{PLAN_ID}")
+    fmt = repo / "tools" / "moneyfmt.py"
+    fmt.write_text(world.files["tools/moneyfmt.py"] + "\n\ndef parse_cents(text):\n    return round(float(text) * 100)\n")
+    plan = repo / "plans" / f"{PLAN_ID}.md"
+    plan.write_text(plan.read_text().replace("- [ ] 1.1", "- [x] 1.1"))
+    git(repo, "commit", "-qam", "parse_cents")
+    earned = git(repo, "rev-parse", "HEAD")
+    fmt.write_text("def broken(:\n")
+    git(repo, "commit", "-qam", "wip")
+    git(repo, "push", "-q", "origin", f"plan-runner/{PLAN_ID}")
+    run = WorldRun(3, "", "", [
+        {"type": "session", "n": 1, "outcome": "Advanced", "advanced": ["1.1"], "head_sha": earned,
+         "gates": [{"name": "tests", "passed": True}]},
+        {"type": "session", "n": 2, "outcome": "AgentError", "advanced": [], "head_sha": git(repo, "rev-parse", "HEAD"),
+         "gates": [{"name": "tests", "passed": False}]}], 1.0)
+    check = check_world(tmp_path, world, run)
+    assert not check.gate_passed and check.at_credit["1.1"].earned("1.1")
+    assert agrees(run, check, world) == []
+    stale = check_world(tmp_path, world)  # read at the pushed head only, the credit would not be backed
+    assert agrees(run, stale, world)[0].startswith("1.1: credited=True but in the clean clone ticked=True behaves=False")
