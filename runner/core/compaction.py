@@ -10,11 +10,11 @@ totals of the sessions it stands for: outcomes, checkpoints credited, tokens, co
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from runner.core.actions import Outcome
-from runner.core.ledger import Entry, SessionRecord, Summary
+from runner.core.ledger import Entry, SessionRecord, Summary, dump_entry
 from runner.core.policy import FOLD_VERSION, fold, summary_state
 
 CREDITED_LIMIT = 100  # checkpoint ids a summary names (the latest); `credited_count` counts them all
@@ -57,6 +57,25 @@ def summarize(entries: Sequence[Entry], *, at: datetime, previous: str = "") -> 
         seconds=(base.seconds if base is not None else 0.0) + sum(
             (r.finished_at - r.started_at).total_seconds() for r in records),
     )
+
+
+def compact_lines(lines: Sequence[bytes], oldest: Callable[[int], Sequence[Entry]], *, longest: int, keep: int,
+                  at: datetime, previous: str) -> list[bytes] | None:
+    """The rule every store compacts by: a ledger of more than `longest` entries (`lines`, one JSON line each, with
+    its newline) becomes one summary line for all but its latest `keep` entries, then those kept byte for byte.
+    `oldest(cut)`: the first `cut` entries, parsed. None: the ledger is not long enough to compact."""
+    if len(lines) <= longest:
+        return None
+    cut = len(lines) - keep
+    summary = summarize(oldest(cut), at=at, previous=previous)
+    return [(dump_entry(summary) + "\n").encode(), *lines[cut:]]
+
+
+def written_at(entries: Sequence[Entry], default: datetime) -> datetime:
+    """When entries were written, as they say: the latest time any of them names (`default` if none names one)."""
+    times = [t for e in entries for name in ("at", "finished_at", "started_at")
+             if isinstance(t := getattr(e, name, None), datetime)]
+    return max(times, default=default)
 
 
 def summary_line(summary: Summary) -> str:

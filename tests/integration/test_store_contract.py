@@ -241,3 +241,107 @@ def test_a_local_session_runs_on_the_memory_store_through_the_port_alone(tmp_pat
     assert second.record is not None and second.record.n == 2
     assert store.read_file("calc", "last-evidence.json")
     assert rw.git(repo, "for-each-ref", "refs/plan-runner/state/") == ""
+
+
+# --- compaction: both stores fold a long ledger's oldest entries into one summary by the same rule ---------------
+
+def _session(n: int) -> list:
+    """Session n's two entries: every fifth Advanced (its checkpoint credited), the rest spread over other outcomes."""
+    from datetime import timedelta
+
+    from runner.core.actions import Blame, Outcome, SessionKind
+    from runner.core.ledger import SessionStarted
+    from tests.core_builders import record
+
+    outcome = [Outcome.ADVANCED, Outcome.GATES_RED, Outcome.PROGRESS, Outcome.LIMIT_BACKOFF, Outcome.ROLLED_OVER][n % 5]
+    started = SessionStarted(n=n, kind=SessionKind.DELIVERY, checkpoint=f"1.{n}", started_at=AT + timedelta(hours=n),
+                             base_sha="b" * 40)
+    return [started, record(n=n, outcome=outcome, blame=Blame.AGENT if outcome is Outcome.GATES_RED else Blame.NONE,
+                            checkpoint=f"1.{n}", tokens=100 * n, cost_usd=0.5,
+                            advanced=(f"1.{n}",) if outcome is Outcome.ADVANCED else ())]
+
+
+@pytest.fixture
+def compacting(monkeypatch):
+    """Segments of 4 entries; a ledger of more than 3 segments (12 entries) compacts, keeping its latest 4."""
+    import runner.adapters.store.layout as layout
+
+    monkeypatch.setattr(layout, "SEGMENT_ENTRIES", 4)
+    monkeypatch.setattr(layout, "COMPACT_AFTER", 3)
+    monkeypatch.setattr(layout, "KEEP_SEGMENTS", 1)
+
+
+def _write(store, entries: list, version: str | None, plan: str = "p") -> str:
+    state = folded(store.read(plan)[0]) if version else None
+    return store.append(plan, entries, version, options=AppendOptions(snapshot=snapshot_json(fold(entries, state))))
+
+
+def test_a_long_ledger_compacts_into_one_summary_that_folds_the_same(pair, compacting):
+    """Every write that leaves more than 12 entries compacts: the other handle reads a summary first, then the
+    latest entries as written; the ledger folds (from the snapshot and entry by entry) to the state of every entry
+    written; the summary's totals are what status and logs show; a second compaction carries the first's on."""
+    from runner.core.compaction import summary_line
+    from runner.core.ledger import Summary, dump_entry
+
+    one, two = pair
+    written: list = []
+    v = None
+    summaries: list[Summary] = []
+    for n in range(1, 21):
+        v = _write(one, _session(n), v)
+        written += _session(n)
+        ledger, version = two.read("p")
+        assert version == v and len(ledger) <= 12
+        entries = list(ledger)
+        if isinstance(entries[0], Summary):
+            if not summaries or entries[0] != summaries[-1]:
+                summaries.append(entries[0])
+            summary = entries[0]
+            assert summary.entries + len(entries) - 1 == len(written)
+            assert [dump_entry(e) for e in entries[1:]] == [dump_entry(e) for e in written[summary.entries:]]
+        assert folded(ledger) == fold(entries) == fold(written)  # snapshot, entries, and the uncompacted ledger
+    assert len(summaries) >= 2, "twenty sessions compact more than once"
+    first, last = summaries[0], summaries[-1]
+    assert last.entries > first.entries and first.previous and last.previous and first.previous != last.previous
+    gone = written[:last.entries]
+    records = [e for e in gone if e.type == "session"]
+    assert (last.sessions, last.first_session, last.last_session) == (len(records), 1, records[-1].n)
+    assert last.outcomes == {o: sum(r.outcome.value == o for r in records) for o in {r.outcome.value for r in records}}
+    assert last.credited == tuple(c for r in records if r.outcome.value == "Advanced" for c in r.advanced)
+    assert last.credited_count == len(last.credited) and last.tokens == sum(r.tokens for r in records)
+    assert last.cost_known and last.cost_usd == pytest.approx(0.5 * len(records)) and last.began == written[0].started_at
+    assert summary_line(last).startswith(f"sessions 1-{records[-1].n} compacted ({len(records)} sessions: ")
+    state = fold(written)
+    assert (state.sessions, state.tokens) == (20, sum(100 * n for n in range(1, 21)))
+
+
+def test_a_write_on_the_version_before_a_compaction_conflicts_and_lands_nothing(pair, compacting):
+    """Compaction is a write like any other: a handle that read before it and writes after it loses the
+    compare-and-swap, whatever it writes; once it reads again its write lands on the compacted ledger."""
+    from runner.core.ledger import Summary
+
+    one, two = pair
+    v = None
+    for n in range(1, 7):  # 12 entries: the next session compacts
+        v = _write(one, _session(n), v)
+    _, seen = two.read("p")
+    compacted = _write(one, _session(7), v)
+    with pytest.raises(StateConflict):
+        two.append("p", [parked("late")], seen)
+    ledger, version = two.read("p")
+    assert version == compacted and isinstance(ledger[0], Summary) and all(
+        getattr(e, "reason", "") != "late" for e in ledger)
+    after = two.append("p", [parked("after")], version)
+    ledger, version = one.read("p")
+    assert version == after and ledger[-1].reason == "after" and folded(ledger).sessions == 7
+    assert folded(ledger).parked and fold(list(ledger)) == folded(ledger)
+
+
+def test_a_short_ledger_is_never_compacted(pair, compacting):
+    """At the limit exactly (12 entries) nothing is summarised: every entry reads back as written."""
+    one, two = pair
+    v = None
+    for n in range(1, 7):
+        v = _write(one, _session(n), v)
+    entries = list(two.read("p")[0])
+    assert len(entries) == 12 and all(e.type != "summary" for e in entries)

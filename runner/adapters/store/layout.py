@@ -21,9 +21,9 @@ from git.exc import GitCommandError
 
 from runner.adapters.git.invoke import run_git
 from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree
-from runner.core.compaction import summarize
+from runner.core.compaction import compact_lines
 from runner.core.errors import PlanRunnerError
-from runner.core.ledger import Ledger, SegmentedLedger, dump_entry
+from runner.core.ledger import Ledger, SegmentedLedger
 
 NAMESPACE = "refs/plan-runner/state"
 TRACKING = "refs/plan-runner/remote-state"  # + /<remote>/<plan_id>
@@ -158,12 +158,13 @@ def compact(objects: GitObjects, plan_id: str, plan: Tree, count: int, *, previo
     ordered = segments(objects, plan_id, plan[LEDGER_DIR])
     raws = [objects.get(sha, b"blob") or b"" for _, sha in ordered]
     lines = [line + b"\n" for raw in raws for line in raw.split(b"\n") if line.strip()]
-    cut = len(lines) - KEEP_SEGMENTS * SEGMENT_ENTRIES
     names = [name for name, _ in ordered]
     ledger = SegmentedLedger([_given(raw) for raw in raws], None,
                              lambda i: corrupt(plan_id, f"{LEDGER_DIR}/{names[i]}"))
-    summary = summarize(ledger[:cut], at=at, previous=previous or "")
-    kept = [(dump_entry(summary) + "\n").encode()] + lines[cut:]
+    kept = compact_lines(lines, lambda cut: ledger[:cut], longest=COMPACT_AFTER * SEGMENT_ENTRIES,
+                         keep=KEEP_SEGMENTS * SEGMENT_ENTRIES, at=at, previous=previous or "")
+    if kept is None:
+        return None
     found: Tree = {}
     for i in range(0, len(kept), SEGMENT_ENTRIES):
         found[f"{i // SEGMENT_ENTRIES:06d}.jsonl"] = (BLOB_MODE, objects.store(b"blob", b"".join(kept[i:i + SEGMENT_ENTRIES])))

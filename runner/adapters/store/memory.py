@@ -3,7 +3,9 @@ no repository, no remote. For tests and tools that need a plan's state without g
 
 Each plan's state is a chain of immutable versions (the ledger's lines, the files, the directories, the snapshot
 folded from exactly that ledger); a version token names one. Writes are compare-and-swap on the
-plan's current token alone, so plans never conflict with each other, as on the git store.
+plan's current token alone, so plans never conflict with each other, as on the git store. A write that leaves the
+ledger longer than the git store's limit compacts it by the same rule (`runner.core.compaction.compact_lines`, with
+`runner.adapters.store.layout`'s thresholds, read at each write): the summary names the version it was written on.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import hashlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
+from runner.adapters.store import layout
 from runner.adapters.store.dirs import bound_dir, redact_file, walk
 from runner.adapters.store.layout import check_name
+from runner.core.compaction import compact_lines, written_at
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.ledger import Entry, Ledger, dump_entry
 from runner.core.ports import AppendOptions
@@ -68,7 +73,8 @@ class MemoryStateStore:
                     what=f"the state of plan {plan_id!r} moved since it was read",
                     why=f"expected {expected_version or 'no state'}, found {token or 'no state'}",
                     fix="nothing to do: another job advanced this plan first; re-read the state and yield")
-            ledger = (current.ledger if current else b"") + lines
+            ledger = self._compacted((current.ledger if current else b"") + lines, plan_id, token,
+                                     written_at(entries, datetime.now(timezone.utc)))
             new_token = hashlib.sha1((token or "").encode() + b"\0" + ledger).hexdigest()
             self._plans[plan_id] = _Version(
                 token=new_token, ledger=ledger,
@@ -76,6 +82,14 @@ class MemoryStateStore:
                 dirs={**(current.dirs if current else {}), **dirs},
                 snapshot=options.snapshot)
             return new_token
+
+    def _compacted(self, ledger: bytes, plan_id: str, token: str | None, at: datetime) -> bytes:
+        """`ledger` compacted by the git store's rule and thresholds when it grew past them, else as it is."""
+        lines = [line + b"\n" for line in ledger.split(b"\n") if line.strip()]
+        kept = compact_lines(lines, lambda cut: list(Ledger(b"".join(lines[:cut]), self._corrupt(plan_id))),
+                             longest=layout.COMPACT_AFTER * layout.SEGMENT_ENTRIES,
+                             keep=layout.KEEP_SEGMENTS * layout.SEGMENT_ENTRIES, at=at, previous=token or "")
+        return ledger if kept is None else b"".join(kept)
 
     def read_file(self, plan_id: str, name: str) -> bytes | None:
         check_name("plan id", plan_id)

@@ -36,6 +36,7 @@ from runner.adapters.store.layout import (
     compact, compacted_from, ledger_extends, ledger_text, read_ledger, snapshot_blob, state_ref,
 )
 from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree, missing_commit
+from runner.core.compaction import written_at
 from runner.core.errors import PlanRunnerError, StateConflict
 from runner.core.ledger import Entry, Ledger, dump_entry
 from runner.core.ports import AppendOptions, RefUpdate
@@ -357,7 +358,7 @@ class GitStateStore:
             plan = {}
         lines = [(dump_entry(e) + "\n").encode() for e in entries]
         ledger_sha, count = append_segments(self.objects, plan_id, plan, lines)
-        compacted = compact(self.objects, plan_id, plan, count, previous=parent, at=_written_at(entries))
+        compacted = compact(self.objects, plan_id, plan, count, previous=parent, at=written_at(entries, datetime.now(timezone.utc)))
         if compacted is not None:
             ledger_sha, count = compacted
         if options.snapshot is not None:
@@ -461,13 +462,6 @@ class GitStateStore:
 
     def _tree_of(self, commit: str | None, plan_id: str) -> Tree:
         return self.objects.tree_of(commit, plan_id, self.ref(plan_id))
-
-
-def _written_at(entries: Sequence[Entry]) -> datetime:
-    """When entries were written, as they say (the latest time any of them names; now if none names one)."""
-    times = [t for e in entries for name in ("at", "finished_at", "started_at")
-             if isinstance(t := getattr(e, name, None), datetime)]
-    return max(times, default=datetime.now(timezone.utc))
 
 
 def push_atomic(repo: Path | str, remote: str, updates: Sequence[RefUpdate], *, what: str) -> None:
