@@ -212,3 +212,68 @@ def test_the_agents_words_cannot_move_what_reconcile_writes_into_the_comment():
     assert ended.rstrip().endswith("it stays as the session ended._"), ended
     assert ended.index("ended: **TimedOut**") < ended.index(crafted.splitlines()[0])
     assert live.ended_by_reconcile(ended, "again") is None
+
+
+def test_the_tick_that_finds_a_cancelled_run_says_cancelled_in_its_progress_comment(tmp_path, minutes):
+    """Session 2's run was cancelled (GitHub says so when the clock's tick asks it, before any deadline): its
+    progress comment says it ended, and that its run was cancelled, in GitHub's word."""
+    from runner.adapters.render.report import render_progress
+    from runner.adapters.store.state import GitStateStore
+    from runner.core.ledger import SessionStarted
+    from runner.core.planfile import parse_plan
+    from runner.core.progress import Live
+    from tests.servers.github import BOT
+
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script=LONG)
+        rc, out, outputs, _, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        run = srv.add_run(actor=BOT, inputs={"plan": PLAN})
+        srv.start_run(run)
+        store = GitStateStore(w.checkout(jobs.bare, jobs.root / "killed"))
+        _, version = store.read("greeter")
+        store.append("greeter", [SessionStarted(n=2, kind="delivery", checkpoint="1.2", base_sha="0" * 40,
+                                                started_at=clock.now(), job=str(run))], version)
+        running = str(render_progress(parse_plan(w.PLAN, PLAN), Live(n=2, phase="agent"), elapsed_s=30))
+        comment = srv.add_comment(issue["number"], running, user=BOT)
+        assert srv.complete_run(run, "cancelled") is None  # the job token's run: no workflow_run, only the clock
+        rc, out, outputs, summary, _ = jobs.run("schedule", w.schedule_event())
+        assert [e["outcome"] for e in jobs.ledger() if e["type"] == "session"] == ["Advanced", "TimedOut"], out
+        body = srv.comments[comment]["body"]
+        assert "session 2 ended: **TimedOut**" in body
+        assert f"GitHub says its run {run} ended cancelled (conclusion `cancelled`)" in body, body
+
+
+def test_reconcile_of_a_run_a_person_started_says_it_timed_out(tmp_path, minutes):
+    """The first session's run (a person's Run workflow) timed out: GitHub's workflow_run starts the reconcile job,
+    which records the session and says in its progress comment that the run timed out."""
+    from runner.adapters.render.report import render_progress
+    from runner.adapters.store.state import GitStateStore
+    from runner.core.ledger import SessionStarted
+    from runner.core.planfile import parse_plan
+    from runner.core.progress import Live
+    from tests.servers.github import BOT
+
+    with GitHubServer() as srv:
+        jobs = Jobs(tmp_path, srv, script=LONG)
+        rc, out, outputs, _, _ = jobs.session()
+        assert rc == 0 and outputs["outcome"] == "Advanced", out
+        (issue,) = [i for i in srv.issues.values() if not i.get("pull")]
+        run = srv.add_run(actor="maintainer", inputs={"plan": PLAN})
+        srv.start_run(run)
+        store = GitStateStore(w.checkout(jobs.bare, jobs.root / "killed"))
+        _, version = store.read("greeter")
+        store.append("greeter", [SessionStarted(n=2, kind="delivery", checkpoint="1.2", base_sha="0" * 40,
+                                                started_at=clock.now(), job=str(run))], version)
+        comment = srv.add_comment(issue["number"], str(render_progress(
+            parse_plan(w.PLAN, PLAN), Live(n=2, phase="judging"), elapsed_s=3000)), user=BOT)
+        event = srv.complete_run(run, "timed_out")
+        assert event is not None
+        rc, out, outputs, summary, _ = jobs.run(
+            "workflow_run", event, PLAN_RUNNER_MODE="reconcile",
+            GITHUB_WORKFLOW_REF="octo-org/demo/.github/workflows/plan-runner-reconcile.yml@refs/heads/main")
+        assert rc == 0, out + summary
+        body = srv.comments[comment]["body"]
+        assert "session 2 ended: **TimedOut**" in body
+        assert "timed out (the job's `timeout-minutes`) (conclusion `timed_out`)" in body, body

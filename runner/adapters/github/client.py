@@ -235,15 +235,22 @@ class GitHubDriver:
         run: GitHub sends no `workflow_run` event for a run the job's token dispatched, so this is how a session
         whose job died is found before its deadline. Still queued or running, a success, or a run GitHub does not
         know (404: deleted; the session's deadline still holds): False."""
+        return bool(self.run_end(run_id))
+
+    def run_end(self, run_id: int) -> str:
+        """How the run ended when it ended without succeeding (its `conclusion`: cancelled, timed_out, failure, ...),
+        else "" (`run_ended`'s question, with GitHub's answer kept)."""
         with github_call(f"reading workflow run {run_id}"):
             try:
                 _, data = self._request("GET", f"/actions/runs/{int(run_id)}", parameters={
                     "exclude_pull_requests": "true"})
             except GithubException as exc:
                 if exc.status == 404:
-                    return False
+                    return ""
                 raise
-        return data.get("status") == "completed" and data.get("conclusion") not in ("success", "skipped")
+        if data.get("status") != "completed" or data.get("conclusion") in ("success", "skipped"):
+            return ""
+        return str(data.get("conclusion") or "failure")
 
     def dispatch_next(self, plan_path: str, key: str, ref: str | None = None) -> int | None:
         """One POST: a workflow_dispatch of the session workflow on `ref` (the branch the plan's sessions run on,

@@ -172,8 +172,9 @@ def decide_tick(s: Session, now: datetime, ended: frozenset[int] = frozenset()
 
 
 def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
-              ended: frozenset[int] = frozenset(), ask: Callable[[int], bool] | None = None,
-              reconciled: list[tuple[str, Place | None, int, str]] | None = None) -> tuple[str, bool]:
+              ended: frozenset[int] = frozenset(), ask: Callable[[int], bool | str] | None = None,
+              reconciled: list[tuple[str, Place | None, int, str]] | None = None,
+              conclusions: Mapping[int, str] | None = None) -> tuple[str, bool]:
     """One plan's tick: reconcile, then dispatch at most one run. Returns (a line for the summary, dispatched?).
     `ended`: runs GitHub said ended without succeeding: their sessions are reconciled now, not after a deadline.
     `ask`: whether GitHub says a run ended without succeeding (`GitHubDriver.run_ended`), asked of the run of the
@@ -183,10 +184,14 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
     s = load_session(ws, ports)
     now = ws.clock()
     run = watched_run(s)
+    conclusions = dict(conclusions or {})
     if ask is not None and run is not None and run not in ended:
         try:
-            if ask(run):
+            said = ask(run)
+            if said:
                 ended = ended | {run}
+                if isinstance(said, str):
+                    conclusions[run] = said
                 log(f"{s.trusted.id}: GitHub says run {run} ended without succeeding")
         except PlanRunnerError as err:  # the deadline still holds: the next tick asks again
             log(f"{s.trusted.id}: could not ask GitHub how run {run} is: {err.what}")
@@ -199,7 +204,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
         log(f"{s.trusted.id}: reconciled session {open_.n} (job {open_.job or '?'} never finished)")
         if reconciled is not None:
             reconciled.append((s.trusted.id, s.state.place, open_.n, (
-                f"GitHub says its run {run_gone} ended without succeeding (cancelled, timed out or its runner lost)"
+                f"GitHub says its run {run_gone} ended {_how(conclusions.get(run_gone))}"
                 if run_gone is not None else
                 "its job never reported within the plan's time limit (killed, cancelled, timed out or its runner "
                 "lost)")))
@@ -228,7 +233,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
         reconcile_orphan(s, started=_unaccounted_start(s, n, intents[0] if intents else None, action))
         if reconciled is not None:
             reconciled.append((s.trusted.id, s.state.place, n, (
-                f"GitHub says its run {run} ended without a word (cancelled, timed out or its runner lost)"
+                f"GitHub says its run {run} ended {_how(conclusions.get(run))} without a word of the session"
                 if run is not None else f"it was dispatched {len(intents)} times and never reported")))
         log(f"{s.trusted.id}: reconciled session {n} " + (f"(run {run} ended without a word)" if run is not None
                                                           else f"(dispatched {len(intents)} times, never reported)"))
@@ -294,6 +299,17 @@ def keep_alive(driver, rep) -> str:
         return f"not kept enabled: {err.what}"
 
 
+_CONCLUSIONS = {"cancelled": "cancelled", "timed_out": "timed out (the job's `timeout-minutes`)",
+                "failure": "failed (its runner lost, or the job killed)", "startup_failure": "failed to start"}
+
+
+def _how(conclusion: str | None) -> str:
+    """GitHub's conclusion of a run that ended without succeeding, in words (only GitHub's known values)."""
+    if conclusion in _CONCLUSIONS:
+        return f"{_CONCLUSIONS[conclusion]} (conclusion `{conclusion}`)"
+    return "without succeeding (cancelled, timed out or its runner lost)"
+
+
 def _logger(rep, prefix: str) -> Callable[[str], None]:
     return lambda text: rep.log(prefix + text)
 
@@ -321,7 +337,9 @@ def ended_runs(ctx: GitHubContext) -> frozenset[int]:
 def mode_reconcile(ctx: GitHubContext, env: Mapping[str, str], driver, rep) -> ModeResult:
     """A session's run ended and did not succeed (killed, cancelled, timed out, failed): reconcile its plan now."""
     ended = ended_runs(ctx)
-    return mode_tick(ctx, env, driver, rep, ended=ended, name="reconcile")
+    ev = ctx.event
+    said = {ev.run_id: ev.conclusion} if isinstance(ev, WorkflowRun) and ev.run_id in ended else {}
+    return mode_tick(ctx, env, driver, rep, ended=ended, name="reconcile", conclusions=said)
 
 
 def set_clock(ctx: GitHubContext, driver, rep, waiting: Mapping[str, str], *, may_disable: bool) -> str:
@@ -367,7 +385,7 @@ OLD_SINGLE_WORKFLOW = (
 
 
 def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended: frozenset[int] = frozenset(),
-              name: str = "tick") -> ModeResult:
+              name: str = "tick", conclusions: Mapping[int, str] | None = None) -> ModeResult:
     repo = workspace_root(env)
     store = GitStateStore(repo, remote=REMOTE)
     with_state = set(store.plans())
@@ -397,7 +415,8 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         spaces[plan_id] = ws
         later.collect_into(calls.setdefault(plan_id, []))
         try:
-            line, went = tick_plan(ws, ports, rep.log, ended, ask=driver.run_ended, reconciled=reconciled)
+            line, went = tick_plan(ws, ports, rep.log, ended, ask=getattr(driver, "run_end", driver.run_ended),
+                                   reconciled=reconciled, conclusions=conclusions)
         except StateConflict:
             line = "another job moved the plan first; nothing to do"
         except PlanRunnerError as err:
