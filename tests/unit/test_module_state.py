@@ -28,10 +28,6 @@ MEMOS = {
     "runner.adapters.render.prompts": {"_environment"},  # the templates' environment
 }
 PENDING = {
-    # the live terminal lines of the process (one terminal per process)
-    "runner.adapters.render.term": {"_active"},
-    # the scripted agent is a process of its own (python -P runner/backends/script/agent.py): its globals are its run's
-    "runner.backends.script.agent": {"_nudges"},
 }
 
 

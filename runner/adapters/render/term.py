@@ -17,12 +17,20 @@ from typing import IO, Any
 
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-_active: list[_Status] = []  # the live status line on the terminal, if any (at most one)
+
+
+class Terminal:
+    """The terminal the outputs print to: its live status line, if any (at most one), kept below whatever any of
+    them prints."""
+
+    def __init__(self) -> None:
+        self.statuses: list[_Status] = []
 
 
 class Output:
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, terminal: Terminal | None = None) -> None:
         self._stream_name = stream  # looked up on every call: tests and callers may swap sys.stdout/stderr
+        self.terminal = terminal or Terminal()
         self._console: Any = None
         self._console_for: IO[str] | None = None
 
@@ -55,7 +63,7 @@ class Output:
         either."""
         if self.is_terminal():
             text = strip_control(text)
-            with _above_status():
+            with _above_status(self.terminal):
                 self.console().print(text, style=style, markup=False, emoji=False)
         else:
             print(defang(text), file=self.stream, flush=True)
@@ -71,15 +79,15 @@ class Output:
             table.add_column(Text(col), no_wrap=col in keep)
         for row in rows:
             table.add_row(*(Text(cell) for cell in row))
-        with _above_status():
+        with _above_status(self.terminal):
             self.console().print(table)
 
     def status(self, text: str) -> Any:
         """A live status line on a terminal (an object with update/stop), or None elsewhere."""
         if not self.is_terminal():
             return None
-        status = _Status(self.stream)
-        _active.append(status)
+        status = _Status(self.stream, self.terminal)
+        self.terminal.statuses.append(status)
         status.update(text)
         return status
 
@@ -87,13 +95,16 @@ class Output:
 class _above_status:
     """Around a print on the terminal: the status line is erased before and drawn again after."""
 
+    def __init__(self, terminal: Terminal) -> None:
+        self.terminal = terminal
+
     def __enter__(self) -> None:
-        for status in _active:
+        for status in self.terminal.statuses:
             status.lock.acquire()
             status.erase()
 
     def __exit__(self, *exc: object) -> None:
-        for status in _active:
+        for status in self.terminal.statuses:
             status.draw()
             status.lock.release()
 
@@ -107,10 +118,11 @@ class _Status:
     erased with a carriage return). Every write holds `lock`: the progress thread redraws while
     the main thread prints."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], terminal: Terminal) -> None:
         import threading
 
         self.stream = stream
+        self.terminal = terminal
         self.lock = threading.RLock()
         self.text = ""
         self.frame = 0
@@ -143,9 +155,9 @@ class _Status:
         with self.lock:
             self.erase()
             self.stopped = True
-            if self in _active:
-                _active.remove(self)
+            if self in self.terminal.statuses:
+                self.terminal.statuses.remove(self)
 
 
 err = Output("stderr")
-out = Output("stdout")
+out = Output("stdout", err.terminal)  # one terminal: a status line on either stays below what the other prints

@@ -24,8 +24,14 @@ import time
 from pathlib import Path
 
 _print_lock = threading.Lock()
-_nudges: list[str] = []
-_nudge_event = threading.Event()
+
+
+class Inbox:
+    """The nudges the backend sent this session: how many, and whether one came."""
+
+    def __init__(self) -> None:
+        self.nudges = 0
+        self.nudged = threading.Event()
 
 
 def emit(message_type: str, /, **fields: object) -> None:
@@ -38,7 +44,7 @@ def say(text: str) -> None:
     emit("text", text=text)
 
 
-def _take(raw: str, plain_type: str) -> None:
+def _take(raw: str, plain_type: str, inbox: Inbox) -> None:
     """Log one message from the backend: the prompt, or a nudge (a plain-text line is a `plain_type`)."""
     try:
         message = json.loads(raw)
@@ -48,24 +54,24 @@ def _take(raw: str, plain_type: str) -> None:
     if isinstance(message, dict) and message.get("type") == "prompt":
         emit("prompt", characters=len(text))
         return
-    _nudges.append(text)
-    emit("nudge", text=text, count=len(_nudges))
-    _nudge_event.set()
+    inbox.nudges += 1
+    emit("nudge", text=text, count=inbox.nudges)
+    inbox.nudged.set()
 
 
-def _read_prompt() -> None:
+def _read_prompt(inbox: Inbox) -> None:
     """Take the prompt (the first line the backend sends) before any step runs, so the transcript
     always records it, however short the session."""
     raw = sys.stdin.readline().strip()
     if raw:
-        _take(raw, "prompt")
+        _take(raw, "prompt", inbox)
 
 
-def _read_stdin() -> None:
+def _read_stdin(inbox: Inbox) -> None:
     """Log every further message the backend sends (nudges)."""
     for raw in sys.stdin:
         if raw.strip():
-            _take(raw.strip(), "nudge")
+            _take(raw.strip(), "nudge", inbox)
 
 
 class Agent:
@@ -195,7 +201,7 @@ def _tokens(arg: object) -> dict[str, int]:
     return {"input_tokens": 0, "output_tokens": int(arg)}  # type: ignore[call-overload]  # a YAML scalar; int() refuses others
 
 
-def play(steps: list[dict], agent: Agent) -> int:
+def play(steps: list[dict], agent: Agent, inbox: Inbox) -> int:
     """Run the steps in order; the return value is the exit code."""
     for step in steps:
         (kind, arg), = step.items()
@@ -211,7 +217,7 @@ def play(steps: list[dict], agent: Agent) -> int:
                 emit("progress", text="working...")
                 time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         elif kind == "wait_nudge":
-            got = _nudge_event.wait(float(arg))
+            got = inbox.nudged.wait(float(arg))
             say("heeding the nudge: wrapping up" if got else "no nudge came")
         elif kind == "rate_limit":
             arg = arg if isinstance(arg, dict) else {}
@@ -255,12 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resumed", action="store_true")
     args = parser.parse_args(argv)
     steps = json.loads(args.steps.read_text(encoding="utf-8"))
-    _read_prompt()
-    threading.Thread(target=_read_stdin, name="stdin", daemon=True).start()
+    inbox = Inbox()
+    _read_prompt(inbox)
+    threading.Thread(target=_read_stdin, args=(inbox,), name="stdin", daemon=True).start()
     emit("start", session_id=args.session_id, resumed=args.resumed, steps=len(steps))
     say(f"{'Resuming' if args.resumed else 'Starting'} scripted session {args.session_id}")
-    code = play(steps, Agent(args.workdir.resolve(), args.plan, args.handoff))
-    emit("result", exit_code=code, nudges=len(_nudges))
+    code = play(steps, Agent(args.workdir.resolve(), args.plan, args.handoff), inbox)
+    emit("result", exit_code=code, nudges=inbox.nudges)
     return code
 
 
