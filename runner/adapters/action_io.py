@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from runner.adapters.sandbox.agentenv import secret_values
-from runner.adapters.render.report import defang, redact
+from runner.adapters.secrets import redact, secret_values
+from runner.adapters.render.report import defang
 
 OUTPUT_NAMES = ("outcome", "next-action", "issue-url", "pull-request-url", "record")
 # GitHub's limit on what one step writes to $GITHUB_STEP_SUMMARY ("Adding a job summary": "each step is restricted to a

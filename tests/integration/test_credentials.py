@@ -18,7 +18,8 @@ import git
 import pytest
 
 from runner.adapters.sandbox import agent_creds
-from runner.adapters.sandbox.agentenv import backend_agent_env, secret_values
+from runner.adapters.sandbox.agentenv import backend_agent_env
+from runner.adapters.secrets import secret_values
 from runner.adapters.sandbox.identity import Identity
 from runner.backends import get_backend
 from runner.backends.common.base import SessionRequest

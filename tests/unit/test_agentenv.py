@@ -7,14 +7,8 @@ import sys
 
 import pytest
 
-from runner.adapters.sandbox.agentenv import (
-    OPENAI_VARS,
-    build_agent_env,
-    is_github_credential,
-    key_like,
-    redact,
-    secret_values,
-)
+from runner.adapters.sandbox.agentenv import OPENAI_VARS, build_agent_env
+from runner.adapters.secrets import is_github_credential
 from runner.core.errors import PlanRunnerError
 from runner.adapters.sandbox.supervise import supervise
 
@@ -104,40 +98,6 @@ def test_extra_variables_are_set_but_not_github_tokens():
     assert env["PLAN_RUNNER_HANDOFF"] == "plans/x.handoff.md"
     with pytest.raises(PlanRunnerError):
         build_agent_env(JOB_ENV, extra={"GH_TOKEN": "x"})
-
-
-def test_github_credential_names():
-    """Job tokens, personal tokens and Actions runtime variables count as GitHub credentials; repo names do not."""
-    assert is_github_credential("GITHUB_TOKEN")
-    assert is_github_credential("gh_token")
-    assert is_github_credential("ACTIONS_ID_TOKEN_REQUEST_URL")
-    assert is_github_credential("GITHUB_PAT")
-    assert not is_github_credential("GITHUB_REPOSITORY")
-    assert not is_github_credential("ANTHROPIC_API_KEY")
-
-
-def test_secret_values_lists_secret_looking_values_longest_first():
-    """Values of token/secret/password/key variables are listed for masking; plain values are not."""
-    values = secret_values(JOB_ENV)
-    for v in ("sk-ant-secret-value", "ghs_job_token_value", "hunter2hunter2", "aws-secret-value", "runtime-token"):
-        assert v in values
-    assert "octo/repo" not in values and "plan-runner" not in values and "/tmp" not in values
-    assert [len(v) for v in values] == sorted((len(v) for v in values), reverse=True)
-
-
-def test_only_key_like_values_are_searched_in_commits():
-    """Tokens and keys are searched for in the agent's commits; a short or word-like password is not (it would
-    find ordinary code and park the plan for nothing), though it is still redacted."""
-    values = ["sk-ant-api03-AbC123xyz", "ghs_0123456789abcdefABCDEF", "postgres", "hunter2", "correcthorsebattery",
-              "123456789012345"]
-    assert key_like(values) == ["sk-ant-api03-AbC123xyz", "ghs_0123456789abcdefABCDEF"]
-
-
-def test_redact_masks_every_occurrence():
-    """Redaction replaces each secret everywhere, the longer one first."""
-    text = "key=abcdef123 and abcdef123456 and abcdef123"
-    assert redact(text, ["abcdef123", "abcdef123456"]) == "key=*** and *** and ***"
-    assert redact("nothing here", ["", "zzz"]) == "nothing here"
 
 
 @pytest.mark.integration

@@ -189,15 +189,16 @@ def test_cycle_finder_finds_a_cycle():
 ROOM_MAY_IMPORT = {
     "git": set(),                          # the git evidence and work-branch operations: nothing but the core
     "github": set(),                       # the REST API never runs processes or touches the sandbox
-    "render": set(),                       # text for people is a function of records
-    "store": {"git"},
-    "sandbox": {"git", "netproxy"},        # a room starts the allow-list relay inside its namespace
+    "render": {"secrets"},                 # text for people is a function of records, secrets redacted
+    "store": {"git", "secrets"},           # what it stores is cleared of secrets
+    "sandbox": {"git", "netproxy", "secrets"},  # a room starts the allow-list relay inside its namespace
     "judge": {"git", "sandbox"},
     "advisor": set(),
     "plan_io": set(),
     "source": set(),
     "init": {"source"},
-    "action_io": {"render", "sandbox"},    # masks the agent's credentials in what the job prints
+    "action_io": {"render", "secrets"},    # masks the agent's credentials in what the job prints
+    "secrets": set(),                      # what a secret is, and every redaction of one
     "clock": set(),                        # the wall clock policy reads, and its testing switch
     "netproxy": set(),                     # the sandbox's allow-list proxy and relay: sockets, nothing else
 }

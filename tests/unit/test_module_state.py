@@ -27,8 +27,7 @@ MEMOS = {
     "runner.core.planfile_commonmark": {"_parser", "_tokens"},  # the Markdown parser, and a text's tokens
     "runner.adapters.render.prompts": {"_environment"},  # the templates' environment
 }
-PENDING = {
-}
+PENDING: dict[str, set[str]] = {}
 
 
 def _constant(name: str) -> bool:

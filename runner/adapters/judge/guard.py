@@ -1,4 +1,4 @@
-"""What the agent must not touch, checked and undone around its run; secrets kept out of the record.
+"""What the agent must not touch, checked and undone around its run.
 
 The agent works in the same git repository as plan-runner. Besides the files
 `runner.adapters.judge.collect` protects in the work tree, it could move its plan's state ref
@@ -9,20 +9,14 @@ git commands run code of its choosing with the job's environment (a hook, a
 `restore` runs first thing after it exits, puts everything back and says what
 it found, which the verdict treats as tampering. The state ref itself is
 guarded by `GitStateStore.restore_own` (the plan's own ref only).
-
-`redact_*` remove known secret values from what is kept or published about a
-session (evidence, transcripts), whoever printed them: the agent or a gate.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.adapters.git import work as gitwork
-from runner.core.evidence import Evidence
 
 _CONTROL_FILES = ("config",)
 _CONTROL_DIRS = ("hooks", "info")
@@ -82,37 +76,3 @@ def restore(snap: Snapshot) -> list[str]:
         found.append(f".git/{name} was {'created' if before is None else 'changed'} by the agent "
                      "(git's control files are plan-runner's; restored)")
     return found
-
-
-# --- secrets ------------------------------------------------------------------------------------
-
-
-def _forms(secrets: Iterable[str]) -> list[str]:
-    """Each secret as printed and as it appears inside a JSON string, longest first."""
-    forms = set()
-    for s in secrets:
-        if s and len(s) >= 6:
-            forms.add(s)
-            forms.add(json.dumps(s)[1:-1])
-    return sorted(forms, key=len, reverse=True)
-
-
-def redact_text(text: str, secrets: Iterable[str]) -> str:
-    for form in _forms(secrets):
-        text = text.replace(form, "***")
-    return text
-
-
-def secret_forms(secrets: Iterable[str]) -> list[bytes]:
-    """The byte strings `redact_*` replace (each secret, raw and JSON-escaped), longest first."""
-    return [form.encode() for form in _forms(secrets)]
-
-
-def redact_evidence(evidence: Evidence, secrets: Iterable[str]) -> Evidence:
-    """The same evidence with every known secret value replaced by `***` (gate tails, hints, errors)."""
-    forms = _forms(secrets)
-    if not forms:
-        return evidence
-    raw = evidence.model_dump_json()
-    clean = redact_text(raw, forms)
-    return evidence if clean == raw else Evidence.model_validate_json(clean)

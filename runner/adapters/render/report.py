@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 import jinja2
 
+from runner.adapters.secrets import redact
 from runner.core import inert
 from runner.core.inert import defang  # noqa: F401 - re-exported
 
@@ -68,13 +69,6 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["code"] = lambda v, in_table=False: Markdown(inert.md_code(v, in_table=in_table))
 _ENV.filters["plan_id"] = _plan_id
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    trusted = isinstance(text, Markdown)
-    for s in sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True):
-        text = text.replace(s, "***")
-    return Markdown(text) if trusted else text
 
 
 def _hints(evidence: Evidence) -> list[tuple[str, str]]:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from runner.core.backend_spec import BackendSpec
 from runner.core.errors import PlanRunnerError
-from runner.adapters.sandbox.agentenv import json_strings
+from runner.adapters.secrets import json_strings
 from runner.adapters.sandbox.identity import Identity
 
 GOOGLE_FILE = "google-credentials.json"

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterable, Mapping
 
 from runner.core.backend_spec import ANTHROPIC_VARS, OPENAI_VARS, spec_of  # noqa: F401 (re-exported)
+from runner.adapters.secrets import GITHUB_PREFIXES, is_github_credential
 from runner.core.errors import PlanRunnerError
 
 BASE_VARS: tuple[str, ...] = (
@@ -45,22 +46,7 @@ def backend_agent_env(parent: Mapping[str, str], backend: str, allow: Iterable[s
                            extra=spec.switches(provider) if spec is not None else {})
 
 
-# Never handed to an agent, whatever the plan says: they let it push, dispatch or read secrets.
-_GITHUB_CREDENTIALS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN",
-                                 # the action's push token and the GitHub App's key it is minted from
-                                 "PLAN_RUNNER_PUSH_TOKEN", "PLAN_RUNNER_APP_PRIVATE_KEY"})
-_GITHUB_PREFIXES = ("GITHUB_", "GH_", "ACTIONS_")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|_KEY$|^KEY$|APIKEY|API_KEY|AUTH(?!OR)", re.IGNORECASE)
 _RESTRICTED_NAME = re.compile(r"TOKEN|SECRET|PASSWORD", re.IGNORECASE)  # only passed when named exactly
-
-
-def is_github_credential(name: str) -> bool:
-    upper = name.upper()
-    if upper in _GITHUB_CREDENTIALS:
-        return True
-    if upper.startswith("ACTIONS_"):
-        return True  # runtime token, OIDC request token/URL, cache URL: all job capabilities
-    return upper.startswith(_GITHUB_PREFIXES) and bool(_SECRET_NAME.search(upper) or "PAT" in upper.split("_"))
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -85,7 +71,7 @@ def build_agent_env(
     allow = tuple(allow)
     api_key_vars = tuple(api_key_vars)
     for name in allow:
-        if is_github_credential(name) or (name.upper().startswith(_GITHUB_PREFIXES) and "*" in name):
+        if is_github_credential(name) or (name.upper().startswith(GITHUB_PREFIXES) and "*" in name):
             raise PlanRunnerError(
                 what=f"the plan asks to pass {name!r} to the agent",
                 why="GitHub credentials never reach the agent: plan-runner, not the agent, pushes and dispatches",
@@ -141,46 +127,3 @@ def clean_path(value: str, also: Iterable[str | os.PathLike] = ()) -> str:
             continue
         kept.append(entry)
     return os.pathsep.join(kept) or os.defpath
-
-
-def secret_values(env: Mapping[str, str], *, min_length: int = 6) -> list[str]:
-    """Values of secret-looking variables in `env`, longest first, to mask in logs and redact in reports."""
-    values = {v for k, v in env.items() if (_SECRET_NAME.search(k) or is_github_credential(k)) and len(v) >= min_length}
-    for value in list(values):  # a secret holding a login file (CODEX_AUTH_JSON): each token in it is one too
-        if value.lstrip().startswith("{"):
-            values.update(v for v in json_strings(value) if len(v) >= 16)
-    return sorted(values, key=lambda v: (-len(v), v))
-
-
-def json_strings(text: str) -> list[str]:
-    import json
-
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return []
-    found: list[str] = []
-    stack = [data]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str):
-            found.append(item)
-    return found
-
-
-def key_like(values: Iterable[str], *, min_length: int = 12) -> list[str]:
-    """The secret values worth searching for in the agent's commits: long, with letters and digits,
-    like a token or key. A short or word-like value (`DB_PASSWORD=postgres`) would find ordinary code
-    and park the plan for nothing; it is still masked and redacted everywhere plan-runner prints."""
-    return [v for v in values if len(v) >= min_length and any(c.isdigit() for c in v) and any(c.isalpha() for c in v)]
-
-
-def redact(text: str, secrets: Iterable[str], mask: str = "***") -> str:
-    """Replace every occurrence of each secret; longest first so a secret containing another is masked whole."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, mask)
-    return text

@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.adapters.secrets import redact_bytes, redact_file
 from runner.adapters.store.objects import BLOB_MODE, CHUNK, TREE_MODE, GitObjects, blob_sha
 
 DIR_LIMIT = 16 * 2**20  # bytes kept per directory (transcripts) per plan, in total
@@ -63,7 +64,7 @@ def _store_blocks(objects: GitObjects, path: Path, redact: Sequence[bytes],
     for number, raw in enumerate(_blocks(path)):
         sha = blob_sha(raw)
         if sha not in known:
-            data = _replace_all(raw, redact) if redact else raw
+            data = redact_bytes(raw, redact) if redact else raw
             sha = blob_sha(data)
             if not objects.has(sha):
                 objects.store(b"blob", data)
@@ -168,51 +169,3 @@ def _keep_tail(path: Path, limit: int) -> None:
         for chunk in iter(lambda: src.read(CHUNK), b""):
             dst.write(chunk)
     os.replace(tmp, path)
-
-
-def redact_file(path: Path, forms: Sequence[bytes]) -> None:
-    """Replace every form with `***` in the file, streamed in chunks (a form that straddles two chunks
-    is still found: a chunk is only written up to where no form can begin and end beyond it)."""
-    forms = sorted({f for f in forms if f}, key=len, reverse=True)
-    if not forms:
-        return
-    tmp = path.with_name(path.name + ".plan-runner-redact")
-    changed = False
-    with path.open("rb") as src, tmp.open("wb") as dst:
-        carry = b""
-        while True:
-            chunk = src.read(CHUNK)
-            buf = carry + chunk
-            end = len(buf) if not chunk else _safe_end(buf, forms)
-            head = buf[:end]
-            clean = _replace_all(head, forms)
-            changed |= clean != head
-            dst.write(clean)
-            carry = buf[end:]
-            if not chunk:
-                break
-    if changed:
-        os.replace(tmp, path)
-    else:
-        tmp.unlink()
-
-
-def _safe_end(buf: bytes, forms: Sequence[bytes]) -> int:
-    """Where `buf` can be cut: no form can start before it and end after it (given more data may follow)."""
-    end = max(0, len(buf) - (max(len(f) for f in forms) - 1))
-    moved = True
-    while moved:
-        moved = False
-        for form in forms:
-            i = buf.find(form, max(0, end - len(form) + 1))
-            while i != -1 and i < end:
-                if i + len(form) > end:
-                    end, moved = i + len(form), True
-                i = buf.find(form, i + 1)
-    return end
-
-
-def _replace_all(data: bytes, forms: Sequence[bytes]) -> bytes:
-    for form in forms:
-        data = data.replace(form, b"***")
-    return data

@@ -24,7 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.adapters.github.events import GitHubContext
-from runner.adapters.render.report import redact, render_progress
+from runner.adapters.render.report import render_progress
+from runner.adapters.secrets import redact
 from runner.core.ledger import Place
 from runner.core.progress import EDIT_INTERVAL_S, Live, edit_due, take_event
 from runner.drivers.session import Session

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.github.events import GitHubContext
-from runner.adapters.render.report import Markdown, link, redact, render_watch, session_rows
+from runner.adapters.render.report import Markdown, link, render_watch, session_rows
+from runner.adapters.secrets import redact
 from runner.core import inert
 from runner.core.actions import describe
 from runner.core.errors import PlanRunnerError

@@ -20,14 +20,13 @@ from runner.adapters.git import work as gitwork
 
 from runner.adapters.sandbox import identity as sandbox
 from runner.core.actions import ConsultAdvisor, Finish, Park, Verdict
-from runner.adapters.sandbox.agentenv import secret_values
+from runner.adapters.secrets import secret_forms, secret_values
 from runner.core.errors import PlanRunnerError, Refused
 from runner.core.evidence import Evidence
 from runner.core.ledger import Entry, EntrySequence, Finished, Parked, SessionRecord
 from runner.core.network import Phase, Refusal
 from runner.core.plan import Plan
 from runner.core.planfile import parse_plan, with_tracker
-from runner.adapters.judge.guard import secret_forms
 from runner.core.policy import (
     AnyAction, RunState, advice_entry, fold, folded, snapshot_json,
 )

@@ -25,14 +25,14 @@ from runner.adapters.judge.base import BaseTree, GatesTree, gate_env
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
 from runner.adapters.judge.gates import GateCache
 from runner.core.network import model_access, refusals_line
-from runner.adapters.judge.guard import redact_text
+from runner.adapters.secrets import key_like, redact, redact_evidence
 from runner.adapters.render.prompts import PromptContext, render_handoff_from_evidence, render_prompt
 from runner.adapters.sandbox import agent_clone as agentarea
 from runner.adapters.sandbox import identity as sandbox
 from runner.adapters.sandbox import agent_creds
 from runner.adapters.sandbox import sweep
 from runner.core.backend_spec import BACKENDS
-from runner.adapters.sandbox.agentenv import backend_agent_env, clean_path, key_like
+from runner.adapters.sandbox.agentenv import backend_agent_env, clean_path
 from runner.backends import SessionRequest, get_backend
 from runner.backends.common.endpoint import is_unreachable
 from runner.core.actions import ConsultAdvisor, Finish, Park, RunSession, SessionKind, Verdict, Wait, describe
@@ -368,7 +368,7 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
         env=agent_env, transcript_dir=b.transcripts, resume_session_id=action.resume_session_id,
         plan_path=area.work / plan.path, handoff_path=area.work / b.handoff_path,
         pid_file=agent_pid_file(ws, plan.id),
-        on_event=lambda kind, detail: ws.on_event(kind, redact_text(detail, s.secrets)),  # its words may hold a key
+        on_event=lambda kind, detail: ws.on_event(kind, redact(detail, s.secrets)),  # its words may hold a key
         identity=identity, agent_state_dir=area.state, input_dir=area.inputs, credential_files=creds.files)
     control = guard.snapshot(ws.repo)
     if creds.renewal is not None:  # a fresh OIDC token for the agent's Google library, while it runs
@@ -432,7 +432,7 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
             gates.close()
     if gates.failures:
         evidence = evidence.model_copy(update={"gates": tuple(gates.failures) + evidence.gates})
-    evidence = guard.redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
+    evidence = redact_evidence(evidence, s.secrets)  # gate output and the agent's words are kept and published
     verdict = classify(evidence)
     head = revert_rejected_flips(scene, evidence, verdict.rejected_flips)
     refused = refusals_line(s.refused)  # the session's network refusals, once (in a room)
