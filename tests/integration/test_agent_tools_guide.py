@@ -158,3 +158,15 @@ def test_mark_done_ticks_only_while_the_checkpoints_own_check_passes(tmp_path: P
     assert ws.run("run_shell", {"command": "git add -A && git commit -qm mean"}).ok
     done = ws.run("mark_done", {"checkpoint": "1.1"})
     assert done.ok and "- [x] 1.1 Add mean" in (tmp_path / "plans" / "report.md").read_text(), done.text
+
+
+def test_a_whole_file_write_that_drops_a_function_says_so(ws: Workspace) -> None:
+    """The 1.5B asked to add mean wrote a file with mean alone; the tests of what it dropped failed."""
+    assert ws.run("read_file", {"path": "report.py"}).ok
+    out = ws.run("write_file", {"path": "report.py", "content": "def mean(v):\n    return 1\n"})
+    assert out.ok and out.text == ("wrote 26 bytes to report.py. It no longer defines total, label, which the file "
+                                   "defined before: write_file replaces the whole file. If they are still needed, put "
+                                   "them back (edit_file with an empty old_string adds code at the end).")
+    assert (ws.root / "report.py").read_text() == "def mean(v):\n    return 1\n"  # written as asked
+    kept = ws.run("write_file", {"path": "report.py", "content": REPORT + "\n\ndef mean(v):\n    return 1\n"})
+    assert kept.ok and kept.text == f"wrote {len(REPORT) + 28} bytes to report.py"

@@ -190,6 +190,18 @@ def _around(text: str, lineno: int | None) -> str:
     return "\n" + "\n".join(f"{n:4d}{'>' if n == lineno else ' '} {lines[n - 1]}" for n in shown)
 
 
+def _top_names(target: Path, text: str) -> list[str]:
+    """The functions and classes a Python text defines at its top level (none when it is not Python or does
+    not parse)."""
+    if target.suffix != ".py" or not text.strip():
+        return []
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+
+
 def _check_python(target: Path, text: str, done: str) -> None:
     """A Python file that no longer parses: the change stays written, but the call says so at once (small
     models drop a docstring's quotes and only learn it from the gate, sessions later)."""
@@ -384,11 +396,19 @@ class Workspace:
             if similar and self._ask_once(f"new:{rel}"):
                 raise ToolError(f"{rel} does not exist; did you mean {' or '.join(repr(f) for f in similar)}? Nothing "
                                 f"was written. To create {rel} as a new file, call write_file with it again.")
+        before = target.read_text(encoding="utf-8", errors="replace") if target.is_file() else ""
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         self._known.add(target)
-        _check_python(target, content, f"wrote {len(content.encode('utf-8'))} bytes to {rel}")
-        return f"wrote {len(content.encode('utf-8'))} bytes to {rel}"
+        done = f"wrote {len(content.encode('utf-8'))} bytes to {rel}"
+        _check_python(target, content, done)
+        lost = [name for name in _top_names(target, before) if name not in _top_names(target, content)]
+        if lost:
+            # the 1.5B asked to add mean wrote a file with mean alone: the tests of add failed, and it never knew why
+            return (f"{done}. It no longer defines {', '.join(lost[:8])}, which the file defined before: write_file "
+                    f"replaces the whole file. If they are still needed, put them back (edit_file with an empty "
+                    f"old_string adds code at the end).")
+        return done
 
     def edit_file(self, path: object, old_string: object, new_string: object) -> str:
         if not isinstance(old_string, str) or not isinstance(new_string, str):
