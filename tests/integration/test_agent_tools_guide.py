@@ -170,3 +170,5 @@ def test_a_whole_file_write_that_drops_a_function_says_so(ws: Workspace) -> None
     assert (ws.root / "report.py").read_text() == "def mean(v):\n    return 1\n"  # written as asked
     kept = ws.run("write_file", {"path": "report.py", "content": REPORT + "\n\ndef mean(v):\n    return 1\n"})
     assert kept.ok and kept.text == f"wrote {len(REPORT) + 28} bytes to report.py"
+    renamed = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):", "new_string": "def mean(values):"})
+    assert renamed.ok and renamed.text.startswith("edited report.py. It no longer defines total, which the file")

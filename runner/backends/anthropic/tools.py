@@ -439,6 +439,10 @@ class Workspace:
         self._guard_plan(target, new_text)
         target.write_text(new_text, encoding="utf-8")
         _check_python(target, new_text, f"edited {path}")
+        lost = [name for name in _top_names(target, text) if name not in _top_names(target, new_text)]
+        if lost:  # the 1.5B asked to add mean renamed add to mean
+            return (f"edited {path}. It no longer defines {', '.join(lost[:8])}, which the file defined before. If "
+                    f"they are still needed, put them back (edit_file with an empty old_string adds code at the end).")
         return f"edited {path}"
 
     def _append(self, target: Path, text: str, new_string: str) -> str:
