@@ -58,6 +58,11 @@ def test_a_session_job_killed_mid_session_is_reconciled_by_the_clock_and_the_pla
         assert world.outcomes() == ["Advanced", "TimedOut"]
         session = [e for e in world.ledger() if e["type"] == "session"][-1]
         assert session["n"] == 2 and session["reconciled"]
+        # session 2's progress comment, posted as its job started and left "running" by the kill, says how it ended
+        (progress,) = [c for c in srv.comments.values()
+                       if c["body"].startswith("<!-- plan-runner:progress plan=greeter session=2 -->")]
+        assert "session 2 ended: **TimedOut**" in progress["body"] and "is running" not in progress["body"]
+        assert f"GitHub says its run {dispatch.run_id} ended failed" in progress["body"], progress["body"]
         (again,) = world.new_dispatches()
         assert again.workflow == "plan-runner.yml" and again.inputs == {"plan": PLAN}
         assert world.ledger()[-1]["run_id"] == again.run_id

@@ -39,11 +39,12 @@ class LiveProgress:
 
     def __init__(self, edit: Callable[[str], None], render: Callable[[Live, float, tuple[str, str] | None], str], *,
                  clock: Callable[[], float] = time.monotonic, interval_s: float = EDIT_INTERVAL_S,
-                 log: Callable[[str], None] = lambda text: None, background: bool = True) -> None:
+                 log: Callable[[str], None] = lambda text: None, background: bool = True,
+                 live: Live | None = None) -> None:
         self._edit, self._render, self._clock, self._interval = edit, render, clock, interval_s
         self._log, self._background = log, background
         self._lock = threading.Lock()
-        self._live = Live()
+        self._live = live or Live()
         self._started = self._last_edit = clock()  # the comment was just posted: the first edit a minute later
         self._shown = 0  # the `changes` of the record last published
         self._inflight: threading.Thread | None = None
@@ -159,12 +160,15 @@ def start_progress(driver, ctx: GitHubContext, s: Session, log: Callable[[str], 
         return redact(body, s.secrets)
 
     try:
-        comment_id, url = driver.post_comment(where[0], render(Live(), 0.0, None))
+        # the session's number from the start: its hidden marker names it even if the job dies before any edit
+        # (a tick that reconciles the session finds the comment by it: end_orphan_progress)
+        first = Live(n=s.state.sessions + 1)
+        comment_id, url = driver.post_comment(where[0], render(first, 0.0, None))
     except Exception as exc:  # noqa: BLE001 - the session runs as without a progress comment
         log(f"no progress comment for this session: {getattr(exc, 'what', None) or exc}")
         return None
     log(f"{url} (edited while the session runs)")
-    return LiveProgress(lambda body: driver.edit_comment(comment_id, body), render, clock=clock, log=log)
+    return LiveProgress(lambda body: driver.edit_comment(comment_id, body), render, clock=clock, log=log, live=first)
 
 
 _RUNNING_HEAD = re.compile(r"(### plan-runner: .*?) is running \([^)\n]*\)[ \t]*")
