@@ -14,17 +14,23 @@ ref (docs/plan-format.md):
 * the plan file as the agent left it is read only when it is at most PLAN_GROWTH_BYTES and
   PLAN_GROWTH_LINES beyond the base's: a larger one is a protected change in itself (restored whole).
 
-A ledger entry built from bounded records stays under ENTRY_LIMIT bytes of JSON (the biggest an agent can
-cause, every text of its own flooded with two-byte characters, is about 196 KB:
-tests/unit/test_bounds.py), so a segment of the ledger (256 entries) stays under GitHub's 100 MB limit on a
-file; the store compacts the ledger past 8 segments (runner.core.compaction).
+The limits above count characters, and a character can take up to six bytes of JSON (a control character is
+written `\u0001`): a session's record is therefore fitted to ENTRY_LIMIT bytes of JSON as the last step of
+building it (`fit_record`: its agent-written texts cut harder, with the same counts of what was left out), so a
+segment of the ledger (256 entries) stays under GitHub's 100 MB limit on a file; the store compacts the ledger past
+8 segments (runner.core.compaction), and the summary it writes is fitted the same way
+(tests/unit/test_bounds.py: every text of the agent's flooded with two-byte, four-byte and escaped characters).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, Hints, SessionSignals
+from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, Hints, Record, SessionSignals
+
+if TYPE_CHECKING:
+    from runner.core.ledger import SessionRecord
 
 TEXT_LIMIT = 2_000
 NAME_LIMIT = 300
@@ -36,6 +42,8 @@ GATE_OUTPUT_LIMIT = 8_000
 PLAN_GROWTH_BYTES = 256 * 1024
 PLAN_GROWTH_LINES = 2_000
 ENTRY_LIMIT = 256 * 1024
+# how `fit_record` cuts a record still over its limit, step by step: (items a list keeps, characters a text keeps)
+FIT_STEPS = ((LIST_LIMIT, 500), (10, 120), (3, 40))
 
 
 def bound_text(text: str, limit: int = TEXT_LIMIT) -> str:
@@ -132,3 +140,32 @@ def bound_evidence(e: Evidence) -> Evidence:
         handoff=None if e.handoff is None else bound_text(e.handoff, HANDOFF_LIMIT),
         commits_left_out=e.commits_left_out + len(e.commits) - len(commits),
     )
+
+
+def json_size(record: Record) -> int:
+    """Bytes of `record` as a ledger line (JSON, UTF-8)."""
+    return len(record.model_dump_json().encode())
+
+
+def fit_record(record: SessionRecord, limit: int = ENTRY_LIMIT) -> SessionRecord:
+    """`record`, under `limit` bytes of JSON: as it is when it fits, else with the texts the agent wrote (reasons,
+    hints, its session id, the backend's name, a park's details) and a human's instructions cut harder, step by step (FIT_STEPS),
+    each saying how much was left out; what the policy reads of it (outcome, blame, checkpoint, fingerprint,
+    the flips, the next action) is kept as it is."""
+    fitted = record
+    for items, chars in FIT_STEPS:
+        if json_size(fitted) <= limit:
+            return fitted
+        h, then = record.hints, record.next_action
+        if then is not None and then.action == "park":  # a park quotes the verdict's reasons
+            then = then.evolve(details=bound_list(then.details, "detail(s)", items, chars))
+        fitted = record.evolve(
+            next_action=then,
+            reasons=bound_list(record.reasons, "reason(s)", items, chars),
+            agent_session_id=None if record.agent_session_id is None else bound_text(record.agent_session_id, chars),
+            backend=bound_text(record.backend, chars),
+            instructions=None if record.instructions is None else bound_text(record.instructions, chars * 4),
+            hints=h.evolve(stop_reason=None if h.stop_reason is None else bound_text(h.stop_reason, chars),
+                           result_subtype=None if h.result_subtype is None else bound_text(h.result_subtype, chars),
+                           final_text=bound_tail(h.final_text, chars), claims=bound_list(h.claims, "claim(s)", items, chars)))
+    return fitted

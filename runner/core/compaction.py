@@ -13,7 +13,8 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from runner.core.actions import Outcome
+from runner.core.actions import Outcome, Park, RunSession, Wait
+from runner.core.bounds import ENTRY_LIMIT, bound_list, bound_text, fit_record, json_size
 from runner.core.ledger import Entry, SessionRecord, Summary, dump_entry
 from runner.core.policy import FOLD_VERSION, fold, summary_state
 
@@ -43,7 +44,7 @@ def summarize(entries: Sequence[Entry], *, at: datetime, previous: str = "") -> 
         records[0].started_at if records else None)
     began = base.began if base is not None and base.began is not None else next(
         (t for e in rest for t in (getattr(e, "started_at", None), getattr(e, "at", None)) if t is not None), None)
-    return Summary(
+    return _fitted(Summary(
         at=at, began=began, entries=(base.entries if base is not None else 0) + len(rest), previous=previous,
         fold=FOLD_VERSION, state=json.loads(state.model_dump_json()),
         sessions=(base.sessions if base is not None else 0) + len(records),
@@ -56,7 +57,57 @@ def summarize(entries: Sequence[Entry], *, at: datetime, previous: str = "") -> 
         cost_lower_bound=(base is not None and base.cost_lower_bound) or any(r.cost_lower_bound for r in records),
         seconds=(base.seconds if base is not None else 0.0) + sum(
             (r.finished_at - r.started_at).total_seconds() for r in records),
-    )
+        left_out=base.left_out if base is not None else 0,
+    ))
+
+
+def _fitted(summary: Summary) -> Summary:
+    """`summary` under ENTRY_LIMIT bytes of JSON, like every ledger entry. It holds the last session's record and
+    what the policy carries (the pending action, a human's instructions and notes) besides its totals: when they
+    make it bigger, the last record's agent-written texts are cut first (`bounds.fit_record`: what the policy
+    reads of it stays), then the checkpoint ids named (`credited_count` still counts them all), then the
+    human texts; `left_out` adds up the bytes cut. Anything shorter is returned as it is."""
+    size = json_size(summary)
+    if size <= ENTRY_LIMIT:
+        return summary
+    state = summary_state(summary)
+    credited = summary.credited
+    for step in range(3):
+        if step == 0 and state.last is not None:
+            room = ENTRY_LIMIT - _SLACK - (size - json_size(state.last))
+            last = fit_record(state.last, max(room, 0))  # the pending action it decided is cut with it
+            state = state.evolve(last=last, pending=last.next_action if state.pending == state.last.next_action
+                                 else state.pending)
+        elif step == 1:
+            credited = credited[-10:]
+        elif step == 2:
+            state = state.evolve(
+                instructions=_cut(state.instructions), pending=_cut_action(state.pending),
+                notes=tuple(n.evolve(text=bound_text(n.text, 500)) for n in state.notes),
+                last=None if state.last is None else state.last.evolve(
+                    instructions=_cut(state.last.instructions), next_action=_cut_action(state.last.next_action)))
+        fitted = summary.model_copy(update=dict(state=json.loads(state.model_dump_json()), credited=credited))
+        if json_size(fitted) <= ENTRY_LIMIT - _SLACK:
+            break
+    return fitted.model_copy(update=dict(left_out=summary.left_out + size - json_size(fitted)))
+
+
+_SLACK = 64  # bytes kept free for `left_out`'s own digits
+
+
+def _cut(text: str | None) -> str | None:
+    return None if text is None else bound_text(text, 500)
+
+
+def _cut_action(action):
+    """A pending action with the human's instructions and a park's details cut."""
+    if isinstance(action, RunSession):
+        return action.evolve(instructions=_cut(action.instructions))
+    if isinstance(action, Wait):
+        return action.evolve(then=_cut_action(action.then))
+    if isinstance(action, Park):
+        return action.evolve(details=bound_list(action.details, "detail(s)", 3, 120))
+    return action
 
 
 def compact_lines(lines: Sequence[bytes], oldest: Callable[[int], Sequence[Entry]], *, longest: int, keep: int,

@@ -176,6 +176,7 @@ class Summary(Record):
     cost_known: bool = False  # some session reported its cost
     cost_lower_bound: bool = False  # some session ended before its backend's final account
     seconds: float = 0.0  # sessions' time, summed
+    left_out: int = 0  # bytes of texts in `state` and ids in `credited` cut to keep the summary under ENTRY_LIMIT
 
 
 Entry = Annotated[

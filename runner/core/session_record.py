@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from runner.core.actions import Verdict
+from runner.core.bounds import fit_record
 from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.plan import Plan
 
 
 def session_record(started: SessionStarted, verdict: Verdict, plan: Plan, **measured: Any) -> SessionRecord:
     """The record of `started` under `verdict`; `measured` (head, spend, gates, the decision, ...) is added as is
-    and wins over what the verdict says."""
+    and wins over what the verdict says. The record is fitted to the ledger's per-entry limit (`bounds.fit_record`)."""
     stage = plan.stage_of(started.checkpoint) if started.checkpoint else None
     fields: dict[str, Any] = dict(
         n=started.n, kind=started.kind, checkpoint=started.checkpoint, stage=stage.number if stage else None,
@@ -26,4 +27,4 @@ def session_record(started: SessionStarted, verdict: Verdict, plan: Plan, **meas
         reasons=verdict.reasons, fingerprint=verdict.fingerprint, zero_output=verdict.zero_output,
         advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id)
     fields.update(measured)
-    return SessionRecord(**fields)
+    return fit_record(SessionRecord(**fields))

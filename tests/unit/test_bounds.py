@@ -3,6 +3,7 @@ was left out (issue 46)."""
 
 from __future__ import annotations
 
+import pytest
 from core_builders import evidence, signals, work_commit
 
 from runner.core.bounds import (
@@ -100,16 +101,21 @@ def test_a_set_up_problem_is_the_park_headline():
     assert other.reason == "the session needs a human"
 
 
-def test_the_biggest_record_an_agent_can_cause_is_under_the_entry_limit():
-    """Every text of the agent's as big as it likes (non-ASCII, so more bytes than characters), in every place a
-    record quotes: the session's ledger entry stays under ENTRY_LIMIT (docs/reliability.md's per-session bound)."""
-    from datetime import datetime, timezone
+FLOODS = {"two-byte": "é", "four-byte": "\U0001F600", "escaped": "\x01", "quote": '"'}
+
+
+def worst_record(ch: str, n: int = 1):
+    """The biggest record an agent can cause: every text of its own `ch` * 50,000 (a control character is six
+    bytes of JSON, an emoji four), in every place a record quotes, the verdict's reasons quoted again by the park
+    the policy decides; built as a session's record is (`session_record`)."""
+    from core_builders import plan
 
     from runner.core.actions import SessionKind
-    from runner.core.bounds import ENTRY_LIMIT
-    from runner.core.ledger import SessionRecord, dump_entry
+    from runner.core.ledger import SessionStarted
+    from runner.core.policy import decide_next, fold
+    from runner.core.session_record import session_record
 
-    huge = "é" * 50_000
+    huge = ch * 50_000
     e = bound_evidence(evidence(
         handoff="\n".join(f"HUMAN: {i} {huge}" for i in range(100)),
         tampering=tuple(f"{i} {huge}" for i in range(100)), deleted_tests=tuple(f"t{i}{huge}" for i in range(100)),
@@ -117,11 +123,33 @@ def test_the_biggest_record_an_agent_can_cause_is_under_the_entry_limit():
                         hints=Hints(claimed_done=True, final_text=huge, claims=(huge,) * 50, stop_reason=huge,
                                     result_subtype=huge))))
     v = classify(e)
-    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    record = SessionRecord(n=1, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=at, finished_at=at,
-                           outcome=v.outcome, blame=v.blame, rule=v.rule, reasons=v.reasons,
-                           rejected_flips=v.rejected_flips, agent_session_id=v.agent_session_id,
-                           backend=e.signals.backend, hints=e.signals.hints)
+    park = decide_next(v, fold([]), plan())
+    assert park.action == "park" and len(park.details) > LIST_LIMIT  # the flood reached the next action too
+    started = SessionStarted(n=n, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=e.started_at,
+                             base_sha="0" * 40)
+    return session_record(started, v, plan(), backend=e.signals.backend, hints=e.signals.hints, next_action=park)
+
+
+@pytest.mark.parametrize("flood", FLOODS)
+def test_the_biggest_record_an_agent_can_cause_is_under_the_entry_limit(flood):
+    """Every text of the agent's as big as it likes, of characters that take more bytes than one: the session's
+    ledger entry stays under ENTRY_LIMIT (docs/reliability.md's per-session bound), and says what it left out.
+    (Cut to characters alone, the escaped flood made a record of about 1 MB, the emoji one 690 KB, the two-byte
+    one 350 KB.)"""
+    from runner.core.bounds import ENTRY_LIMIT
+    from runner.core.ledger import dump_entry
+
+    record = worst_record(FLOODS[flood])
     size = len(dump_entry(record).encode())
-    assert len(v.reasons) > LIST_LIMIT and size > 100_000  # the flood reached the record, cut
+    assert size > 20_000, size  # the flood reached the record, cut
     assert size < ENTRY_LIMIT, f"a record of {size:,} bytes"
+    assert record.outcome.value == "NeedsHuman" and record.next_action.action == "park"
+    assert any("left out" in r for r in record.reasons) and any("left out" in d for d in record.next_action.details)
+
+
+def test_a_record_that_fits_is_not_touched():
+    from runner.core.bounds import fit_record
+    from tests.core_builders import record
+
+    r = record(reasons=("é" * 1999,) * 40, hints=Hints(final_text="x" * 2000, claims=("y",) * 10))
+    assert fit_record(r) is r

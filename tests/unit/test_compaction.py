@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,3 +90,47 @@ def test_a_summary_is_only_ever_first():
         raise AssertionError("a summary in the middle was accepted")
     assert isinstance(fold([s]).pending, RunSession) and not isinstance(fold([s]).pending, Park)
     assert fold([s]) != RunState()
+
+
+@pytest.mark.parametrize("flood", ["é", "\U0001F600", "\x01"])
+def test_the_biggest_summary_an_agent_and_a_human_can_cause_is_under_the_entry_limit(flood):
+    """The summary holds the last session's record and the pending action beside its totals: with the biggest
+    record an agent can cause (tests/unit/test_bounds.py), the five notes and a reply a maintainer may write at
+    their longest, and a hundred credited checkpoints before them, it stays under ENTRY_LIMIT, counts the bytes it
+    left out, and folds to what the policy reads of the full ledger."""
+    from tests.unit.test_bounds import worst_record
+
+    from runner.core.bounds import ENTRY_LIMIT
+    from runner.core.replies import MAX_INSTRUCTIONS
+
+    human = flood * MAX_INSTRUCTIONS
+    full: list = []
+    for n in range(1, 101):
+        full += entries_for(n, Outcome.ADVANCED, 0)
+    worst = worst_record(flood, n=101)
+    full += [SessionStarted(n=101, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=worst.started_at,
+                            base_sha="b" * 40), worst]
+    full += [Note(at=worst.finished_at + timedelta(minutes=i), text=f"{i}{human}", user="m", source=f"s{i}")
+             for i in range(5)]
+    summary = summarize(full, at=T0)
+    size = len(dump_entry(summary).encode())
+    assert size < ENTRY_LIMIT, (size, summary.left_out)
+    assert (summary.left_out > 0) is (flood != "é"), summary.left_out  # two-byte floods fit whole (196 KB)
+    assert parse_entry(dump_entry(summary)) == summary
+    want, got = fold(full), fold([summary])
+    assert (got.sessions, got.tokens, got.cost_usd, got.stage_attempts, got.streak, got.parked, got.next_n) == (
+        want.sessions, want.tokens, want.cost_usd, want.stage_attempts, want.streak, want.parked, want.next_n)
+    assert got.last is not None and want.last is not None
+    assert (got.last.n, got.last.outcome, got.last.blame, got.last.checkpoint, got.last.fingerprint,
+            got.last.rejected_flips) == (want.last.n, want.last.outcome, want.last.blame, want.last.checkpoint,
+                                         want.last.fingerprint, want.last.rejected_flips)
+    assert got.pending.reason == want.pending.reason and len(got.notes) == len(want.notes) == 5
+    assert summary.credited_count == 100 and summary.credited[-1] == "1.1" and summary.sessions == 101
+    again = summarize([summary, *entries_for(102, Outcome.PROGRESS, 0)], at=T0)  # a second compaction carries it
+    assert again.left_out >= summary.left_out and len(dump_entry(again).encode()) < ENTRY_LIMIT
+
+
+def test_a_summary_that_fits_is_whole():
+    full = [e for n in range(1, 30) for e in entries_for(n, Outcome.ADVANCED, n % 3)]
+    summary = summarize(full, at=T0)
+    assert summary.left_out == 0 and fold([summary]) == fold(full)
