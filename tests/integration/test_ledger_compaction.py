@@ -5,6 +5,7 @@ agent"), and a compacting push replaces the remote's state under the same lease.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from datetime import timedelta
 
@@ -190,3 +191,53 @@ def test_status_and_logs_read_a_compacted_ledger_through_the_real_cli(tmp_path):
     assert len(ledger) <= 8, tree
     assert all(int(line.split()[3]) < 4 * 2**20 for line in ledger), tree
     assert int(git_out(repo, "rev-list", "--count", "refs/plan-runner/state/calc")) <= 3
+
+
+def _forge(repo, lines: list[bytes], message: str = "forged") -> str:
+    """A parentless state commit whose ledger is `lines` in segments of 4 (the `small` thresholds)."""
+    def run(*args, data: bytes | None = None) -> str:
+        return subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True, check=True).stdout.decode().strip()
+    rows = []
+    for i in range(0, len(lines), 4):
+        blob = run("hash-object", "-w", "--stdin", data=b"".join(lines[i:i + 4]))
+        rows.append(f"100644 blob {blob}\t{i // 4:06d}.jsonl\n")
+    seg_tree = run("mktree", data="".join(rows).encode())
+    top = run("mktree", data=f"040000 tree {seg_tree}\tledger\n".encode())
+    return run("commit-tree", top, "-m", message)
+
+
+def test_a_forged_compaction_that_keeps_the_entries_but_lies_in_its_summary_is_restored(tmp_path, small):
+    """The agent's attack on compaction: with a way to push the state ref, it writes a parentless commit naming the
+    real state as `previous` and keeping the latest entries byte for byte, under a summary that lies (no session
+    run, nothing spent: the plan's session and cost budgets start again). Only a summary that is the one
+    plan-runner would write for the entries it replaces makes a compaction: this one is restored on the remote,
+    and an honest one (the same entries, summarised truly) is still taken for another job's write."""
+    from runner.core.compaction import summarize
+    from runner.core.ledger import dump_entry, parse_entry
+    from runner.core.policy import RunState
+
+    bare = tmp_path / "remote.git"
+    git.Repo.init(bare, bare=True, initial_branch="main").close()
+    with init_repo(tmp_path / "seed", {"README.md": "x\n"}) as seed:
+        seed.create_remote("origin", str(bare)).push("main:main")
+    with configure(git.Repo.clone_from(str(bare), tmp_path / "a")):
+        pass
+    a = GitStateStore(tmp_path / "a")
+    v = None
+    for n in range(1, 7):  # 12 entries, not compacted
+        v = write(a, session(n), v)
+    lines = [line + b"\n" for line in git_out(tmp_path / "a", "show", f"{v}:ledger/000000.jsonl").encode().split(b"\n")
+             if line.strip()]
+    lines += [line + b"\n" for seg in ("000001", "000002") for line in
+              git_out(tmp_path / "a", "show", f"{v}:ledger/{seg}.jsonl").encode().split(b"\n") if line.strip()]
+    assert len(lines) == 12
+    honest = summarize([parse_entry(line.decode()) for line in lines[:8]], at=T0, previous=v)
+    lie = honest.model_copy(update=dict(state=json.loads(RunState().model_dump_json()), sessions=0, tokens=0,
+                                        cost_usd=0.0, outcomes={}, first_session=None, last_session=None))
+    for summary, restored in ((lie, True), (honest, False)):
+        forged = _forge(tmp_path / "a", [(dump_entry(summary) + "\n").encode(), *lines[8:]])
+        subprocess.run(["git", "push", "-q", "--force", str(bare), f"{forged}:{REF}"], cwd=tmp_path / "a", check=True)
+        moved = a.restore_own("p", v)
+        assert bool(moved) is restored, moved
+        assert git_out(bare, "rev-parse", REF).strip() == (v if restored else forged)
+    assert folded(GitStateStore(tmp_path / "a").read("p")[0]).sessions == 6  # the honest one folds the same

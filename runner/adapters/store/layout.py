@@ -21,9 +21,9 @@ from git.exc import GitCommandError
 
 from runner.adapters.git.invoke import run_git
 from runner.adapters.store.objects import BLOB_MODE, TREE_MODE, GitObjects, Tree
-from runner.core.compaction import compact_lines
+from runner.core.compaction import compact_lines, summarize
 from runner.core.errors import PlanRunnerError
-from runner.core.ledger import Ledger, SegmentedLedger
+from runner.core.ledger import Ledger, SegmentedLedger, Summary, parse_entry
 
 NAMESPACE = "refs/plan-runner/state"
 TRACKING = "refs/plan-runner/remote-state"  # + /<remote>/<plan_id>
@@ -202,8 +202,8 @@ def _all_lines(objects: GitObjects, tree: Tree) -> list[bytes]:
 
 
 def _compacts(objects: GitObjects, new: Tree, old: Tree) -> bool:
-    """The ledger in `new` is the one in `old` compacted (its oldest entries in `new`'s summary, the rest kept as
-    they were), with entries appended."""
+    """The ledger in `new` is the one in `old` compacted (its oldest entries in `new`'s summary, exactly the one
+    `summarize` makes of them, the rest kept as they were), with entries appended."""
     summary, was = _first_summary(objects, new), _first_summary(objects, old)
     if summary is None or summary == was:
         return False
@@ -213,7 +213,18 @@ def _compacts(objects: GitObjects, new: Tree, old: Tree) -> bool:
         return False
     now, before = _all_lines(objects, new), _all_lines(objects, old)
     k = dropped + (1 if was is not None else 0)  # the old ledger's lines the summary stands for
-    return 0 <= k <= len(before) and now[1:1 + len(before) - k] == before[k:]
+    if not (0 < k <= len(before) and now[1:1 + len(before) - k] == before[k:]):
+        return False
+    # ... and the summary is the one plan-runner writes for those lines: one that lies (no session run, nothing
+    # spent, every budget fresh) while keeping the rest is the agent's forgery, whoever pushed it
+    try:
+        claimed = parse_entry(now[0].decode())
+        if not isinstance(claimed, Summary):
+            return False
+        honest = summarize([parse_entry(line.decode()) for line in before[:k]], at=claimed.at, previous=claimed.previous)
+    except ValueError:  # a line that is no entry (pydantic's ValidationError, UnicodeDecodeError are ValueErrors)
+        return False
+    return claimed == honest
 
 
 def _counted(objects: GitObjects, plan: Tree, ledger_sha: str, ordered: list[tuple[str, str]]) -> int:
