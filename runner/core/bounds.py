@@ -24,8 +24,9 @@ segment of the ledger (256 entries) stays under GitHub's 100 MB limit on a file;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.core.evidence import CommitInfo, Evidence, Flip, GateResult, Hints, Record, SessionSignals
 
@@ -46,8 +47,24 @@ ENTRY_LIMIT = 256 * 1024
 FIT_STEPS = ((LIST_LIMIT, 500), (10, 120), (3, 40))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_safe(value: Any) -> Any:
+    """`value` (a str, or JSON's dicts and lists of them) with every lone surrogate replaced by U+FFFD: JSON
+    carries one (`"\\ud800"`), a model's reply can hold one, and no UTF-8 write accepts it."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {utf8_safe(k): utf8_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [utf8_safe(v) for v in value]
+    return value
+
+
 def bound_text(text: str, limit: int = TEXT_LIMIT) -> str:
-    """`text` cut to `limit` characters, saying how many were left out."""
+    """`text` cut to `limit` characters, saying how many were left out; UTF-8-safe (`utf8_safe`)."""
+    text = utf8_safe(text)
     if len(text) <= limit:
         return text
     keep = max(0, limit - 60)  # room for the note
@@ -55,7 +72,9 @@ def bound_text(text: str, limit: int = TEXT_LIMIT) -> str:
 
 
 def bound_tail(text: str, limit: int) -> str:
-    """The end of `text` (an output's tail matters most), saying how many characters were left out before it."""
+    """The end of `text` (an output's tail matters most), saying how many characters were left out before it;
+    UTF-8-safe (`utf8_safe`)."""
+    text = utf8_safe(text)
     if len(text) <= limit:
         return text
     keep = max(0, limit - 60)

@@ -76,6 +76,7 @@ def session(repo: Path, srv: MessagesServer) -> dict:
     proc = subprocess.run([sys.executable, "-m", "runner", "session", "plans/hello.md", "--json"], cwd=repo,
                           capture_output=True, text=True, env=env, timeout=240)
     assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip(), proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
 
@@ -180,3 +181,22 @@ def test_a_session_stopped_at_its_token_budget_keeps_the_agents_claim(backend, t
     assert record["rejected_flips"] == ["1.1: the session ended RolledOver, and only an Advanced session credits a "
                                         "checkpoint"] and record["advanced"] == []
     assert record["work_commits"] == 1 and "Add hello" in git(repo, "log", "--format=%s", "plan-runner/hello")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_model_text_utf8_cannot_carry_ends_in_a_verdict_and_a_readable_record(backend, tmp_path):
+    """The model's words hold lone surrogates and a NUL (JSON carries them, UTF-8 does not): the session is judged
+    as any other (Advanced), never a crash of plan-runner's; the record is written and read back, the agent's words
+    in it with each such character replaced (U+FFFD)."""
+    from runner.adapters.store.state import ledger_text
+
+    repo = make_repo(tmp_path, backend)
+    with MessagesServer() as srv:
+        srv.enqueue(reply("Working \ud800.", shell(backend, COMMIT_AND_TICK.format(marker="/dev/null"))),
+                    reply("Done \udfff: 1.1 is ticked\x00 and all tests pass \ud83d."))
+        out = session(repo, srv)
+    assert out["outcome"] == "Advanced", (out["reasons"], out)
+    record = [e for e in map(json.loads, ledger_text(repo, "refs/plan-runner/state/hello").splitlines())
+              if e["type"] == "session"][0]
+    final = record["hints"]["final_text"]
+    assert "1.1 is ticked" in final and "\ufffd" in final and not any("\ud800" <= c <= "\udfff" for c in final)

@@ -153,3 +153,18 @@ def test_a_record_that_fits_is_not_touched():
 
     r = record(reasons=("é" * 1999,) * 40, hints=Hints(final_text="x" * 2000, claims=("y",) * 10))
     assert fit_record(r) is r
+
+
+def test_a_lone_surrogate_becomes_a_replacement_character_everywhere_a_text_is_bounded():
+    """JSON carries `\\ud800`, UTF-8 does not: every text bounded (and every line a backend reads) is writable."""
+    import json
+
+    from runner.backends.common import jsonline
+    from runner.core.bounds import bound_tail, bound_text, utf8_safe
+
+    assert bound_text("a\ud800b") == "a\ufffdb" and bound_tail("x" * 500 + "\udfff", 100).endswith("\ufffd")
+    assert utf8_safe({"k\ud800": ["\udc00", 1, None]}) == {"k\ufffd": ["\ufffd", 1, None]}
+    line = json.dumps({"type": "result", "result": "done \ud800 \U0001F600"})
+    assert jsonline.loads(line) == {"type": "result", "result": "done \ufffd \U0001F600"}  # a pair stays a pair
+    assert jsonline.loads('{"a": "plain"}') == {"a": "plain"}
+    bound_text("\ud83d" * 3).encode("utf-8")  # never raises

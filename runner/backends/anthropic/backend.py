@@ -42,6 +42,7 @@ from runner.backends.anthropic.stuck import Step, step, stuck
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.progress import tool_input_text
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, TokenMeter, supervise
+from runner.backends.common import jsonline
 
 if TYPE_CHECKING:
     from runner.core.plan import AgentConfig
@@ -133,11 +134,11 @@ def resume_messages(saved: list[dict[str, Any]], prompt: str) -> list[dict[str, 
 def _block_dict(block: Any) -> dict[str, Any]:
     """The minimal form of a response block that the API accepts back as input."""
     kind = getattr(block, "type", None)
-    if kind == "text":
-        return {"type": "text", "text": block.text}
+    if kind == "text":  # the model's words, written to the transcript and the record: UTF-8-safe (jsonline)
+        return {"type": "text", "text": jsonline.utf8_safe(block.text)}
     if kind == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    return block.model_dump(mode="json", exclude_none=True)
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": jsonline.utf8_safe(block.input)}
+    return jsonline.utf8_safe(block.model_dump(mode="json", exclude_none=True))
 
 
 # ---- the loop -----------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ What counts, and why:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -30,6 +29,7 @@ from runner.backends.common.meter import anthropic_cost, budget_tokens, token_co
 from runner.backends.common.signals import session_signals
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
+from runner.backends.common import jsonline
 
 FINAL_TEXT_CHARS = 2000
 ERROR_CHARS = 300
@@ -135,7 +135,7 @@ class StreamJsonParser:
             return ()
         self.lines += 1
         try:
-            msg = json.loads(line)
+            msg = jsonline.loads(line)
         except ValueError:
             self.malformed += 1
             return ()

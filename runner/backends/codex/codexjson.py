@@ -13,7 +13,6 @@ itself; only `turn.failed` (or a last `error` with no completed turn) ends a ses
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +21,7 @@ from typing import Any
 from runner.backends.common.limits import read_signal
 from runner.backends.common.meter import token_count
 from runner.core.evidence import ExitKind
+from runner.backends.common import jsonline
 
 _RECONNECTING = re.compile(r"^\s*(?:Reconnecting|Re-connecting)\.\.\.", re.IGNORECASE)
 # Codex's own words for a request it could not complete (codex-rs/core/src/error.rs)
@@ -62,7 +62,7 @@ class CodexFold:
         if not line:
             return None
         try:
-            event = json.loads(line)
+            event = jsonline.loads(line)
         except ValueError:
             self.unparsable += 1
             return None

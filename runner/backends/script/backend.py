@@ -27,6 +27,7 @@ from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.progress import tool_input_text
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, ProcessExit, TokenMeter, supervise
+from runner.backends.common import jsonline
 
 CURSOR_FILE = "script-cursor.json"
 _TRANSCRIPT_LIMIT = 5 * 2**20
@@ -193,7 +194,7 @@ class _Session:
             self.transcript.write(line + "\n")
             self.transcript_bytes += len(line) + 1
         try:
-            msg = json.loads(line)
+            msg = jsonline.loads(line)
         except ValueError:
             msg = {"type": "text", "text": line}  # plain prints from a run step's tool
         if not isinstance(msg, dict):
