@@ -42,13 +42,15 @@ EQUIVALENT: dict[str, str] = {
         "a rule's matcher returns its reasons; `classify` tests them for truth only, and [] and None are both false",
     "runner.core.outcome:_agent_error:return [] -> return None":
         "as above: the no-match value of a matcher is only tested for truth",
+    "runner.core.outcome:_rolled_over:return [] -> return None":
+        "as above: the no-match value of a matcher is only tested for truth",
     "runner.core.policy:_resume:instructions=s.state.instructions -> (drop instructions=)":
         "(the resume after a stall) unreachable through `fold`: a stalled or timed-out session is not blamed on the "
         "environment, so folding it clears `instructions`; the resumed agent session still has them in its context",
     "runner.core.policy:decide_after_advice:instructions=state.instructions -> (drop instructions=)":
         "unreachable through `fold`: the advisor is consulted only after a stall or an agent-blamed session, and "
         "folding either clears `instructions`",
-    "runner.core.policy:<module>:2 -> 3":
+    "runner.core.policy:<module>:4 -> 5":
         "FOLD_VERSION, the tag of stored snapshots: the writer and the reader use the same constant, so any value "
         "folds the same; what matters (a snapshot of another version is refolded) is tested against the constant",
     "runner.core.policy:_backoff:20 -> 21":

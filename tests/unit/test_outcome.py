@@ -253,3 +253,25 @@ def test_row4_live_usage_past_the_budget_still_advances_a_genuine_flip():
     """Past the budget, a checkpoint genuinely done is still Advanced: the work is credited, not rolled over."""
     e = evidence(token_budget=1000, signals=signals(total_tokens=5000), flips=(flip(),))
     assert classify(e).outcome is Outcome.ADVANCED
+
+
+def test_row1_a_required_gate_that_cannot_start_on_the_base_needs_human():
+    """A set-up problem (a required gate that cannot start on the base commit either) is not the agent's failure:
+    NeedsHuman, saying which gate and why."""
+    v = classify(evidence(flips=(flip(),), gates=(gate(passed=False, setup_problem="pytest: command not found"),)))
+    assert (v.outcome, v.blame, v.rule) == (Outcome.NEEDS_HUMAN, Blame.NONE, 1)
+    assert any("set-up problem" in r and "tests: pytest: command not found" in r for r in v.reasons)
+
+
+def test_row4_a_stopped_session_says_the_backends_words_and_only_those():
+    """The backend's error, when it gave one, follows the reason; none, nothing follows."""
+    with_error = classify(evidence(signals=signals(ExitKind.TOKEN_BUDGET, error="600000 tokens")))
+    assert with_error.reasons == ("the session's token budget was reached: 600000 tokens",)
+    assert classify(evidence(signals=signals(ExitKind.TOKEN_BUDGET))).reasons == ("the session's token budget was reached",)
+
+
+def test_row4_usage_exactly_at_the_budget_rolls_over():
+    """The budget stops the session at 100 % (docs/plan-format.md, `agent.session_tokens`): usage equal to it is
+    the budget reached, not one token short of it."""
+    v = classify(evidence(token_budget=1000, signals=signals(total_tokens=1000)))
+    assert (v.outcome, v.blame, v.rule) == (Outcome.ROLLED_OVER, Blame.ENVIRONMENT, 4)

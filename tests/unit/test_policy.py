@@ -8,14 +8,14 @@ from core_builders import DONE, T0, BLOCKED, plan, record
 from runner.core.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
-from runner.core.ledger import Advice, Parked, Reply, SessionStarted
+from runner.core.ledger import Advice, Note, Parked, Place, Reply, SessionStarted, Summary
 import pytest
 
 from runner.core.ledger import SessionRecord, dump_entry, parse_entry
 from runner.core.plan import AdvisorConfig, BudgetConfig, PlanConfig
 from runner.core.policy import (
-    LIMIT_BACKOFF_BASE, NEXT_RULES, advice_entry, advisor_may_skip, decide, decide_after_advice, decide_after_reply,
-    decide_next, decide_start, fold,
+    FOLD_VERSION, LIMIT_BACKOFF_BASE, MAX_NOTES, NEXT_RULES, RunState, advice_entry, advisor_may_skip, decide,
+    decide_after_advice, decide_after_reply, decide_next, decide_start, fold, with_notes,
 )
 
 
@@ -406,3 +406,102 @@ def test_the_report_names_the_rule_that_decided():
     text = render_report(plan(), decided, title="t", verdict=v, evidence=evidence())
     assert "Next decided by rule `max-cost` of the policy." in text
     assert "Next decided by" not in render_report(plan(), fold([record(1)]), title="t", verdict=v, evidence=evidence())
+
+
+# --- the fold of the entries that are not sessions: notes, places, refs, a compaction's summary ---
+
+
+def _note(text, minutes=0, source=None, user="maintainer"):
+    return Note(at=T0 + timedelta(minutes=minutes), text=text, user=user,
+                source=f"c{text}" if source is None else source)
+
+
+def test_a_note_written_after_the_session_started_waits_for_the_next_one():
+    """A session that ran consumes the notes written up to its start (its prompt showed them); one written after
+    it started, even a second after, reaches the next session's."""
+    state = fold([_note("before", -1), _note("at the start", 0),
+                  Note(at=T0 + timedelta(seconds=1), text="just after", user="maintainer", source="c1s")])
+    after = fold([record(1, outcome=Outcome.PROGRESS)], state)  # started at T0
+    assert [n.text for n in after.notes] == ["just after"]
+
+
+def test_a_session_the_environment_cut_short_keeps_every_note_and_an_agents_consumes_them():
+    """Nobody's session (the environment's) keeps the notes for one that runs; a session that ran does not."""
+    state = fold([_note("a", -2), _note("b", -1)])
+    kept = fold([record(1, outcome=Outcome.LIMIT_BACKOFF, blame=Blame.ENVIRONMENT)], state)
+    assert [n.text for n in kept.notes] == ["a", "b"]
+    for blame in (Blame.AGENT, Blame.NONE):
+        assert fold([record(1, outcome=Outcome.GATES_RED, blame=blame)], state).notes == ()
+
+
+def test_the_five_latest_notes_reach_a_prompt():
+    """docs/github-actions.md: the five latest notes reach one prompt."""
+    assert MAX_NOTES == 5
+    state = fold([_note(str(i), i) for i in range(8)])
+    assert [n.text for n in state.notes] == ["3", "4", "5", "6", "7"]
+
+
+def test_a_note_is_kept_once_per_comment_and_notes_without_a_source_each_count():
+    """A job that runs twice records a comment's note once (same source); notes without a source are distinct."""
+    assert [n.text for n in fold([_note("a", 1, source="u1"), _note("a", 2, source="u1")]).notes] == ["a"]
+    assert [n.text for n in fold([_note("a", 1, source="u1"), _note("b", 2, source="u2")]).notes] == ["a", "b"]
+    assert [n.text for n in fold([_note("a", 1, source=""), _note("b", 2, source="")]).notes] == ["a", "b"]
+
+
+def test_with_notes_puts_the_reply_first_then_each_note_attributed():
+    note = _note("use tabs", user="octo")
+    quoted = "Note from @octo on the plan's pull request:\nuse tabs"
+    assert with_notes(" English. ", [note]) == "English.\n\n" + quoted
+    assert with_notes("   ", [note]) == quoted  # a blank reply adds nothing, not an empty paragraph
+    assert with_notes(None, [note]) == quoted
+    assert with_notes("English.", []) == "English."
+    assert with_notes("English.", [_note("  ")]) == "English."  # a blank note adds nothing
+    assert with_notes(None, []) is None and with_notes("  ", [_note(" ")]) is None
+
+
+def test_a_place_entry_sets_where_the_plan_talks_and_the_latest_wins():
+    first = Place(at=T0, issue=7, url="https://github.com/o/r/issues/7", user="octo")
+    second = Place(at=T0, issue=9, url="https://github.com/o/r/issues/9")
+    assert fold([first]).place == first
+    assert fold([first, second]).place == second
+
+
+def test_a_started_session_sets_the_ref_and_one_without_a_ref_keeps_the_last():
+    def started(n, ref):
+        return SessionStarted(n=n, kind=SessionKind.DELIVERY, checkpoint="1.1", started_at=T0, base_sha="0" * 40,
+                              ref=ref)
+    assert fold([started(1, "feature")]).ref == "feature"
+    assert fold([started(1, "feature"), started(2, "")]).ref == "feature"
+    assert fold([started(1, "feature"), started(2, "other")]).ref == "other"
+    assert fold([started(1, "")]).ref is None
+
+
+def _summary(state, **kw):
+    return Summary(at=T0, entries=40, fold=FOLD_VERSION, state=state, **kw)
+
+
+def test_a_compactions_summary_stands_for_the_state_it_replaced():
+    """A compacted ledger folds to the state the full one did: fold continues from the summary's state."""
+    h = [record(1, Outcome.GATES_RED, Blame.AGENT, fingerprint="a", tokens=100, cost_usd=0.5),
+         record(2, Outcome.PROGRESS, tokens=50)]
+    full = fold(h)
+    compacted = fold([_summary(full.model_dump(mode="json"), sessions=2, tokens=150, cost_usd=0.5)])
+    assert compacted == full
+    nxt = record(3, Outcome.PROGRESS, tokens=10)
+    assert fold([_summary(full.model_dump(mode="json"), sessions=2), nxt]) == fold([*h, nxt])
+
+
+def test_a_summary_whose_state_does_not_read_carries_its_totals_on():
+    """A summary's state another version wrote that does not read as a RunState: its totals carry on alone."""
+    state = fold([_summary({"sessions": "many", "bogus": []}, sessions=12, tokens=3400, cost_usd=1.25)])
+    assert state == RunState(sessions=12, tokens=3400, cost_usd=1.25)
+
+
+def test_advice_not_asked_for_parks_with_the_reason_alone():
+    """The advisor consulted on its own (a circuit breaker, a budget: `asked=False`): its `park` says what
+    happened, not "the advisor asks"; its ledger entry records that action."""
+    state = fold([record(1, Outcome.NO_PROGRESS, Blame.AGENT)])
+    entry = advice_entry("human", "the stage's budget is spent", state, plan(), at=T0, asked=False)
+    assert entry.next_action == Park(reason="the stage's budget is spent")
+    asked = advice_entry("human", "unclear spec", state, plan(), at=T0)
+    assert asked.next_action == Park(reason="the advisor asks for a human: unclear spec")
