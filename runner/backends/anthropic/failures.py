@@ -224,5 +224,5 @@ def _digest(output: str, root: Path) -> str:
         parts.append("\n".join(lines))
     if not parts:
         return ""
-    return ("\n\nWhat failed, read from the output (the tests say what the code must do: change the code, not "
+    return ("\n\nWhat failed, read from the output above (the tests say what the code must do: change the code, not "
             "the tests):\n" + "\n".join(parts))

@@ -217,23 +217,6 @@ def _check_python(target: Path, text: str, done: str) -> None:
                     f"reads:{_around(text, exc.lineno)}")
 
 
-_FOCUS_TAIL_LINES = 4
-
-
-def _focused(text: str, digest: str) -> str:
-    """A failed run's result with a digest: its status line, the digest in place of the tracebacks, and the
-    output's last lines (the counts). The whole output of a red unittest run cost the 1.5B 860 tokens a run and
-    hid the one line that mattered. Without a digest, the output as it is."""
-    if not digest:
-        return text
-    lines = text.rstrip("\n").splitlines()
-    if len(lines) <= 2 * _FOCUS_TAIL_LINES + 8:
-        return text + digest
-    tail = [ln for ln in lines[-_FOCUS_TAIL_LINES:] if ln.strip() and not set(ln.strip()) <= set("-=")]
-    return (f"{lines[0]}\n[{len(lines) - 1} lines of output; what matters in them is below]{digest}\n\n"
-            + "\n".join(tail))
-
-
 class Workspace:
     """The work tree as the tools see it; `plan_path` is the plan file, which the file tools guard."""
 
@@ -767,7 +750,7 @@ class Workspace:
             if name == "run_shell":
                 ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
                 if not ok:
-                    text = _focused(text, failure_digest(text, self.root))
+                    text += failure_digest(text, self.root)
                 elif self._is_gate(args.get("command")):
                     text += self._after_green_gate(args.get("command"))
                 elif self._is_commit(args.get("command")):
