@@ -143,14 +143,18 @@ def _gates(repo: Path, area, identity, scratch: Path, setup: SetupConfig | None 
                      trusted=trusted)
 
 
-@pytest.mark.parametrize("check", ["on", "off"])
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
+# Each attack with the base read-only ("on") and, as its control, mounted writable ("off"): the control shows the
+# attack would land but for the mount. A hard link across two mounts (the tree, the area) cannot be made, writable or
+# not, so that attack has no control to run (its "on" case checks the link is refused).
+CASES = [(attack, check) for attack in sorted(ATTACKS) for check in ("on", "off")
+         if not (attack == "hardlink" and check == "off")]
+
+
+@pytest.mark.parametrize(("attack", "check"), CASES)
 def test_what_session_1s_gates_leave_never_reaches_session_2s_verdict(world, attack, check, monkeypatch):
     repo, one, two, scratch = world
     in_gates, in_agent, gate = ATTACKS[attack]
     if check == "off":
-        if attack == "hardlink":
-            pytest.skip("a hard link across two mounts (the tree, the area) cannot be made, writable or not")
         _writable_base(monkeypatch)
     area = agent_clone.area_for(repo, f"reuse-{attack}-{check}")
     with sandbox.leased("user") as identity:

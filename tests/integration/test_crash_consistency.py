@@ -168,16 +168,19 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_work_is_saved(tmp_path):
-    """Only plan-runner is SIGKILLed; its agent (a process group of its own) keeps writing. The next session
-    stops exactly that group before it saves the leftovers, says so in the record, and loses no work."""
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_work_is_saved(tmp_path, isolation):
+    """Only plan-runner is SIGKILLed. Unconfined (`isolation: none`) its agent, a process group of its own, keeps
+    writing: the next session stops exactly that group before it saves the leftovers and says so in the record. In
+    the room (kernel namespaces, `--die-with-parent`) the agent dies with its plan-runner by construction. Either
+    way the next session records the killed one and loses no work."""
     shas, stop = agent_writable(tmp_path / "repo", "agent-commits"), agent_visible(tmp_path / "repo", "stop")
     late = "calc/late.txt"
     repo = make_repo(tmp_path, script(
         [MUL_STEP, {"commit": "Add mul"}, {"run": f"git rev-parse HEAD >> {shas}"},
          {"write": {"path": "calc/half.py", "content": "x = 1\n"}},
          {"run": f"while [ ! -e {stop} ]; do echo . >> {late}; sleep 0.05; done"}],
-        [{"say": "resumed"}]))
+        [{"say": "resumed"}]), front_extra=f"isolation: {isolation}\n")
     pid_file = repo / ".git" / "plan-runner" / "calc" / "agent.pid"
     written = area_for(repo, "calc").work / late  # the agent works in its own clone (runner.adapters.sandbox.agent_clone)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
@@ -186,10 +189,16 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
     while time.monotonic() < deadline and not written.exists():
         time.sleep(0.05)
     agent_group = json.loads(pid_file.read_text())["pgid"]
-    os.kill(proc.pid, signal.SIGKILL)  # plan-runner only: the agent lives on in its own group
+    os.kill(proc.pid, signal.SIGKILL)  # plan-runner only
     proc.wait()
-    time.sleep(0.3)
-    assert _group_alive(agent_group), "the agent should have outlived its plan-runner"
+    if isolation == "none":
+        time.sleep(0.3)
+        assert _group_alive(agent_group), "unconfined, the agent outlives its plan-runner"
+    else:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _group_alive(agent_group):
+            time.sleep(0.1)
+        assert not _group_alive(agent_group), "in the room, the agent did not die with its plan-runner"
     try:
         out = result_json(run_session(repo))
         assert not _group_alive(agent_group), "the leftover agent was not stopped"
@@ -202,7 +211,8 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
     entries = _check_ledger(tmp_path / "origin.git")
     reconciled = entries[1]
     assert reconciled["reconciled"] and reconciled["outcome"] == "TimedOut"
-    assert f"process group {agent_group}" in " ".join(reconciled["reasons"])
+    if isolation == "none":
+        assert f"process group {agent_group}" in " ".join(reconciled["reasons"])
     bare = tmp_path / "origin.git"
     assert all(_reachable(bare, c, ["refs/heads/plan-runner/calc"]) for c in _agent_commits(shas))
     assert git(bare, "show", "plan-runner/calc:calc/half.py") == "x = 1"
