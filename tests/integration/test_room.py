@@ -295,17 +295,20 @@ def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path, request):
     Control: the same room with nothing covered reads /etc/shadow."""
     if again_as_root(request):
         return
-    secret = Path("/etc/plan-runner-test-secret")
-    secret.write_text("ROOT-ONLY\n")
-    secret.chmod(0o600)
+    secret, dropped = Path("/etc/plan-runner-test-secret"), Path("/etc/plan-runner-test-dropped")
+    for path in (secret, dropped):
+        path.write_text("ROOT-ONLY\n")
+        path.chmod(0o600)
     try:
         found = dict(rooms.root_only())
         assert found.get("/etc/shadow") is False and found.get(str(secret)) is False, found
         room = rooms.open_room()
+        dropped.unlink()  # a root-only file gone while the room is open (a sudoers file removed): nothing to cover
         try:
             probe = ["sh", "-c", f"cat /etc/shadow {secret} 2>/dev/null; echo rc=$?"]
             launch = room.command(probe, {"PATH": "/usr/bin:/bin"}, "/", rooms.View())
             done = subprocess.run(launch.argv, **launch.popen, capture_output=True, text=True, timeout=60)
+            assert "rc=" in done.stdout, done.stderr  # the room started
             assert "ROOT-ONLY" not in done.stdout and "root:" not in done.stdout, done.stdout
             bare = rooms.Namespaces(bwrap=room.bwrap, folder=room.folder)  # the control: nothing covered
             launch = bare.command(probe, {"PATH": "/usr/bin:/bin"}, "/", rooms.View())
@@ -315,6 +318,7 @@ def test_as_root_a_room_cannot_read_what_only_root_may_read(tmp_path, request):
             room.close()
     finally:
         secret.unlink()
+        dropped.unlink(missing_ok=True)
 
 
 @pytest.mark.sudo_user  # run again as root: a sysctl is writable on file modes alone only to kuid 0

@@ -356,7 +356,10 @@ class Namespaces:
             if os.path.exists(p):
                 args += [kind, str(p), str(p)]
         for path, is_dir in self.hidden:  # after the toolchain's mounts: none of them shows a hidden file again
-            args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
+            # (still there: one removed since the room opened, a sudoers file dropped, cannot be covered in a
+            # read-only /etc, and needs no cover)
+            if os.path.isdir(path) if is_dir else os.path.lexists(path) and not os.path.isdir(path):
+                args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
         for shut in view.covered:
             if os.path.isdir(shut) and not os.path.islink(shut):
                 args += ["--tmpfs", str(shut)]
