@@ -1,4 +1,4 @@
-"""The agent's own area, and how its work crosses into the judge's repository (SPEC 4b, 3 and 4).
+"""The agent's own area, and how its work crosses into the judge's repository (docs/security.md, "The mechanism").
 
 The agent never works in plan-runner's repository. Each session it gets a clone of
 the work branch at its judged sha in a directory of its own (`work/`: the previous
@@ -328,7 +328,7 @@ def seed_store(repo: Path, branch: str) -> Path:
     It is a bare repository plan-runner's user owns and only it writes (core.sharedRepository=0644: the
     agent's identity reads, never writes), holding the plans' work branches only (no state, no other ref),
     at a name nobody can guess (judge_dir is listable by nobody else). plan-runner's git runs in it with its
-    own config only; the agent's git merely reads its objects (SPEC 4b, 1 and 3)."""
+    own config only; the agent's git merely reads its objects (docs/security.md, "The mechanism")."""
     seeds = judge_dir("seeds")
     key = _repo_key(repo)
     lock = os.open(seeds / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

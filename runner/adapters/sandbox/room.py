@@ -1,4 +1,4 @@
-"""The room untrusted code runs in: one port, two adapters (issue 49).
+"""The room untrusted code runs in: one port, two adapters (docs/security.md, "The mechanism").
 
 A `Room` lives for one session. Every untrusted process of the session (the agent, `setup:`, gates,
 `verify:`) is started through `Room.command`, which says how to start it; `Room.close` removes what the
@@ -80,7 +80,7 @@ class View:
     # (read-only folder, where it is shown) under a throwaway writable layer (overlay): writes land in the layer, gone
     # with the process; where the kernel has no overlay, a fresh copy made at the second path for each process
     layered: tuple[tuple[Path, Path], ...] = ()
-    network: bool = False  # the host's network (until the allow-list proxy: issue 49, item 4)
+    network: bool = False  # the host's network (none in a session's phases: they run behind the allow-list proxy)
     # host folder -> the path it is bound at inside, read-write (the allow-list proxy's socket folder)
     binds: tuple[tuple[Path, str], ...] = ()
     # folders inside a writable one covered by an empty tmpfs: the judge's own in the agent's area (its trash, the
