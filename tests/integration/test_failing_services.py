@@ -4,6 +4,7 @@ the state intact and the plan resumable; nothing is done twice."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -194,16 +195,21 @@ def _api_env(srv: m.MessagesServer) -> dict[str, str]:
 
 def test_messages_api_5xx_with_retry_after_is_retried_and_the_session_completes(tmp_path):
     """A stream cut off mid-answer, a 503 with `retry-after: 1`, then an answer: the session completes,
-    having waited as asked."""
+    having waited as asked. (The answer calls no tool, so the built-in agent asks once more, with its reminder
+    that nothing was done: a fourth request, a new turn, not a retry.)"""
     repo = _anthropic_repo(tmp_path)
     _with_backend(repo)
     with m.MessagesServer() as srv:
         down = m.error_turn(503, "api_error", "service unavailable", {"retry-after": "1"})
-        srv.enqueue(m.cut(m.reply("half an answer that never ends"), 3), down, m.reply("Nothing to do."))
+        srv.enqueue(m.cut(m.reply("half an answer that never ends"), 3), down, m.reply("Nothing to do."),
+                    m.reply("Still nothing to do."))
         started = time.monotonic()
         out = result_json(run_session(repo, env=_api_env(srv)))
         elapsed = time.monotonic() - started
-        assert len(srv.message_requests) == 3
+        sent = srv.message_requests
+        assert len(sent) == 4, [r.json["messages"][-1] for r in sent]
+        assert sent[0].json["messages"] == sent[1].json["messages"] == sent[2].json["messages"]  # the same turn, retried
+        assert "You have not called any tool" in json.dumps(sent[3].json["messages"][-1])
     assert out["outcome"] == "NoProgress", out  # it said something and did nothing: judged by evidence
     assert elapsed >= 1.0
 

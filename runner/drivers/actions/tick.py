@@ -415,7 +415,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
         spaces[plan_id] = ws
         later.collect_into(calls.setdefault(plan_id, []))
         try:
-            line, went = tick_plan(ws, ports, rep.log, ended, ask=getattr(driver, "run_end", driver.run_ended),
+            line, went = tick_plan(ws, ports, rep.log, ended, ask=driver.run_end,
                                    reconciled=reconciled, conclusions=conclusions)
         except StateConflict:
             line = "another job moved the plan first; nothing to do"
