@@ -185,10 +185,17 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
     written = area_for(repo, "calc").work / late  # the agent works in its own clone (runner.adapters.sandbox.agent_clone)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                             env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not written.exists():
-        time.sleep(0.05)
-    agent_group = json.loads(pid_file.read_text())["pgid"]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not written.exists() and proc.poll() is None:
+            time.sleep(0.05)
+        assert written.exists(), f"the agent never wrote (plan-runner exit {proc.poll()})"
+        agent_group = json.loads(pid_file.read_text())["pgid"]
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        stop.touch()
+        raise
     os.kill(proc.pid, signal.SIGKILL)  # plan-runner only
     proc.wait()
     if isolation == "none":
