@@ -21,6 +21,7 @@ reads that follow in the same process need no fetch of their own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -411,7 +412,9 @@ class GitStateStore:
         tips = [f"--negotiation-tip={t}" for t in negotiate if ref_sha(self.git, t)]
         config = [] if tips else ["-c", "fetch.negotiationAlgorithm=noop"]
         last: GitCommandError | None = None
-        for _attempt in range(5):
+        for attempt in range(5):
+            if attempt:
+                time.sleep(0.1 * attempt)
             self.network_ops += 1
             try:
                 run_git(self.repo, *config, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
@@ -421,7 +424,9 @@ class GitStateStore:
                 err = stderr_of(exc)
                 if "couldn't find remote ref" in err:
                     return err
-                if "lock" not in err:  # a concurrent fetch holding a ref lock is worth a retry
+                # worth a retry: a concurrent fetch holding a ref lock, or a concurrent session's work tree being
+                # added (its HEAD names a commit the fetch's connectivity check meets half written)
+                if "lock" not in err and "bad object worktrees/" not in err:
                     raise PlanRunnerError(
                         what=f"could not fetch plan-runner's state from {self.remote!r}",
                         why=err or str(exc),
