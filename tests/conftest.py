@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -59,8 +60,14 @@ def agent_writable(repo: Path, name: str, plan_id: str = "calc") -> Path:
 def agent_visible(repo: Path, name: str, plan_id: str = "calc") -> Path:
     """Where `agent_writable` puts `name`, without making it (a file the test makes later, for the agent to see)."""
     from runner.adapters.sandbox.agent_clone import area_for
+    from runner.adapters.sandbox.origin import ORIGIN
 
     root = area_for(repo, plan_id).root
+    if not os.path.lexists(repo) and os.path.lexists(root / ORIGIN):
+        # An area plan-runner used for a repository at this path that is gone: left by an earlier run whose
+        # temporary folders had the same names (pytest numbers them afresh once the old ones are removed). Its
+        # reports and its agent's files would be read as this test's.
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(root)], check=True)
     root.mkdir(mode=0o711, parents=True, exist_ok=True)
     folder = root / "test-reports"
     folder.mkdir(mode=0o700, exist_ok=True)
