@@ -221,3 +221,53 @@ def test_clean_names_the_pooled_users_an_older_version_made_and_creates_none(mon
     assert "plan-runner-agent, plan-runner-agent-u1001-2" in line and "sudo userdel" in line
     monkeypatch.setattr(pwd, "getpwall", lambda: [user("alice", home="/home/alice", uid=1000)])
     assert cleanup.remove_old_pool_users() == []
+
+
+# What a Go module cache (folders 0555) and a build that drops its own rights (a folder 000) leave: in the agent's
+# HOME and, under a path its clone ignores, in the clone itself.
+LOCKED = ("sessions:\n  - - run: >-\n"
+          "        echo build/ >> .git/info/exclude &&\n"
+          "        mkdir -p build/mod/x \"$HOME/go/pkg/mod/y\" && touch build/mod/x/f \"$HOME/go/pkg/mod/y/g\" &&\n"
+          "        chmod 555 build/mod/x \"$HOME/go/pkg/mod/y\" \"$HOME/go/pkg\" && chmod 000 build/mod\n"
+          "    - write: {path: calc/wip.py, content: 'x = 1'}\n")
+
+
+# Root reads and writes through any mode (CAP_DAC_OVERRIDE): only an ordinary user, as CI runs, meets the fault.
+_AS_USER = pytest.mark.skipif(os.geteuid() == 0, reason="root is not refused by a folder's mode")
+
+
+@_AS_USER
+@pytest.mark.parametrize("command", ["reset", "clean"])
+def test_folders_the_agent_made_unwritable_do_not_stop_reset_or_clean(tmp_path, command):
+    """Before, `reset` and `clean` died on a PermissionError (rmtree cannot empty a 0555 folder, even its
+    owner's), and the detached removals left such areas on disk for good."""
+    repo = make_repo(tmp_path, "mul")
+    (tmp_path / "mul.yaml").write_text(LOCKED)
+    proc = cli(repo, "session", "plans/mul.md")
+    assert proc.returncode == 0, proc.stderr
+    area = area_for(repo, "mul").root
+    locked = [p for p in (area / "work/build/mod", area / "home/go/pkg") if os.path.lexists(p)]
+    assert locked, "the agent's unwritable folders are in its area"
+    proc = cli(repo, command, "plans/mul.md")
+    assert proc.returncode == 0, proc.stderr
+    assert not os.path.lexists(area), list(area.rglob("*"))
+
+
+@_AS_USER
+def test_a_detached_removal_empties_folders_the_agent_made_unwritable(tmp_path):
+    from runner.adapters.sandbox import agent_clone
+
+    tree = tmp_path / "area"
+    (tree / "a/b/c").mkdir(parents=True)
+    (tree / "a/b/c/f").write_text("x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "g").write_text("y")
+    outside.chmod(0o555)
+    (tree / "a/b/link").symlink_to(outside)
+    (tree / "a/b/c").chmod(0)
+    (tree / "a/b").chmod(0o555)
+    agent_clone._remove_trees([tree], wait=True)
+    assert not os.path.lexists(tree)
+    assert outside.stat().st_mode & 0o777 == 0o555 and (outside / "g").read_text() == "y"  # no link followed
+    outside.chmod(0o755)

@@ -533,17 +533,23 @@ def discard_area(area: AgentArea, identity: Identity | None = None) -> None:
 
 def _remove_trees(paths: list[Path], *, wait: bool) -> None:
     """GNU rm walks with fts relative to directory descriptors (FTS_PHYSICAL): no link is followed. Only
-    ever called on trees in plan-runner's own folders that the agent can no longer reach."""
-    rm = tools.which("rm") or "/bin/rm"
-    argv = [rm, "-rf", "--one-file-system", "--", *map(str, paths)]
+    ever called on trees in plan-runner's own folders that the agent can no longer reach. Where rm fails (a
+    folder the agent made unwritable or unreadable: `chmod 555`, a Go module cache), GNU chmod gives every
+    folder back to its owner first (-R ignores the links it meets) and rm runs again."""
+    rm, chmod = tools.which("rm") or "/bin/rm", tools.which("chmod") or "/bin/chmod"
+    script = ('"$0" -rf --one-file-system -- "$@" 2>/dev/null && exit 0; '
+              'for p; do [ -L "$p" ] || "$CHMOD" -R u+rwx -- "$p" 2>/dev/null; done; '
+              'exec "$0" -rf --one-file-system -- "$@"')
+    argv = ["/bin/sh", "-c", script, rm, *map(str, paths)]
+    env = {"CHMOD": chmod, "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
     if wait:
-        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False, env=env)
         return
-    # Detached: a shell that starts rm in the background and exits at once (rm is then init's child, and
-    # nothing of this process waits for it or holds it).
+    # Detached: a shell that starts the removal in the background and exits at once (it is then init's child,
+    # and nothing of this process waits for it or holds it).
     sh = tools.which("sh") or "/bin/sh"
     subprocess.run([sh, "-c", '"$@" </dev/null >/dev/null 2>&1 &', "discard", *argv], stdin=subprocess.DEVNULL,
-                   capture_output=True, start_new_session=True, check=False)
+                   capture_output=True, start_new_session=True, check=False, env=env)
 
 
 def _try_hold(path: Path) -> int | bool | None:

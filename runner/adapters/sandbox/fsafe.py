@@ -265,15 +265,64 @@ def chown_tree(path: Path, uid: int, gid: int, *, below: Path) -> None:
 
 def remove_at(dir_fd: int, name: str) -> None:
     """Delete `name` in the folder `dir_fd` (a tree, a file or a link: the link itself); nothing through a link.
-    `shutil.rmtree` with a `dir_fd` is descriptor-based (it re-checks each directory it enters)."""
+    `shutil.rmtree` with a `dir_fd` is descriptor-based (it re-checks each directory it enters). Folders the
+    agent made unwritable or unreadable (`chmod 555`, a Go module cache) are made the owner's again first, and an
+    entry another remover took meanwhile (a detached `rm` of the same area) is simply gone."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
-    else:
+    if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dir_fd)
+        return
+    try:
+        shutil.rmtree(name, dir_fd=dir_fd, onerror=_gone_is_fine)
+    except PermissionError:
+        owner_writable(dir_fd, name)
+        shutil.rmtree(name, dir_fd=dir_fd, onerror=_gone_is_fine)
+
+
+def _gone_is_fine(func: object, path: str, exc_info: tuple[type, BaseException, object]) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
+
+
+def owner_writable(dir_fd: int, name: str) -> None:
+    """Every folder of the tree `name` (in the folder `dir_fd`) that this user owns made readable, writable and
+    searchable by it, so the tree can be removed; no link is followed (each folder is opened `O_PATH |
+    O_NOFOLLOW` and changed through that descriptor, which even a mode-000 folder allows). Depth first without
+    recursion: as many descriptors open as the tree is deep, as `shutil.rmtree` holds."""
+    me = os.geteuid()
+
+    def enter(parent: int, entry: str) -> tuple[int, list[str]] | None:
+        try:
+            pfd = os.open(entry, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+        except OSError:  # gone, a link, not a folder: nothing to open
+            return None
+        try:
+            st = os.fstat(pfd)
+            if st.st_uid == me and stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{pfd}", stat.S_IMODE(st.st_mode) | 0o700)
+            fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=pfd)
+        except OSError:  # another user's folder: left as it is
+            return None
+        finally:
+            os.close(pfd)
+        with os.scandir(fd) as entries:
+            return fd, [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+
+    stack = [top] if (top := enter(dir_fd, name)) else []
+    try:
+        while stack:
+            fd, subdirs = stack[-1]
+            if not subdirs:
+                os.close(fd)
+                stack.pop()
+            elif (below := enter(fd, subdirs.pop())) is not None:
+                stack.append(below)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
 
 
 def remove(path: Path, *, below: Path) -> None:

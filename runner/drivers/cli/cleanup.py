@@ -31,13 +31,39 @@ def remove_area(repo: Path, plan_id: str) -> Path | None:
     root = agent_clone.area_for(repo, plan_id).root
     if not os.path.lexists(root):
         return None
-    fsafe.remove(root, below=root.parent)
+    try:
+        fsafe.remove(root, below=root.parent)
+    except OSError as exc:
+        problem: str | None = f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc)
+    else:
+        problem = None
     if os.path.lexists(root):
-        raise PlanRunnerError(
-            what=f"could not remove the agent area {root}",
-            why="some of its files belong to the pooled agent user an older plan-runner ran the agent as",
-            fix=f"remove it as root: `sudo rm -rf {root}`")
+        foreign = _foreign_owner(root)
+        why = (f"some of its files belong to {foreign}, the pooled agent user an older plan-runner ran the agent as"
+               if foreign and foreign.startswith(USER_PREFIX) else
+               f"some of its files belong to {foreign}" if foreign else
+               f"removing it failed: {problem or 'files were left'}")
+        raise PlanRunnerError(what=f"could not remove the agent area {root}", why=why,
+                              fix=f"remove it as root: `sudo rm -rf {root}`" if foreign else
+                              f"look at what is left in {root}, then run the command again")
     return root
+
+
+def _foreign_owner(root: Path) -> str | None:
+    """The name (or uid) of the first user other than this one who owns something in `root`; links not followed."""
+    me = os.geteuid()
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            try:
+                uid = os.lstat(os.path.join(folder, name)).st_uid
+            except OSError:
+                continue
+            if uid != me:
+                try:
+                    return pwd.getpwuid(uid).pw_name
+                except KeyError:
+                    return f"uid {uid}"
+    return None
 
 
 _POOL_NAME = re.compile(re.escape(USER_PREFIX) + r"(-u[0-9]+)?(-[0-9]+)?")
