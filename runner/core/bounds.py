@@ -11,6 +11,10 @@ ref (docs/plan-format.md):
   last of which says how many more were left out;
 * commits at most COMMIT_LIMIT, each with at most FILE_LIMIT file names;
 * the handoff at most HANDOFF_LIMIT characters;
+* a session's spend as the backend reported it (`bound_cost`, `bound_count`): a cost a finite amount of at most
+  COST_LIMIT dollars, a token count a whole number of at most TOKEN_LIMIT, a duration finite; a report outside
+  these (Claude Code's `total_cost_usd` of `Infinity`, `NaN` or `1e308`, a usage of 10**400 tokens) is bounded
+  where the backend's account is built (`runner.backends.common.signals`), and the record says so in a note;
 * the plan file as the agent left it is read only when it is at most PLAN_GROWTH_BYTES and
   PLAN_GROWTH_LINES beyond the base's: a larger one is a protected change in itself (restored whole).
 
@@ -24,6 +28,7 @@ segment of the ledger (256 entries) stays under GitHub's 100 MB limit on a file;
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -43,6 +48,10 @@ GATE_OUTPUT_LIMIT = 8_000
 PLAN_GROWTH_BYTES = 256 * 1024
 PLAN_GROWTH_LINES = 2_000
 ENTRY_LIMIT = 256 * 1024
+COST_LIMIT = 1_000_000.0  # USD one session is recorded as having spent, at most
+TOKEN_LIMIT = 10**12  # tokens one session is recorded as having used, at most
+DURATION_LIMIT = 10**8  # seconds
+FLOAT_MAX = 1.7976931348623157e308  # the largest finite float (a total that overflowed stays this)
 # how `fit_record` cuts a record still over its limit, step by step: (items a list keeps, characters a text keeps)
 FIT_STEPS = ((LIST_LIMIT, 500), (10, 120), (3, 40))
 
@@ -92,6 +101,53 @@ def bound_list(items: Sequence[str], what: str = "item(s)", limit: int = LIST_LI
     if len(items) > limit:
         kept.append(f"... and {len(items) - len(kept):,} more {what} left out")
     return tuple(kept)
+
+
+def bound_cost(value: object, what: str = "a cost") -> tuple[float | None, str | None]:
+    """A cost the agent's backend reported, as plan-runner records it, and a note when it was not recorded as
+    reported: not a number, NaN or negative -> None (unknown); more than COST_LIMIT (`Infinity`, `1e308`) ->
+    COST_LIMIT. A cost that sums with others and is written as JSON is always finite."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, f"{what} of {bound_text(repr(value), 60)} is not a number: recorded as unknown"
+    try:
+        cost = float(value)
+    except OverflowError:  # an int beyond any float
+        cost = math.inf
+    if math.isnan(cost) or cost < 0:
+        return None, f"{what} of {value!r} USD is not an amount spent: recorded as unknown"
+    if cost > COST_LIMIT:
+        return COST_LIMIT, (f"{what} of {_short(cost)} USD is beyond the bound of ${COST_LIMIT:,.0f} a session: "
+                            f"recorded as ${COST_LIMIT:,.0f}")
+    return cost, None
+
+
+def bound_count(value: object, what: str = "tokens", limit: int = TOKEN_LIMIT) -> tuple[int, str | None]:
+    """A count the agent's backend reported (tokens), as plan-runner records it, and a note when it was not
+    recorded as reported: not a whole number, or negative -> 0; more than `limit` -> `limit`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0, f"{what}: {bound_text(repr(value), 60)} is not a count: recorded as 0"
+    if isinstance(value, float) and not math.isfinite(value):
+        return (limit, f"{what}: {value!r} is beyond the bound of {limit:,}: recorded as {limit:,}") if value > 0 \
+            else (0, f"{what}: {value!r} is not a count: recorded as 0")
+    if value < 0:
+        return 0, f"{what}: {_short(value)} is negative: recorded as 0"
+    if value > limit:
+        return limit, f"{what}: {_short(value)} is beyond the bound of {limit:,}: recorded as {limit:,}"
+    return int(value), None
+
+
+def bound_seconds(value: float) -> float:
+    """A duration plan-runner measured or a backend reported: finite, between 0 and DURATION_LIMIT."""
+    return min(float(DURATION_LIMIT), value) if isinstance(value, (int, float)) and value >= 0 else 0.0
+
+
+def _short(number: float) -> str:
+    """A number as a note quotes it: `1e+308`, `1e+400` (an int beyond any float), never 400 digits."""
+    if isinstance(number, int) and abs(number) >= 10**15:
+        return f"about 1e+{len(str(abs(number))) - 1}" if number > 0 else f"about -1e+{len(str(abs(number))) - 1}"
+    return f"{number:.6g}"
 
 
 def plan_too_big(base_text: str, head_text: str) -> str | None:

@@ -9,14 +9,16 @@ totals of the sessions it stands for: outcomes, checkpoints credited, tokens, co
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from runner.core.actions import Outcome, Park, RunSession, Wait
-from runner.core.bounds import ENTRY_LIMIT, bound_list, bound_text, fit_record, json_size
+from runner.core.bounds import ENTRY_LIMIT, FLOAT_MAX, bound_list, bound_text, fit_record, json_size
 from runner.core.ledger import Entry, SessionRecord, Summary, dump_entry
-from runner.core.policy import FOLD_VERSION, fold, summary_state
+from runner.core.policy import FOLD_VERSION, fold, plus_cost, summary_state
 
 CREDITED_LIMIT = 100  # checkpoint ids a summary names (the latest); `credited_count` counts them all
 
@@ -52,13 +54,19 @@ def summarize(entries: Sequence[Entry], *, at: datetime, previous: str = "") -> 
         first_at=first_at, last_at=records[-1].finished_at if records else (base.last_at if base else None),
         outcomes=outcomes, credited=tuple(credited[-CREDITED_LIMIT:]), credited_count=credited_count,
         tokens=(base.tokens if base is not None else 0) + sum(r.tokens for r in records),
-        cost_usd=(base.cost_usd if base is not None else 0.0) + sum(r.cost_usd or 0.0 for r in records),
+        cost_usd=functools.reduce(plus_cost, (r.cost_usd for r in records), base.cost_usd if base is not None else 0.0),
         cost_known=(base is not None and base.cost_known) or any(r.cost_usd is not None for r in records),
         cost_lower_bound=(base is not None and base.cost_lower_bound) or any(r.cost_lower_bound for r in records),
-        seconds=(base.seconds if base is not None else 0.0) + sum(
-            (r.finished_at - r.started_at).total_seconds() for r in records),
+        seconds=_finite((base.seconds if base is not None else 0.0) + sum(
+            (r.finished_at - r.started_at).total_seconds() for r in records)),
         left_out=base.left_out if base is not None else 0,
     ))
+
+
+def _finite(total: float) -> float:
+    """A summary's total as JSON can write it and a summary can read it back: a record's cost is bounded
+    (runner.core.bounds.bound_cost), but one read from an older or hand-written ledger may not be."""
+    return total if math.isfinite(total) else (FLOAT_MAX if total > 0 else 0.0)
 
 
 def _fitted(summary: Summary) -> Summary:

@@ -134,6 +134,8 @@ class SessionSignals(Record):
     last_tool: str | None = None
     duration_s: float = 0.0
     hints: Hints = Field(default_factory=Hints)
+    # what of the backend's usage report was not recorded as reported (runner.core.bounds.bound_cost, bound_count)
+    usage_notes: tuple[str, ...] = ()
 
 
 class Evidence(Record):

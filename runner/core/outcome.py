@@ -211,6 +211,7 @@ def _hint_notes(e: Evidence, outcome: Outcome) -> list[str]:
         notes.append(f"the agent claimed it was done; the evidence says {outcome.value} (a claim is a hint, not a verdict)")
     if h.result_subtype == "success" and outcome in (Outcome.LIMIT_BACKOFF, Outcome.AGENT_ERROR, Outcome.NEEDS_HUMAN):
         notes.append("the backend's result said `success`; it is overruled by the evidence")
+    notes += [f"usage report bounded: {n}" for n in e.signals.usage_notes]  # what the record shows is not what was said
     if e.deleted_tests:  # a red gate can be turned green by deleting what it runs: a human should look
         notes.append(f"the session deleted {len(e.deleted_tests)} test file(s): " + ", ".join(e.deleted_tests[:10])
                      + ("..." if len(e.deleted_tests) > 10 else "")

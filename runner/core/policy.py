@@ -10,6 +10,7 @@ outcomes loops forever: `max_sessions` parks the plan.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ from runner.core.actions import (
     Blame, ConsultAdvisor, Finish, Outcome, Park, RunSession, SessionKind, Verdict, Wait,
 )
 from runner.core.evidence import CheckpointState, Record
-from runner.core.bounds import bound_text
+from runner.core.bounds import FLOAT_MAX, bound_text
 from runner.core.outcome import SETUP_PROBLEM
 from runner.core.ledger import (
     Advice, Dispatched, Entry, Finished, Note, Parked, Place, Reply, SessionRecord, SessionStarted, StoredLedger,
@@ -80,12 +81,19 @@ class RunState(Record):
                    self.open_session.n if self.open_session else 0) + 1
 
 
+def plus_cost(total: float, cost: float | None) -> float:
+    """`total` with a record's cost added, finite whatever an older or hand-written ledger holds (a record plan-runner
+    writes holds a bounded cost: runner.core.bounds.bound_cost): a run state is written as JSON and read back."""
+    added = total + (cost if cost is not None and not math.isnan(cost) else 0.0)
+    return added if math.isfinite(added) else (FLOAT_MAX if added > 0 else total)
+
+
 def _note_interruption(state: RunState, r: SessionRecord) -> RunState:
     """plan-runner was stopped mid-session: the session counts (its tokens and cost were spent),
     but no budget moves: attempts, resumes, backoffs and the circuit breaker stay as they were."""
     open_session = state.open_session if state.open_session and state.open_session.n != r.n else None
     return state.model_copy(update=dict(
-        sessions=state.sessions + 1, tokens=state.tokens + r.tokens, cost_usd=state.cost_usd + (r.cost_usd or 0.0),
+        sessions=state.sessions + 1, tokens=state.tokens + r.tokens, cost_usd=plus_cost(state.cost_usd, r.cost_usd),
         last=r, open_session=open_session, pending=r.next_action, park_issue=None, parked_at=None,
         uncredited_base=state.uncredited_base or r.base_sha or None,
     ))
@@ -108,7 +116,7 @@ def _note_session(state: RunState, r: SessionRecord) -> RunState:
     return state.evolve(
         sessions=state.sessions + 1,
         tokens=state.tokens + r.tokens,
-        cost_usd=state.cost_usd + (r.cost_usd or 0.0),
+        cost_usd=plus_cost(state.cost_usd, r.cost_usd),
         last=r,
         open_session=open_session,
         stage_attempts=attempts,

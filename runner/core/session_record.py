@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.core.actions import Verdict
-from runner.core.bounds import fit_record
+from runner.core.bounds import TOKEN_LIMIT, bound_cost, bound_count, fit_record
 from runner.core.ledger import SessionRecord, SessionStarted
 from runner.core.plan import Plan
 
@@ -27,4 +27,8 @@ def session_record(started: SessionStarted, verdict: Verdict, plan: Plan, **meas
         reasons=verdict.reasons, fingerprint=verdict.fingerprint, zero_output=verdict.zero_output,
         advanced=verdict.advanced, rejected_flips=verdict.rejected_flips, agent_session_id=verdict.agent_session_id)
     fields.update(measured)
+    # spend is bounded where a backend's report is read (runner.backends.common.signals); again here, where every
+    # record is built, so that none can hold a cost JSON cannot write (a NaN, an Infinity) or a summary overflow
+    fields["cost_usd"] = bound_cost(fields.get("cost_usd"))[0]
+    fields["tokens"] = bound_count(fields.get("tokens", 0), limit=2 * TOKEN_LIMIT)[0]
     return fit_record(SessionRecord(**fields))

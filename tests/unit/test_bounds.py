@@ -168,3 +168,70 @@ def test_a_lone_surrogate_becomes_a_replacement_character_everywhere_a_text_is_b
     assert jsonline.loads(line) == {"type": "result", "result": "done \ufffd \U0001F600"}  # a pair stays a pair
     assert jsonline.loads('{"a": "plain"}') == {"a": "plain"}
     bound_text("\ud83d" * 3).encode("utf-8")  # never raises
+
+
+@pytest.mark.parametrize("reported, recorded", [
+    (float("inf"), 1_000_000.0), (1e308, 1_000_000.0), (10**400, 1_000_000.0), (float("nan"), None),
+    (-1.0, None), (float("-inf"), None), ("12", None), (True, None), (0.5, 0.5), (None, None)])
+def test_a_cost_is_recorded_finite_and_bounded_and_a_note_says_so(reported, recorded):
+    """Whatever cost a backend reports (Claude Code's `total_cost_usd` of Infinity, NaN, 1e308), what is
+    recorded is None or a finite amount of at most COST_LIMIT, with a note whenever it differs."""
+    from runner.core.bounds import bound_cost
+    cost, note = bound_cost(reported)
+    assert cost == recorded
+    assert (note is None) == (reported is None or reported == 0.5)
+    if note is not None:
+        assert len(note) < 300 and "recorded as" in note
+
+
+@pytest.mark.parametrize("reported, recorded", [
+    (10**400, 10**12), (float("inf"), 10**12), (float("nan"), 0), (-5, 0), ("7", 0), (1e15, 10**12), (42, 42)])
+def test_a_token_count_is_recorded_whole_and_bounded(reported, recorded):
+    from runner.core.bounds import bound_count
+    count, note = bound_count(reported)
+    assert count == recorded and isinstance(count, int) and (note is None) == (reported == 42)
+    assert note is None or len(note) < 300
+
+
+def test_an_absurd_usage_report_is_bounded_in_the_signals_and_quoted_in_the_verdict():
+    """The one builder of every backend's account bounds cost, tokens and duration, and the verdict's notes say
+    what was reported; the evidence and the record it makes are written as JSON and read back equal."""
+    import json
+    from runner.backends.common.signals import session_signals
+    from runner.core.evidence import Evidence, ExitKind
+    s = session_signals("claude-code", ExitKind.FINISHED, cost_usd=float("inf"), input_tokens=10**400,
+                        output_tokens=-3, duration_s=float("nan"))
+    assert s.cost_usd == 1_000_000.0 and s.input_tokens == 10**12 and s.output_tokens == 0 and s.duration_s == 0.0
+    assert len(s.usage_notes) == 3 and "inf" in s.usage_notes[0]
+    e = evidence(signals=s)
+    dumped = e.model_dump_json()
+    assert "Infinity" not in dumped and "NaN" not in dumped and Evidence.model_validate_json(dumped) == e
+    verdict = classify(e)
+    assert any(r.startswith("usage report bounded: the claude-code backend reported a cost of inf") for r in verdict.reasons)
+    json.loads(dumped)  # strict JSON
+
+
+def test_a_meter_reading_of_nan_or_infinity_is_bounded(tmp_path):
+    """The meter a running session leaves (what the progress comment and a cut-short record read) is bounded."""
+    from datetime import UTC, datetime, timedelta
+    from runner.backends.common.meter import read_meter, write_meter
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    for cost, seen in ((float("nan"), None), (float("inf"), 1_000_000.0), (1e308, 1_000_000.0)):
+        write_meter(tmp_path, 10, cost, False)
+        assert "NaN" not in (tmp_path / "meter.json").read_text() and "Infinity" not in (tmp_path / "meter.json").read_text()
+        assert read_meter(tmp_path, since).cost_usd == seen
+    (tmp_path / "meter.json").write_text(json_text := '{"tokens": 5, "cost_usd": Infinity, "estimated": false, '
+                                         f'"written_at": "{datetime.now(UTC).isoformat()}"}}')
+    assert "Infinity" in json_text and read_meter(tmp_path, since).cost_usd == 1_000_000.0
+
+
+def test_a_summary_of_records_whose_costs_overflow_is_written_and_read_back():
+    """Records that each hold the most a record may (and an older ledger's 1e308, twice): their summary is finite,
+    strict JSON, and parses back."""
+    from core_builders import T0, record
+    from runner.core.compaction import summarize
+    from runner.core.ledger import dump_entry, parse_entry
+    records = [record(n=1, cost_usd=1e308), record(n=2, cost_usd=1e308), record(n=3, cost_usd=1_000_000.0)]
+    summary = summarize(records, at=T0)
+    line = dump_entry(summary)
+    assert "null" not in line.split('"cost_usd":')[1][:10] and parse_entry(line) == summary

@@ -36,7 +36,7 @@ from runner.backends.anthropic.errors import ApiFailure, classify_api_error
 from runner.backends.common.base import SessionRequest
 from runner.backends.common.claims import parse_claims
 from runner.backends.common.endpoint import probe, shown, unreachable_reason
-from runner.backends.common.meter import anthropic_cost, budget_tokens, write_meter
+from runner.backends.common.meter import anthropic_cost, budget_tokens, token_count, write_meter
 from runner.backends.common.signals import session_signals
 from runner.backends.anthropic.stuck import Step, step, stuck
 from runner.core.evidence import ExitKind, Hints, SessionSignals
@@ -346,9 +346,9 @@ class AnthropicAgentBackend:
                     messages.append({"role": "assistant", "content": blocks})
                     write_transcript(path, session_id, model, messages)
                 usage = message.usage
-                verdict = meter.add(budget_tokens(usage.input_tokens, usage.output_tokens,
-                                                  usage.cache_read_input_tokens or 0,
-                                                  usage.cache_creation_input_tokens or 0))
+                verdict = meter.add(budget_tokens(token_count(usage.input_tokens), token_count(usage.output_tokens),
+                                                  token_count(usage.cache_read_input_tokens),
+                                                  token_count(usage.cache_creation_input_tokens)))
                 request.on_event("tokens", str(meter.used))
                 total_in, cost = _spent(model, tally)
                 write_meter(request.transcript_dir, total_in + tally.output_tokens, cost, cost is not None)
@@ -419,11 +419,11 @@ class AnthropicAgentBackend:
         raise _End(last.kind, f"{last.error} (after {self.max_retries + 1} attempts)")
 
     def _observe(self, message: Any, blocks: list[dict[str, Any]], tally: _Tally) -> None:
-        usage = message.usage
-        tally.input_tokens += usage.input_tokens
-        tally.output_tokens += usage.output_tokens
-        tally.cache_read += usage.cache_read_input_tokens or 0
-        tally.cache_write += usage.cache_creation_input_tokens or 0
+        usage = message.usage  # the server's figures: a count (10**400, -5) bounded as every usage report is
+        tally.input_tokens += token_count(usage.input_tokens)
+        tally.output_tokens += token_count(usage.output_tokens)
+        tally.cache_read += token_count(usage.cache_read_input_tokens)
+        tally.cache_write += token_count(usage.cache_creation_input_tokens)
         reason = message.stop_reason
         tally.stop_reason = reason if reason in _STOP_REASONS else (str(reason) if reason else None)
         text = "\n".join(b["text"] for b in blocks if b["type"] == "text").strip()

@@ -318,10 +318,19 @@ class StreamJsonParser:
         estimate of the usage seen, which misses the call in flight when there is no result."""
         cost = self.result.get("total_cost_usd") if self.result else None
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
-            return float(cost), False, False
+            return float(cost), False, False  # Infinity, 1e308: bounded and noted where the account is built
         fresh, write, read, out = self._parts()
         estimate = anthropic_cost(self.model, fresh + write + read, out, read, write)
         return estimate, estimate is not None, self.result is None
+
+    def cost_notes(self) -> tuple[str, ...]:
+        """What the record says of a `total_cost_usd` that is a number but no amount (NaN, a negative): the
+        list-price estimate stands for it (`cost`)."""
+        cost = self.result.get("total_cost_usd") if self.result else None
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and not cost >= 0:
+            return (f"Claude Code reported total_cost_usd {cost!r}, not an amount spent: the list-price estimate "
+                    "of its usage is recorded",)
+        return ()
 
     def usage(self) -> tuple[int, int]:
         """(input, output) tokens: from the result message; the live count if the CLI never sent one."""
@@ -433,6 +442,7 @@ def build_signals(
         cost_usd=cost,
         cost_estimated=estimated,
         cost_lower_bound=lower_bound or (cost is not None and reason != "exited"),
+        usage_notes=parser.cost_notes(),
         reset_at=parser.reset_at,
         # plan-runner's own words for an unreachable endpoint keep the URL as it is (the fix needs its port)
         error=(error if error and error.startswith(STOP_UNREACHABLE) else

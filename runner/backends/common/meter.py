@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.core.bounds import TOKEN_LIMIT, bound_cost
+
 CACHE_READ_WEIGHT = 0.1
 METER_FILE = "meter.json"
 
@@ -31,8 +33,9 @@ _ANTHROPIC_PRICES: tuple[tuple[str, float, float], ...] = (
 
 
 def token_count(value: Any) -> int:
-    """A usage count from untrusted JSON: a positive integer, anything else (a string, a bool, a negative) 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A usage count from untrusted JSON: a positive integer, at most TOKEN_LIMIT (10**400 would overflow every
+    price computed from it); anything else (a string, a float, a bool, a negative) 0."""
+    return min(value, TOKEN_LIMIT) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def budget_tokens(input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> int:
@@ -66,7 +69,7 @@ def write_meter(transcript_dir: Path, tokens: int, cost_usd: float | None, estim
         folder = Path(transcript_dir)
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / (METER_FILE + ".tmp")
-        tmp.write_text(json.dumps({"tokens": int(tokens), "cost_usd": cost_usd, "estimated": bool(estimated),
+        tmp.write_text(json.dumps({"tokens": int(tokens), "cost_usd": bound_cost(cost_usd)[0], "estimated": bool(estimated),
                                    "written_at": datetime.now(UTC).isoformat()}), encoding="utf-8")
         os.replace(tmp, folder / METER_FILE)
     except OSError:
@@ -86,5 +89,5 @@ def read_meter(transcript_dir: Path, since: datetime) -> Reading | None:
         since = since.replace(tzinfo=UTC)
     if written < since or not isinstance(tokens, int) or not (cost is None or isinstance(cost, (int, float))):
         return None
-    return Reading(tokens=max(0, tokens), cost_usd=None if cost is None else max(0.0, float(cost)),
+    return Reading(tokens=min(max(0, tokens), TOKEN_LIMIT), cost_usd=bound_cost(cost)[0],  # NaN, Infinity: bounded
                    estimated=bool(data.get("estimated")), written_at=written)

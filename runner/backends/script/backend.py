@@ -22,6 +22,7 @@ from runner.adapters import clock as wallclock
 from runner.backends.script import agent as script_agent
 from runner.backends.common.base import SessionRequest
 from runner.backends.common.limits import parse_hints
+from runner.backends.common.meter import token_count
 from runner.backends.common.signals import session_signals
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
@@ -214,10 +215,11 @@ class _Session:
             if msg.get("detail"):
                 event("tool_input", tool_input_text(msg.get("detail")))
         elif kind == "tokens":
-            self.input_tokens += int(msg.get("input_tokens", 0))
-            self.output_tokens += int(msg.get("output_tokens", 0))
+            added_in, added_out = token_count(msg.get("input_tokens", 0)), token_count(msg.get("output_tokens", 0))
+            self.input_tokens += added_in
+            self.output_tokens += added_out
             event("tokens", str(self.input_tokens + self.output_tokens))
-            verdict = self.meter.add(int(msg.get("input_tokens", 0)) + int(msg.get("output_tokens", 0)))
+            verdict = self.meter.add(added_in + added_out)
             if verdict == "nudge":
                 ctl.send(json.dumps({"type": "nudge", "text": NUDGE_TEXT}) + "\n")
                 event("nudge", str(self.meter.nudges))
