@@ -160,3 +160,76 @@ def test_a_secret_the_agent_commits_never_leaves_the_machine(tmp_path):
     assert not any(r.startswith("refs/plan-runner/sessions/") for r in remote_refs), remote_refs
     published = proc.stdout.encode() + proc.stderr.encode() + files_text(repo / ".git" / "plan-runner" / "reports")
     assert API_KEY.encode() not in published
+
+
+# A secret that holds a newline (a PEM key in DEPLOY_PRIVATE_KEY), whose first line ends a block of a stored
+# transcript: a file over runner.adapters.store.dirs.BLOCKED_FROM is stored in blocks cut after a line whose
+# checksum says so, and its first line is one of those.
+def _block_ending_line(stem: str) -> str:
+    import zlib
+
+    from runner.adapters.store.dirs import BLOCK_AVG
+    for i in range(10**7):
+        line = f"{stem}{i:07d}"
+        if zlib.crc32((line + "\n").encode()) < len(line + "\n") * (2**32 / BLOCK_AVG):
+            return line
+    raise AssertionError("no block-ending line found")
+
+
+COMMAND_AGENT_PLAN = """\
+---
+agent:
+  backend: command
+  executable: {python}
+  args: ["-P", "{script}"]
+  stall_minutes: 30s
+  time_limit_minutes: 90s
+gates:
+  - name: tests
+    run: {python} -m unittest discover -s tests -q
+budget:
+  max_sessions: 12
+---
+# Calc
+
+## Stage 1: Arithmetic <!-- sessions: 2 -->
+- [ ] 1.1 Multiplication
+"""
+
+
+def test_a_secret_holding_a_newline_split_by_a_transcript_block_leaves_no_trace_in_the_state(tmp_path):
+    """A command agent prints 1.5 MB and then the session's secret, a two-line key whose first line ends a block of
+    the stored transcript (`command-output.log`, stored in blocks), and its JSON-escaped form: neither line of the
+    key, nor the key in either form, is in any object of the repository or the remote; the transcript says `***`."""
+    import sys
+
+    from tests.conftest import agent_visible
+    first = _block_ending_line("-----BEGIN TEST KEY-----MIIEvQIBADANBgkqhkiG9w0BAQEFAASC")
+    second = "kYwggSiAgEAAoIBAQC7VJTUt9Us8cKjMzEfYyjiWA4R4-----END TEST KEY-----"
+    key = first + "\n" + second
+    repo = make_repo(tmp_path, script([]))
+    agent = agent_visible(repo, "leaky-agent.py")
+    agent.write_text("import json, sys\n"
+                     "for i in range(15000):\n"
+                     "    print(f'filler line {i:06d} ' + 'x' * 80)\n"
+                     f"print({key!r})\n"
+                     f"print(json.dumps({key!r}))\n"
+                     "print('done')\n")
+    (repo / "plans" / "calc.md").write_text(COMMAND_AGENT_PLAN.format(python=sys.executable, script=agent))
+    subprocess.run(["git", "commit", "-qam", "a command agent"], cwd=repo, check=True)
+    subprocess.run(["git", "push", "-q", "origin", "main"], cwd=repo, check=True)
+    proc = run_session(repo, env={**_env(), "DEPLOY_PRIVATE_KEY": key})
+    assert result_json(proc).get("outcome"), proc.stderr[-2000:]
+    state = all_git_text(repo) + all_git_text(tmp_path / "origin.git")
+    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", "refs/plan-runner/state/calc"], cwd=repo,
+                             capture_output=True, text=True, check=True).stdout
+    assert "command-output.log.plan-runner-blocks/000001" in listing, listing  # stored in blocks
+    log = subprocess.run(["git", "show", "refs/plan-runner/state/calc:transcripts/command-output.log.plan-runner-blocks/"
+                          + "000000"], cwd=repo, capture_output=True, check=True).stdout
+    assert b"filler line 000000" in log  # the transcript was stored and searched
+    for trace in (key, json.dumps(key)[1:-1], first, second):
+        assert trace.encode() not in state, trace[:40]
+    blocks = [line for line in listing.splitlines() if "command-output.log.plan-runner-blocks/" in line]
+    stored = b"".join(subprocess.run(["git", "show", f"refs/plan-runner/state/calc:{b}"], cwd=repo,
+                                     capture_output=True, check=True).stdout for b in blocks)
+    assert stored.count(b"***") == 2 and b"done\n" in stored

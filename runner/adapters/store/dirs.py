@@ -1,7 +1,12 @@
 """Directories kept with a plan's state (the agent's transcripts) as git trees: only files changed since they
 were restored are read and stored, a big file is stored as blocks of whole lines cut where its content says (so
 an appended log keeps its old blocks), every stored byte is cleared of the secrets given, and each directory is
-bounded in size."""
+bounded in size.
+
+A changed file is cleared of the secrets whole, as one stream (`secrets.redact_file`: a secret straddling two of
+its reads is found), before it is bounded or cut into blocks: neither a secret holding a newline (a PEM key), which
+a block's cut or the bound's cut at a line end would split, nor one split between two blocks, leaves a part of
+itself that no longer reads as the secret."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.adapters.secrets import redact_bytes, redact_file
+from runner.adapters.secrets import redact_file
 from runner.adapters.store.objects import BLOB_MODE, CHUNK, TREE_MODE, GitObjects, blob_sha
 
 DIR_LIMIT = 16 * 2**20  # bytes kept per directory (transcripts) per plan, in total
@@ -23,8 +28,13 @@ Shas = dict[str, tuple[str, frozenset[str] | None]]  # relative path -> (blob or
 
 def store_dir(objects: GitObjects, root: Path, redact: Sequence[bytes], restored: dict[str, tuple]) -> tuple[str, Shas]:
     """The tree of `root` (bounded to DIR_LIMIT), storing only what changed since it was restored (`restored`:
-    the manifest `checkout_tree` made): a file whose size and mtime are as restored is not even read; a big file
-    is stored as blocks, and only its new blocks are redacted and stored."""
+    the manifest `checkout_tree` made): a file whose size and mtime are as restored is not even read; any other
+    is redacted whole first, then the directory bounded; a big file is stored as blocks, only its new ones stored."""
+    if redact:
+        for rel, path in walk(root):
+            st, was = path.stat(), restored.get(rel)
+            if was is None or was[0] != st.st_size or was[1] != st.st_mtime_ns:
+                redact_file(path, redact)
     bound_dir(root)
     shas: Shas = {}
     nested: dict = {}
@@ -34,10 +44,8 @@ def store_dir(objects: GitObjects, root: Path, redact: Sequence[bytes], restored
         if was is not None and was[0] == st.st_size and was[1] == st.st_mtime_ns:
             sha, blocks = was[2], was[3]  # unchanged since it was restored: neither read nor stored again
         elif st.st_size > BLOCKED_FROM:
-            sha, blocks = _store_blocks(objects, path, redact, was[3] if was is not None and was[3] else frozenset())
+            sha, blocks = _store_blocks(objects, path, was[3] if was is not None and was[3] else frozenset())
         else:
-            if redact:
-                redact_file(path, redact)
             sha, blocks = objects.store_file(path), None
         shas[rel] = (sha, blocks)
         node = nested
@@ -56,18 +64,14 @@ def _write_nested(objects: GitObjects, node: dict) -> str:
     return objects.write_tree(entries)
 
 
-def _store_blocks(objects: GitObjects, path: Path, redact: Sequence[bytes],
-                  known: frozenset[str]) -> tuple[str, frozenset[str]]:
-    """`path` as a tree of blocks `000000`, `000001`, ...: a block restored from the state as it was is
-    reused as is; any other block is redacted, and stored unless git has it already."""
+def _store_blocks(objects: GitObjects, path: Path, known: frozenset[str]) -> tuple[str, frozenset[str]]:
+    """`path` (redacted already, whole: `store_dir`) as a tree of blocks `000000`, `000001`, ...: a block
+    restored from the state as it was is reused as is; any other block is stored unless git has it already."""
     entries: dict[str, tuple[int, str]] = {}
-    for number, raw in enumerate(_blocks(path)):
-        sha = blob_sha(raw)
-        if sha not in known:
-            data = redact_bytes(raw, redact) if redact else raw
-            sha = blob_sha(data)
-            if not objects.has(sha):
-                objects.store(b"blob", data)
+    for number, data in enumerate(_blocks(path)):
+        sha = blob_sha(data)
+        if sha not in known and not objects.has(sha):
+            objects.store(b"blob", data)
         entries[f"{number:06d}"] = (BLOB_MODE, sha)
     blocks = frozenset(sha for _, sha in entries.values())
     return objects.write_tree(entries), blocks
@@ -125,7 +129,8 @@ def _blocks(path: Path):
     """The file in blocks of whole lines, cut after a line whose checksum says so, with a chance proportional
     to its length (blocks of BLOCK_AVG bytes on average, at most BLOCK_MAX): where a cut falls depends on that
     line alone, not on where the block began, so an appended file, or one whose head was cut, keeps the same
-    blocks. Secrets never straddle two blocks (they hold no newline)."""
+    blocks. A secret may hold a newline, so a block's cut may fall inside one: the file is redacted whole before
+    it is cut (`store_dir`)."""
     block: list[bytes] = []
     size = 0
     scale = 2**32 / BLOCK_AVG
