@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from datetime import timedelta
 
 import git
@@ -20,6 +21,7 @@ from runner.core.policy import fold, folded, snapshot_json
 from runner.core.ports import AppendOptions
 from tests.core_builders import T0, record
 from tests.git_repos import configure, init_repo
+from tests.reliability_world import cli_env
 
 pytestmark = pytest.mark.integration
 
@@ -241,3 +243,46 @@ def test_a_forged_compaction_that_keeps_the_entries_but_lies_in_its_summary_is_r
         assert bool(moved) is restored, moved
         assert git_out(bare, "rev-parse", REF).strip() == (v if restored else forged)
     assert folded(GitStateStore(tmp_path / "a").read("p")[0]).sessions == 6  # the honest one folds the same
+
+
+def test_a_forged_append_on_the_remote_is_another_jobs_write_and_a_malformed_one_a_clear_error(tmp_path):
+    """Through the real CLI (docs/security.md, "Appends to a plan's state ref by someone who can push"): a commit
+    pushed onto the plan's state ref that appends a well-formed entry is taken as another job's write (outside the
+    threat model: only write permission pushes that ref); one that appends a line that is no entry stops the
+    next session and `status` with an error naming the ref and the line, never a traceback."""
+    import os
+
+    from tests.reliability_world import MUL_STEP, git as rgit, ledger, make_repo, result_json, run_session, script
+
+    repo = make_repo(tmp_path, script([MUL_STEP, {"commit": "Add mul"}], [MUL_STEP], [MUL_STEP]))
+    assert result_json(run_session(repo))["outcome"] == "Progress"
+    ref = "refs/plan-runner/state/calc"
+
+    def forge_append(line: str) -> None:
+        rgit(repo, "fetch", "-q", "origin", f"+{ref}:{ref}")
+        v = rgit(repo, "rev-parse", ref)
+        segment = rgit(repo, "show", f"{v}:ledger/000000.jsonl") + "\n" + line + "\n"
+        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=segment, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        env = dict(os.environ, GIT_INDEX_FILE=str(tmp_path / "forge.index"))
+        subprocess.run(["git", "read-tree", v], cwd=repo, env=env, check=True)
+        subprocess.run(["git", "update-index", "--cacheinfo", f"100644,{blob},ledger/000000.jsonl"], cwd=repo,
+                       env=env, check=True)
+        subprocess.run(["git", "update-index", "--force-remove", "snapshot.json"], cwd=repo, env=env, check=True)
+        tree = subprocess.run(["git", "write-tree"], cwd=repo, env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        forged = rgit(repo, "commit-tree", tree, "-p", v, "-m", "plan-runner: calc: note")
+        rgit(repo, "push", "-q", "origin", f"{forged}:{ref}")
+
+    forge_append(json.dumps({"type": "note", "at": "2026-12-01T00:00:00Z", "text": "forged by a writer",
+                             "user": "someone"}))
+    second = run_session(repo)
+    assert result_json(second)["outcome"] == "Progress", second.stderr[-2000:]
+    notes = [e for e in ledger(tmp_path / "origin.git") if e["type"] == "note"]
+    assert [n["text"] for n in notes] == ["forged by a writer"]  # taken as another job's write, as documented
+    forge_append('{"type": "session", "outcome": "Finished"}')
+    for args in (["session", "plans/calc.md", "--json"], ["status"]):
+        proc = subprocess.run([sys.executable, "-m", "runner", *args], cwd=repo, capture_output=True, text=True,
+                              env=cli_env(), timeout=120)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert "corrupt" in proc.stderr and "ledger/000000.jsonl" in proc.stderr, proc.stderr
