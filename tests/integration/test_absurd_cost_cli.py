@@ -1,5 +1,6 @@
 """A non-finite or absurd cost in an agent's usage report, through the real CLI (issue 46): the Claude Code
-backend's `result` line says `"total_cost_usd": Infinity` (or `NaN`, or `1e308`: Python's JSON reads all three).
+backend's `result` line says `"total_cost_usd": Infinity` (or `NaN`, `1e308`, an integer of 401 digits: Python's
+JSON reads all four).
 The session is recorded with a bounded cost and a note saying what was reported; `status` and `logs` show it;
 the ledger, compacted past the session by later writes, is strict JSON, its summary's totals are finite, and
 every entry parses back."""
@@ -97,7 +98,8 @@ def _seed(store: GitStateStore, first: int, last: int, state, version):
 ESTIMATE = 0.00045  # the list price of the stand-in's usage (100 tokens in, 10 out, Sonnet)
 
 
-@pytest.mark.parametrize("cost, recorded", [("Infinity", COST_LIMIT), ("NaN", ESTIMATE), ("1e308", COST_LIMIT)])
+@pytest.mark.parametrize("cost, recorded", [("Infinity", COST_LIMIT), ("NaN", ESTIMATE), ("1e308", COST_LIMIT),
+                                            ("1" + "0" * 400, COST_LIMIT)])
 def test_an_absurd_cost_is_recorded_bounded_summarised_shown_and_parsed_back(tmp_path, cost, recorded):
     """Recorded: Infinity and 1e308 as COST_LIMIT (the plan's cost budget then stops it: a spend nobody can
     vouch for is a human's to look at), NaN as the list-price estimate of the usage; a note in the record's
@@ -132,6 +134,7 @@ def test_an_absurd_cost_is_recorded_bounded_summarised_shown_and_parsed_back(tmp
     assert out["cost_usd"] == pytest.approx(recorded), out
     notes = [r for r in out["reasons"] if r.startswith("usage report bounded: ")]
     assert len(notes) == 1 and (f"cost of {float(cost):.6g}" in notes[0] or "total_cost_usd nan" in notes[0]), notes
+    assert len(notes[0]) < 300  # never the 400 digits
     if recorded == COST_LIMIT:  # the default cost budget ($50) is spent
         assert out["status"] == "parked" and "max_cost_usd reached ($1000010.20 of $50.00)" in out["message"], out
     # shown by status and logs, before compaction

@@ -17,6 +17,7 @@ What counts, and why:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -27,6 +28,7 @@ from runner.backends.common.endpoint import UNREACHABLE
 from runner.backends.common.limits import read_signal
 from runner.backends.common.meter import anthropic_cost, budget_tokens, token_count
 from runner.backends.common.signals import session_signals
+from runner.core.bounds import FLOAT_MAX
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.fingerprint import normalise_error
 from runner.backends.common import jsonline
@@ -318,7 +320,8 @@ class StreamJsonParser:
         estimate of the usage seen, which misses the call in flight when there is no result."""
         cost = self.result.get("total_cost_usd") if self.result else None
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
-            return float(cost), False, False  # Infinity, 1e308: bounded and noted where the account is built
+            # Infinity, 1e308, an int of 400 digits: bounded and noted where the account is built (common.signals)
+            return (float(cost) if cost <= FLOAT_MAX else math.inf), False, False
         fresh, write, read, out = self._parts()
         estimate = anthropic_cost(self.model, fresh + write + read, out, read, write)
         return estimate, estimate is not None, self.result is None

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from runner.adapters.sandbox import fsafe
+from runner.core.bounds import bound_cost
 from runner.core.backend_spec import BACKENDS
 from runner.core.errors import PlanRunnerError
 
@@ -116,8 +117,17 @@ def _claude(path: Path, session_id: str | None) -> list[str]:
                     lines.append(_indent(f"{mark}: {_cut(_result_text(block.get('content')))}"))
         elif kind == "result":
             lines.append(f"— result: {msg.get('subtype')}" + (" (error)" if msg.get("is_error") else "")
-                         + (f", ${msg['total_cost_usd']:.4f}" if isinstance(msg.get("total_cost_usd"), (int, float)) else ""))
+                         + _reported_cost(msg.get("total_cost_usd")))
     return lines
+
+
+def _reported_cost(value: object) -> str:
+    """`, $0.0123` for the cost a result line reports; bounded as the record bounds it (an int of 400 digits
+    cannot even be formatted as a float), saying so."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return ""
+    cost, note = bound_cost(value)
+    return "" if cost is None else f", ${cost:.4f}" + (" (bounded: the line said more)" if note else "")
 
 
 def _codex(path: Path, thread_id: str | None) -> list[str]:
