@@ -178,3 +178,32 @@ def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(
     said = cli(repo, "logs", "plans/calc.md", str(sessions[1]["n"])).stdout
     assert "marker: agent-ran-the-gate" in said and "marker: clone-clean" in said, said[-3000:]
     assert "WIP" not in git(repo, "log", "--format=%s", "plan-runner/calc")
+
+
+def test_the_first_session_sets_up_the_gates_from_the_preflights_cache(world, tmp_path):
+    """The preflight builds the set-up cache at the path the gates run in (the plan's own area, which no session
+    holds yet), so the first session restores it: `setup:` runs once for the gates, not once for the preflight
+    and again for the session (a venv names its own path, so a cache built elsewhere could not be used)."""
+    (world / "agent.sh").write_text(AGENT)
+    os.chmod(world / "agent.sh", 0o755)
+    repo = tmp_path / "repo"
+    (repo / "plans").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "tests" / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    (repo / "conftest.py").write_text("")
+    (repo / "requirements-test.txt").write_text("pytest\n")
+    (repo / ".gitignore").write_text(".venv/\n__pycache__/\n")
+    shutil.copytree(world / "wheels", repo / "wheels")
+    (repo / "plans" / "calc.md").write_text(_plan(world, ".venv/bin/pytest -q -p no:cacheprovider",
+                                                  SETUP.format(wheels="wheels")))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=M", "-c", "user.email=m@example.invalid", "commit", "-q", "-m", "calc")
+    proc = cli(repo, "session", "plans/calc.md")
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stderr
+    assert said.count("building the cache") == 1, said
+    assert " restored" in said or " in place" in said, said
+    (session,) = [e for e in _ledger(repo) if e.get("type") == "session"]
+    assert session["outcome"] == "Advanced", session["reasons"]

@@ -503,6 +503,18 @@ def hold_area(area: AgentArea, identity: Identity) -> None:
     identity.areas[area.root] = fd
 
 
+def hold_alone(area: AgentArea) -> int | None:
+    """The area's in-use lock taken exclusively, without waiting (its descriptor; close it to release), or None
+    while a session holds it: the preflight then knows no session of the plan is using the area."""
+    fd = os.open(area.root / _IN_USE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _release_area(area: AgentArea, identity: Identity) -> None:
     fd = identity.areas.pop(area.root, None)
     if fd is not None:

@@ -406,10 +406,15 @@ def before_first_session(ws, ports, *, warn=lambda text: None, session=None, ful
 
     # The plan's base (judge.base: written by the judge alone, under its lock) checked out at the trusted commit and
     # set up: the first session's gates then bring it to their commit incrementally (one write of the tree). What is
-    # writable (a set-up's checkout, the mount point) is in an area of this preflight's own, never the plan's: two
-    # jobs starting the plan's first session at once both run a preflight, and the agent of the one that wins may
-    # be running while the other's preflight sets up.
-    own = agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
+    # writable (a set-up's checkout, the mount point) is in the plan's own area while no session uses it (its in-use
+    # lock taken alone), so the set-up cache is built at the path the gates run in and the first session restores
+    # it instead of running `setup:` again (a venv names its own path); else in an area of this preflight's own:
+    # two jobs starting the plan's first session at once both run a preflight, and the agent of the one that wins
+    # may be running while the other's preflight sets up.
+    plan_area = agent_clone.area_for(ws.repo, plan.id)
+    agent_clone.own_root(plan_area, ws.repo)
+    alone = agent_clone.hold_alone(plan_area)
+    own = plan_area if alone is not None else agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
     with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity:
         try:
             gates = _as_it_will_run(ws, plan, identity, own)
@@ -422,7 +427,10 @@ def before_first_session(ws, ports, *, warn=lambda text: None, session=None, ful
                 failed = setup_failure(gates.failures[0]) if gates.failures else None
                 _raise(plan, problems(plan, ws.env, ws.repo, gates.host, failed, agent=False), warn)
         finally:
-            agent_clone.discard_area(own, identity)  # in the background: nothing deleted on the critical path
+            if alone is None:
+                agent_clone.discard_area(own, identity)  # in the background: nothing deleted on the critical path
+            else:  # the plan's own: its set-up checkout is moved aside when the session's gates show the base
+                os.close(alone)
 
 
 def _as_it_will_run(ws, plan: Plan, identity, own):
