@@ -94,6 +94,19 @@ AUTHS: dict[str, Auth] = {
 }
 
 
+# `init --github-app`: the session job's push token minted from a GitHub App (docs/github-actions.md, "A push token
+# from a GitHub App"). The id is not secret: a repository variable; the private key is: a secret. They reach the
+# action as inputs, and plan-runner's step through `env:` only (action.yml).
+APP_ID_VARIABLE = "PLAN_RUNNER_APP_ID"
+APP_KEY_SECRET = "PLAN_RUNNER_APP_PRIVATE_KEY"
+GITHUB_APP_INPUTS = (("app-id", "${{ vars.%s }}" % APP_ID_VARIABLE),
+                     ("app-private-key", "${{ secrets.%s }}" % APP_KEY_SECRET))
+GITHUB_APP_SETUP = (f"create a GitHub App with Contents and Pull requests: read and write, install it on this "
+                    f"repository, and store its App ID as the repository variable {APP_ID_VARIABLE} and its private "
+                    f"key (the whole .pem) as the secret {APP_KEY_SECRET} (docs/github-actions.md, \"A push token "
+                    "from a GitHub App\")")
+
+
 @dataclass(frozen=True)
 class InitOptions:
     action_ref: str = DEFAULT_ACTION_REF
@@ -104,6 +117,7 @@ class InitOptions:
     timeout_minutes: int = 180
     test_command: str = "make test"
     auth: str = "api-key"  # a key of AUTHS
+    github_app: bool = False  # the session job passes `app-id` and `app-private-key` (GITHUB_APP_INPUTS)
     # what the example `setup:` installs for a Python project: the `test` extra when pyproject.toml declares one,
     # else the project and pytest by name (a missing extra is only a warning to pip: pytest would never come)
     python_install: str = ".venv/bin/pip install -q -e . pytest"
@@ -161,7 +175,8 @@ def render_workflow(opts: InitOptions = InitOptions()) -> str:
     steps = "".join("".join(f"      {line}\n" if line else "\n" for line in step.splitlines()) for step in auth.steps)
     return _ENV.get_template("workflow.yml.j2").render(
         action_ref=opts.action_ref, action_comment=opts.action_comment, example_plan=EXAMPLE_PLAN_PATH,
-        cron=opts.cron, timeout_minutes=opts.timeout_minutes, auth=auth, auth_steps=steps)
+        cron=opts.cron, timeout_minutes=opts.timeout_minutes, auth=auth, auth_steps=steps,
+        app_inputs=GITHUB_APP_INPUTS if opts.github_app else ())
 
 
 def auth_of(name: str) -> Auth:
@@ -313,12 +328,13 @@ def installed_action_ref(source: Source | None, warn=lambda text: None) -> tuple
 
 def write_init(directory: Path, *, force: bool = False, action_ref: str | None = None,
                server: str = DEFAULT_SERVER, warn=lambda text: None,
-               source: Source | None | bool = True, auth: str = "api-key") -> list[Path]:
+               source: Source | None | bool = True, auth: str = "api-key", github_app: bool = False) -> list[Path]:
     """Write the workflow and the example plan; returns the paths written.
 
     Without `action_ref` the workflow pins the commit this plan-runner was installed from
     (`runner.adapters.source`; `source` overrides what is found, True: look). A tag or branch is resolved to its
-    commit sha (`git ls-remote`); when that fails the tag is written as given and `warn` says how to pin it."""
+    commit sha (`git ls-remote`); when that fails the tag is written as given and `warn` says how to pin it.
+    `github_app`: the session job passes the GitHub App's `app-id` and `app-private-key` (GITHUB_APP_INPUTS)."""
     repo = Path(directory)
     if not repo.is_dir():
         raise PlanRunnerError(what=f"{repo} is not a directory", why="init writes into an existing repository",
@@ -336,7 +352,7 @@ def write_init(directory: Path, *, force: bool = False, action_ref: str | None =
                  "other code.")
     auth_of(auth)  # an unknown way is refused before anything is resolved or written
     opts = InitOptions(action_ref=uses, action_comment=comment, base=_default_branch(repo),
-                       test_command=_test_command(repo), auth=auth,
+                       test_command=_test_command(repo), auth=auth, github_app=github_app,
                        python_install=_python_install(repo), python_key=_python_key(repo))
     files = {repo / WORKFLOW_PATH: render_workflow(opts), repo / CLOCK_PATH: render_clock(opts),
              repo / RECONCILE_PATH: render_reconcile(opts), repo / EXAMPLE_PLAN_PATH: render_example_plan(opts)}

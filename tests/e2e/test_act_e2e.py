@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 import shutil
 import subprocess
 import time
@@ -123,13 +124,14 @@ class ActWorld:
     def __init__(self, root: Path, srv: GitHubServer, files: dict[str, str] | None = None,
                  env: dict[str, str] | None = None, plan_id: str = "greeter", init_plan: bool = False,
                  action: Path | None = None, auth: str = "api-key", act_args: tuple[str, ...] = (),
-                 plan_edit=None, install_root: Path | None = None) -> None:
+                 plan_edit=None, install_root: Path | None = None, github_app: bool = False) -> None:
         """`files`: the repository (default: the greeter plan on the script backend), beside the workflow `init`
         writes (and its example plan, `init_plan`) for `auth` (`init --auth`); `env`: more variables for every job
         (act's `--env`); `action`: the action's files (default: a copy of this checkout's); `act_args`: more of act's
         arguments (secrets, variables, stand-ins of other actions); `plan_edit`: a change to init's example plan;
         `install_root`: plan-runner's install directory (default: a new one, so the action installs it cold), as on
-        a runner whose earlier jobs installed this same plan-runner (`shared_install_root`)."""
+        a runner whose earlier jobs installed this same plan-runner (`shared_install_root`); `github_app`: the workflow
+        `init --github-app` writes (the session job's `app-id` and `app-private-key`)."""
         self.root, self.srv, self.runs, self.seen_dispatches = root, srv, 0, 0
         self.env, self.plan_id, self.act_args = dict(env or {}), plan_id, list(act_args)
         files = dict(files) if files is not None else {
@@ -139,7 +141,8 @@ class ActWorld:
         for name, text in files.items():  # init reads the repository (its test command)
             (init / name).parent.mkdir(parents=True, exist_ok=True)
             (init / name).write_text(text)
-        write_init(init, source=Source("octo-org/plan-runner", ACTION_SHA, "0.1.0", "read from the checkout"), auth=auth)
+        write_init(init, source=Source("octo-org/plan-runner", ACTION_SHA, "0.1.0", "read from the checkout"), auth=auth,
+                   github_app=github_app)
         if init_plan:
             files["plans/example.md"] = (plan_edit or str)((init / "plans/example.md").read_text())
         assert f"uses: {ACTION_REF} # v0.1.0" in (init / ".github/workflows/plan-runner.yml").read_text()
@@ -155,11 +158,14 @@ class ActWorld:
         srv.set_permission("maintainer", "write")
         srv.set_permission("stranger", "read")
 
-    def act(self, event_name: str, payload: dict, run_id: int | None = None, kill_when: str | None = None) -> None:
+    def act(self, event_name: str, payload: dict, run_id: int | None = None, kill_when: str | None = None,
+            fails: bool = False, on_line: Callable[[str], None] | None = None) -> None:
         """One act run of the workflow GitHub runs for `event_name`. A `workflow_dispatch` runs as the server's run
         `run_id` (a dispatch's; default: a new run a maintainer started), started and completed at the server as
         GitHub would. `kill_when`: the job's runner is lost once its log says this (act and every process it
-        started are SIGKILLed: nothing of the job runs after), and GitHub marks the run failed."""
+        started are SIGKILLed: nothing of the job runs after), and GitHub marks the run failed. `fails`: the job is
+        expected to fail (act exits non-zero), and its run completes as a failure. `on_line`: called with each line
+        of act's output as it comes (the job's log, live)."""
         self.runs += 1
         event = self.root / f"event-{self.runs}.json"
         event.write_text(json.dumps(payload))
@@ -196,13 +202,27 @@ class ActWorld:
             assert kill_when in text, f"act run {self.runs} ended before `{kill_when}`; log:\n" + text[-6000:]
             assert self.srv.complete_run(run_id, "failure") is None  # the job token's dispatch: no workflow_run
             return
-        proc = subprocess.run(cmd, cwd=self.clone, capture_output=True, text=True, timeout=240,
-                              stdin=subprocess.DEVNULL, env=host)
+        if on_line is None:
+            proc = subprocess.run(cmd, cwd=self.clone, capture_output=True, text=True, timeout=240,
+                                  stdin=subprocess.DEVNULL, env=host)
+        else:
+            live = subprocess.Popen(cmd, cwd=self.clone, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, env=host)
+            seen: list[str] = []
+            assert live.stdout is not None
+            with live.stdout:
+                for line in live.stdout:
+                    seen.append(line)
+                    on_line(line)
+            live.wait(240)
+            proc = subprocess.CompletedProcess(cmd, live.returncode, "".join(seen), "")
         log.write_text(proc.stdout + proc.stderr)
-        assert proc.returncode == 0, f"act run {self.runs} ({event_name}) failed; log:\n" + log.read_text()[-6000:]
+        assert (proc.returncode != 0) == fails, (f"act run {self.runs} ({event_name}) "
+                                                 f"{'succeeded' if fails else 'failed'}; log:\n"
+                                                 + log.read_text()[-6000:])
         assert API_KEY not in proc.stdout + proc.stderr and self.srv.token not in proc.stdout
         if event_name == "workflow_dispatch":
-            self.srv.complete_run(run_id, "success")
+            self.srv.complete_run(run_id, "failure" if fails else "success")
 
     def new_dispatches(self) -> list:
         fresh = self.srv.dispatches[self.seen_dispatches:]

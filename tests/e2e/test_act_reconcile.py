@@ -68,3 +68,12 @@ def test_a_session_job_killed_mid_session_is_reconciled_by_the_clock_and_the_pla
         assert world.ledger()[-1]["run_id"] == again.run_id
         world.act("workflow_dispatch", {"inputs": again.inputs, "ref": "refs/heads/main"}, run_id=again.run_id)
         assert [e["n"] for e in world.ledger() if e["type"] == "session"] == [1, 2, 3]  # the plan goes on
+        # every session's verdict is a check run on the work branch: the killed one's from the tick that recorded it
+        name = "plan-runner / greeter"
+        titles = [c["output"]["title"].split(":")[0] + f" {c['conclusion']}"
+                  for sha in srv.check_runs for c in srv.checks_on(sha, name)]
+        assert sorted(titles) == sorted(["Advanced success", "TimedOut failure", f"{world.outcomes()[2]} "
+                                         + ("success" if world.outcomes()[2] in ("Advanced", "Progress") else
+                                            "failure")]), titles
+        head = w.ref(world.bare, "plan-runner/greeter")
+        assert srv.checks_on(head, name)[-1]["output"]["title"].startswith(f"{world.outcomes()[2]}: session 3")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -204,12 +206,80 @@ def test_a_push_refused_with_every_token_is_a_clear_error_never_a_trace(tmp_path
         srv.git_read_only.add(srv.login)  # the job's token: `contents: read`
         srv.app_token_ttl = -1.0  # expired as it is made (revoked at once)
         app.max_mints = 1  # suspended after the first: no new one
-        rc, out, outputs, summary, _ = jobs.session(**app_env(srv))
+        rc, out, outputs, summary, _ = jobs.session(**app_env(srv), RUNNER_TEMP=str(tmp_path / "runner-temp"))
         assert rc != 0 and outputs["outcome"] == "error", out + summary
         assert "refused plan-runner's token" in summary and "app-id" in summary, summary
         assert "Traceback" not in summary + out
-        job = tmp_path / f"job{jobs.n}"
-        assert w.git(job, "rev-parse", "--verify", "refs/heads/plan-runner/greeter")  # kept locally
+        # refused at the session's start, before its agent ran: no commit of its own to keep
+        assert outputs["unpushed-artifact"] == "" and outputs["unpushed-file"] == "", outputs
+        assert "gh run download" not in summary
+
+
+class RevokeWhenTheAgentWorks(io.StringIO):
+    """The job's log; the first line of the agent's tools revokes every token the App minted and suspends the App
+    (GitHub mints no new one): the session's start went through, its final push will not."""
+
+    def __init__(self, srv: GitHubServer, app) -> None:
+        super().__init__()
+        self.srv, self.app, self.tripped = srv, app, False
+
+    def write(self, text: str) -> int:
+        if not self.tripped and "plan-runner tool:" in text:
+            self.tripped = True
+            with self.srv.lock:
+                for minted in self.app.minted:
+                    self.srv.token_expiry[minted["token"]] = time.time() - 1
+                self.app.suspended = True
+        return super().write(text)
+
+
+def test_commits_refused_with_every_token_are_kept_as_an_artifact_with_the_commands_to_push_them(tmp_path) -> None:
+    """The session's start is pushed with the App's token; then, while the agent works, the token is revoked and
+    the App suspended (no new token), and the job's token may only read: the final push is refused with every token.
+    The job fails with what, why, fix; the work branch's commits the remote has not got are written as a git bundle
+    for the action's upload step (`unpushed-file`, `unpushed-artifact`), and the fix names the artifact and the
+    commands that fetch and push it, which, run as given, put the agent's commit on the session's ref."""
+    with GitHubServer() as srv:
+        app = add_app(srv, APP_ID, PUBLIC)
+        srv.git_read_only.add(srv.login)  # the job's token: `contents: read`
+        jobs = HttpJobs(tmp_path, srv)
+        jobs.n += 1
+        ws = w.checkout(jobs.bare, tmp_path / f"job{jobs.n}")
+        w.git(ws, "remote", "set-url", "origin", f"{srv.url}/octo-org/demo.git")
+        env = {**w.job_env(srv, ws, tmp_path / "runner", "workflow_dispatch", w.dispatch_event("plans/greeter.md"),
+                           jobs.n),
+               "PLAN_RUNNER_MODE": "session", **app_env(srv), "RUNNER_TEMP": str(tmp_path / "runner-temp")}
+        log = RevokeWhenTheAgentWorks(srv, app)
+        rc = run_action(env, out=log)
+        out = log.getvalue()
+        outputs = w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
+        summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+        assert log.tripped and rc != 0 and outputs["outcome"] == "error", out + summary
+        assert "refused plan-runner's token" in summary and "Traceback" not in summary + out, summary
+        assert any(ok for method, path, login, ok in srv.git_requests if path.endswith("git-receive-pack"))
+        assert w.ref(jobs.bare, "plan-runner/greeter") is None  # nothing of the agent's reached the remote
+        follow_the_unpushed_commands(tmp_path, jobs.bare, outputs, summary, out)
+
+
+def follow_the_unpushed_commands(tmp_path: Path, bare: Path, outputs: dict, summary: str, out: str) -> None:
+    """The refused commits are in a bundle the action uploads (`unpushed-file`, `unpushed-artifact`), and the
+    job's error names the artifact and the commands that push them; run as given (the download is the file itself)
+    in a fresh clone, they put the agent's commit on the session's ref."""
+    name = outputs["unpushed-artifact"]
+    assert name == "plan-runner-greeter-session-1-unpushed", outputs
+    bundle = Path(outputs["unpushed-file"])
+    assert bundle.name == f"{name}.bundle" and bundle.is_file()
+    assert f"::the agent's commits are kept in the artifact {name}: the summary says how to push them" in out
+    lines = [line.strip() for line in summary.splitlines()]
+    assert f"gh run download 1 --repo octo-org/demo --name {name}" in lines, summary
+    commands = [line.split() for line in lines if line.startswith(("git fetch", "git push"))]
+    assert [c[:2] for c in commands] == [["git", "fetch"], ["git", "push"]], summary
+    clone = w.checkout(bare, tmp_path / "maintainer")
+    shutil.copy(bundle, clone / bundle.name)  # what `gh run download` leaves in the folder
+    for command in commands:
+        subprocess.run(command, cwd=clone, check=True, capture_output=True)
+    assert commands[1][-1].endswith(":refs/plan-runner/sessions/greeter/1")
+    assert "greet says hello" in w.git(bare, "log", "--format=%s", "refs/plan-runner/sessions/greeter/1")
 
 
 def test_pygithubs_debug_log_never_shows_a_minted_token(caplog) -> None:

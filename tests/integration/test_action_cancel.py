@@ -75,7 +75,9 @@ class StopWorld:
     composite action run as the hosted runner runs it."""
 
     def __init__(self, tmp: Path, srv: GitHubServer, script: str, install_root: Path, action_dir: Path,
-                 dispatched: bool = False) -> None:
+                 dispatched: bool = False, http: bool = False, inputs: dict[str, str] | None = None) -> None:
+        """`http`: the job's checkout pushes over smart HTTP to the test server (which takes only a live token it
+        knows: tests/servers/github_apps.py); `inputs`: more of the action's inputs."""
         init = tmp / "init"
         init.mkdir()
         write_init(init, source=Source("octo-org/plan-runner", "0" * 40, "0.1.0", "read from the checkout"))
@@ -88,20 +90,26 @@ class StopWorld:
             GitStateStore(seed, remote="origin").append(
                 "greeter", [Dispatched(at=datetime.now(timezone.utc), for_session=1, key="greeter#1")], None)
         ws = w.checkout(self.bare, tmp / "job")
+        server = "https://github.example.invalid"
+        if http:
+            srv.git_bare = self.bare
+            w.git(ws, "remote", "set-url", "origin", f"{srv.url}/octo-org/demo.git")
+            server = srv.url
         self.image = HostedImage(tmp / "image", install_root=install_root)
         # The machine's environment (its CA bundle, its package mirrors), as a runner's job inherits it, less the
         # test machine's own pointers at plan-runner (a hosted runner has none), then what the runner sets.
         host = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "GITHUB_", "VIRTUAL_ENV"))}
         env = {**host, **w.job_env(srv, ws, tmp / "runner", "workflow_dispatch", w.dispatch_event(PLAN)),
-               "GITHUB_JOB": "session", "GIT_CONFIG_GLOBAL": os.devnull}
+               "GITHUB_JOB": "session", "GIT_CONFIG_GLOBAL": os.devnull, "GITHUB_SERVER_URL": server}
         for name in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "ANTHROPIC_API_KEY", "GITHUB_TOKEN"):
             env.pop(name)
         self.lines: list[str] = []
         self.seen = threading.Condition()
         self.job = CompositeRunner(
             action_dir, self.image, env,
-            inputs={"mode": "session", "plan": PLAN, "anthropic-api-key": "sk-ant-test-secret-value-123"},
-            github={"token": srv.token, "server_url": "https://github.example.invalid"}, on_line=self._line)
+            inputs={"mode": "session", "plan": PLAN, "anthropic-api-key": "sk-ant-test-secret-value-123",
+                    **(inputs or {})},
+            github={"token": srv.token, "server_url": server}, on_line=self._line)
 
     def _line(self, line: str) -> None:
         with self.seen:
@@ -176,6 +184,52 @@ def test_a_step_killed_before_its_salvage_is_finished_by_the_cancelled_step(tmp_
         assert backstop.outputs["outcome"] == "cancelled" and backstop.outputs["salvage"] == "done"
         assert "refs/plan-runner/sessions/greeter/1" in backstop.summary, backstop.summary
         assert_session_saved(world.bare, dispatched=True)
+
+
+@pytest.mark.parametrize("app_mints", [True, False])
+def test_the_cancelled_step_pushes_the_work_with_a_token_minted_from_the_app(tmp_path: Path, install_root: Path,
+                                                                             action_dir: Path, app_mints: bool) -> None:
+    """With `app-id` and `app-private-key`, the `if: cancelled()` step pushes the agent's work with a token it mints
+    from the App, as the session's step does (the remote serves git over smart HTTP and takes only a live token:
+    tests/servers/github_apps.py). When GitHub mints none (the App suspended after the session step's token), it
+    pushes with the job's token instead and says so (what, why, fix), as the main path does; the work is kept
+    either way."""
+    from tests.integration.test_action_app_token import APP_ID, BOT, PRIVATE, PUBLIC
+    from tests.servers.github_apps import add_app
+
+    with GitHubServer() as srv:
+        app = add_app(srv, APP_ID, PUBLIC)
+        if not app_mints:
+            app.max_mints = 1  # the session step's token, then no more
+        world = StopWorld(tmp_path, srv, SLOW_SCRIPT, install_root, action_dir, dispatched=True, http=True,
+                          inputs={"app-id": str(APP_ID), "app-private-key": PRIVATE})
+        hook = world.bare / "hooks" / "pre-receive"
+        hook.write_text(f"#!/bin/sh\nif grep -q refs/plan-runner/sessions/ && [ ! -e {tmp_path}/slow-once ]; then\n"
+                        f"  touch {tmp_path}/slow-once; sleep 20\nfi\nexit 0\n")
+        hook.chmod(0o755)
+        job = world.run_and_stop("plan-runner tool: write", 2, 0.5)
+        step = job.step("run")
+        assert [s for s, _ in step.signals] == ["SIGINT", "SIGTERM", "SIGKILL"], (step.signals, job.text)
+        backstop = job.step("backstop")
+        assert backstop.ran and backstop.exit_code == 0, job.text
+        assert backstop.outputs["outcome"] == "cancelled" and backstop.outputs["salvage"] == "done"
+        assert "refs/plan-runner/sessions/greeter/1" in backstop.summary, backstop.summary
+        assert_session_saved(world.bare, dispatched=True)
+        pushes = [(login, ok) for method, path, login, ok in srv.git_requests
+                  if method == "POST" and path.endswith("git-receive-pack")]
+        if app_mints:
+            assert len(app.minted) == 2, app.minted  # the session step's, then the backstop's own
+            assert pushes and all(p == (BOT, True) for p in pushes), pushes
+            assert "push token" not in backstop.summary
+        else:
+            assert len(app.minted) == 1
+            assert pushes[-1] == (srv.login, True), pushes  # the backstop's: the job's token
+            assert "could not be minted for the salvage" in backstop.summary, backstop.summary
+            assert "::warning title=plan-runner push token::" in job.text
+        shown = "\n".join(line for line in job.text.splitlines() if "::add-mask::" not in line)
+        for minted in app.minted:
+            assert minted["token"] not in shown
+        assert PRIVATE.splitlines()[1] not in shown
 
 
 def assert_session_saved(bare: Path, dispatched: bool) -> None:

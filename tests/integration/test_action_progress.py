@@ -193,6 +193,11 @@ def test_a_killed_sessions_progress_comment_says_how_it_ended_once_reconciled(tm
         assert body.count("<!-- plan-runner:comment -->") == 1
         assert srv.comments[forged]["body"] == running  # a person's comment is never edited
         assert "progress comment on #" in out and "now says it ended" in out
+        # the reconciled session's verdict is a check run on the work branch's head, as a session job's is
+        head = w.ref(jobs.bare, "plan-runner/greeter")
+        checks = srv.checks_on(head, "plan-runner / greeter")
+        assert [c["conclusion"] for c in checks] == ["success", "failure"], checks
+        assert checks[-1]["output"]["title"].startswith("TimedOut: session 2"), checks[-1]["output"]
 
 
 def test_the_agents_words_cannot_move_what_reconcile_writes_into_the_comment():

@@ -45,12 +45,14 @@ def test_init_writes_a_workflow_with_three_triggers_and_least_permissions(tmp_pa
     assert jobs["session"]["concurrency"] == {"group": "plan-runner-${{ inputs.plan }}", "cancel-in-progress": False}
     clock = yaml.safe_load((tmp_path / ".github/workflows/plan-runner-clock.yml").read_text())
     assert clock[True] == {"schedule": [{"cron": "17,47 * * * *"}]} and clock["permissions"] == {}
-    assert clock["jobs"]["tick"]["permissions"] == {"contents": "write", "actions": "write"}
+    # checks: the verdict of a session the tick reconciles (a killed job's) as its check run
+    assert clock["jobs"]["tick"]["permissions"] == {"contents": "write", "actions": "write", "checks": "write"}
     assert clock["jobs"]["tick"]["env"] == {"PLAN_RUNNER_SESSION_WORKFLOW": "plan-runner.yml"}
     rec = yaml.safe_load((tmp_path / ".github/workflows/plan-runner-reconcile.yml").read_text())
     assert rec[True] == {"workflow_run": {"workflows": [wf["name"]], "types": ["completed"]}}
     assert rec["permissions"] == {} and rec["jobs"]["reconcile"]["permissions"] == {"contents": "write",
-                                                                                   "actions": "write"}
+                                                                                   "actions": "write",
+                                                                                   "checks": "write"}
     cond = rec["jobs"]["reconcile"]["if"]
     assert "workflow_run.event == 'workflow_dispatch'" in cond and "conclusion != 'success'" in cond
     every = {**jobs, "tick": clock["jobs"]["tick"], "reconcile": rec["jobs"]["reconcile"]}

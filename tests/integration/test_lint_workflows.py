@@ -88,7 +88,7 @@ def test_action_inputs_reach_code_only_through_env():
     for name, spec in action["inputs"].items():
         assert spec.get("description") and "default" in spec, name
     assert set(action["outputs"]) == {"outcome", "next-action", "issue-url", "pull-request-url", "record",
-                                      "record-artifact"}
+                                      "record-artifact", "unpushed-artifact"}
     for step in action["runs"]["steps"]:
         assert "${{" not in step.get("run", ""), step.get("name")
     run = [s for s in action["runs"]["steps"] if s.get("id") == "run"][0]
@@ -112,4 +112,42 @@ def test_every_way_of_paying_init_writes_passes_actionlint_and_zizmor(tmp_path, 
     proc = actionlint(tmp_path, [workflow])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = zizmor([workflow])
+    assert found == (0, []), json.dumps(found[1], indent=1)[:4000]
+
+
+@pytest.mark.parametrize("auth", ["api-key", "bedrock"])
+def test_init_github_app_writes_the_apps_inputs_from_a_variable_and_a_secret_lint_clean(tmp_path, auth):
+    """`plan-runner init --github-app` (the real CLI): the session job passes `app-id` from the repository variable
+    PLAN_RUNNER_APP_ID and `app-private-key` from the secret PLAN_RUNNER_APP_PRIVATE_KEY, nothing else changes (no
+    other job gets them, no `run:` step sees them), `next:` says what to create, and actionlint and zizmor find
+    nothing in what it wrote."""
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "runner", "init", "--github-app", "--auth", auth,
+                           "--action-ref", PINNED, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PLAN_RUNNER_APP_ID" in proc.stdout and "PLAN_RUNNER_APP_PRIVATE_KEY" in proc.stdout  # next: steps
+    workflow = tmp_path / ".github/workflows/plan-runner.yml"
+    flow = yaml.safe_load(workflow.read_text())
+    steps = flow["jobs"]["session"]["steps"]
+    action = [s for s in steps if s.get("uses", "").startswith(PINNED.split("@")[0])]
+    assert len(action) == 1
+    given = action[0]["with"]
+    assert given["app-id"] == "${{ vars.PLAN_RUNNER_APP_ID }}"
+    assert given["app-private-key"] == "${{ secrets.PLAN_RUNNER_APP_PRIVATE_KEY }}"
+    assert "push-token" not in given
+    for name, job in flow["jobs"].items():  # only the session job's action step is given them
+        for step in job["steps"]:
+            assert "PLAN_RUNNER_APP" not in step.get("run", ""), (name, step)
+            if step is not action[0]:
+                assert "app-id" not in (step.get("with") or {}), (name, step)
+    # without the flag, the workflow is what it was
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_init(plain, action_ref=PINNED, auth=auth)
+    assert "app-id" not in (plain / ".github/workflows/plan-runner.yml").read_text()
+    files = [tmp_path / ".github/workflows" / name for name in INIT_FILES]
+    lint = actionlint(tmp_path, files)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    found = zizmor(files)
     assert found == (0, []), json.dumps(found[1], indent=1)[:4000]

@@ -135,6 +135,16 @@ def push_ref(repo: str | os.PathLike[str], remote: str, sha: str, ref: str, expe
     push_leased(repo, remote, [(sha, ref, expected)], what=what)
 
 
+PUSH_TOKEN_FIX = ("give the action a token that can push: `app-id` and `app-private-key` (plan-runner mints an "
+                  "installation token and a new one before a push when it nears its hour), or a `push-token` that "
+                  "does not expire within the job, or the job's token with `contents: write`; then run the workflow "
+                  "again (docs/github-actions.md, \"A push token from a GitHub App\")")
+
+
+class PushRefused(PlanRunnerError):
+    """The remote refused every token plan-runner had for a push (401/403): nothing of it was pushed."""
+
+
 def push_leased(repo: str | os.PathLike[str], remote: str, updates: Sequence[tuple[str | None, str, str | None]], *,
                 what: str, atomic: bool = False) -> None:
     """Push every `(sha or None to delete, ref, expected remote sha or None for absent)`, each with its own
@@ -161,14 +171,10 @@ def push_leased(repo: str | os.PathLike[str], remote: str, updates: Sequence[tup
             fix="nothing to do: re-read the state and yield to the job that won",
         )
     if AUTH_REFUSED.search(err):
-        raise PlanRunnerError(
+        raise PushRefused(
             what=f"the remote {remote!r} refused plan-runner's token: {what} was not pushed",
             why=f"the token is expired, revoked or may not write here ({err.splitlines()[-1] if err else 'refused'})",
-            fix="the commits are kept in this checkout's local refs, nothing was pushed; give the action a token "
-                "that can push: `app-id` and `app-private-key` (plan-runner mints an installation token and a new "
-                "one before a push when it nears its hour), or a `push-token` that does not expire within the job, "
-                "or the job's token with `contents: write`; then run the workflow again "
-                "(docs/github-actions.md, \"A push token from a GitHub App\")",
+            fix="the commits are kept in this checkout's local refs, nothing was pushed; " + PUSH_TOKEN_FIX,
         )
     raise PlanRunnerError(
         what=f"could not push {what} to {remote!r}",

@@ -26,6 +26,8 @@ class ModeResult:
     pull_request_url: str = ""
     record: str = ""  # the session's record (JSON), when the job recorded one
     record_name: str = ""  # its artifact's name: plan-runner-<plan>-session-<n>
+    unpushed_file: str = ""  # a bundle of the commits the remote refused (runner.drivers.actions.unpushed)
+    unpushed_name: str = ""  # its artifact's name: plan-runner-<plan>-session-<n>-unpushed
     summary: str = ""
     annotations: list[tuple[str, str, str]] = field(default_factory=list)  # (level, message, title)
     exit_code: int = 0

@@ -39,6 +39,7 @@ from runner.adapters.store.state import GitStateStore
 
 if TYPE_CHECKING:
     from runner.drivers.actions.progress import LiveProgress
+    from runner.drivers.actions.push_auth import PushAuth
 
 MODES = ("session", "tick", "reply", "reconcile")
 
@@ -129,9 +130,16 @@ def mode_session(ctx: GitHubContext, env: Mapping[str, str], driver, rep: Report
         progress = watch_progress(ctx, env, driver, rep, s, progress_stack)
         try:
             result = run_session(ws, ports, session=s)  # the state as read above: no second fetch
-        except Exception:
+        except Exception as exc:
             if progress is not None:
                 progress.end("error", "plan-runner failed in the job: its summary says why")
+            from runner.adapters.git.branches import PushRefused
+
+            if isinstance(exc, PushRefused):  # every token refused: the agent's commits kept as an artifact
+                from runner.drivers.actions.unpushed import keep_unpushed
+
+                raise keep_unpushed(exc, ws.repo, env, s.trusted.id, s.trusted.work_branch,
+                                    s.state.sessions + 1) from None
             raise
         rows = rows_of(s, ctx)
         mr = session_mode_result(result, rows)
@@ -335,12 +343,6 @@ def _push_start_after(ws: Workspace, plan_id: str) -> Callable[[], str]:
     return push
 
 
-def _push_token(env: Mapping[str, str]) -> str | None:
-    """The token git pushes with: the `push-token` input when given (a push that triggers CI), else the job's.
-    The API keeps the job's token, but for the final pull request (runner.adapters.github.client.GitHubDriver)."""
-    return env.get(PUSH_TOKEN) or env.get("GITHUB_TOKEN")
-
-
 def run_action(env: Mapping[str, str], mode: str | None = None, out: TextIO | None = None,
                driver_factory: Callable[[GitHubContext, Mapping[str, str]], AbstractContextManager] = open_driver,
                cancelled: bool = False) -> int:
@@ -397,39 +399,70 @@ def _run_action(env: dict[str, str], mode: str | None, rep: Reporter,
     if cancelled:
         publish(rep, cancelled_result(env, mode, rep, "the job was cancelled", Exit.UNEXPECTED, backstop=True))
         return 0  # the job is cancelled either way; a failing backstop would only add noise
+    auths: list[PushAuth] = []  # the mode's push credentials, kept for a salvage after a stop
     try:
         with stop_signals_cancel():
-            result = _run_mode(env, mode, rep, driver_factory)
+            result = _run_mode(env, mode, rep, driver_factory, auths)
     except Cancelled as stop:
         ignore_stop_signals()  # the `with` above restored the default handlers: a SIGTERM would end the salvage
-        result = cancelled_result(env, mode, rep, str(stop), 128 + stop.signum)
+        result = cancelled_result(env, mode, rep, str(stop), 128 + stop.signum, auth=auths[0] if auths else None)
     publish(rep, result)
     return result.exit_code
 
 
+def salvage_auth(env: dict[str, str], rep: Reporter) -> PushAuth:
+    """The push credentials of the `if: cancelled()` step: as the session's step has them (an App's token minted
+    here, `runner.drivers.actions.push_auth.push_auth`), else, when the App's inputs are wrong or GitHub mints none,
+    the `push-token` or the job's token, with a note saying so. Never raises: the work must still be pushed."""
+    from runner.drivers.actions.push_auth import PushAuth, push_auth, without_key
+
+    try:
+        return push_auth(env, rep.add_secret)
+    except PlanRunnerError as err:
+        auth = PushAuth(env, on_secret=rep.add_secret)
+        auth.notes.append((
+            "the GitHub App's token could not be minted for the salvage: plan-runner pushed with the "
+            + ("`push-token`" if env.get(PUSH_TOKEN) else "job's GITHUB_TOKEN") + " instead",
+            f"{err.what} ({err.why})", err.fix))
+        return auth
+    finally:
+        without_key()  # nothing the salvage starts inherits the App's key
+
+
 def cancelled_result(env: dict[str, str], mode: str | None, rep: Reporter, why: str, exit_code: int,
-                     backstop: bool = False) -> ModeResult:
+                     backstop: bool = False, auth: PushAuth | None = None) -> ModeResult:
     """After a stop: the outputs say `cancelled` at once (the runner SIGKILLs the step 10 s after its SIGINT), then
     what must survive is pushed (runner.drivers.actions.main.salvage_open_session), then `salvage: done` tells the
-    action's `if: cancelled()` step that nothing is left for it to do."""
+    action's `if: cancelled()` step that nothing is left for it to do. The pushes use the token the main path uses
+    (`auth`: the session step's own; the backstop mints one from the App when it has the inputs), re-minted once
+    and then replaced by the job's token when the remote refuses it, as in the main path."""
+    from runner.adapters.git.invoke import remote_auth
+    from runner.drivers.actions.push_auth import with_notes
+
     started = time.monotonic()
     rep.set_output("outcome", "cancelled")
     rep.write_outputs()  # provisional: a later entry of the same name replaces it
     rep.outputs.clear()
     chosen = (mode or env.get("PLAN_RUNNER_MODE") or "session").strip().lower()
-    with git_credentials(_push_token(env), env.get("GITHUB_SERVER_URL", "https://github.com")):
-        kept = salvage_open_session(env) if chosen == "session" else "nothing to push"
+    if chosen != "session":
+        kept = "nothing to push"
+    else:
+        auth = auth or salvage_auth(env, rep)
+        with git_credentials(auth.current(), env.get("GITHUB_SERVER_URL", "https://github.com")), remote_auth(auth):
+            kept = salvage_open_session(env)
     spent = time.monotonic() - started
     rep.log(f"plan-runner: salvaged in {spent:.1f} s: {kept}")
     rep.set_output("salvage", "done")
     who = "the job's `if: cancelled()` step" if backstop else "plan-runner"
-    return ModeResult(outcome="cancelled", exit_code=exit_code,
-                      summary=f"# plan-runner: the job was cancelled ({why})\n\n{kept} ({who}, {spent:.1f} s).\n",
-                      annotations=[("warning", f"cancelled ({why}): {kept}", "plan-runner")])
+    return with_notes(ModeResult(
+        outcome="cancelled", exit_code=exit_code,
+        summary=f"# plan-runner: the job was cancelled ({why})\n\n{kept} ({who}, {spent:.1f} s).\n",
+        annotations=[("warning", f"cancelled ({why}): {kept}", "plan-runner")]), auth)
 
 
 def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
-              driver_factory: Callable[[GitHubContext, Mapping[str, str]], AbstractContextManager]) -> ModeResult:
+              driver_factory: Callable[[GitHubContext, Mapping[str, str]], AbstractContextManager],
+              auths: list[PushAuth] | None = None) -> ModeResult:
     from runner.adapters.git.invoke import remote_auth
     from runner.drivers.actions.push_auth import push_auth, with_notes, without_key
 
@@ -443,14 +476,26 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
             check_job_permissions(env, chosen, warn=lambda text: rep.log(f"plan-runner preflight: {text}"))
         without_key()  # nothing this process starts inherits the App's key
         auth = push_auth(env, rep.add_secret)  # an App's token minted now (`env` then holds it as the push token)
+        if auths is not None:
+            auths.append(auth)
         with git_credentials(auth.current(), ctx.server_url), remote_auth(auth), driver_factory(ctx, env) as driver:
             return with_notes(_modes()[chosen](ctx, env, driver, rep), auth)
     except StateConflict as err:  # another job won the compare-and-swap: nothing is wrong
         result = ModeResult(outcome="superseded", summary=error_summary(err),
                             annotations=[("notice", err.what, "plan-runner")], exit_code=err.exit_code)
     except PlanRunnerError as err:
+        from runner.adapters.git.branches import PushRefused
+        from runner.drivers.actions.unpushed import RefusedKept
+
         result = with_notes(ModeResult(outcome="error", summary=error_summary(err),
-                                       annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code), auth)
+                                       annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code), auth,
+                            refused_too=isinstance(err, PushRefused))
+
+        if isinstance(err, RefusedKept):  # for the action's upload step
+            result.unpushed_file, result.unpushed_name = err.unpushed.file, err.unpushed.artifact
+            result.annotations.append(("error", f"the agent's commits are kept in the artifact "
+                                                f"{err.unpushed.artifact}: the summary says how to push them",
+                                       "plan-runner: unpushed commits"))
     except Exception as exc:  # noqa: BLE001 - the job must still leave a summary and fail visibly
         from runner.drivers.session import space
 
@@ -497,6 +542,8 @@ def publish(rep: Reporter, result: ModeResult) -> None:
     record_file = keep_record(rep.env, result)
     rep.set_output("record-file", record_file)
     rep.set_output("record-artifact", result.record_name if record_file else "")
+    rep.set_output("unpushed-file", result.unpushed_file)
+    rep.set_output("unpushed-artifact", result.unpushed_name)
     rep.log(f"plan-runner: {result.outcome}" + (f"; next: {result.next_action}" if result.next_action else ""))
     rep.write_outputs()
     if result.summary:

@@ -29,6 +29,10 @@ STORED_TOKEN_FIX = ("a token stored as a secret cannot outlive its expiry (an Ap
                     "(docs/github-actions.md, \"A push token from a GitHub App\")")
 
 
+KEPT_WITH_JOB_TOKEN = ("The session is recorded and its work kept, but GitHub starts no workflow for what the job's "
+                       "token pushes: `checks:` gates and the pull request's CI do not run for this push")
+
+
 class PushAuth:
     """The job's push credentials (runner.adapters.git.invoke.RemoteAuth)."""
 
@@ -102,8 +106,7 @@ class PushAuth:
         happened = f"the remote refused {source}" if refused else f"{source} could not be renewed before its hour"
         self.notes.append((
             f"{happened}: plan-runner pushed with the job's GITHUB_TOKEN instead",
-            f"{why}. The session is recorded and its work kept, but GitHub starts no workflow for what the job's "
-            "token pushes: `checks:` gates and the pull request's CI do not run for this push",
+            f"{why}. {KEPT_WITH_JOB_TOKEN}",
             (STORED_TOKEN_FIX if self.app is None else
              "check that the App is still installed on this repository with Contents and Pull requests: read and "
              "write, and that its private key was not revoked") + "; the next session pushes with the token again"))
@@ -139,10 +142,13 @@ def push_auth(env: dict[str, str], on_secret: Callable[[str], None]) -> PushAuth
     return PushAuth(env, app=app, on_secret=on_secret)
 
 
-def with_notes(result: ModeResult, auth: PushAuth | None) -> ModeResult:
+def with_notes(result: ModeResult, auth: PushAuth | None, refused_too: bool = False) -> ModeResult:
     """The mode's result with what happened to the push token (a refusal, the job's token used instead) in its
-    annotations and summary."""
+    annotations and summary. `refused_too`: the job's token was refused as well (the job's error says so)."""
     for what, why, fix in auth.notes if auth is not None else ():
+        if refused_too:
+            why = why.replace(KEPT_WITH_JOB_TOKEN, "The job's token was refused too: the error above says what was "
+                                                   "kept and how to push it")
         result.annotations.append(("warning", what, "plan-runner push token"))
         result.summary += f"\n> **{what}.**\n\n```text\n{PlanRunnerError(what, why, fix).render()}\n```\n"
     return result

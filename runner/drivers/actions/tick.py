@@ -14,6 +14,7 @@ waiting enables it, a tick that finds none waiting disables it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from runner.adapters import clock as wallclock
@@ -173,14 +174,14 @@ def decide_tick(s: Session, now: datetime, ended: frozenset[int] = frozenset()
 
 def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
               ended: frozenset[int] = frozenset(), ask: Callable[[int], bool | str] | None = None,
-              reconciled: list[tuple[str, Place | None, int, str]] | None = None,
+              reconciled: list[Reconciled] | None = None,
               conclusions: Mapping[int, str] | None = None) -> tuple[str, bool]:
     """One plan's tick: reconcile, then dispatch at most one run. Returns (a line for the summary, dispatched?).
     `ended`: runs GitHub said ended without succeeding: their sessions are reconciled now, not after a deadline.
     `ask`: whether GitHub says a run ended without succeeding (`GitHubDriver.run_ended`), asked of the run of the
     plan's open or dispatched session (one call a running plan; none for a plan that waits, is parked or done).
-    `reconciled`: (plan id, its place, session, how it ended) of each session reconciled here, for its progress
-    comment (runner.drivers.actions.progress.end_orphan_progress, once the tick's push landed)."""
+    `reconciled`: each session reconciled here, for its progress comment (runner.drivers.actions.progress.
+    end_orphan_progress) and its verdict's check run, once the tick's push landed."""
     s = load_session(ws, ports)
     now = ws.clock()
     run = watched_run(s)
@@ -203,7 +204,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
         reconcile_orphan(s)
         log(f"{s.trusted.id}: reconciled session {open_.n} (job {open_.job or '?'} never finished)")
         if reconciled is not None:
-            reconciled.append((s.trusted.id, s.state.place, open_.n, (
+            reconciled.append(_reconciled(s, open_.n, (
                 f"GitHub says its run {run_gone} ended {_how(conclusions.get(run_gone))}"
                 if run_gone is not None else
                 "its job never reported within the plan's time limit (killed, cancelled, timed out or its runner "
@@ -232,7 +233,7 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
         s = load_session(ws, ports)
         reconcile_orphan(s, started=_unaccounted_start(s, n, intents[0] if intents else None, action))
         if reconciled is not None:
-            reconciled.append((s.trusted.id, s.state.place, n, (
+            reconciled.append(_reconciled(s, n, (
                 f"GitHub says its run {run} ended {_how(conclusions.get(run))} without a word of the session"
                 if run is not None else f"it was dispatched {len(intents)} times and never reported")))
         log(f"{s.trusted.id}: reconciled session {n} " + (f"(run {run} ended without a word)" if run is not None
@@ -244,6 +245,49 @@ def tick_plan(ws: Workspace, ports: Ports, log=lambda text: None,
     if result.status == "parked":
         return f"parked: {result.message}", False
     return f"{seen}: dispatched ({describe(action)})", True
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """A session a tick or reconcile recorded (TimedOut): its progress comment and its check run follow the push."""
+
+    plan_id: str
+    place: Place | None
+    n: int
+    how: str
+    record: SessionRecord | None
+    head: str | None  # the work branch's head on the remote: where the verdict's check run goes
+
+
+def _reconciled(s: Session, n: int, how: str) -> Reconciled:
+    from runner.drivers.actions.verdict import last_record
+
+    head = gitwork.ref_sha(s.ws.repo, f"refs/remotes/{REMOTE}/{s.trusted.work_branch}")
+    return Reconciled(s.trusted.id, s.state.place, n, how, last_record(s), head)
+
+
+def publish_reconciled_check(driver, ctx: GitHubContext, done: Reconciled, log: Callable[[str], None]) -> None:
+    """The verdict of a session this job reconciled (TimedOut: `failure`) as its check run `plan-runner / <plan>`, on
+    the work branch's head, as a session job publishes its own (runner.drivers.actions.verdict): so every session,
+    a killed one too, leaves its verdict there, and a branch rule never sees the plan's earlier green one as the
+    last word. Never worth the job: a refusal (a workflow without `checks: write` in this job) is logged with the
+    fix."""
+    from runner.adapters.github.verdict_check import verdict_check
+
+    if done.record is None or done.record.n != done.n or not done.head:
+        return  # no record of that session, or no work branch on the remote: nothing to put it on
+    nxt = done.record.next_action
+    check = verdict_check(done.plan_id, done.record, next_action=describe(nxt) if nxt is not None else "",
+                          run_url=ctx.run_url)
+    try:
+        url = driver.publish_check(check, done.head)
+        log(f"session {done.n}'s verdict is the check run {check.name} ({check.conclusion}) on {done.head[:12]}"
+            + (f": {url}" if url else ""))
+    except PlanRunnerError as err:
+        log(f"session {done.n}'s verdict could not be published as the check run {check.name}: {err.what} (add "
+            "`checks: write` to this job's `permissions:`, as `plan-runner init` writes it)")
+    except Exception as exc:  # noqa: BLE001 - a check run is never worth the tick
+        log(f"session {done.n}'s verdict could not be published as the check run {check.name}: {exc}")
 
 
 def _unaccounted_start(s: Session, n: int, intent: Dispatched | None, action) -> SessionStarted:
@@ -396,7 +440,7 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
     annotations = []
     calls: dict[str, list[tuple[str, str, str | None]]] = {}
     spaces: dict[str, Workspace] = {}
-    reconciled: list[tuple[str, Place | None, int, str]] = []
+    reconciled: list[Reconciled] = []
     here = [plan_id_from_path(path) for path in plan_files(repo)]
     # a plan whose file is only on the branch its sessions run on (started there with Run workflow) is ticked too,
     # its file read from that branch (runner.drivers.actions.env.plan_on_its_branch)
@@ -429,9 +473,13 @@ def mode_tick(ctx: GitHubContext, env: Mapping[str, str], driver, rep, *, ended:
     lost = store.flush()  # one push for every plan the tick wrote to; a plan another job moved meanwhile is left out
     from runner.drivers.actions.progress import end_orphan_progress
 
-    for plan_id, place, n, how in reconciled:  # the killed session's progress comment says it ended, and how
-        if plan_id not in lost and place is not None:
-            end_orphan_progress(driver, plan_id, place.issue, n, how, _logger(rep, f"plan-runner {name}: {plan_id}: "))
+    for done in reconciled:  # the killed session's progress comment says it ended, and how; its verdict's check run
+        if done.plan_id in lost:
+            continue
+        say = _logger(rep, f"plan-runner {name}: {done.plan_id}: ")
+        if done.place is not None:
+            end_orphan_progress(driver, done.plan_id, done.place.issue, done.n, done.how, say)
+        publish_reconciled_check(driver, ctx, done, say)
     for row in rows:
         plan_id = row[0]
         if plan_id in lost:

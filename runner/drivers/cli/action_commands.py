@@ -38,9 +38,14 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how the agent pays: an Anthropic API key (default), a Claude subscription token, "
                              "Amazon Bedrock or Google Vertex AI through the job's OIDC token, Codex with an API key "
                              "or a ChatGPT login (docs/github-actions.md, Credentials)")
+    parser.add_argument("--github-app", action="store_true",
+                        help="the session job pushes with a token plan-runner mints from a GitHub App, so that its "
+                             "pushes start workflows (`checks:` gates, CI on the pull request): passes `app-id` from "
+                             "the repository variable PLAN_RUNNER_APP_ID and `app-private-key` from the secret "
+                             "PLAN_RUNNER_APP_PRIVATE_KEY (docs/github-actions.md, \"A push token from a GitHub App\")")
 
 
-def next_steps(written: list[Path], secret: str) -> list[str]:
+def next_steps(written: list[Path], secret: str, github_app: bool = False) -> list[str]:
     """What is left to do on GitHub after `init`, in order: the action's home first when the workflow names the
     placeholder, the secret, the setting without which the plan's pull request is refused, then commit and run."""
     from runner.adapters.init import DEFAULT_ACTION_REF
@@ -52,6 +57,10 @@ def next_steps(written: list[Path], secret: str) -> list[str]:
                      "`plan-runner init --force --action-ref <owner>/plan-runner@<sha>`; docs/github-actions.md, "
                      "Where the action lives): until then the workflow cannot run")
     steps.append(f"{secret} (Settings -> Secrets and variables -> Actions)")
+    if github_app:
+        from runner.adapters.init import GITHUB_APP_SETUP
+
+        steps.append(GITHUB_APP_SETUP)
     steps.append("let Actions open the plan's pull request: Settings -> Actions -> General -> Workflow permissions -> "
                  "Allow GitHub Actions to create and approve pull requests")
     steps.append("commit the files on the default branch and push, then run the workflow (Actions -> plan-runner -> "
@@ -67,10 +76,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     import sys
 
     written = write_init(args.dir, force=args.force, action_ref=args.action_ref, auth=args.auth,
+                         github_app=args.github_app,
                          warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     for path in written:
         print(f"wrote {path}")
-    for line in next_steps(written, AUTHS[args.auth].setup):
+    for line in next_steps(written, AUTHS[args.auth].setup, github_app=args.github_app):
         print(line)
     from runner.adapters.init import billing_lines
 
