@@ -184,6 +184,30 @@ def test_a_directory_round_trips_redacted_and_replaces_the_one_before(pair, tmp_
     assert v2 != v
 
 
+def test_a_secret_holding_a_newline_is_redacted_before_the_directory_bound_cuts_its_oldest_lines(pair, tmp_path):
+    """A transcript over the directory's bound keeps its newest lines, cut at a line end: where that cut falls inside
+    a secret holding a newline (a PEM key), its second line alone would be kept, no longer the secret. The file is
+    redacted whole first, so neither line of the secret is stored."""
+    from runner.adapters.store.dirs import DIR_LIMIT
+
+    one, two = pair
+    first, second = "-----BEGIN TEST KEY-----MIIEvQIBADANBg", "kqhkiG9w0BAQEFAASC-----END TEST KEY-----"
+    key = f"{first}\n{second}"
+    src = tmp_path / "src"
+    src.mkdir()
+    head = f"{key}\n".encode()
+    filler = b"x" * 99 + b"\n"
+    count = (DIR_LIMIT + 5 - len(head)) // len(filler) + 1  # the bound's cut lands 5 bytes into the key
+    (src / "log.txt").write_bytes(head + filler * count)
+    v = one.append("p", [parked("1")], None, options=AppendOptions(dirs={"transcripts": src}, redact=(key.encode(),)))
+    two.read("p")
+    back = tmp_path / "back"
+    two.read_dir("p", "transcripts", back)
+    kept = (back / "log.txt").read_bytes()
+    assert v and kept.startswith(b"***\n") and len(kept) <= DIR_LIMIT
+    assert first.encode() not in kept and second.encode() not in kept
+
+
 @pytest.mark.parametrize("bad", ["a/b", "", "..", "x y", "-opt"])
 def test_a_name_that_cannot_be_stored_is_a_clear_error(store, bad):
     with pytest.raises(PlanRunnerError) as info:

@@ -148,10 +148,8 @@ def _read_dir(root: Path, redact: Sequence[bytes]) -> dict[str, bytes]:
     """The files under `root` as stored (bounded and redacted in place, as the git store does)."""
     if not root.is_dir():
         return {}
-    bound_dir(root)
-    out = {}
-    for rel, path in walk(root):
-        if redact:
+    if redact:  # whole, before the bound's cut at a line end could split a secret holding a newline
+        for _rel, path in walk(root):
             redact_file(path, redact)
-        out[rel] = path.read_bytes()
-    return out
+    bound_dir(root)
+    return {rel: path.read_bytes() for rel, path in walk(root)}
