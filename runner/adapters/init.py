@@ -272,8 +272,14 @@ def _default_branch(repo: Path) -> str:
     return text.removeprefix("ref: refs/heads/") if text.startswith("ref: refs/heads/") else "main"
 
 
+# Requirement files of a project's tests and tools, which `pip install -e .` never reads: the example set-up installs
+# them too, or a test importing what only they name fails on the base (the cache's key names them already).
+PYTHON_DEV_REQUIREMENTS = ("requirements-dev.txt", "requirements-test.txt")
+
+
 def _python_install(repo: Path) -> str:
-    """The example set-up's install line: the `test` extra only when pyproject.toml declares it."""
+    """The example set-up's install line: the `test` extra only when pyproject.toml declares it (else pytest by
+    name), and the dev/test requirement files the repository has."""
     import tomllib
 
     try:
@@ -281,9 +287,10 @@ def _python_install(repo: Path) -> str:
     except (OSError, ValueError):
         data = {}
     extras = (data.get("project") or {}).get("optional-dependencies") or {}
-    if isinstance(extras, dict) and "test" in extras:
-        return ".venv/bin/pip install -q -e .[test]"
-    return InitOptions.python_install
+    line = (".venv/bin/pip install -q -e .[test]" if isinstance(extras, dict) and "test" in extras
+            else InitOptions.python_install)
+    files = [name for name in PYTHON_DEV_REQUIREMENTS if (repo / name).is_file()]
+    return line + "".join(f" -r {name}" for name in files)
 
 
 PYTHON_KEY_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "requirements-dev.txt",

@@ -111,6 +111,20 @@ def test_init_installs_the_test_extra_only_where_the_project_declares_it(tmp_pat
     assert plan.config.setup.run == ("python3 -m venv .venv", ".venv/bin/pip install -q -e .[test]")
 
 
+def test_init_installs_the_dev_requirement_files_pip_install_e_never_reads(tmp_path):
+    """requirements-dev.txt / requirements-test.txt name what the tests import beyond the project's dependencies:
+    the example set-up installs them, besides pytest by name or the `test` extra."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    for name in ("pyproject.toml", "requirements.txt", "requirements-dev.txt", "requirements-test.txt"):
+        (tmp_path / name).write_text("[project]\nname='x'\n" if name == "pyproject.toml" else "pytest\n")
+    write_init(tmp_path, action_ref=SHA_REF)
+    plan = load_plan(tmp_path / "plans/example.md", tmp_path)
+    assert plan.config.setup.run[1] == (".venv/bin/pip install -q -e . pytest -r requirements-dev.txt "
+                                        "-r requirements-test.txt")
+    assert plan.config.setup.key == ("pyproject.toml", "requirements.txt", "requirements-dev.txt",
+                                     "requirements-test.txt")
+
+
 def test_init_keys_the_cache_on_the_files_a_setuptools_project_installs_from(tmp_path):
     """python-slugify's shape (setup.py, setup.cfg, a pyproject.toml for the build only): all three are the cache's
     key, or an edit of setup.cfg's dependencies would keep a stale venv."""
