@@ -189,6 +189,8 @@ def test_a_broken_setup_is_a_setup_problem_with_its_failing_output_in_the_headli
     assert "`setup:` fails on a fresh checkout of the base commit" in headline, said[-4000:]
     assert ".venv/bin/pip install -q -e .[test]" in said and "No matching distribution found for no-such-package-pr46" \
         in said and "nothing was run or recorded" in said, said[-4000:]
+    # one problem, one fix: the gate's `.venv/bin/...` the failed set-up did not make is not a second, wrong advice
+    assert "does not exist yet" not in said and "add a `setup:`" not in said, said[-4000:]
     assert _sessions(repo) == []
 
     # (2) the project without the extra, and the install line init wrote before issue 46

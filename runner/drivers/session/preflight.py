@@ -339,6 +339,9 @@ def problems(plan: Plan, env: Mapping[str, str], repo: Path,
     for c in commands_of(plan):
         if setup_failed and c.label.startswith("setup:"):
             continue
+        word = _first_word(c.command)
+        if setup_failed and word is not None and "/" in word and _under(word, c.made):
+            continue  # what the failed `setup:` did not make is its consequence, said once above (no "add a setup:")
         problem = command_problem(c.label, c.command, gate_env, repo, cwd=c.cwd, checkout=checkout, extra_env=c.env,
                                   required=c.required, made=c.made)
         if problem is not None:
