@@ -122,6 +122,43 @@ def test_a_slow_github_never_holds_the_session_up():
     assert progress.edits == 2
 
 
+
+def test_the_posting_never_holds_the_session_up_and_edits_wait_for_it():
+    """The comment is posted on the progress thread (the agent starts meanwhile); no edit goes out before it."""
+    clock, release, sent = Clock(), threading.Event(), []
+
+    def post() -> bool:
+        release.wait(10)
+        sent.append("posted")
+        return True
+
+    began = time.monotonic()
+    progress = LiveProgress(lambda body: sent.append(body), lambda live, elapsed, ended: f"{live.tokens} {ended}",
+                            clock=clock, post=post)
+    for i in range(50):
+        clock.t += 61
+        progress.on_event("tokens", str(i + 1))  # due, but the posting is in flight: folded in, not sent
+    assert time.monotonic() - began < 2 and sent == []
+    release.set()
+    progress.end("Advanced")
+    assert sent == ["posted", "50 ('Advanced', '')"] and progress.edits == 1
+
+
+def test_a_refused_posting_is_logged_once_and_nothing_more_is_sent():
+    clock, logged, sent = Clock(), [], []
+
+    def post() -> bool:
+        raise RuntimeError("410 Gone")
+
+    progress = LiveProgress(sent.append, lambda live, elapsed, ended: "body", clock=clock, log=logged.append,
+                            post=post, background=False)
+    for i in range(3):
+        clock.t += 61
+        progress.on_event("tokens", str(i + 1))
+    progress.end("Advanced")
+    assert sent == [] and progress.edits == 0
+    assert logged == ["no progress comment for this session: 410 Gone"]
+
 def test_the_comment_shows_the_agents_words_inert():
     plan = make_plan()
     live = fold(("session", "2 delivery 1.1"), ("tool", "Bash` @octocat <b>x</b>"),

@@ -7,7 +7,8 @@ same one. Not the watch pull request: GitHub opens no pull request without a com
 commits between"), and a session's first commits reach the remote only after its agent ended; the first session
 would show nothing while it runs.
 
-When: the comment is posted when the session job starts, edited at most once a minute while the session runs
+When: the comment is posted when the session job starts (on the edits' thread: the agent's start does not wait
+for it, docs/performance.md), edited at most once a minute while the session runs
 (`runner.core.progress.edit_due`, a pure throttle on an injected clock) and only when something it shows moved
 (the checkpoint, the tokens and cost so far, the last tool the agent used), then once more when the session ended,
 with the outcome from the verdict. The edits run on a thread of their own with a GitHub client of their own, so a
@@ -40,7 +41,9 @@ class LiveProgress:
     def __init__(self, edit: Callable[[str], None], render: Callable[[Live, float, tuple[str, str] | None], str], *,
                  clock: Callable[[], float] = time.monotonic, interval_s: float = EDIT_INTERVAL_S,
                  log: Callable[[str], None] = lambda text: None, background: bool = True,
-                 live: Live | None = None) -> None:
+                 live: Live | None = None, post: Callable[[], bool] | None = None) -> None:
+        """`post`: posts the comment (True: posted), on the edits' thread before any edit, so that the session
+        does not wait for GitHub to start its agent; edits wait for it, and there are none when it failed."""
         self._edit, self._render, self._clock, self._interval = edit, render, clock, interval_s
         self._log, self._background = log, background
         self._lock = threading.Lock()
@@ -50,7 +53,11 @@ class LiveProgress:
         self._inflight: threading.Thread | None = None
         self._failed = False
         self._ended = False
+        self._unposted = False  # the posting failed
         self.edits = 0  # edits GitHub accepted (the posting not counted)
+        if post is not None:
+            self._post = post
+            self._start_with(self._do_post)
 
     @property
     def live(self) -> Live:
@@ -80,8 +87,10 @@ class LiveProgress:
                 return
             self._ended = True
             inflight = self._inflight
-        if inflight is not None:
+        if inflight is not None:  # an edit, or the posting itself
             inflight.join(END_WAIT_S)
+        if self._unposted:  # no comment to edit
+            return
         try:
             body = self._render(self._live, self._clock() - self._started, (outcome, next_action))
         except Exception as exc:  # noqa: BLE001
@@ -92,12 +101,24 @@ class LiveProgress:
         last.join(END_WAIT_S)
 
     def _start(self, body: str) -> None:
+        self._start_with(self._do_edit, body)
+
+    def _start_with(self, target: Callable[..., None], *args: str) -> None:
         if not self._background:
-            self._do_edit(body)
+            target(*args)
             return
-        self._inflight = threading.Thread(target=self._do_edit, args=(body,), name="plan-runner progress",
-                                          daemon=True)
+        self._inflight = threading.Thread(target=target, args=args, name="plan-runner progress", daemon=True)
         self._inflight.start()
+
+    def _do_post(self) -> None:
+        try:
+            posted = self._post()
+        except Exception as exc:  # noqa: BLE001 - the session runs as without a progress comment
+            self._log(f"no progress comment for this session: {getattr(exc, 'what', None) or exc}")
+            posted = False
+        if not posted:
+            with self._lock:
+                self._unposted = self._ended = True  # no comment to edit: nothing more is sent
 
     def _do_edit(self, body: str) -> None:
         try:
@@ -140,9 +161,10 @@ def place_of(driver, s: Session, log: Callable[[str], None]) -> tuple[int, str] 
 
 
 def start_progress(driver, ctx: GitHubContext, s: Session, log: Callable[[str], None], *,
-                   clock: Callable[[], float] = time.monotonic) -> LiveProgress | None:
-    """Post the session's progress comment on the plan's place; the LiveProgress that edits it (None: GitHub
-    refused, `log` says why once, and the session runs as without it)."""
+                   clock: Callable[[], float] = time.monotonic, background: bool = True) -> LiveProgress | None:
+    """The LiveProgress of the session's comment on the plan's place, posted on its own thread (the session's
+    start does not wait for GitHub) and edited after. None: GitHub refused the place, `log` says why once, and the
+    session runs as without it; a refused posting is logged once too, and nothing more is sent."""
     where = place_of(driver, s, log)
     if where is None:
         return None
@@ -159,16 +181,19 @@ def start_progress(driver, ctx: GitHubContext, s: Session, log: Callable[[str], 
                                cost_estimated=bool(reading and reading.estimated))
         return redact(body, s.secrets)
 
-    try:
-        # the session's number from the start: its hidden marker names it even if the job dies before any edit
-        # (a tick that reconciles the session finds the comment by it: end_orphan_progress)
-        first = Live(n=s.state.sessions + 1)
+    # the session's number from the start: its hidden marker names it even if the job dies before any edit
+    # (a tick that reconciles the session finds the comment by it: end_orphan_progress)
+    first = Live(n=s.state.sessions + 1)
+    posted: list[int] = []
+
+    def post() -> bool:  # on the progress thread: the agent starts meanwhile (docs/performance.md)
         comment_id, url = driver.post_comment(where[0], render(first, 0.0, None))
-    except Exception as exc:  # noqa: BLE001 - the session runs as without a progress comment
-        log(f"no progress comment for this session: {getattr(exc, 'what', None) or exc}")
-        return None
-    log(f"{url} (edited while the session runs)")
-    return LiveProgress(lambda body: driver.edit_comment(comment_id, body), render, clock=clock, log=log, live=first)
+        posted.append(comment_id)
+        log(f"{url} (edited while the session runs)")
+        return True
+
+    return LiveProgress(lambda body: driver.edit_comment(posted[0], body), render, clock=clock, log=log,
+                        live=first, post=post, background=background)
 
 
 _RUNNING_HEAD = re.compile(r"(### plan-runner: .*?) is running \([^)\n]*\)[ \t]*")
