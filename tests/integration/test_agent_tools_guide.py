@@ -169,5 +169,61 @@ def test_a_whole_file_write_that_drops_a_function_says_so(ws: Workspace) -> None
     assert (ws.root / "report.py").read_text() == "def mean(v):\n    return 1\n"  # written as asked
     kept = ws.run("write_file", {"path": "report.py", "content": REPORT + "\n\ndef mean(v):\n    return 1\n"})
     assert kept.ok and kept.text == f"wrote {len(REPORT) + 28} bytes to report.py"
-    renamed = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):", "new_string": "def mean(values):"})
+    renamed = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):", "new_string": "def average(values):"})
     assert renamed.ok and renamed.text.startswith("edited report.py. It no longer defines total, which the file")
+
+
+def test_a_parameter_no_test_passes_is_asked_about_once_naming_the_tests_call(ws: Workspace) -> None:
+    """The 1.5B asked to make total skip None gave it a `skip_missing` parameter no test passes; the gate stayed red
+    for two sessions. Asked once, before anything is written, with the test's own call."""
+    assert ws.run("read_file", {"path": "report.py"}).ok
+    added = REPORT.replace("def total(values):", "def total(values, skip_missing=True):")
+    out = ws.run("write_file", {"path": "report.py", "content": added})
+    assert not out.ok and out.text == (
+        "not written: `total` would take 'skip_missing', which no test passes: the tests call it as before "
+        "(tests/test_report.py line 9: `self.assertEqual(total([1, None, 2]), 3)`), so a new parameter cannot change "
+        "what they check. Keep `def total(values):` and change its body to do what the task asks. report.py was not "
+        "changed.")
+    assert (ws.root / "report.py").read_text() == REPORT  # nothing written
+    other = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):",
+                                 "new_string": "def total(values, skip=None):"})
+    assert not other.ok and "`total` would take 'skip', which no test passes" in other.text  # another change
+    assert (ws.root / "report.py").read_text() == REPORT
+
+
+def test_a_parameter_question_is_asked_once_and_a_passed_parameter_never(ws: Workspace) -> None:
+    assert ws.run("read_file", {"path": "report.py"}).ok
+    added = REPORT.replace("def total(values):", "def total(values, skip_missing=True):")
+    assert not ws.run("write_file", {"path": "report.py", "content": added}).ok
+    again = ws.run("write_file", {"path": "report.py", "content": added})
+    assert again.ok and (ws.root / "report.py").read_text() == added  # the model's call, when it insists
+    # a parameter a test passes (by position here) is the test's own call: no question
+    (ws.root / "tests" / "test_report.py").write_text(TEST.replace("report.label(3)", "report.label(3, 'en')"))
+    passed = ws.run("edit_file", {"path": "report.py", "old_string": "def label(x):", "new_string": "def label(x, lang):"})
+    assert passed.ok and passed.text == "edited report.py"
+    # a function no test calls may take what it likes
+    (ws.root / "other.py").write_text("def f(a):\n    return a\n")
+    assert ws.run("edit_file", {"path": "other.py", "old_string": "def f(a):", "new_string": "def f(a, b=1):"}).ok
+
+
+def test_a_second_definition_of_a_function_is_refused_naming_what_the_tests_want(ws: Workspace) -> None:
+    """Asked for parse_cents, the 1.5B added a second `dollars` at the end of the file."""
+    twice = "def total(values):\n    return sum(v for v in values if v is not None)\n"
+    out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": twice})
+    assert not out.ok and out.text == (
+        "not written: report.py would define the same function more than once (`total` on lines 1, 10): Python keeps "
+        "only the last one. To change `total`, edit the one that is there (line 1) instead of adding another; a new "
+        "function needs a new name, the one the task asks for; the tests use `mean` "
+        "(tests/test_report.py line 15), which report.py does not define yet. report.py was not changed.")
+    assert (ws.root / "report.py").read_text() == REPORT
+    again = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": twice})
+    assert not again.ok and again.text == out.text  # refused every time: Python would keep only the last one
+    assert ws.run("read_file", {"path": "report.py"}).ok
+    whole = ws.run("write_file", {"path": "report.py", "content": REPORT + "\n\n" + twice})
+    assert not whole.ok and "`total` on lines 1, 10" in whole.text and (ws.root / "report.py").read_text() == REPORT
+    # an @overload, or a file that had the duplicate already, is not this finding
+    overloads = "from typing import overload\n\n\n@overload\ndef f(x: int) -> int: ...\n@overload\ndef f(x: str) -> str: ...\n"
+    assert ws.run("write_file", {"path": "ov.py", "content": "x = 1\n"}).ok
+    assert ws.run("write_file", {"path": "ov.py", "content": overloads + "def f(x):\n    return x\n"}).ok
+    # a new function is no question at all
+    assert ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "def mean(v):\n    return 1\n"}).ok

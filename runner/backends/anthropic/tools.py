@@ -39,6 +39,7 @@ from typing import Any
 from runner.adapters.git.evidence import _at_or_above
 from runner.adapters.sandbox import proc
 from runner.backends.anthropic.failures import digest as failure_digest
+from runner.backends.anthropic.signatures import duplicates, unused_parameters
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CheckpointState
 from runner.core.plan import Plan
@@ -380,6 +381,7 @@ class Workspace:
                 raise ToolError(f"{rel} does not exist; did you mean {' or '.join(repr(f) for f in similar)}? Nothing "
                                 f"was written. To create {rel} as a new file, call write_file with it again.")
         before = target.read_text(encoding="utf-8", errors="replace") if target.is_file() else ""
+        self._guard_shape(target, before, content)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         self._known.add(target)
@@ -420,6 +422,7 @@ class Workspace:
                             f"exactly once: include more of the surrounding text to say which one")
         new_text = text.replace(old_string, new_string, 1)
         self._guard_plan(target, new_text)
+        self._guard_shape(target, text, new_text)
         target.write_text(new_text, encoding="utf-8")
         _check_python(target, new_text, f"edited {path}")
         lost = [name for name in _top_names(target, text) if name not in _top_names(target, new_text)]
@@ -427,6 +430,25 @@ class Workspace:
             return (f"edited {path}. It no longer defines {', '.join(lost[:8])}, which the file defined before. If "
                     f"they are still needed, put them back (edit_file with an empty old_string adds code at the end).")
         return f"edited {path}"
+
+    def _guard_shape(self, target: Path, before: str, after: str) -> None:
+        """Before anything is written, a change to a Python file that defines a top-level function a second time
+        (refused: Python keeps the last one, and a linter calls it an error), or that gives a function the tests call
+        a parameter none of their calls passes (asked once per change: the same call again writes it). The 1.5B
+        appended a second `dollars`, and the same `parse_cents` again and again, when asked for `parse_cents`; it
+        gave `total` a `skip_missing` no test passes. What the tests call is named."""
+        if target.suffix != ".py" or not before.strip() or _syntax_error(target, after) is not None:
+            return
+        rel = self._rel(target)
+        plan = self._plan()
+        todo = plan.next_checkpoint() if plan is not None else None
+        focus = f"{todo.title} {todo.verify or ''}" if todo is not None else ""
+        twice = duplicates(self.root, rel, before, after, focus)
+        if twice:
+            raise ToolError(f"not written: {twice} {rel} was not changed.")
+        unused = unused_parameters(self.root, rel, before, after)
+        if unused and self._ask_once(f"parameters:{rel}:{hashlib.sha256(after.encode()).hexdigest()}"):
+            raise ToolError(f"not written: {unused} {rel} was not changed.")
 
     def _append(self, target: Path, text: str, new_string: str) -> str:
         """An edit with an empty old_string adds new_string at the end of the file (the 1.5B adds a function so;
@@ -437,6 +459,7 @@ class Workspace:
         gap = "" if not text.strip() else ("\n\n\n" if target.suffix == ".py" else "\n")
         new_text = text.rstrip("\n") + gap + new_string.strip("\n") + "\n" if text.strip() else new_string
         self._guard_plan(target, new_text)
+        self._guard_shape(target, text, new_text)
         target.write_text(new_text, encoding="utf-8")
         first = len(text.rstrip("\n").splitlines()) + gap.count("\n") if text.strip() else 1
         done = (f"old_string was empty, so new_string was added at the end of {rel} (from line {first}; "

@@ -1,0 +1,209 @@
+"""What a change to a Python file does to the calls the tests make: for the built-in agent's write_file and edit_file.
+
+Small models asked for new behaviour reach for the signature: the 1.5B, asked to make `total` skip missing values,
+gave it a `skip_missing` parameter that no test passes (the gate stayed red, sessions long); asked to add
+`parse_cents`, it wrote a second `dollars`. Both are visible the moment the file is written, next to the test's own
+call: a parameter added to a function the tests call, which none of their calls passes, and a function defined
+twice. This names them; the tool decides what to do with it (runner.backends.anthropic.tools).
+
+Pure but for reading the work tree's test files; never raises (what cannot be read says nothing).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.backends.anthropic.failures import _SKIP_PARTS, _is_test
+
+MAX_TEST_FILES = 200
+MAX_TEST_BYTES = 200_000
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a function in a test file: where, the line as written, and what it passes."""
+
+    path: str
+    line: int
+    text: str
+    positional: int
+    keywords: frozenset[str]
+    open_ended: bool  # `*args` or `**kwargs`: any parameter may be passed
+
+
+def _parse(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _top_functions(tree: ast.Module) -> dict[str, FunctionNode]:
+    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _params(fn: FunctionNode) -> list[str]:
+    a = fn.args
+    return [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+
+
+def _signature(fn: FunctionNode) -> str:
+    return ast.unparse(fn.args)
+
+
+def test_calls(root: Path, name: str, limit: int = 3) -> list[Call]:
+    """The calls of `name` (as `name(...)` or `something.name(...)`) in the work tree's test files."""
+    found: list[Call] = []
+    seen = 0
+    for path in sorted(root.rglob("*.py")):
+        try:
+            rel = path.relative_to(root)
+        except ValueError:
+            continue
+        if any(part in _SKIP_PARTS or part.startswith(".") for part in rel.parts[:-1]) or not _is_test(rel.as_posix()):
+            continue
+        seen += 1
+        if seen > MAX_TEST_FILES:
+            break
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")[:MAX_TEST_BYTES]
+        except OSError:
+            continue
+        if name not in text:
+            continue
+        tree = _parse(text)
+        if tree is None:
+            continue
+        lines = text.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if called != name:
+                continue
+            open_ended = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+            line = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
+            found.append(Call(rel.as_posix(), node.lineno, line, len(node.args),
+                              frozenset(k.arg for k in node.keywords if k.arg), open_ended))
+    found.sort(key=lambda c: (c.path, c.line))
+    return found[:limit] if limit else found
+
+
+def _passes(call: Call, fn: FunctionNode, param: str) -> bool:
+    """Whether `call` may pass `param` of `fn` (by keyword, by position, or through `*args`/`**kwargs`)."""
+    if call.open_ended or param in call.keywords:
+        return True
+    positional = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args)]
+    return param in positional and positional.index(param) < call.positional
+
+
+def unused_parameters(root: Path, rel: str, before: str, after: str) -> str:
+    """A sentence per function of `rel` the tests call that gained a parameter none of their calls passes, or ""."""
+    old_tree, new_tree = _parse(before), _parse(after)
+    if old_tree is None or new_tree is None:
+        return ""
+    old, new = _top_functions(old_tree), _top_functions(new_tree)
+    notes = []
+    for name, fn in new.items():
+        if name not in old:
+            continue
+        added = [p for p in _params(fn) if p not in _params(old[name])]
+        if not added:
+            continue
+        calls = test_calls(root, name, limit=0)
+        if not calls or any(_passes(c, fn, p) for c in calls for p in added):
+            continue
+        shown = "; ".join(f"{c.path} line {c.line}: `{c.text}`" for c in calls[:3])
+        notes.append(f"`{name}` would take {', '.join(repr(p) for p in added)}, which no test passes: the tests call "
+                     f"it as before ({shown}), so a new parameter cannot change what they check. Keep "
+                     f"`def {name}({_signature(old[name])}):` and change its body to do what the task asks.")
+    return " ".join(notes)
+
+
+def duplicates(root: Path, rel: str, before: str, after: str, focus: str = "") -> str:
+    """A sentence naming each top-level function `after` defines more than once where `before` did not, or "".
+    The names the tests want that `focus` (the checkpoint at hand) mentions are the only ones named, if any is."""
+    old_tree, new_tree = _parse(before), _parse(after)
+    if new_tree is None:
+        return ""
+    lines: dict[str, list[int]] = {}
+    for n in new_tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.decorator_list:  # not an @overload
+            lines.setdefault(n.name, []).append(n.lineno)
+    old_counts: dict[str, int] = {}
+    for n in (old_tree.body if old_tree is not None else ()):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.decorator_list:
+            old_counts[n.name] = old_counts.get(n.name, 0) + 1
+    twice = {name: at for name, at in lines.items() if len(at) > 1 and len(at) > old_counts.get(name, 0)}
+    if not twice:
+        return ""
+    named = "; ".join(f"`{name}` on lines {', '.join(str(n) for n in at)}" for name, at in twice.items())
+    first = next(iter(twice))
+    wanted = wanted_by_tests(root, rel, after, limit=0)
+    wanted = [w for w in wanted if re.search(rf"\b{re.escape(w[0])}\b", focus)] or wanted[:3]
+    asked = ("; the tests use " + ", ".join(f"`{name}` ({path} line {line})" for name, path, line in wanted)
+             + f", which {rel} does not define yet") if wanted else ""
+    return (f"{rel} would define the same function more than once ({named}): Python keeps only the last one. To "
+            f"change `{first}`, edit the one that is there (line {twice[first][0]}) instead of adding another; a new "
+            f"function needs a new name, the one the task asks for{asked}.")
+
+
+def _module_name(rel: str) -> str:
+    dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else rel.replace("/", ".")
+    return dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted
+
+
+def wanted_by_tests(root: Path, rel: str, text: str, limit: int = 3) -> list[tuple[str, str, int]]:
+    """The names the work tree's test files take from the module `rel` (`from m import f`, `m.f`) that `text` does
+    not define at its top level: (name, test file, line), first use each."""
+    tree = _parse(text)
+    if tree is None:
+        return []
+    defined: set[str] = set()
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            defined.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in n.names)
+    module = _module_name(rel)
+    found: dict[str, tuple[str, str, int]] = {}
+    seen = 0
+    for path in sorted(root.rglob("*.py")):
+        rel_test = path.relative_to(root)
+        if any(p in _SKIP_PARTS or p.startswith(".") for p in rel_test.parts[:-1]) or not _is_test(rel_test.as_posix()):
+            continue
+        seen += 1
+        if seen > MAX_TEST_FILES:
+            break
+        try:
+            source = path.read_text(encoding="utf-8", errors="replace")[:MAX_TEST_BYTES]
+        except OSError:
+            continue
+        if module.rsplit(".", 1)[-1] not in source:
+            continue
+        test_tree = _parse(source)
+        if test_tree is None:
+            continue
+        aliases: set[str] = set()
+        for node in ast.walk(test_tree):
+            if isinstance(node, ast.ImportFrom) and node.module == module and not node.level:
+                for a in node.names:
+                    if a.name != "*" and a.name not in defined:
+                        found.setdefault(a.name, (a.name, rel_test.as_posix(), node.lineno))
+            elif isinstance(node, ast.Import):
+                aliases.update(a.asname or a.name for a in node.names if a.name == module)
+        if aliases:
+            for node in ast.walk(test_tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                        and node.attr not in defined):
+                    found.setdefault(node.attr, (node.attr, rel_test.as_posix(), node.lineno))
+    ordered = sorted(found.values(), key=lambda f: (f[1], f[2]))
+    return ordered[:limit] if limit else ordered
