@@ -12,7 +12,7 @@ import git
 import pytest
 
 from runner.backends.anthropic.tools import OUTPUT_LIMIT, Workspace, bound_output
-from runner.backends.anthropic.backend import AnthropicAgentBackend, resume_messages
+from runner.backends.anthropic.backend import LOOP_TEXT, AnthropicAgentBackend, resume_messages
 from runner.backends.anthropic.errors import parse_rate_limit_reset
 from runner.backends.common.base import get_backend
 from runner.core.evidence import ExitKind
@@ -278,18 +278,23 @@ def test_outside_path_is_refused_to_the_model(tmp_path: Path) -> None:
 
 
 @integration
-def test_same_failing_call_three_times_ends_the_session(tmp_path: Path) -> None:
-    """The same tool call with the same error three times, nothing changed between, is a stop: CRASHED with the
-    rule named, no fourth request."""
+def test_same_failing_call_three_times_is_named_once_then_ends_the_session(tmp_path: Path) -> None:
+    """The same tool call with the same error three times, nothing changed between: the loop is named to the model
+    once with the result (greedy decoding of the same context gives the same call; a new context may not), the rules
+    count anew, and the second loop is a stop: CRASHED with the rule named, no seventh request."""
     call = tool_use("run_shell", {"command": "python -c 'import missing_mod'"})
     with MessagesServer() as srv:
-        srv.enqueue(reply(call), reply("Retrying.", call), reply(call), reply(call), reply("never"))
+        srv.enqueue(reply(call), reply("Retrying.", call), reply(call), *(reply(call) for _ in range(3)), reply("never"))
         signals = fast_backend().run(make_request(tmp_path, srv.url))
-        assert len(srv.message_requests) == 3
+        assert len(srv.message_requests) == 6
+        named = [t for t in user_texts(srv.message_requests[3].json) if t.startswith("You are going round in circles")]
+        assert named == [LOOP_TEXT.format(loop=named[0].split(": ", 1)[1].split(". The same calls")[0])]
+        assert "the same call failed 3 times" in named[0] and "ModuleNotFoundError" in named[0]
+        assert not any(t.startswith("You are going round") for t in user_texts(srv.message_requests[2].json))
     assert signals.exit_kind is ExitKind.CRASHED
     assert (signals.error or "").startswith("stuck (repeated_error): the same call failed 3 times")
     assert "ModuleNotFoundError" in (signals.error or "")
-    assert (signals.tool_calls, signals.tool_failures) == (3, 3)
+    assert (signals.tool_calls, signals.tool_failures) == (6, 6)
 
 
 @integration
@@ -328,7 +333,7 @@ def test_the_same_call_with_the_same_result_four_times_is_a_stop(tmp_path: Path)
     with MessagesServer() as srv:
         srv.enqueue(*(reply(call) for _ in range(13)))
         signals = fast_backend().run(make_request(tmp_path, srv.url))
-        assert len(srv.message_requests) == 4
+        assert len(srv.message_requests) == 8  # named once at the fourth, stopped at the next fourth
     assert signals.exit_kind is ExitKind.CRASHED and signals.tool_failures == 0
     assert (signals.error or "").startswith("stuck (repeated_result): the same call gave the same result 4 times")
 
@@ -341,9 +346,9 @@ def test_two_calls_taking_turns_with_nothing_changed_is_a_stop(tmp_path: Path) -
     with MessagesServer() as srv:
         request = make_request(tmp_path, srv.url)
         (request.workdir / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-        srv.enqueue(*(reply(c) for c in (read, run) * 5))
+        srv.enqueue(*(reply(c) for c in (read, run) * 7))
         signals = fast_backend().run(request)
-        assert len(srv.message_requests) == 6
+        assert len(srv.message_requests) == 12  # named once at the sixth, stopped at the next sixth
     assert signals.exit_kind is ExitKind.CRASHED
     assert (signals.error or "").startswith("stuck (alternation): ")
 

@@ -147,14 +147,16 @@ def test_confident_summary_after_every_call_failed(tmp_path: Path) -> None:
 
 
 def test_spins_on_the_same_failing_call(tmp_path: Path) -> None:
-    """(e) The same call failing with the same error three times, nothing changed between: CRASHED, then AgentError."""
+    """(e) The same call failing with the same error three times, nothing changed between, named once, then three
+    times again: CRASHED, then AgentError."""
     call = tool_use("run_shell", {"command": "python3 -c 'import hello'"})
-    signals, evidence, verdict = _run(tmp_path, reply(call), reply("Let me try that again.", call), reply(call))
+    signals, evidence, verdict = _run(tmp_path, reply(call), reply("Let me try that again.", call), reply(call),
+                                      *(reply(call) for _ in range(3)))
     assert evidence.commits == ()
     assert signals.exit_kind is ExitKind.CRASHED
     assert (signals.error or "").startswith("stuck (repeated_error): the same call failed 3 times")
     assert "run_shell" in (signals.error or "")
-    assert (signals.tool_calls, signals.tool_failures) == (3, 3)
+    assert (signals.tool_calls, signals.tool_failures) == (6, 6)
     assert verdict.outcome is Outcome.AGENT_ERROR and verdict.fingerprint
     assert "stuck (repeated_error)" in " ".join(verdict.reasons)
     assert verdict.all_failed is True

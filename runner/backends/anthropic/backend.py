@@ -3,8 +3,9 @@
 The loop owns the end of a session: it stops when the model calls no more tools,
 on a refusal, on a bound (turns, tokens, time, stall), or when the model is stuck
 (runner.backends.anthropic.stuck: the same failing call, the same result again and again,
-two calls taking turns, with no change to the work tree between; the record's
-error says which rule). What the model says
+two calls taking turns, with no change to the work tree between; the first loop is
+named to the model once and the rules count anew, the second ends the session and the
+record's error says which rule). What the model says
 about its work (stop reason, "done", "all tests pass") is normalised into
 `Hints` and decides nothing. The conversation is written to
 `<transcript_dir>/<session id>.json` after every turn so a later job resumes it.
@@ -70,6 +71,11 @@ SYSTEM_PROMPT = (
     "5. Only then tick the checkpoint with mark_done, and commit the tick: run_shell `git commit -am tick`.\n"
     "6. Stop calling tools and say briefly what you did."
 )
+
+LOOP_TEXT = ("You are going round in circles: {loop}. The same calls will give the same results, and if they come "
+             "round again the session ends. Do something different: read the last failure again, then change the "
+             "code (not the tests) another way.")
+
 
 def estimate_cost(model: str, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> float | None:
     """A list-price estimate (runner.backends.common.meter); None for a model the table does not know."""
@@ -166,6 +172,8 @@ class _Tally:
     final_empty: bool = False
     texts: list[str] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)  # every tool call, as the stuck rules read it
+    stuck_from: int = 0  # the stuck rules read the steps from here: after a loop was named, they count anew
+    loop_named: bool = False
     tree: str | None = None  # the work tree's digest after the last call that could change it
 
 
@@ -371,6 +379,14 @@ class AnthropicAgentBackend:
                 if verdict == "nudge":
                     results.append({"type": "text", "text": NUDGE_TEXT})
                     tally.nudges += 1
+                if spin and not tally.loop_named:
+                    # The first loop is named to the model, once, and the rules count anew: with greedy decoding the
+                    # same context gives the same calls, and a result that says what repeats is a new context (the
+                    # 1.5B's loops ended its sessions within minutes). The second loop ends the session.
+                    tally.loop_named, tally.stuck_from = True, len(tally.steps)
+                    results.append({"type": "text", "text": LOOP_TEXT.format(loop=spin.partition("): ")[2] or spin)})
+                    request.on_event("stuck", spin)
+                    spin = None
                 messages.append({"role": "user", "content": results})
                 write_transcript(path, session_id, model, messages)
                 if spin:
@@ -462,7 +478,7 @@ class AnthropicAgentBackend:
                 tree = workspace.tree_state()
                 changed, tally.tree = tree != tally.tree, tree
             tally.steps.append(step(name, args, outcome_ok, text, changed, tally.tree or ""))
-            found = stuck(tally.steps)
+            found = stuck(tally.steps[tally.stuck_from:])
             if found is not None:
                 spin = str(found)
         return results, spin

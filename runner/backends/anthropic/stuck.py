@@ -18,7 +18,8 @@ count again, so re-running a failing gate after each edit is iteration, never a 
 normalised (``runner.core.fingerprint.normalise_error``: durations, temp paths, ids), so "1 failed in 0.03s" and
 "1 failed in 0.04s" are the same result.
 
-This is the agent's own stop inside one session. The seed's rule at the plan's level (the same failing session
+The loop (runner.backends.anthropic.backend) names the first loop of a session to the model and reads the steps
+after it anew; the second ends the session. This is the agent's own stop inside one session. The seed's rule at the plan's level (the same failing session
 twice in a row parks the plan) is the policy's circuit breaker (runner.core.policy), not this.
 """
 
