@@ -227,3 +227,19 @@ def test_a_second_definition_of_a_function_is_refused_naming_what_the_tests_want
     assert ws.run("write_file", {"path": "ov.py", "content": overloads + "def f(x):\n    return x\n"}).ok
     # a new function is no question at all
     assert ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "def mean(v):\n    return 1\n"}).ok
+
+
+def test_indented_code_added_at_the_end_of_a_function_is_refused_showing_the_function(ws: Workspace) -> None:
+    """The 1.5B added `    return int(text.replace('.', '')) * 100` at the end of the file again and again, meaning
+    to change parse_cents's return line: dead code each time, and each time a change no stuck rule sees."""
+    out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "    return str(x) + '!'"})
+    assert not out.ok and out.text == (
+        "not written: new_string is indented, so at the end of report.py it would go inside `label`, after its last "
+        "line (line 7: `return str(x)`), which runs first. To change a line of `label`, call edit_file with old_string "
+        "that line as it is now and new_string the line changed. `label` reads:\n   6  def label(x):\n"
+        "   7      return str(x)\nreport.py was not changed.")
+    assert (ws.root / "report.py").read_text() == REPORT
+    # a method after a class, and unindented code, are added as asked
+    assert ws.run("write_file", {"path": "k.py", "content": "class K:\n    a = 1\n"}).ok
+    assert ws.run("edit_file", {"path": "k.py", "old_string": "", "new_string": "    def f(self):\n        return 1\n"}).ok
+    assert ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "def mean(v):\n    return 1\n"}).ok

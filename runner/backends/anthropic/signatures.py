@@ -207,3 +207,24 @@ def wanted_by_tests(root: Path, rel: str, text: str, limit: int = 3) -> list[tup
                     found.setdefault(node.attr, (node.attr, rel_test.as_posix(), node.lineno))
     ordered = sorted(found.values(), key=lambda f: (f[1], f[2]))
     return ordered[:limit] if limit else ordered
+
+
+def indented_append(rel: str, text: str, new_string: str) -> str:
+    """Why indented code added at the end of a Python file that ends with a function would go into that function's
+    body after everything it does, with the function shown; "" otherwise (a method after a class is fine). The
+    1.5B added `    return int(text.replace('.', '')) * 100` at the end, again and again, meaning to change
+    `parse_cents`'s return line: each time a change, each time dead code."""
+    first = next((line for line in new_string.splitlines() if line.strip()), "")
+    if not rel.endswith(".py") or not first[:1].isspace():
+        return ""
+    tree = _parse(text)
+    last = tree.body[-1] if tree is not None and tree.body else None
+    if not isinstance(last, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ""
+    lines = text.splitlines()
+    end = last.end_lineno or last.lineno
+    shown = "\n".join(f"{n:4d}  {lines[n - 1]}" for n in range(last.lineno, end + 1) if n <= len(lines))
+    final = lines[end - 1].strip() if 0 < end <= len(lines) else ""
+    return (f"new_string is indented, so at the end of {rel} it would go inside `{last.name}`, after its last line "
+            f"(line {end}: `{final}`), which runs first. To change a line of `{last.name}`, call edit_file with "
+            f"old_string that line as it is now and new_string the line changed. `{last.name}` reads:\n{shown}")

@@ -39,7 +39,7 @@ from typing import Any
 from runner.adapters.git.evidence import _at_or_above
 from runner.adapters.sandbox import proc
 from runner.backends.anthropic.failures import digest as failure_digest
-from runner.backends.anthropic.signatures import duplicates, unused_parameters
+from runner.backends.anthropic.signatures import duplicates, indented_append, unused_parameters
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CheckpointState
 from runner.core.plan import Plan
@@ -456,6 +456,9 @@ class Workspace:
         rel = self._rel(target)
         if not new_string.strip():
             raise ToolError("`old_string` and `new_string` are both empty: nothing to change")
+        inside = indented_append(rel, text, new_string)
+        if inside:
+            raise ToolError(f"not written: {inside}\n{rel} was not changed.")
         gap = "" if not text.strip() else ("\n\n\n" if target.suffix == ".py" else "\n")
         new_text = text.rstrip("\n") + gap + new_string.strip("\n") + "\n" if text.strip() else new_string
         self._guard_plan(target, new_text)
