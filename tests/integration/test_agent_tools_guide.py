@@ -173,7 +173,7 @@ def test_a_whole_file_write_that_drops_a_function_says_so(ws: Workspace) -> None
     assert renamed.ok and renamed.text.startswith("edited report.py. It no longer defines total, which the file")
 
 
-def test_a_parameter_no_test_passes_is_asked_about_once_naming_the_tests_call(ws: Workspace) -> None:
+def test_a_parameter_no_test_passes_is_refused_naming_the_tests_call(ws: Workspace) -> None:
     """The 1.5B asked to make total skip None gave it a `skip_missing` parameter no test passes; the gate stayed red
     for two sessions. Asked once, before anything is written, with the test's own call."""
     assert ws.run("read_file", {"path": "report.py"}).ok
@@ -186,17 +186,21 @@ def test_a_parameter_no_test_passes_is_asked_about_once_naming_the_tests_call(ws
         "changed.")
     assert (ws.root / "report.py").read_text() == REPORT  # nothing written
     other = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):",
-                                 "new_string": "def total(values, skip=None):"})
-    assert not other.ok and "`total` would take 'skip', which no test passes" in other.text  # another change
+                                 "new_string": "def total(values, ignore=None):"})
+    assert not other.ok and "`total` would take 'ignore', which no test passes" in other.text  # another change
     assert (ws.root / "report.py").read_text() == REPORT
 
 
-def test_a_parameter_question_is_asked_once_and_a_passed_parameter_never(ws: Workspace) -> None:
+def test_a_parameter_no_test_passes_is_refused_unless_the_plan_names_it(ws: Workspace, tmp_path: Path) -> None:
+    """Asked once, the 1.5B made the same call again: with a plan, such a parameter is refused every time, unless the
+    plan names it (the task asks for it); without a plan, it is asked once per change."""
     assert ws.run("read_file", {"path": "report.py"}).ok
     added = REPORT.replace("def total(values):", "def total(values, skip_missing=True):")
     assert not ws.run("write_file", {"path": "report.py", "content": added}).ok
     again = ws.run("write_file", {"path": "report.py", "content": added})
-    assert again.ok and (ws.root / "report.py").read_text() == added  # the model's call, when it insists
+    assert not again.ok and (ws.root / "report.py").read_text() == REPORT
+    named = REPORT.replace("def total(values):", "def total(values, skip=None):")
+    assert ws.run("write_file", {"path": "report.py", "content": named}).ok  # the plan names `skip`: "Make total skip"
     # a parameter a test passes (by position here) is the test's own call: no question
     (ws.root / "tests" / "test_report.py").write_text(TEST.replace("report.label(3)", "report.label(3, 'en')"))
     passed = ws.run("edit_file", {"path": "report.py", "old_string": "def label(x):", "new_string": "def label(x, lang):"})
@@ -204,6 +208,12 @@ def test_a_parameter_question_is_asked_once_and_a_passed_parameter_never(ws: Wor
     # a function no test calls may take what it likes
     (ws.root / "other.py").write_text("def f(a):\n    return a\n")
     assert ws.run("edit_file", {"path": "other.py", "old_string": "def f(a):", "new_string": "def f(a, b=1):"}).ok
+    # without a plan file: asked once per change
+    init_repo(tmp_path / "bare", {"report.py": REPORT, "tests/__init__.py": "", "tests/test_report.py": TEST})
+    free = Workspace(tmp_path / "bare", ws.env)
+    assert free.run("read_file", {"path": "report.py"}).ok
+    assert not free.run("write_file", {"path": "report.py", "content": added}).ok
+    assert free.run("write_file", {"path": "report.py", "content": added}).ok
 
 
 def test_a_second_definition_of_a_function_is_refused_naming_what_the_tests_want(ws: Workspace) -> None:
@@ -243,3 +253,21 @@ def test_indented_code_added_at_the_end_of_a_function_is_refused_showing_the_fun
     assert ws.run("write_file", {"path": "k.py", "content": "class K:\n    a = 1\n"}).ok
     assert ws.run("edit_file", {"path": "k.py", "old_string": "", "new_string": "    def f(self):\n        return 1\n"}).ok
     assert ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "def mean(v):\n    return 1\n"}).ok
+
+
+def test_the_content_state_is_the_files_alone_committed_or_not(ws: Workspace) -> None:
+    """What `toggle` reads: the same files give the same state whether committed or not; HEAD does not count."""
+    start = ws.content_state()
+    assert start.startswith("files:")
+    (ws.root / "report.py").write_text(REPORT + "x = 1\n")
+    changed = ws.content_state()
+    assert changed != start
+    assert ws.run("run_shell", {"command": "git commit -qam x"}).ok
+    assert ws.content_state() == changed  # committed: the same files
+    (ws.root / "report.py").write_text(REPORT)
+    assert ws.content_state() == start  # back to the first content, HEAD elsewhere
+    (ws.root / "new.txt").write_text("n\n")
+    assert ws.content_state() not in (start, changed)
+    (ws.root / "new.txt").unlink()
+    (ws.root / "report.py").unlink()
+    assert ws.content_state() not in (start, changed)

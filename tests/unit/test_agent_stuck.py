@@ -196,3 +196,18 @@ def test_a_step_that_changed_nothing_carries_no_state():
     assert step("read_file", {"path": "a"}, True, "x", False, "A").tree == ""
     assert stuck([write(changed=False)] + [step("read_file", {"path": str(n)}, True, "x", False, "A")
                                            for n in range(5)]) is None
+
+
+def commit(tree: str) -> Step:
+    return step("run_shell", {"command": "git commit -am work"}, True, "exit code 0", True, tree)
+
+
+def test_a_flip_committed_each_time_is_toggle_and_a_commit_is_no_visit():
+    """The 1.5B flipped `* 100` and `// 100` with a commit after each: the files come back, HEAD never does. The
+    commit of the content just written stays in that state (no visit), so edit-commit-edit-commit is iteration
+    until a state is entered a third time."""
+    steps = [edit("a", "b", "B"), commit("B"), edit("b", "a", "A"), commit("A"), edit("a", "b", "B"), commit("B")]
+    assert stuck(steps) is None  # B entered twice; the commits are not visits
+    found = stuck([*steps, edit("b", "a", "A"), commit("A"), edit("a", "b", "B")])
+    assert found is not None and found.rule == "toggle"
+    assert stuck([*steps, edit("b", "a", "A"), commit("A"), edit("a", "c", "C")]) is None

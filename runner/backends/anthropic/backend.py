@@ -477,7 +477,8 @@ class AnthropicAgentBackend:
             if name not in _READ_ONLY_TOOLS:
                 tree = workspace.tree_state()
                 changed, tally.tree = tree != tally.tree, tree
-            tally.steps.append(step(name, args, outcome_ok, text, changed, tally.tree or ""))
+            content = workspace.content_state() if changed else ""
+            tally.steps.append(step(name, args, outcome_ok, text, changed, content))
             found = stuck(tally.steps[tally.stuck_from:])
             if found is not None:
                 spin = str(found)

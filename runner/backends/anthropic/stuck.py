@@ -9,9 +9,11 @@ A careful peer's rules (OpenHands' stuck detector is the reference), on frozen r
   steps in a row (read, run, read, run...);
 * ``cycle``: :data:`CYCLE_STEPS` steps in a row that each repeat, call and result, a step made since the work tree
   last changed (a longer loop: write the same text, run, edit, write, run, edit...);
-* ``toggle``: the work tree back in the same state for the :data:`TOGGLE_VISITS`-th time (an edit that flips a
-  test's expected value 3, 4, 3, 4, or a file written broken and mended again and again: each edit is a change,
-  so the rules above never see it).
+* ``toggle``: the work tree's files back in the same content for the :data:`TOGGLE_VISITS`-th time (an edit that
+  flips a test's expected value 3, 4, 3, 4, or a file written broken and mended again and again: each edit is a
+  change, so the rules above never see it). The content is the files' alone, committed or not: the 1.5B flipped
+  `* 100` and `// 100` with a commit after each, and a state that counted HEAD never came back. A commit of the
+  content just written stays in the same state; only a change into a state is a visit.
 
 Nothing counts across a change to the work tree: a step that changed it (a file written, a commit) starts the
 count again, so re-running a failing gate after each edit is iteration, never a repeat. Results are compared
@@ -48,7 +50,7 @@ class Step:
     ok: bool
     result: str
     changed: bool = False
-    tree: str = ""  # the work tree's state after a step that changed it
+    tree: str = ""  # the work tree's content after a step that changed it (files only, committed or not)
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,10 @@ def stuck(steps: Sequence[Step]) -> Stuck | None:
     """The rule the last steps break, or None. Only steps since the work tree last changed count (but for
     ``toggle``, which reads the states the changes left)."""
     changes = [s for s in steps if s.changed and s.tree]
-    if changes:
-        visits = sum(1 for s in changes if s.tree == changes[-1].tree)
+    # a visit is a change that enters a state: a commit of the content just written stays in it
+    entries = [s for i, s in enumerate(changes) if i == 0 or s.tree != changes[i - 1].tree]
+    if entries and entries[-1] is changes[-1]:
+        visits = sum(1 for s in entries if s.tree == changes[-1].tree)
         if visits >= TOGGLE_VISITS:
             calls = list(dict.fromkeys(s.call for s in changes))[-3:]
             return Stuck("toggle", f"the work tree came back to the same state {visits} times (its changes undo each "

@@ -317,6 +317,36 @@ class Workspace:
                     pass
         return "git:" + digest.hexdigest()
 
+    def content_state(self) -> str:
+        """A digest of the work tree's files alone, committed or not (git's blob ids: a file's content hashes the same
+        in the index and in the work tree), for the stuck rule `toggle`; "" outside git."""
+        index = self._git("ls-files", "-s", "-z")
+        status = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all")
+        if index is None or status is None:
+            return ""
+        files: dict[str, str] = {}
+        for entry in index.split("\0"):
+            meta, _, path = entry.partition("\t")
+            if path and len(meta.split()) >= 2:
+                files[path] = meta.split()[1]
+        for entry in status.split("\0"):
+            if len(entry) < 4 or entry[2] != " ":
+                continue
+            path = entry[3:]
+            target = self.root / path
+            try:
+                data = target.read_bytes() if target.is_file() and not target.is_symlink() else None
+            except OSError:
+                data = None
+            if data is None:
+                files.pop(path, None)
+            else:
+                files[path] = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+        digest = hashlib.sha256()
+        for path in sorted(files):
+            digest.update(f"{path}\0{files[path]}\0".encode())
+        return "files:" + digest.hexdigest()
+
     def _rel(self, path: Path) -> str:
         return str(path.relative_to(self.root)) if path != self.root else "."
 
@@ -432,11 +462,12 @@ class Workspace:
         return f"edited {path}"
 
     def _guard_shape(self, target: Path, before: str, after: str) -> None:
-        """Before anything is written, a change to a Python file that defines a top-level function a second time
-        (refused: Python keeps the last one, and a linter calls it an error), or that gives a function the tests call
-        a parameter none of their calls passes (asked once per change: the same call again writes it). The 1.5B
-        appended a second `dollars`, and the same `parse_cents` again and again, when asked for `parse_cents`; it
-        gave `total` a `skip_missing` no test passes. What the tests call is named."""
+        """Before anything is written, refused: a change to a Python file that defines a top-level function a second
+        time (Python keeps the last one; a linter calls it an error), or that gives a function the tests call a
+        parameter that none of their calls passes and the plan does not name (without a plan file: asked once per
+        change). The 1.5B appended a second `dollars`, and the same `parse_cents` again and again, when asked for
+        `parse_cents`; it gave `total` a `skip_missing` no test passes, and asked once, it made the same call again.
+        What the tests call is named."""
         if target.suffix != ".py" or not before.strip() or _syntax_error(target, after) is not None:
             return
         rel = self._rel(target)
@@ -446,8 +477,9 @@ class Workspace:
         twice = duplicates(self.root, rel, before, after, focus)
         if twice:
             raise ToolError(f"not written: {twice} {rel} was not changed.")
-        unused = unused_parameters(self.root, rel, before, after)
-        if unused and self._ask_once(f"parameters:{rel}:{hashlib.sha256(after.encode()).hexdigest()}"):
+        task = self.plan_path.read_text(encoding="utf-8", errors="replace") if plan is not None and self.plan_path else ""
+        unused = unused_parameters(self.root, rel, before, after, task)
+        if unused and (plan is not None or self._ask_once(f"parameters:{rel}:{hashlib.sha256(after.encode()).hexdigest()}")):
             raise ToolError(f"not written: {unused} {rel} was not changed.")
 
     def _append(self, target: Path, text: str, new_string: str) -> str:
