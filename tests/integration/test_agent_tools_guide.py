@@ -182,8 +182,9 @@ def test_a_parameter_no_test_passes_is_refused_naming_the_tests_call(ws: Workspa
     assert not out.ok and out.text == (
         "not written: `total` would take 'skip_missing', which no test passes: the tests call it as before "
         "(tests/test_report.py line 9: `self.assertEqual(total([1, None, 2]), 3)`), so a new parameter cannot change "
-        "what they check. Keep `def total(values):` and change its body to do what the task asks. report.py was not "
-        "changed.")
+        "what they check. Keep `def total(values):` and change a line of its body (edit_file, old_string: that line "
+        "as it is now) to do what the task asks. It reads now:\n   1  def total(values):\n"
+        '   2      """The sum, None skipped."""\n   3      return sum(values)\nreport.py was not changed.')
     assert (ws.root / "report.py").read_text() == REPORT  # nothing written
     other = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):",
                                  "new_string": "def total(values, ignore=None):"})

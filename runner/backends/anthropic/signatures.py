@@ -120,10 +120,15 @@ def unused_parameters(root: Path, rel: str, before: str, after: str, task: str =
         if not calls or any(_passes(c, fn, p) for c in calls for p in added):
             continue
         shown = "; ".join(f"{c.path} line {c.line}: `{c.text}`" for c in calls[:3])
+        was = old[name]
+        lines = before.splitlines()
+        body = "\n".join(f"{n:4d}  {lines[n - 1]}" for n in range(was.lineno, (was.end_lineno or was.lineno) + 1)
+                         if n <= len(lines))
         notes.append(f"`{name}` would take {', '.join(repr(p) for p in added)}, which no test passes: the tests call "
                      f"it as before ({shown}), so a new parameter cannot change what they check. Keep "
-                     f"`def {name}({_signature(old[name])}):` and change its body to do what the task asks.")
-    return " ".join(notes)
+                     f"`def {name}({_signature(was)}):` and change a line of its body (edit_file, old_string: that "
+                     f"line as it is now) to do what the task asks. It reads now:\n{body}")
+    return "\n".join(notes)
 
 
 def duplicates(root: Path, rel: str, before: str, after: str, focus: str = "") -> str:

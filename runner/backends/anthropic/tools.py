@@ -480,7 +480,7 @@ class Workspace:
         task = self.plan_path.read_text(encoding="utf-8", errors="replace") if plan is not None and self.plan_path else ""
         unused = unused_parameters(self.root, rel, before, after, task)
         if unused and (plan is not None or self._ask_once(f"parameters:{rel}:{hashlib.sha256(after.encode()).hexdigest()}")):
-            raise ToolError(f"not written: {unused} {rel} was not changed.")
+            raise ToolError(f"not written: {unused}\n{rel} was not changed.")
 
     def _append(self, target: Path, text: str, new_string: str) -> str:
         """An edit with an empty old_string adds new_string at the end of the file (the 1.5B adds a function so;
