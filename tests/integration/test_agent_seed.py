@@ -1,6 +1,7 @@
-"""The agent's clone seeded from the judge's seed store (runner.adapters.sandbox.agent_clone): only the work
-branch crosses into the store, the agent reads it and cannot write it, the clone borrows instead of copying,
-and old parts and areas are removed off the critical path (discard_trash, remove_agent_areas)."""
+"""The agent's tree and repository (runner.adapters.sandbox.agent_clone): only the work branch crosses into the
+judge's seed store, the agent reads it and cannot write it, its `.git` borrows instead of copying, its tree is the
+judge's base under an upper layer of its own that each session starts empty (the base never written), and old parts
+and areas are removed off the critical path (discard_trash, remove_agent_areas)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.adapters.judge.base import BaseTree
 from runner.adapters.sandbox import agent_clone
 from runner.adapters.sandbox.identity import Identity, judge_dir, leased
 
@@ -19,6 +21,22 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
                           env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x.invalid",
                                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x.invalid"}).stdout.strip()
+
+
+def prepare(area, who, repo: Path, scratch: Path, branch: str = "plan-runner/p") -> None:
+    """A session's start: the base brought to the judged sha (as the session does first), then the agent's area."""
+    BaseTree(area, repo).at(git(repo, "rev-parse", branch))
+    agent_clone.prepare(area, who, repo, branch, None, scratch)
+
+
+def in_tree(who, area, script: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+    """`script` run as the agent in its tree (in a room: the tree shown as its phases see it)."""
+    if who.room is not None:
+        who.room.mount_tree(agent_clone.tree_of(area, who))
+    return agent_clone.run_as(who, ["sh", "-c", script], cwd=area.work,
+                              env={**agent_clone.agent_git_env(area), "GIT_AUTHOR_NAME": "a",
+                                   "GIT_AUTHOR_EMAIL": "a@x.invalid", "GIT_COMMITTER_NAME": "a",
+                                   "GIT_COMMITTER_EMAIL": "a@x.invalid", **env})
 
 
 @pytest.fixture
@@ -69,18 +87,18 @@ def test_the_store_is_brought_up_to_date_incrementally_and_its_name_is_kept(judg
     assert git(again, "rev-parse", "refs/heads/plan-runner/p") == git(repo, "rev-parse", "HEAD")
 
 
-def test_the_clone_borrows_objects_and_the_previous_session_goes_to_the_trash(judge, tmp_path):
+def test_the_repository_borrows_objects_and_the_previous_session_goes_to_the_trash(judge, tmp_path):
     repo, _ = judge
     area = agent_clone.area_for(repo, "p")
     me = Identity()
-    agent_clone.prepare(area, me, repo, "plan-runner/p", None, tmp_path / "scratch")
+    prepare(area, me, repo, tmp_path / "scratch")
     alternates = (area.work / ".git/objects/info/alternates").read_text().split()
     assert alternates == [str(Path(git(repo, "rev-parse", "--absolute-git-dir")) / "objects")]  # none: its own
     assert git(area.work, "rev-parse", "HEAD") == git(repo, "rev-parse", "plan-runner/p")
     assert (area.work / "a.txt").read_text() == "a\n"
     assert not list((area.work / ".git/objects/pack").iterdir()), "the history was copied, not borrowed"
     (area.work / "left.txt").write_text("left by the agent")
-    agent_clone.prepare(area, me, repo, "plan-runner/p", None, tmp_path / "scratch")
+    prepare(area, me, repo, tmp_path / "scratch")
     assert not (area.work / "left.txt").exists()
     trash = area.root / agent_clone.TRASH
     assert os.listdir(trash) and os.stat(trash).st_mode & 0o777 == 0o700
@@ -106,7 +124,7 @@ def test_an_area_a_session_holds_is_never_removed_however_old(judge, tmp_path):
     repo, _ = judge
     area = agent_clone.area_for(repo, "busy")
     me = Identity()
-    agent_clone.prepare(area, me, repo, "plan-runner/p", None, tmp_path / "scratch")  # holds the area
+    prepare(area, me, repo, tmp_path / "scratch")  # holds the area
     past = time.time() - 7200
     os.utime(area.root, (past, past))
     assert area.root not in agent_clone.remove_agent_areas(3600) and area.work.is_dir()
@@ -119,7 +137,7 @@ def test_an_area_a_session_holds_is_never_removed_however_old(judge, tmp_path):
 def test_a_first_fill_brings_a_bounded_history_and_the_agents_clone_is_shallow_at_the_same_commits(judge, tmp_path,
                                                                                                   monkeypatch):
     """On a GitHub-hosted runner every job fills the store first: SEED_DEPTH commits, not the whole history
-    (~8 s at 100,000 commits); later fetches stay incremental and never deepen it. The agent's clone gets the
+    (~8 s at 100,000 commits); later fetches stay incremental and never deepen it. The agent's repository gets the
     store's `shallow` file, so its git reads the history it has (without it, `git log` dies on a missing
     parent). Setting SEED_DEPTH out of reach (a full fill) fails the first assertion."""
     repo, _ = judge
@@ -137,134 +155,152 @@ def test_a_first_fill_brings_a_bounded_history_and_the_agents_clone_is_shallow_a
     assert git(store, "rev-list", "--count", "plan-runner/p") == "4"
     area = agent_clone.area_for(repo, "p")  # (the room runs as the judge's uid: no folder opened to others)
     with leased("user") as agent:
-        agent_clone.prepare(area, agent, repo, "plan-runner/p", None, tmp_path / "scratch")
-        log = subprocess.run(["git", "-C", str(area.work), "log", "--format=%s"], capture_output=True, text=True,
-                             user=agent.uid, group=agent.gid, env={"PATH": os.environ["PATH"], "HOME": str(area.home)})
-        assert log.returncode == 0, log.stderr
-        assert log.stdout.split() == ["next", "c5", "c4", "c3"]
-        agent_clone.prepare(area, agent, repo, "plan-runner/p", None, tmp_path / "scratch")  # kept, updated
-        log = subprocess.run(["git", "-C", str(area.work), "log", "--format=%s"], capture_output=True, text=True,
-                             user=agent.uid, group=agent.gid, env={"PATH": os.environ["PATH"], "HOME": str(area.home)})
-        assert log.returncode == 0 and log.stdout.split() == ["next", "c5", "c4", "c3"], log.stderr
+        for _ in range(2):  # a first session, a later one
+            prepare(area, agent, repo, tmp_path / "scratch")
+            log = in_tree(agent, area, "git log --format=%s")
+            assert log.returncode == 0, log.stderr
+            assert log.stdout.decode().split() == ["next", "c5", "c4", "c3"]
         agent_clone.discard_area(area, agent)
 
 
 def _agent(identity, area, script: str) -> None:
-    """The agent's own doing in its clone, as its identity."""
-    done = agent_clone.run_as(identity, ["sh", "-c", script], cwd=area.work,
-                              env={**agent_clone.agent_git_env(area), "GIT_AUTHOR_NAME": "a",
-                                   "GIT_AUTHOR_EMAIL": "a@x.invalid", "GIT_COMMITTER_NAME": "a",
-                                   "GIT_COMMITTER_EMAIL": "a@x.invalid"})
+    """The agent's own doing in its tree, as its identity."""
+    done = in_tree(identity, area, script)
     assert done.returncode == 0, done.stderr
 
 
-def _tracked_listing(root: Path) -> dict[str, bytes]:
+def _listing(who, area) -> dict[str, str]:
+    """The agent's tree as it sees it (`.git` aside): path -> content (a link: its target)."""
+    done = in_tree(who, area, 'find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | sort | '
+                              'while IFS= read -r f; do if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; '
+                              'else echo "$f: $(cat "$f")"; fi; done')
+    assert done.returncode == 0, done.stderr
+    return dict(line.split(": ", 1) if ": " in line else (line, "") for line in done.stdout.decode().splitlines())
+
+
+def _base_listing(area) -> dict[str, bytes]:
     out = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not (folder == str(root) and d == ".git")]
+    for folder, _dirs, files in os.walk(area.base_tree):
         for name in files:
             path = Path(folder) / name
-            out[str(path.relative_to(root))] = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+            out[str(path.relative_to(area.base_tree))] = (os.readlink(path).encode() if path.is_symlink()
+                                                          else path.read_bytes())
     return out
 
 
-@pytest.fixture(params=["none", "user"])
+@pytest.fixture(params=["none", "user", "copy"])
 def who(request):
+    """No isolation; a room (as plan-runner's own uid); a room whose kernel has no overlay (Linux < 5.11: the
+    agent's upper layer is a copy of the base and the set-up layer)."""
     if request.param == "none":
         yield Identity()
         return
     from runner.adapters.sandbox import identity as sandbox
-    with sandbox.leased("user") as identity:  # a room, as plan-runner's own uid
+    with sandbox.leased("user") as identity:
+        assert identity.room is not None
+        identity.room.overlay = request.param == "user"
         yield identity
 
 
-def test_the_kept_clone_lands_on_exactly_the_judged_sha_with_nothing_of_the_last_session(judge, tmp_path, who):
-    """The clone is updated in place (same folder: Claude Code resumes by its path), by the agent's git, to the
-    judged sha: the agent's commits, leftovers, ignored files, config, hooks, excludes, replace refs and other
-    branches gone, its files as a fresh clone's."""
+def test_each_session_sees_exactly_the_judged_sha_with_nothing_of_the_last_session(judge, tmp_path, who):
+    """The agent's tree at the same path each session (Claude Code resumes by its path), at exactly the judged sha:
+    the agent's commits, leftovers, ignored files, config, hooks, excludes, replace refs and other branches gone,
+    and none of its writes ever reached the base."""
     repo, _ = judge
     area = agent_clone.area_for(repo, f"kept-{who.uid}")
     scratch = tmp_path / "scratch"
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    inode = os.lstat(area.work).st_ino
-    _agent(who, area, "echo mine > mine.txt; echo '*.log' > .gitignore; git add -A; git commit -qm agent; "
-                      "echo left > left.txt; mkdir -p build/x; echo 1 > build/x/y.log; echo 2 > z.log; "
-                      "git config core.fsmonitor 'echo pwned > pwned'; echo x > .git/info/exclude; "
+    prepare(area, who, repo, scratch)
+    base_before = _base_listing(area)
+    _agent(who, area, "echo mine > mine.txt; echo changed > a.txt; echo '*.log' > .gitignore; git add -A; "
+                      "git commit -qm agent; echo left > left.txt; mkdir -p build/x; echo 1 > build/x/y.log; "
+                      "echo 2 > z.log; git config core.fsmonitor 'echo pwned > pwned'; echo x > .git/info/exclude; "
                       "printf '#!/bin/sh\\necho hook > hooked\\n' > .git/hooks/post-checkout; "
                       "chmod +x .git/hooks/post-checkout; git branch other; git tag t1; "
                       "git replace -f HEAD~1 HEAD")
-    # the judge's work branch moved on meanwhile (the agent's commit judged and more)
+    assert _base_listing(area) == base_before, "the agent wrote the base"
+    # the judge's work branch moved on meanwhile (the agent's commit not taken, another judged)
     (repo / "b.txt").write_text("b\n")
     git(repo, "checkout", "-q", "plan-runner/p")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "judged")
     git(repo, "checkout", "-q", "main")
     sha = git(repo, "rev-parse", "plan-runner/p")
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    assert os.lstat(area.work).st_ino == inode, "the clone was made again, not kept"
-    assert git(area.work, "-c", "safe.directory=*", "rev-parse", "HEAD") == sha
-    assert git(area.work, "-c", "safe.directory=*", "symbolic-ref", "HEAD") == "refs/heads/plan-runner/p"
-    assert git(area.work, "-c", "safe.directory=*", "for-each-ref", "--format=%(refname)").split() == [
-        "refs/heads/plan-runner/p", "refs/remotes/plan-runner/plan-runner/p"]
-    assert _tracked_listing(area.work) == {"a.txt": b"a\n", "b.txt": b"b\n"}
-    assert not (area.work / "pwned").exists() and not (area.work / "hooked").exists()
-    assert "fsmonitor" not in (area.work / ".git/config").read_text()
-    assert not [h for h in os.listdir(area.work / ".git/hooks") if not h.endswith(".sample")]
-    assert git(area.work, "-c", "safe.directory=*", "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
+    prepare(area, who, repo, scratch)
+    said = in_tree(who, area, "git rev-parse HEAD; git symbolic-ref HEAD; git for-each-ref --format='%(refname)'; "
+                              "git status --porcelain --ignored --untracked-files=all; ls .git/hooks | grep -v sample; "
+                              "git config --get core.fsmonitor; ls pwned hooked 2>/dev/null")
+    assert said.stdout.decode().split() == [sha, "refs/heads/plan-runner/p", "refs/heads/plan-runner/p",
+                                            "refs/remotes/plan-runner/plan-runner/p"], said.stderr
+    assert _listing(who, area) == {"./a.txt": "a", "./b.txt": "b"}
     agent_clone.discard_trash(area, who, wait=True)
     agent_clone.discard_area(area)
 
 
-def test_a_clone_with_hidden_index_entries_or_of_another_owner_is_made_again(judge, tmp_path, who):
-    """skip-worktree and assume-unchanged entries keep a checkout from rewriting those files: such a clone is
-    not kept (positive control: the same clone without them is)."""
+def test_the_agents_first_git_status_reads_no_file(judge, tmp_path, who, monkeypatch):
+    """The agent's index is the base's (as root, its owner rewritten as the room shows the files; a copy of the base,
+    where there is no overlay, refreshed once): its stat data vouch for every file, so git compares no content.
+    `git diff-files` lists a file whose stat data differ, without reading it (positive control: one touched). Over
+    an overlay nothing is refreshed at all (the seed script's last word)."""
     repo, _ = judge
-    area = agent_clone.area_for(repo, f"hidden-{who.uid}")
-    scratch = tmp_path / "scratch"
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    inode = os.lstat(area.work).st_ino
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    assert os.lstat(area.work).st_ino == inode  # the positive control: kept
-    _agent(who, area, "git update-index --skip-worktree a.txt; echo forged > a.txt")
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    assert os.lstat(area.work).st_ino != inode, "a clone whose index hides a file was kept"
-    assert (area.work / "a.txt").read_text() == "a\n"
+    refreshed: list[str] = []
+    real = agent_clone.run_as
+
+    def spy(identity, argv, **kw):
+        if argv[:4] == ["sh", "-c", agent_clone._SEED_SCRIPT, "seed"]:
+            refreshed.append(argv[-1])
+        return real(identity, argv, **kw)
+    monkeypatch.setattr(agent_clone, "run_as", spy)
+    git(repo, "checkout", "-q", "plan-runner/p")
+    for i in range(50):
+        (repo / f"f{i}.txt").write_text(f"{i}\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "files")
+    git(repo, "checkout", "-q", "main")
+    area = agent_clone.area_for(repo, f"index-{who.uid}")
+    prepare(area, who, repo, tmp_path / "scratch")
+    done = in_tree(who, area, "git diff-files --name-only; touch -m -d '2001-01-01' f7.txt; git diff-files --name-only")
+    assert done.returncode == 0 and done.stdout.decode().split() == ["f7.txt"], done.stderr
+    assert refreshed == ["0" if who.room is not None and who.room.overlay else "1"]
     agent_clone.discard_area(area)
 
 
-def test_the_clone_is_kept_in_every_later_session_each_with_a_lease_of_its_own(judge, tmp_path):
-    """A session job opens a room anew, and the room's release removes its TMP and HOME: the next update still finds
-    the clone and keeps it. (With pooled users, every other later session made the clone again and restored its
-    set-up cache: +1.1-1.7 s on the real project.)"""
+def test_what_the_agent_left_in_its_upper_layer_is_removed_with_no_link_followed(judge, tmp_path):
+    """Links to the judge's folders, whiteouts of the base's files, fifos: the next session's start moves the upper
+    aside and its removal follows nothing (the targets stay whole); the base never lost a file."""
+    from runner.adapters.sandbox import identity as sandbox
+    repo, _ = judge
+    outside = tmp_path / "judges"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine\n")
+    area = agent_clone.area_for(repo, "upper")
+    scratch = tmp_path / "scratch"
+    with sandbox.leased("user") as who:
+        prepare(area, who, repo, scratch)
+        _agent(who, area, f"ln -s {outside} judges; ln -s {outside}/keep.txt k; rm a.txt; mkfifo pipe; "
+                          "mkdir -p d/e; chmod 0 d")
+        if who.room.overlay:
+            assert os.stat(area.upper / "a.txt", follow_symlinks=False).st_rdev == 0  # a whiteout
+        prepare(area, who, repo, scratch)
+        agent_clone.discard_trash(area, who, wait=True)
+        assert (outside / "keep.txt").read_text() == "mine\n" and (area.base_tree / "a.txt").is_file()
+        assert _listing(who, area) == {"./a.txt": "a"}
+    agent_clone.discard_area(area)
+
+
+def test_every_later_session_each_with_a_lease_of_its_own_sees_its_tree_at_the_same_path(judge, tmp_path):
+    """A session job opens a room anew: each gets the tree at the same path, its commits exported from it."""
     from runner.adapters.sandbox import identity as sandbox
     repo, _ = judge
     area = agent_clone.area_for(repo, "leases")
     scratch = tmp_path / "scratch"
-    seen: list[tuple[int | None, int]] = []
-    for n in range(4):
+    for n in range(3):
         with sandbox.leased("auto") as who:
-            agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-            seen.append((who.uid, os.lstat(area.work).st_ino))
-            _agent(who, area, f"echo {n} > n.txt; git add -A; git commit -qm n{n}")
-            _export(area, who, repo, scratch)
+            prepare(area, who, repo, scratch)
+            _agent(who, area, f"test \"$(pwd)\" = {area.work}; echo {n} > n.txt; git add -A; git commit -qm n{n}")
+            head = _export(area, who, repo, scratch)
+            assert git(repo, "log", "-1", "--format=%s", head) == f"n{n}"
             agent_clone.discard_trash(area, who, wait=True)
-    assert len({inode for _uid, inode in seen}) == 1, f"the clone was made again: {seen}"
     agent_clone.discard_area(area)
-
-
-def _updates(monkeypatch) -> list[str]:
-    """How each update of a kept clone brought it to the judged sha (the script's word): moved (the branch only),
-    merged (`read-tree -m -u`: what differs) or checked-out (the forced checkout: a pass over every file)."""
-    seen: list[str] = []
-    real = agent_clone.run_as
-
-    def spy(identity, argv, **kw):
-        done = real(identity, argv, **kw)
-        if argv[:4] == ["sh", "-c", agent_clone._UPDATE_SCRIPT, "update"] and done.returncode == 0:
-            seen.append(done.stdout.decode().split()[-2])
-        return done
-    monkeypatch.setattr(agent_clone, "run_as", spy)
-    return seen
 
 
 def _export(area, who, repo: Path, scratch: Path) -> str:
@@ -277,53 +313,65 @@ def _export(area, who, repo: Path, scratch: Path) -> str:
     return git(repo, "rev-parse", "plan-runner/p")
 
 
-def test_a_clone_its_export_left_clean_and_hid_is_updated_without_a_pass_over_its_files(judge, tmp_path, who,
-                                                                                           monkeypatch):
-    """After an export the clone is out of the identity's reach (its gates run meanwhile) with what its index was
-    noted; the next update trusts that index: the branch moved when the judged sha is the clone's head, the two-way
-    `read-tree -m -u` when it is another (the verdict went back), and the forced checkout when the index changed
-    after the export. Each lands on exactly the judged sha, with nothing of the last session."""
+def test_the_export_sees_the_tree_the_gates_do_not(judge, tmp_path, who):
+    """The export runs where the agent's tree is shown (its leftovers become the WIP commit); a gate's process that
+    follows it sees `work/` empty and cannot reach the upper layer."""
     repo, _ = judge
-    updates = _updates(monkeypatch)
-    area = agent_clone.area_for(repo, f"trusted-{who.uid}")
+    area = agent_clone.area_for(repo, f"export-{who.uid}")
     scratch = tmp_path / "scratch"
-    base = git(repo, "rev-parse", "plan-runner/p")
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    inode = os.lstat(area.work).st_ino
-    _agent(who, area, "echo mine > mine.txt; echo '*.log' > .gitignore; git add -A; git commit -qm agent; "
-                      "echo left > left.txt; echo 2 > z.log")
+    prepare(area, who, repo, scratch)
+    _agent(who, area, "echo left > left.txt")
     head = _export(area, who, repo, scratch)
-    assert not os.path.lexists(area.work) and (area.root / agent_clone.KEPT / "work").is_dir()
-    if who.isolated:  # its gates, which run now as the same identity, cannot reach it
-        gate = agent_clone.run_as(who, ["sh", "-c", 'ls "$1/.kept/work" || touch "$1/.kept/work/x"', "gate",
+    assert git(repo, "show", f"{head}:left.txt") == "left"
+    if who.isolated:
+        gate = agent_clone.run_as(who, ["sh", "-c", 'ls -A "$1/work" "$1/.layers"; touch "$1/.layers/up/x"', "gate",
                                         str(area.root)], cwd=Path("/"), env={"PATH": "/usr/bin:/bin"})
-        assert gate.returncode != 0 and not (area.root / agent_clone.KEPT / "work" / "x").exists()
+        assert gate.stdout.split() == [f"{area.root}/.layers:".encode(), f"{area.root}/work:".encode()]
+        assert not (area.upper / "x").exists() and (area.upper / "left.txt").is_file()
+    agent_clone.discard_area(area)
 
-    def landed(sha: str, files: dict[str, bytes]) -> None:
-        assert os.lstat(area.work).st_ino == inode, "the clone was made again, not kept"
-        assert git(area.work, "-c", "safe.directory=*", "rev-parse", "HEAD") == sha
-        assert git(area.work, "-c", "safe.directory=*", "symbolic-ref", "HEAD") == "refs/heads/plan-runner/p"
-        assert _tracked_listing(area.work) == files
-        assert git(area.work, "-c", "safe.directory=*", "status", "--porcelain", "--ignored",
-                   "--untracked-files=all") == ""
 
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    work = {"a.txt": b"a\n", "mine.txt": b"mine\n", ".gitignore": b"*.log\n", "left.txt": b"left\n"}
-    assert updates == ["moved"]
-    landed(head, work)
+def test_the_set_up_layer_shows_the_agents_cache_and_never_the_gates(judge, tmp_path, who):
+    """The set-up cache the agent sees is the one built at its tree's path (a venv names its path), restored by the
+    judge into the set-up layer; the gates' cache the base holds (made at `gates/`) never shows, not even the files
+    only it has; what set-up made is no leftover of the agent's. Where nothing can be cached (another key), the
+    agent's tree shows no cache at all before its own set-up runs in it."""
+    from runner.adapters.judge import setup as setup_mod
+    from runner.core.plan import SetupConfig
 
-    _export(area, who, repo, scratch)  # nothing new; the verdict then sends the branch back to the base
-    git(repo, "update-ref", "refs/heads/plan-runner/p", base)
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    assert updates == ["moved", "merged"]
-    landed(base, {"a.txt": b"a\n"})
-
-    _export(area, who, repo, scratch)
-    hidden = area.root / agent_clone.KEPT / "work"
-    os.utime(hidden / ".git" / "index")  # the index is no longer the file the export left: nothing is trusted
-    (hidden / "a.txt").write_text("changed while hidden\n")
-    agent_clone.prepare(area, who, repo, "plan-runner/p", None, scratch)
-    assert updates == ["moved", "merged", "checked-out"]
-    landed(base, {"a.txt": b"a\n"})
+    repo, _ = judge
+    area = agent_clone.area_for(repo, f"setup-{who.uid}")
+    scratch = tmp_path / "scratch"
+    sha = git(repo, "rev-parse", "plan-runner/p")
+    BaseTree(area, repo).at(sha)
+    (area.base_tree / ".venv").mkdir()  # the gates' cache, as the judge restores it into the base
+    (area.base_tree / ".venv" / "where").write_text("gates\n")
+    (area.base_tree / ".venv" / "only-gates").write_text("x\n")
+    config = SetupConfig(run=('mkdir -p .venv && pwd > .venv/where',), cache=(".venv",))
+    env = {"PATH": os.environ["PATH"], "HOME": str(area.home)}
+    said: list[str] = []
+    layered, failed = setup_mod.agent_layer(config, sha=sha, repo=repo, area=area, identity=who, env=env,
+                                            cache_dir=scratch / "setup-cache", trusted_sha=sha,
+                                            on_event=lambda kind, detail: said.append(detail))
+    assert layered and failed is None and said[-1].endswith("restored"), said
+    prepare(area, who, repo, scratch)
+    assert setup_mod.run_in_tree(config, sha=sha, repo=repo, area=area, identity=who, env=env, layered=True) is None
+    assert _listing(who, area) == {"./a.txt": "a", "./.venv/where": str(area.work)}
+    assert in_tree(who, area, "git status --porcelain --untracked-files=all").stdout == b""
+    setup_mod.agent_layer(config, sha=sha, repo=repo, area=area, identity=who, env=env,
+                          cache_dir=scratch / "setup-cache", trusted_sha=sha,
+                          on_event=lambda kind, detail: said.append(detail))
+    assert said[-1].endswith("in place"), said
+    # another key: nothing cached, the gates' cache still hidden, the commands run in the agent's tree
+    uncached = SetupConfig(run=('test ! -e .venv && mkdir -p .venv && echo fresh > .venv/where',), cache=(".venv",),
+                           key=("a.txt",))
+    layered, failed = setup_mod.agent_layer(uncached, sha=sha, repo=repo, area=area, identity=who, env=env,
+                                            cache_dir=scratch / "setup-cache", trusted_sha=None)
+    assert not layered and failed is None
+    prepare(area, who, repo, scratch)
+    assert setup_mod.run_in_tree(uncached, sha=sha, repo=repo, area=area, identity=who, env=env,
+                                 layered=False) is None
+    assert _listing(who, area) == {"./a.txt": "a", "./.venv/where": "fresh"}
+    assert in_tree(who, area, "git status --porcelain --untracked-files=all").stdout == b""
     agent_clone.discard_trash(area, who, wait=True)
     agent_clone.discard_area(area)

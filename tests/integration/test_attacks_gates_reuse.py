@@ -63,6 +63,12 @@ def git(repo: Path, *args: str) -> str:
                                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x.invalid"}).stdout.strip()
 
 
+def _prepare(area, identity, repo: Path, scratch: Path) -> None:
+    """A session's start: the base at the work branch (the agent's tree lies on it), then the agent's area."""
+    BaseTree(area, repo).at(git(repo, "rev-parse", "plan-runner/p"))
+    agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+
+
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     monkeypatch.setenv("PLAN_RUNNER_SANDBOX_ROOT", str(tmp_path / "sandbox"))
@@ -159,7 +165,7 @@ def test_what_session_1s_gates_leave_never_reaches_session_2s_verdict(world, att
     area = agent_clone.area_for(repo, f"reuse-{attack}-{check}")
     with sandbox.leased("user") as identity:
         try:
-            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            _prepare(area, identity, repo, scratch)
             gates = _gates(repo, area, identity, scratch)
             forged = []
             with gates.base.held():
@@ -171,7 +177,7 @@ def test_what_session_1s_gates_leave_never_reaches_session_2s_verdict(world, att
                     assert check == "off" or not forged[-1], f"{attack}: a gate forged the next gate's verdict"
                 gates.close()
             # Session 2: the area prepared again, its agent, the gates on the next commit.
-            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            _prepare(area, identity, repo, scratch)
             if in_agent:
                 _as_agent(identity, in_agent, area.work, area)
             gates = _gates(repo, area, identity, scratch)
@@ -214,7 +220,7 @@ def test_no_room_shows_the_base(world):
     area = agent_clone.area_for(repo, "reuse-hidden")
     with sandbox.leased("user") as identity:
         try:
-            agent_clone.prepare(area, identity, repo, "plan-runner/p", None, scratch)
+            _prepare(area, identity, repo, scratch)
             gates = _gates(repo, area, identity, scratch)
             with gates.base.held():
                 tree = gates.tree(one)

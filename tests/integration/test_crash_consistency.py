@@ -182,7 +182,10 @@ def test_an_agent_left_running_by_a_killed_plan_runner_is_stopped_before_its_wor
          {"run": f"while [ ! -e {stop} ]; do echo . >> {late}; sleep 0.05; done"}],
         [{"say": "resumed"}]), front_extra=f"isolation: {isolation}\n")
     pid_file = repo / ".git" / "plan-runner" / "calc" / "agent.pid"
-    written = area_for(repo, "calc").work / late  # the agent works in its own clone (runner.adapters.sandbox.agent_clone)
+    # the agent's writes: in a room, in its upper layer (its tree at work/ is an overlay only its room shows); unconfined,
+    # in work/ itself (runner.adapters.sandbox.agent_clone)
+    area = area_for(repo, "calc")
+    written = (area.work if isolation == "none" else area.upper) / late
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                             env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

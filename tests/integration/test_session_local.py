@@ -228,7 +228,9 @@ def test_killed_job_is_reconciled_as_timed_out_and_loses_no_commit(tmp_path):
         """)
     proc = subprocess.Popen([sys.executable, "-m", "runner", "session", "plans/calc.md"], cwd=repo,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    agents_clone = area_for(repo, "calc").work  # the agent commits in its own clone, outside the repository
+    # the agent commits in its own repository, outside the judge's: in a room, in its upper layer (the tree at work/ is
+    # an overlay only its room shows)
+    agents_clone = area_for(repo, "calc").upper
     deadline = time.monotonic() + 120  # generous: the session's start-up is slow on a loaded machine
     while time.monotonic() < deadline:
         # check=False: while `git worktree add` makes plan-runner's own work tree, git itself leaves a null

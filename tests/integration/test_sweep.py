@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.adapters.judge.base import BaseTree
 from runner.adapters.sandbox import agent_clone, sweep
 from runner.adapters.sandbox.origin import ORIGIN
 from runner.adapters.sandbox.identity import Identity, judge_dir
@@ -41,11 +42,18 @@ def sandbox_root(tmp_path, monkeypatch):
     return root
 
 
+def _prepare(area: agent_clone.AgentArea, who: Identity, repo: Path, scratch: Path) -> None:
+    """A session's start: the base at the work branch (the agent's tree lies on it), then the agent's area."""
+    sha = subprocess.run(["git", "rev-parse", BRANCH], cwd=repo, capture_output=True, text=True, check=True).stdout
+    BaseTree(area, repo).at(sha.strip())
+    agent_clone.prepare(area, who, repo, BRANCH, None, scratch)
+
+
 def _used(repo: Path, plan: str, scratch: Path) -> agent_clone.AgentArea:
     """An area and a seed store a finished session of `plan` in `repo` leaves behind."""
     area = agent_clone.area_for(repo, plan)
     me = Identity()
-    agent_clone.prepare(area, me, repo, BRANCH, None, scratch)
+    _prepare(area, me, repo, scratch)
     agent_clone.seed_store(repo, BRANCH)
     agent_clone.discard_trash(area, me, wait=True)  # the session's end: the area released
     return area
@@ -70,7 +78,7 @@ def test_the_areas_and_store_of_a_gone_repository_are_removed_and_nothing_else(s
     assert not [n for n in os.listdir(judge_dir("agents")) + os.listdir(judge_dir("seeds"))
                 if n.startswith(".removing-")]
     # The living repository's next session still finds its store and area.
-    agent_clone.prepare(keep, Identity(), living, BRANCH, None, tmp_path / "s1")
+    _prepare(keep, Identity(), living, tmp_path / "s1")
     assert (keep.work / ".git").is_dir()
 
 
@@ -80,7 +88,7 @@ def test_an_area_a_session_holds_and_a_store_being_filled_stay_when_their_reposi
     repo = _repo(tmp_path / "repo")
     area = agent_clone.area_for(repo, "busy")
     me = Identity()
-    agent_clone.prepare(area, me, repo, BRANCH, None, tmp_path / "scratch")  # holds the area until its end
+    _prepare(area, me, repo, tmp_path / "scratch")  # holds the area until its end
     agent_clone.seed_store(repo, BRANCH)
     (lock_name,) = [n for n in os.listdir(judge_dir("seeds")) if n.endswith(".lock")]
     fill = os.open(judge_dir("seeds") / lock_name, os.O_RDWR)

@@ -1,9 +1,11 @@
 """The gates' read-only base: the tree `verify:` and the gates judge.
 
 plan-runner writes, from its own git objects, a pristine checkout of the judged commit (tracked files only) in a
-folder of the plan's agent area that no room ever shows (`.base`, covered by an empty tmpfs in every room that
+folder of the plan's agent area that no room shows writable (`.base`, covered by an empty tmpfs in every room that
 shows the area: room.AREA_OWN), and restores the set-up cache there (built from the trusted base commit's
-recipe). Only the judge writes it, so between sessions it is brought to the next judged commit incrementally
+recipe). The same tree, brought to the session's base before the agent starts, is the lowest read-only layer of the
+agent's own tree (runner.adapters.sandbox.agent_clone), held from then until the gates are done (`held`), so the
+first session writes the repository's files once. Only the judge writes it, so between sessions it is brought to the next judged commit incrementally
 (git's two-way `read-tree -m -u`: only what differs is written) and a restored cache stays restored: what the
 judge wrote is what is there, with no proof to make.
 
@@ -61,11 +63,11 @@ class BaseTree:
 
     @property
     def tree(self) -> Path:
-        return self.root / "tree"
+        return self.area.base_tree
 
     @property
     def _index(self) -> Path:
-        return self.root / "index"
+        return self.area.base_index
 
     @property
     def _state(self) -> Path:

@@ -9,9 +9,10 @@ agent's reach, and a cache holds only what the maintainer's code produced:
   is read from), never from a commit of the agent's, and sessions only restore it, never refresh it;
 * it is keyed by the commands, the cache paths and the content of the `key:` files; a judged commit
   whose key files differ from the trusted commit's runs its set-up fresh and caches nothing;
-* it is built and restored at one path per use (the gates' tree, the agent's clone), since what
+* it is built and restored at one path per use (the gates' tree, the agent's tree), since what
   set-up makes (a virtualenv) names its own path; the gates' copy is restored into plan-runner's read-only
-  base (runner.adapters.judge.base), which no untrusted process can write;
+  base (runner.adapters.judge.base), the agent's into its set-up layer (`agent_layer`: a read-only layer of the
+  agent's tree), which no untrusted process can write;
 * it is read back member by member with checks of our own (runner/adapters/judge/untar.py), on every
   Python the package allows.
 
@@ -27,12 +28,12 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from dataclasses import dataclass
 
 from runner.adapters.git import work as gitwork
 from runner.adapters.judge import untar
 from runner.adapters.judge.gates import run_command_gate
-from runner.adapters.sandbox import fsafe
+from runner.adapters.sandbox import agent_clone, fsafe
+from runner.adapters.sandbox.agent_clone import AgentArea
 from runner.adapters.sandbox.identity import Identity
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import GateResult
@@ -128,46 +129,11 @@ def _base_problem(sha: str, result: GateResult) -> GateResult:
         f"could pass its gates; fix: make the command work on a fresh checkout of the base; " + SETUP_FIX)})
 
 
-@dataclass(frozen=True)
-class CloneSetup:
-    """The set-up cache restored into the agent's clone, left there by the clone's update in place
-    (agent_clone.prepare's `keep`) and restored again only when the archive is another file or a cache path is
-    gone. The clone is the agent's own: what it does to its set-up there is its own business (the gates run on the
-    judge's read-only base, and no cache is ever built from the clone), so nothing of it is proven."""
-
-    scratch: Path
-
-    def _record(self, workdir: Path) -> Path:
-        return self.scratch / f"setup-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}.restored"
-
-    @staticmethod
-    def _said(archive: Path, roots: tuple[str, ...]) -> str:
-        st = os.stat(archive, follow_symlinks=False)
-        return " ".join(map(str, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, *roots)))
-
-    def intact(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> bool:
-        try:
-            said = self._record(workdir).read_text(encoding="utf-8")
-            return said == self._said(archive, roots) and all(os.path.lexists(workdir / r) for r in roots)
-        except OSError:
-            return False
-
-    def recorded(self, archive: Path, workdir: Path, roots: tuple[str, ...]) -> None:
-        try:
-            self.scratch.mkdir(parents=True, exist_ok=True)
-            self._record(workdir).write_text(self._said(archive, roots), encoding="utf-8")
-        except OSError:
-            pass
-
-
 def run_setup(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], workdir: Path, env: Mapping[str, str],
               identity: Identity, cache_dir: Path, trusted_sha: str | None = None,
               checkout: Callable[[str], Path] | None = None,
-              on_event: Callable[[str, str], None] = lambda e, d: None,
-              keep: CloneSetup | None = None) -> tuple[GateResult, ...]:
+              on_event: Callable[[str, str], None] = lambda e, d: None) -> tuple[GateResult, ...]:
     """Set `workdir` (a fresh checkout of `sha`) up; the failed command as a red gate result (empty: all good).
-    `keep`: a cache restored into `workdir` (the agent's clone) by an earlier session is not restored again while
-    it is there (CloneSetup).
 
     `checkout(rev)` makes a fresh checkout of `rev` at `workdir` again: with it and `trusted_sha`, a missing
     cache is built from the trusted commit (then `sha` is checked out again and the cache restored), and a
@@ -191,19 +157,12 @@ def run_setup(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], wor
                 if trusted_sha != sha:
                     workdir = checkout(sha)
                 elif failed is None:
-                    if keep is not None and archive.is_file():  # the archive was made of exactly these files
-                        keep.recorded(archive, workdir, roots)
                     return ()  # built right here: this checkout is set up
                 if failed is not None:
                     return (_base_problem(trusted_sha, failed),)
             if archive.is_file():
-                if keep is not None and keep.intact(archive, workdir, roots):
-                    on_event("setup", f"cache {key[:12]} in place")
-                    return ()
                 restored = _restore(archive, workdir, roots)
                 if restored:
-                    if keep is not None:
-                        keep.recorded(archive, workdir, roots)
                     on_event("setup", f"cache {key[:12]} restored")
                     return ()
                 on_event("warning", f"the set-up cache {key[:12]} could not be restored: it was dropped")
@@ -273,23 +232,116 @@ def _exclude(workdir: Path, made: list[str]) -> None:
         fh.write("\n# made by the plan's setup: (plan-runner)\n" + "".join(f"/{p}\n" for p in made))
 
 
-def set_up_clone(setup: SetupConfig, *, sha: str, repo: str | os.PathLike[str], workdir: Path, env: Mapping[str, str],
-                 identity: Identity, cache_dir: Path, trusted_sha: str | None, checkout: Callable[[str], Path],
-                 reclone: Callable[[], Path], on_event: Callable[[str, str], None] = lambda e, d: None,
-                 keep: CloneSetup | None = None) -> str | None:
-    """Run `setup:` in the agent's own clone (at `sha`) before the agent starts, so it can run the gates it is
-    judged by; the same commands and cache rules as the gates' (the cache of this path is built from a checkout
-    of the trusted commit, then the clone is made again). What set-up made is excluded from the clone's git
-    (never committed as the agent's leftovers). A failure, in words (the agent is told, nobody is blamed)."""
-    def again(rev: str) -> Path:
-        return reclone() if rev == sha else checkout(rev)
-    failed = run_setup(setup, sha=sha, repo=repo, workdir=workdir, env=env, identity=identity, cache_dir=cache_dir,
-                       trusted_sha=trusted_sha, checkout=again, on_event=on_event, keep=keep)
+def agent_layer(setup: SetupConfig | None, *, sha: str, repo: str | os.PathLike[str], area: AgentArea,
+                identity: Identity, env: Mapping[str, str], cache_dir: Path, trusted_sha: str | None,
+                on_event: Callable[[str, str], None] = lambda e, d: None) -> tuple[bool, str | None]:
+    """The agent's set-up layer (AgentArea.setup_layer, plan-runner's own folder: a read-only layer of the agent's
+    tree above the base, never written by the agent), before agent_clone.prepare: the set-up cache of `sha` restored
+    there at the path the agent's tree is shown at (what set-up makes, a virtualenv, names its path, so the gates'
+    copy in the base, made at `gates/`, would not run there). It is built, when missing, from a checkout of the
+    trusted commit at that path, and restored only when it is another archive than the one the layer holds.
+    (whether the layer holds the set-up, a failure in words). False: nothing can be cached (no `cache:`, key files
+    the agent changed): the layer is emptied and the commands run in the agent's tree (run_in_tree)."""
+    layer = area.setup_layer
+    roots = untar.clean_roots(setup.cache) if setup is not None and setup.run else ()
+    _hide(area, roots)
+    key = setup_key(setup, repo, sha) if setup is not None and roots else None
+    if setup is None or not setup.run or key is None or trusted_sha is None or key != setup_key(setup, repo,
+                                                                                                trusted_sha):
+        if setup is not None and setup.run and roots and trusted_sha is not None:
+            on_event("setup", "the key files differ from the base commit's: set-up runs fresh, nothing is cached")
+        _empty_layer(area)
+        return setup is None or not setup.run, None
+    archive = archive_path(cache_dir, area.work, key)
+    if not archive.is_file():
+        on_event("setup", f"building the cache {key[:12]} from the base commit {trusted_sha[:12]}")
+        built = agent_clone.checkout(area, identity, Path(repo), trusted_sha, cache_dir.parent, into=area.work)
+        failed = _run_commands(setup, built, env, identity, on_event)
+        if failed is None:
+            _save(archive, built, roots)
+        agent_clone.move_aside(area, area.work)
+        if failed is not None:
+            _empty_layer(area)
+            return True, _base_problem(trusted_sha, failed).setup_problem
+        if not archive.is_file():  # (not saved: the commands run in the agent's tree)
+            _empty_layer(area)
+            return False, None
+    said = _archive_said(archive, roots)
+    if _layer_holds(area, said):
+        on_event("setup", f"cache {key[:12]} in place")
+        return True, None
+    _empty_layer(area)
+    try:
+        with fsafe.opened_dir(layer, below=layer.parent) as fd:
+            untar.extract(archive, layer, roots, dest_fd=fd)
+    except Exception:  # noqa: BLE001 - refused, truncated, unreadable: a broken cache is dropped, never trusted
+        archive.unlink(missing_ok=True)
+        _empty_layer(area)
+        on_event("warning", f"the set-up cache {key[:12]} could not be restored: it was dropped")
+        return False, None
+    _layer_record(area).write_text(said, encoding="utf-8")
+    on_event("setup", f"cache {key[:12]} restored")
+    return True, None
+
+
+def _hide(area: AgentArea, roots: tuple[str, ...]) -> None:
+    """The hide layer made anew with a whiteout at each cache path (and folders above them): the base's own cache,
+    restored there for the gates at another path, never shows in the agent's tree, whatever the set-up layer holds.
+    (An unprivileged user may make a whiteout: Linux 5.8+.)"""
+    hide = area.hide_layer
+    if os.path.isdir(hide) and sorted(agent_clone.whiteouts(hide)) == sorted(roots):
+        return
+    agent_clone.move_aside(area, hide)
+    os.mkdir(hide, 0o700)
+    for root in roots:
+        parent = hide / root
+        parent.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(hide / root, stat.S_IFCHR | 0o600, 0)
+
+
+def _layer_record(area: AgentArea) -> Path:
+    return area.setup_layer.parent / "setup.record"  # (plan-runner's own folder: AgentArea.setup_layer's)
+
+
+def _archive_said(archive: Path, roots: tuple[str, ...]) -> str:
+    st = os.stat(archive, follow_symlinks=False)
+    return " ".join(map(str, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, *roots)))
+
+
+def _layer_holds(area: AgentArea, said: str) -> bool:
+    try:
+        return _layer_record(area).read_text(encoding="utf-8") == said
+    except OSError:
+        return False
+
+
+def _empty_layer(area: AgentArea) -> None:
+    """The set-up layer made empty (the old one moved aside, removed later with no link followed), its record
+    gone first: a restore cut short leaves no record, so the next session restores again."""
+    _layer_record(area).unlink(missing_ok=True)
+    try:
+        if not os.listdir(area.setup_layer):
+            return
+    except FileNotFoundError:
+        pass
+    agent_clone.move_aside(area, area.setup_layer)
+    os.mkdir(area.setup_layer, 0o700)
+
+
+def run_in_tree(setup: SetupConfig | None, *, sha: str, repo: str | os.PathLike[str], area: AgentArea,
+                identity: Identity, env: Mapping[str, str], layered: bool,
+                on_event: Callable[[str, str], None] = lambda e, d: None) -> str | None:
+    """After agent_clone.prepare: the set-up commands run in the agent's tree when the set-up layer does not hold
+    their result (`layered` False), and what set-up made (the cache paths, the untracked paths the commands left)
+    excluded from the agent's git (never committed as its leftovers). A failure, in words (the agent is told,
+    nobody is blamed)."""
+    if setup is None or not setup.run:
+        return None
+    failed = None if layered else _run_commands(setup, area.work, env, identity, on_event)
+    files = agent_clone.files_of(area, identity)  # (what the commands wrote: the agent's upper, or its tree)
     roots = untar.clean_roots(setup.cache)
-    made = [*roots, *_untracked_tops(repo, sha, workdir, roots)]
-    git_dir = workdir / ".git"
-    if made and git_dir.is_dir() and not git_dir.is_symlink():
-        _exclude(workdir, made)  # the clone is plan-runner's uid's (the room's): nothing to take back first
-    if failed:
-        return failed[0].error or "a set-up command failed"
+    made = [*roots, *_untracked_tops(repo, sha, files, roots)]
+    _exclude(files, made)
+    if failed is not None:
+        return failed.error or "a set-up command failed"
     return None

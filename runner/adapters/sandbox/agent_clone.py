@@ -1,25 +1,35 @@
 """The agent's own area, and how its work crosses into the judge's repository (docs/security.md, "The mechanism").
 
-The agent never works in plan-runner's repository. Each session it gets a clone of
-the work branch at its judged sha in a directory of its own (`work/`: the previous
-session's clone updated in place by the agent's own git where that can be done
-cleanly, else made again), an empty `home/`,
-and `state/` (its CLI's saved sessions, restored from the plan's state), under a
-per-plan folder whose path never changes (Claude Code finds a session to resume by
-its working directory). The agent's room (runner.adapters.sandbox.room) shows that
-folder writable and nothing else of plan-runner's; it runs as plan-runner's own uid,
-so the judge's folders in the area (`.trash`, `.kept`) are covered by an empty tmpfs
-in every room rather than kept out by their modes, and `in/` is bound read-only.
+The agent never works in plan-runner's repository. Each session it gets its tree at the work branch's judged sha
+(`work/`), an empty `home/`, and `state/` (its CLI's saved sessions, restored from the plan's state), under a
+per-plan folder whose path never changes (Claude Code finds a session to resume by its working directory).
 
-plan-runner never runs git in that clone. After the agent's processes are all
-gone, a git running *as the agent* commits its leftovers (a marked WIP commit)
-and writes a bundle of the work branch; plan-runner copies the bundle (a
-regular file, never through a link) and fetches it into its own repository with
-object checks on. Commits are data: their configuration, hooks, attributes,
-replace refs and alternates never come along.
+Its tree is not written: in a room whose kernel mounts overlays, `work/` is an overlay whose read-only layers are
+plan-runner's own base of the judged commit (`.base/tree`, runner.adapters.judge.base: the tree the gates judge,
+brought to each session's sha incrementally) and the set-up layer (`.layers/setup`: the set-up cache restored at
+this path, judge.setup.agent_layer; between the two, `.layers/hide` holds a whiteout at each cache path, so the
+gates' copy of the cache in the base, made at another path, never shows), and whose upper layer (`.layers/up`) is
+the agent's, kept on disk from
+`prepare` to the export and emptied (moved aside, removed with no link followed) at the next `prepare`. Where the
+kernel has no overlay, and without isolation, the upper is a copy of the two layers instead (the same code path
+after the copy). Its `.git` is small and new each session, in the upper: objects borrowed from the judge's seed
+store, the work branch at the judged sha, and the base's own index (whose stat data vouches for the files of the
+lower layer), so its first `git status` does not read every file.
 
-Gates and `verify:` run on plan-runner's own checkout of the judged commit (tracked files only: no ignored or
-untracked files, no caches the agent left), shown at `gates/` read-only under a throwaway layer per process
+The agent's room (runner.adapters.sandbox.room) shows the area writable and nothing else of plan-runner's; it runs
+as plan-runner's own uid, so the judge's folders in the area (`.trash`, `.layers`, `.base`) are covered by an
+empty tmpfs in every room rather than kept out by their modes (the agent's tree is mounted from their host paths
+before the cover), and `in/` is bound read-only. Only the processes of the agent's phases (its git, `setup:` in its
+tree, the agent, the export) see the tree; the gates' see `work/` empty.
+
+plan-runner never runs git in the agent's tree. After the agent's processes are all gone, a git running *as the
+agent*, in a room that shows the same tree, commits its leftovers (a marked WIP commit) and writes a bundle of the
+work branch; plan-runner copies the bundle (a regular file, never through a link) and fetches it into its own
+repository with object checks on. Commits are data: their configuration, hooks, attributes, replace refs and
+alternates never come along.
+
+Gates and `verify:` run on plan-runner's own base of the judged commit (tracked files only: no ignored or untracked
+files, no caches the agent left), shown at `gates/` read-only under a throwaway layer per process
 (runner.adapters.judge.base), with a clean `gate-home`.
 """
 
@@ -43,12 +53,13 @@ from runner.adapters.git import work as gitwork
 from runner.core.errors import PlanRunnerError
 from runner.adapters.sandbox import fsafe, origin, tools
 from runner.adapters.sandbox.proc import StartFailed, capture
+from runner.adapters.sandbox.room import ROOT_INSIDE, fresh_copy
 from runner.adapters.sandbox.identity import Identity, area_key, judge_dir
 
 IMPORT_PREFIX = "refs/plan-runner/agent"
 # The seed store's first fill brings this many commits of a work branch's history, not all of it: on a
 # GitHub-hosted runner every job is a first fill, and a whole history costs ~8 s at 100,000 commits (0.04 s at
-# 100). Later fetches into the store are incremental; the agent's clone is shallow at the same commits.
+# 100). Later fetches into the store are incremental; the agent's repository is shallow at the same commits.
 SEED_DEPTH = 1000
 STATE_COPY_LIMIT = 64 * 2**20  # the agent's saved CLI state kept with the plan: bounded
 BUNDLE_LIMIT = 2 * 2**30
@@ -66,9 +77,17 @@ if [ "$ref" != "refs/heads/$branch" ]; then set -- "$@" HEAD; fi
 if [ -z "$(g rev-list --max-count=1 "$@" "^$base")" ]; then echo empty; exit 0; fi
 g bundle create --quiet "$out" "$@" "^$base" && echo bundled
 """
-# What a new clone and an updated one both get: objects borrowed from the store (its `shallow` commits too),
-# plan-runner's committer, and the store as the work branch's remote.
-_CLONE_SETTINGS = r"""printf '%s\n' "$objects" > .git/objects/info/alternates
+# The agent's `.git`, made by a git running as the agent in its tree (cwd): a new repository whose
+# objects/info/alternates borrows the judge's seed store (read-only to the agent; its `shallow` commits too), the work
+# branch at the judged sha, plan-runner's committer, and the store as the branch's remote. Nothing is checked out:
+# the files are the base's (a lower layer or a copy), and the index prepare put in `.git` is the base's. `refresh`
+# (a copy: new inodes and ctimes) lets git note the files' stat data once, reading each file.
+_SEED_SCRIPT = r"""
+objects=$1 branch=$2 sha=$3 name=$4 email=$5 url=$6 shallow=$7 refresh=$8
+set -e
+g() { git -c core.hooksPath=/dev/null "$@"; }
+g init --quiet --initial-branch="$branch" .
+printf '%s\n' "$objects" > .git/objects/info/alternates
 if [ -f "$shallow" ]; then cp "$shallow" .git/shallow; fi
 g config user.name "$name"
 g config user.email "$email"
@@ -76,68 +95,9 @@ g config remote.plan-runner.url "$url"
 g config remote.plan-runner.fetch "+refs/heads/$branch:refs/remotes/plan-runner/$branch"
 g config "branch.$branch.remote" plan-runner
 g config "branch.$branch.merge" "refs/heads/$branch"
-"""
-# The agent's clone, made by a git running as the agent: a new repository whose objects/info/alternates
-# borrows the judge's seed store (read-only to the agent), the work branch set to the judged sha, checked out.
-# Nothing is copied but the work tree: O(files), never O(history).
-_SEED_SCRIPT = r"""
-work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8
-set -e
-g() { git -c core.hooksPath=/dev/null "$@"; }
-g init --quiet --initial-branch="$branch" "$work"
-cd "$work"
-""" + _CLONE_SETTINGS + r"""g update-ref "refs/remotes/plan-runner/$branch" "$sha"
-g update-ref "refs/heads/$branch" "$sha"
-g reset --quiet --hard
-"""
-# The previous session's clone brought to the judged sha in place (its files rewritten only where they differ),
-# by a git running as the agent: a configuration as a new clone's (the one the agent left, its hooks, excludes,
-# attributes and sparse patterns gone), the branch reset to the sha, the work tree checked out with force, and
-# everything a new clone would not hold (untracked and ignored files: what the agent's last session and its
-# set-up made) moved aside in O(1) per folder. An index with skip-worktree or assume-unchanged entries (the
-# checkout would not rewrite those files), a quoted name or anything else unusual: exit non-zero, made again.
-# A clone the last export left clean and hid (`trusted`: _hide_clone, _reveal_clone) needs no pass over its files:
-# its index vouches for them, so the branch is only moved (at the same sha) or the two-way `read-tree -m -u` writes
-# what differs (anything in the way: the forced checkout after all). No `git status` after it (a second pass over
-# every file, 0.13 s at 50,000): the forced checkout rewrote every tracked file its stat data did not vouch for,
-# `ls-files --others` (no exclude rule: ignored files included) listed everything else, and nothing of the agent
-# runs meanwhile. What the agent's clone holds is its own
-# business in any case: the judge takes only commits from it (test_agent_seed checks the result with status).
-_UPDATE_SCRIPT = r"""
-work=$1 objects=$2 branch=$3 sha=$4 name=$5 email=$6 url=$7 shallow=$8 aside=$9 trusted=${10}
-shift 10  # the rest: pathspecs of what stays where it is (the set-up cache: judge.setup.CloneSetup)
-set -e
-cd "$work"
-[ -d .git ] && [ ! -L .git ] && [ -f .git/HEAD ] && [ -d .git/objects/info ] && [ ! -L .git/objects ] || exit 20
-g() { git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.untrackedCache=false -c core.quotePath=true "$@"; }
-rm -f .git/config .git/commondir .git/info/exclude .git/info/attributes .git/info/sparse-checkout .git/info/grafts \
-  .git/index.lock .git/shallow
-rm -rf .git/hooks
-g init --quiet --initial-branch="$branch" . >/dev/null
-""" + _CLONE_SETTINGS + r"""g for-each-ref --format='%(refname)' | while IFS= read -r r; do
-  [ "$r" = "refs/heads/$branch" ] || echo "delete $r"
-done | g update-ref --stdin
 g update-ref "refs/remotes/plan-runner/$branch" "$sha"
-if [ -n "$(g ls-files -v | grep -v '^H ' | head -n 1)" ]; then exit 21; fi
-head=$(g rev-parse --verify --quiet "HEAD^{commit}") || head=
-if [ "$trusted" = 1 ] && [ "$head" = "$sha" ]; then
-  how=moved; g update-ref "refs/heads/$branch" "$sha" && g symbolic-ref HEAD "refs/heads/$branch"
-elif [ "$trusted" = 1 ] && [ -n "$head" ] && g read-tree -m -u "$head" "$sha" >/dev/null 2>&1; then
-  how=merged; g update-ref "refs/heads/$branch" "$sha" && g symbolic-ref HEAD "refs/heads/$branch"
-else
-  how=checked-out; g checkout --quiet --force -B "$branch" "$sha"
-fi
-g update-index --no-untracked-cache --no-fsmonitor >/dev/null 2>&1 || true
-mkdir "$aside"
-i=0
-g ls-files --others --directory -- . "$@" > "$aside.list"
-while IFS= read -r p; do
-  case $p in \"*) exit 22;; esac
-  i=$((i + 1)); mv -- "${p%/}" "$aside/$i"
-done < "$aside.list"
-[ "$(g rev-parse HEAD)" = "$sha" ] && [ "$(g symbolic-ref HEAD)" = "refs/heads/$branch" ] || exit 23
-echo "$how"
-echo updated
+g update-ref "refs/heads/$branch" "$sha"
+if [ "$refresh" = 1 ]; then g update-index -q --refresh >/dev/null || true; fi
 """
 _WIP_MESSAGE = ("plan-runner: WIP: uncommitted changes left by the agent\n\n"
                 "Saved by plan-runner so no work is lost; this commit does not count as progress.\n\n"
@@ -185,6 +145,36 @@ class AgentArea:
     def parts(self) -> tuple[Path, ...]:
         return self.work, self.home, self.state, self.out, self.inputs, self.creds, self.gates, self.gate_home
 
+    @property
+    def base_tree(self) -> Path:
+        """plan-runner's base of the judged commit (runner.adapters.judge.base): the agent's tree's lower layer."""
+        return self.root / BASE / "tree"
+
+    @property
+    def base_index(self) -> Path:
+        """The base's index (the judge's read-tree keeps it): its stat data match the lower layer's files."""
+        return self.root / BASE / "index"
+
+    @property
+    def setup_layer(self) -> Path:
+        """The set-up cache restored at `work/`'s path (judge.setup.agent_layer): the top read-only layer."""
+        return self.root / LAYERS / "setup"
+
+    @property
+    def hide_layer(self) -> Path:
+        """Between the base and the set-up layer: a whiteout at each cache path (judge.setup.agent_layer), so the
+        gates' cache the base holds (made at `gates/`'s path: a venv there names it) never shows in the agent's tree."""
+        return self.root / LAYERS / "hide"
+
+    @property
+    def upper(self) -> Path:
+        """The agent's upper layer (in a room: its writes; a copy of the layers where there is no overlay)."""
+        return self.root / LAYERS / "up"
+
+    @property
+    def overlay_work(self) -> Path:
+        return self.root / LAYERS / "wd"
+
 
 def area_for(repo: Path, plan_id: str) -> AgentArea:
     return AgentArea(judge_dir("agents") / area_key(repo, plan_id))
@@ -208,7 +198,7 @@ def own_root(area: AgentArea, repo: Path | None = None) -> None:
                               why="it was replaced (by a link or another user's folder)",
                               fix=f"remove {area.root} and run again")
     os.chmod(area.root, 0o711)
-    for own in (KEPT, TRASH, BASE):  # before any room shows the area: every room covers them (room.AREA_OWN)
+    for own in (LAYERS, TRASH, BASE):  # before any room shows the area: every room covers them (room.AREA_OWN)
         _own_folder(area.root / own)
     if repo is not None:
         origin.record(origin.area_origin(area.root), repo)
@@ -239,18 +229,33 @@ def _tail(proc: subprocess.CompletedProcess[bytes]) -> str:
     return (proc.stderr or proc.stdout or b"").decode("utf-8", "replace").strip()[-2000:]
 
 
+def tree_of(area: AgentArea, identity: Identity) -> tuple[tuple[Path, ...], Path, Path, Path] | None:
+    """How a room shows the agent's tree at `work/` (room.View.tree): the base and the set-up layer under the
+    agent's upper layer, or, where the kernel has no overlay, the upper (a copy) bound there; None without a room."""
+    room = identity.room
+    if room is None:
+        return None
+    lowers = (area.base_tree, area.hide_layer, area.setup_layer) if room.overlay else ()
+    return lowers, area.upper, area.overlay_work, area.work
+
+
+def files_of(area: AgentArea, identity: Identity) -> Path:
+    """Where the agent's own files are on the host: its upper layer in a room, `work/` itself without one."""
+    return area.upper if identity.room is not None else area.work
+
+
 def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_state: Path | None,
-            scratch: Path, keep: tuple[str, ...] = ()) -> None:
-    """The area for one session: a clone of `branch` at its judged sha that borrows its objects from the
-    judge's seed store (seed_store: only the new commits cross, whatever the history's length), an empty
-    home, and the agent's saved CLI state; nothing of the previous session (and no process) is left. The
-    previous session's clone is updated in place by a git running as the agent where it can be (same owner,
-    a usable repository: _UPDATE_SCRIPT), else made again; the other parts are moved aside in O(1) and
-    deleted off the critical path (discard_trash). `keep`: the set-up cache's paths, left in a clone updated in
-    place (the clone is the agent's own: judge.setup.CloneSetup restores them only when the archive changed)."""
+            scratch: Path) -> None:
+    """The area for one session: the agent's tree at the work branch's judged sha (the base, which the caller
+    brought to that sha, with the set-up layer, under an empty upper layer of the agent's; or a copy of them), a
+    small `.git` that borrows its objects from the judge's seed store (seed_store: only the new commits cross,
+    whatever the history's length), an empty home, and the agent's saved CLI state. Nothing of the previous session
+    is left: its upper layer and other parts are moved aside in O(1) and deleted, with no link followed, off the
+    critical path (discard_trash). Every later process of the room whose phase is the agent's sees the tree."""
     own_root(area, repo)
-    if identity.room is not None:
-        identity.room.grant(area.root)
+    room = identity.room
+    if room is not None:
+        room.grant(area.root)
     hold_area(area, identity)
     scratch.mkdir(parents=True, exist_ok=True)
     try:
@@ -259,60 +264,111 @@ def prepare(area: AgentArea, identity: Identity, repo: Path, branch: str, saved_
             raise PlanRunnerError(what=f"the work branch {branch!r} is missing in {repo}",
                                   why="it was deleted while the session started", fix="run the session again")
         store = seed_store(repo, branch) if identity.isolated else None
-        if store is not None and identity.room is not None:
-            identity.room.show(store)  # the clone's objects: borrowed, read-only
+        if store is not None and room is not None:
+            room.show(store)  # the agent's objects: borrowed, read-only
     except GitCommandError as exc:
-        raise PlanRunnerError(what=f"could not seed the agent's clone of the work branch {branch!r}",
+        raise PlanRunnerError(what=f"could not seed the agent's repository of the work branch {branch!r}",
                               why=gitwork.stderr_of(exc), fix=f"check `git -C {repo} fsck`") from None
-    source = store if store is not None else gitwork.git_dir(repo)  # where the objects (and `shallow`) are
-    objects = str(source / "objects")
-    name, email = _committer(repo)
-    seed_args = [str(area.work), objects, branch, sha, name, email, str(store or repo), str(source / "shallow")]
-    trusted = _reveal_clone(area, identity, scratch)
-    kept = _update_clone(area, identity, seed_args, keep, trusted=trusted)
-    for part in area.parts():
-        if not (kept and part == area.work):
-            _move_aside(area, part, identity)
-    fresh = (area.home, area.state, area.out) if kept else (area.work, area.home, area.state, area.out)
-    for part in fresh:
+    for layer in (area.base_tree, area.base_index):
+        if not os.path.lexists(layer):
+            raise PlanRunnerError(what=f"the base of {branch!r} is not checked out in {area.root / BASE}",
+                                  why="the agent's tree is laid over it", fix="report this as a bug")
+    if room is not None and room.overlay:
+        for layer in (area.hide_layer, area.setup_layer):
+            _own_folder(layer)  # (an empty layer when nothing is restored there)
+    for part in (*area.parts(), area.upper, area.overlay_work):
+        _move_aside(area, part, identity)
+    for part in (area.home, area.state, area.out):
         os.mkdir(part, 0o700)
+    os.mkdir(area.work, 0o755)  # in a room, the mount point of the tree
+    tree = tree_of(area, identity)
+    files = files_of(area, identity)
+    if tree is not None and tree[0]:
+        os.mkdir(files, 0o755)
+        os.mkdir(area.overlay_work, 0o700)
+    else:  # no overlay: the layers copied (links as links, never followed)
+        fresh_copy(area.base_tree, files)
+        for hidden in whiteouts(area.hide_layer):  # (the gates' cache: what the hide layer would cover)
+            if os.path.lexists(files / hidden):
+                fsafe.remove(files / hidden, below=files)
+        if os.path.isdir(area.setup_layer) and os.listdir(area.setup_layer):
+            _copy_into(area.setup_layer, files)
+    os.mkdir(files / ".git", 0o755)
+    exact = _index_copy(area.base_index, files / ".git" / "index", inside=ROOT_INSIDE if room is not None else None)
+    if room is not None:
+        room.mount_tree(tree)
     if saved_state is not None and saved_state.is_dir():
         shutil.copytree(saved_state, area.state, symlinks=True, dirs_exist_ok=True)
     os.mkdir(area.inputs, 0o711)
-    if kept:
-        return
-    proc = run_as(identity, ["sh", "-c", _SEED_SCRIPT, "seed", *seed_args], cwd=area.home, env=agent_git_env(area))
+    source = store if store is not None else gitwork.git_dir(repo)  # where the objects (and `shallow`) are
+    name, email = _committer(repo)
+    args = [str(source / "objects"), branch, sha, name, email, str(store or repo), str(source / "shallow"),
+            "1" if not exact or tree is None or not tree[0] else "0"]
+    proc = run_as(identity, ["sh", "-c", _SEED_SCRIPT, "seed", *args], cwd=area.work, env=agent_git_env(area))
     if proc.returncode != 0:
-        raise PlanRunnerError(what=f"could not give the agent a clone of {branch!r}",
+        raise PlanRunnerError(what=f"could not give the agent a repository of {branch!r}",
                               why=_tail(proc),
                               fix=f"check `git -C {store or repo} fsck`; remove {area.root} and run again")
 
 
-def _update_clone(area: AgentArea, identity: Identity, seed_args: list[str], keep: tuple[str, ...] = (), *,
-                  trusted: bool = False) -> bool:
-    """The previous session's clone brought to the judged sha in place, by a git running as the agent in its
-    own clone (never the judge's git there): True when it is. Only a clone the same identity owns (the uid
-    that wrote another may serve another session meanwhile); what the update leaves aside goes into the old
-    `out` (moved to the trash next), made anew when it is gone: the update runs with it as its HOME, and the lease
-    that ran the last update wiped it with the other HOMEs of its processes at its release (every other later
-    session made the clone again, and restored its set-up, before). `trusted`: the clone is as the last export
-    left it (_reveal_clone)."""
-    owner = os.geteuid()  # (a room runs as plan-runner's own uid)
-    for part in (area.work, area.out):
-        try:
-            if part == area.out and not os.path.lexists(part):  # (only once the clone is one to update)
-                os.mkdir(part, 0o700)
-            st = os.lstat(part)
-        except OSError:  # (made again)
+def whiteouts(layer: Path) -> list[str]:
+    """The paths an overlay layer of the judge's own hides (its whiteouts: character devices 0/0), relative."""
+    found = []
+    for folder, _dirs, files in os.walk(layer):
+        for name in files:
+            st = os.lstat(os.path.join(folder, name))
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                found.append(os.path.relpath(os.path.join(folder, name), layer))
+    return found
+
+
+def _copy_into(src: Path, dest: Path) -> None:
+    """What `src` holds copied into `dest` (links as links, modes kept), over what is there."""
+    cp = tools.which("cp") or "/bin/cp"
+    done = subprocess.run([cp, "-a", "--reflink=auto", "--", f"{src}/.", str(dest)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise PlanRunnerError(what=f"could not copy {src} into {dest}", why=done.stderr.strip()[-500:],
+                              fix="check the free space of the file system that holds it")
+
+
+def _index_copy(src: Path, dst: Path, *, inside: int | None) -> bool:
+    """The base's index copied for the agent's `.git`; True when its stat data hold as the agent's room sees the
+    files. As root, a room shows root's files as `inside` (room.ROOT_INSIDE), so the entries' owner is rewritten to
+    it (index versions 2 and 3; another version is copied as it is, and git reads the files once)."""
+    if inside is None or os.geteuid() != 0:
+        shutil.copyfile(src, dst, follow_symlinks=False)
+        return True
+    buf = bytearray(src.read_bytes())
+    exact = _index_owned_by(buf, inside)
+    dst.write_bytes(buf)
+    return exact
+
+
+def _index_owned_by(buf: bytearray, uid: int) -> bool:
+    """`buf` (a git index of SHA-1 objects, version 2 or 3) rewritten with every entry's uid and gid `uid`: True;
+    False, unchanged, for anything else."""
+    if len(buf) < 32 or buf[:4] != b"DIRC":
+        return False
+    version, count = int.from_bytes(buf[4:8], "big"), int.from_bytes(buf[8:12], "big")
+    view = memoryview(buf)
+    if version not in (2, 3) or hashlib.sha1(view[:-20]).digest() != buf[-20:]:  # noqa: S324 - git's own checksum
+        return False
+    entries, at, owner = [], 12, uid.to_bytes(4, "big")
+    for _ in range(count):  # (checked whole before anything is written)
+        if at + 62 > len(buf) - 20:
             return False
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
+        flags = int.from_bytes(buf[at + 60:at + 62], "big")
+        end = buf.find(b"\0", at + 62 + (2 if version == 3 and flags & 0x4000 else 0))
+        if end < 0:
             return False
-    env = {**agent_git_env(area), "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1",
-           "HOME": str(area.out)}
-    proc = run_as(identity, ["sh", "-c", _UPDATE_SCRIPT, "update", *seed_args, f"{area.out}/aside",
-                             "1" if trusted else "0", *(f":(exclude,literal){path}" for path in keep)],
-                  cwd=area.work, env=env)
-    return proc.returncode == 0 and proc.stdout.strip().endswith(b"updated")
+        entries.append(at)
+        at = at + ((end - at + 8) & ~7)
+    for at in entries:
+        buf[at + 28:at + 36] = owner + owner
+    view.release()
+    buf[-20:] = hashlib.sha1(memoryview(buf)[:-20]).digest()  # noqa: S324
+    return True
 
 
 def _repo_key(repo: Path) -> str:
@@ -323,7 +379,7 @@ def seed_store(repo: Path, branch: str) -> Path:
     """The judge's seed store of `repo`, with `branch` brought up to date by an incremental fetch from the
     judge's repository (only the objects the store lacks cross; the first fill brings the last SEED_DEPTH
     commits, so even a fresh runner's first fill does not grow with the history), under a lock; the path the
-    agent's clone borrows objects from (its `shallow` file, if any, is copied into the clone).
+    agent's repository borrows objects from (its `shallow` file, if any, is copied into it).
 
     It is a bare repository plan-runner's user owns and only it writes (core.sharedRepository=0644: the
     agent's identity reads, never writes), holding the plans' work branches only (no state, no other ref),
@@ -383,85 +439,20 @@ def identity_remove_judge_tree(path: Path) -> None:
 
 
 TRASH = ".trash"  # in an area's root: plan-runner's own, mode 0700, out of the agent's reach
-KEPT = ".kept"  # likewise: the agent's clone between its export and the next session (_hide_clone)
-BASE = ".base"  # likewise: the gates' read-only base (runner.adapters.judge.base), shown in no room
+LAYERS = ".layers"  # likewise: the agent's upper layer, the overlay's workdir, the set-up layer (AgentArea.upper)
+BASE = ".base"  # likewise: the base the gates judge and the agent's tree lies on (runner.adapters.judge.base)
 
 
-CLONE_RECORD = "clone.record"  # in the judge's scratch: the agent's clone as the last export left it (_hide_clone)
-
-
-def _hide_clone(area: AgentArea, identity: Identity, scratch: Path, clean: bool) -> None:
-    """After an export (the identity's processes all dead): the agent's clone out of its reach until the next
-    `prepare` (renamed into the area's KEPT folder, plan-runner's own, 0700, like the gates' tree), so the gates
-    that run meanwhile as the same identity cannot change it. With `clean` (its work all committed: the index
-    vouches for every tracked file), what its folder and index are is noted in the judge's scratch: a next
-    update that finds them so needs no pass over its files (_reveal_clone). Anything refused: left in place."""
-    note = scratch / CLONE_RECORD
-    note.unlink(missing_ok=True)
-    hidden = area.root / KEPT / "work"
-    try:
-        st = os.lstat(area.work)
-        if not stat.S_ISDIR(st.st_mode) or not _own_folder(area.root / KEPT):
-            return
-        if os.path.lexists(hidden):
-            _move_aside(area, hidden, identity)
-        os.rename(area.work, hidden)
-        if not clean:
-            return
-        index = os.lstat(hidden / ".git" / "index")
-        if not stat.S_ISREG(index.st_mode):
-            return
-        fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(" ".join(map(str, (st.st_dev, st.st_ino, st.st_uid, *_index_id(index)))) + "\n")
-    except OSError:
-        return
-
-
-def _index_id(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-def _reveal_clone(area: AgentArea, identity: Identity, scratch: Path) -> bool:
-    """The clone the last export hid back in its place; True when it is the folder that export hid and its index
-    is the file that export left (inode, size, times: any write since would have moved its ctime). The note is
-    taken away: a session cut short after this is not trusted next time."""
-    note = scratch / CLONE_RECORD
-    try:
-        fd = os.open(note, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        said: tuple[int, ...] = ()
-    else:
+def has_tree(area: AgentArea) -> bool:
+    """The area holds an agent's repository (in its upper layer, or in `work/` without isolation): a session cut
+    short may have left work in it. Never through a link."""
+    for git in (area.upper / ".git", area.work / ".git"):
         try:
-            with os.fdopen(fd, "r", encoding="ascii") as fh:
-                said = tuple(int(x) for x in fh.read().split())
-        except (OSError, ValueError):
-            said = ()
-        note.unlink(missing_ok=True)
-    hidden = area.root / KEPT / "work"
-    try:
-        st = os.lstat(hidden)
-    except OSError:
-        return False
-    if not stat.S_ISDIR(st.st_mode):
-        return False
-    _move_aside(area, area.work, identity)
-    try:
-        os.rename(hidden, area.work)
-        index = os.lstat(area.work / ".git" / "index")
-    except OSError:
-        return False
-    return len(said) == 7 and said == (st.st_dev, st.st_ino, st.st_uid, *_index_id(index))
-
-
-def has_clone(area: AgentArea) -> bool:
-    """The area holds an agent's clone, in its place or hidden by an export."""
-    return area.work.is_dir() or (area.root / KEPT / "work").is_dir()
-
-
-def reveal_clone(area: AgentArea, identity: Identity, scratch: Path) -> None:
-    """The clone an export hid back in its place (a session cut short after its export: its work is salvaged)."""
-    _reveal_clone(area, identity, scratch)
+            if stat.S_ISDIR(os.lstat(git).st_mode) and not os.path.islink(git.parent):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def move_aside(area: AgentArea, part: Path) -> None:
@@ -631,7 +622,7 @@ def remove_agent_areas(older_than_s: float = 0.0, *, keep: tuple[Path, ...] = ()
 
 
 def _committer(repo: Path) -> tuple[str, str]:
-    """Who the agent commits as in its clone: the repository's configured identity, else plan-runner's agent."""
+    """Who the agent commits as in its tree: the repository's configured identity, else plan-runner's agent."""
     found = {"user.name": "plan-runner agent", "user.email": "plan-runner-agent@users.noreply.github.com"}
     try:
         text = gitwork.git_text(repo, "config", "--get-regexp", r"^user\.(name|email)$")
@@ -654,24 +645,32 @@ class Imported:
 
 def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, base_sha: str,
                 plan_id: str, scratch: Path) -> Imported:
-    """After the agent: its leftovers committed and its work branch imported into the judge's repository."""
-    if identity.room is not None:  # the clone borrows its objects from the seed store (a salvage's room is new)
-        identity.room.show(_store_path(judge_dir("seeds"), _repo_key(repo)))
+    """After the agent: its leftovers committed and its work branch imported into the judge's repository. The export
+    runs in a room that shows the agent's tree as the agent left it (a salvage's room is new; the caller keeps the
+    base at the session's sha); the gates' processes that follow do not see it."""
+    room = identity.room
+    if room is not None:  # the agent's objects are borrowed from the seed store
+        room.show(_store_path(judge_dir("seeds"), _repo_key(repo)))
+        room.mount_tree(tree_of(area, identity))
     env = {**agent_git_env(area, gitwork.BOT_ENV), **gitwork.BOT_ENV}
     out = area.out / "work.bundle"
     # One process as the agent (its git, its config: its own business), arguments passed positionally.
-    proc = run_as(identity, ["sh", "-c", _EXPORT_SCRIPT, "export", branch, base_sha, str(out), _WIP_MESSAGE],
-                  cwd=area.work, env=env)
+    try:
+        proc = run_as(identity, ["sh", "-c", _EXPORT_SCRIPT, "export", branch, base_sha, str(out), _WIP_MESSAGE],
+                      cwd=area.work, env=env)
+    finally:
+        if room is not None:
+            room.mount_tree(None)
     said = proc.stdout.decode("utf-8", "replace").splitlines()
-    _hide_clone(area, identity, scratch, clean=proc.returncode == 0 and "wip-failed" not in said)
     if proc.returncode == 10:
-        return Imported(None, None, problem=f"the agent's clone is no longer a usable git repository: {_tail(proc)}")
+        return Imported(None, None, problem=f"the agent's repository is no longer a usable git repository: "
+                                            f"{_tail(proc)}")
     notes: list[str] = []
     if "wip-failed" in said:
         notes.append("the agent's uncommitted changes could not be saved as a WIP commit: " + _tail(proc))
     has_branch, on_branch = "has-branch" in said, f"head-ref=refs/heads/{branch}" in said
     if not has_branch:
-        notes.append(f"the agent deleted the work branch {branch!r} in its clone")
+        notes.append(f"the agent deleted the work branch {branch!r} in its repository")
     if "empty" in said or (not has_branch and on_branch):
         return Imported(base_sha if has_branch else None, None, tuple(notes))
     if proc.returncode != 0 or "bundled" not in said:
@@ -702,7 +701,7 @@ def export_work(area: AgentArea, identity: Identity, repo: Path, branch: str, ba
                     raise PlanRunnerError(
                         what="git could not bring the agent's commits into plan-runner's repository",
                         why=err[-1000:] or str(exc),
-                        fix=f"run again (the agent's work is kept in its clone); if it recurs, `git -C {repo} "
+                        fix=f"run again (the agent's work is kept in its tree); if it recurs, `git -C {repo} "
                             "worktree prune` and `git fsck`") from None
     finally:
         copy.unlink(missing_ok=True)

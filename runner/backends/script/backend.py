@@ -27,6 +27,7 @@ from runner.backends.common.signals import session_signals
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import ExitKind, Hints, SessionSignals
 from runner.core.progress import tool_input_text
+from runner.adapters.sandbox.proc import capture
 from runner.adapters.sandbox.supervise import NUDGE_TEXT, Controller, ProcessExit, TokenMeter, supervise
 from runner.backends.common import jsonline
 
@@ -153,11 +154,23 @@ def load_script(request: SessionRequest) -> tuple[Path, tuple[ScriptSession, ...
                               fix="add `script: path/to/session-script.yaml` under `agent:`")
     path = Path(raw) if Path(raw).is_absolute() else request.workdir / raw
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_in_tree(request, path) if not Path(raw).is_absolute() else path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanRunnerError(what=f"cannot read the agent script {path}", why=str(exc),
                               fix="check `agent.script` (relative to the repository root, or absolute)") from None
     return path, parse_script(text, str(raw))
+
+
+def _read_in_tree(request: SessionRequest, path: Path) -> str:
+    """A file of the agent's tree as the agent sees it: in a room the tree is an overlay only the room shows
+    (runner.adapters.sandbox.agent_clone), so it is read there, by `cat` as the agent, bounded."""
+    if request.identity.room is None:
+        return path.read_text(encoding="utf-8")
+    done = capture(["cat", "--", str(path)], cwd=request.workdir, env={"PATH": "/usr/bin:/bin"}, time_limit_s=30,
+                   identity=request.identity, limit=4 * 2**20)
+    if done.finished.returncode != 0:
+        raise OSError(done.stderr.decode("utf-8", "replace").strip() or "cat failed")
+    return done.stdout.decode("utf-8")
 
 
 def _take_session(transcript_dir: Path, script_path: Path) -> int:

@@ -2,7 +2,7 @@
 restores them instead of running the plan's whole set-up again (a real project's `pip install -e .[test]`).
 
 What is cached is what the set-up cache of runner/adapters/judge/setup.py keeps on the runner's disk: one archive
-of the `cache:` paths per place (the agent's clone, the gates' checkout; a venv names its own path, so an archive
+of the `cache:` paths per place (the agent's tree, the gates' checkout; a venv names its own path, so an archive
 is built at the path it is used at), keyed by the commands, the cache paths and the base's `key:` files. On a
 hosted runner those places are the same paths in every job (the workspace and the runner's user are).
 

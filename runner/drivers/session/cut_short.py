@@ -19,8 +19,10 @@ import signal
 import socket
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from runner.adapters.git import work as gitwork
+from runner.adapters.judge.base import BaseTree
 from runner.adapters.sandbox import agent_clone as agentarea
 from runner.adapters.sandbox import identity as sandbox
 from runner.core.actions import Blame, Outcome, RunSession, Verdict, describe
@@ -65,11 +67,12 @@ def salvage(s: Session, base_sha: str | None) -> tuple[str | None, str]:
     ws, plan = s.ws, s.trusted
     area = agentarea.area_for(ws.repo, plan.id)
     branch = plan.work_branch
-    if base_sha is None or not agentarea.has_clone(area) or gitwork.ref_sha(ws.repo, f"refs/heads/{branch}") != base_sha:
+    if base_sha is None or not agentarea.has_tree(area) or gitwork.ref_sha(ws.repo, f"refs/heads/{branch}") != base_sha:
         return None, ""
     try:
-        with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity:
-            agentarea.reveal_clone(area, identity, ws.scratch_dir / plan.id)  # (hidden by an export cut short)
+        with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity, \
+                BaseTree(area, Path(ws.repo)).held() as base:
+            base.at(base_sha)  # the agent's tree lies on the base it started from (its upper holds what it changed)
             imported = agentarea.export_work(area, identity, ws.repo, branch, base_sha, plan.id,
                                              ws.scratch_dir / plan.id)
     except PlanRunnerError as exc:

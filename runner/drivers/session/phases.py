@@ -14,12 +14,13 @@ takes the one path of runner.drivers.session.cut_short.
 from __future__ import annotations
 
 import shutil
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from runner.adapters.git import work as gitwork
-from runner.adapters.judge import guard, setup, untar
+from runner.adapters.judge import guard, setup
 from runner.adapters.judge.agent_state import keep_resumable
 from runner.adapters.judge.base import BaseTree, GatesTree, gate_env
 from runner.adapters.judge.collect import SessionScene, collect_evidence, handoff_path_of, revert_rejected_flips
@@ -156,27 +157,30 @@ def gates_tree_for(ws, plan: Plan, identity: sandbox.Identity, area: agentarea.A
                      checks_runner=checks_runner, push=push)
 
 
-def _set_up_clone(s: Session, identity: sandbox.Identity, area: agentarea.AgentArea, base_sha: str,
-                  transcripts) -> None:
-    """The plan's `setup:` in the agent's clone too (same commands, same cache rules), before the agent."""
+def _agent_tree(s: Session, identity: sandbox.Identity, area: agentarea.AgentArea, base_sha: str,
+                transcripts) -> None:
+    """The agent's tree at the session's base: the base brought to it (the caller holds it), the set-up layer
+    (the plan's `setup:`, same commands and cache rules as the gates', restored at the tree's path), the area
+    (agent_clone.prepare), and set-up run in the tree itself when nothing of it could be cached."""
     ws, plan = s.ws, s.trusted
-    if plan.config.setup is None or not plan.config.setup.run:
-        return
     scratch = ws.scratch_dir / plan.id
+    BaseTree(area, Path(ws.repo)).at(base_sha)
+    config = plan.config.setup
     env = gate_env(ws.env, plan, area.home, Path(ws.repo))  # no credentials for set-up
-
-    def reclone():
-        agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, scratch)
-        return area.work
-    # in a room: the registries (or the plan's list) only
-    with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
-        failed = setup.set_up_clone(
-            plan.config.setup, sha=base_sha, repo=s.repo, workdir=area.work, env=env, identity=identity,
-            cache_dir=scratch / "setup-cache", trusted_sha=setup.trusted_commit(s.repo, ws.remote, plan.config.base),
-            checkout=lambda rev: agentarea.checkout(area, identity, ws.repo, rev, scratch, into=area.work),
-            reclone=reclone, on_event=ws.on_event, keep=setup.CloneSetup(scratch))
+    trusted = setup.trusted_commit(s.repo, ws.remote, plan.config.base) if config is not None and config.run else None
+    network = (identity.network("setup", plan.config.network, refused=s.refused["setup"])
+               if config is not None and config.run else nullcontext())
+    with network:  # in a room: the registries (or the plan's list) only
+        layered, failed = setup.agent_layer(config, sha=base_sha, repo=s.repo, area=area, identity=identity,
+                                            env=env, cache_dir=scratch / "setup-cache", trusted_sha=trusted,
+                                            on_event=ws.on_event)
+    agentarea.prepare(area, identity, ws.repo, plan.work_branch, transcripts / AGENT_STATE, scratch)
+    if config is not None and config.run:
+        with identity.network("setup", plan.config.network, refused=s.refused["setup"]):
+            failed = setup.run_in_tree(config, sha=base_sha, repo=s.repo, area=area, identity=identity, env=env,
+                                       layered=layered, on_event=ws.on_event) or failed
     if failed:
-        ws.on_event("warning", f"setup: failed in the agent's clone: {failed}")
+        ws.on_event("warning", f"setup: failed in the agent's tree: {failed}")
 
 
 # --- the values passed from one phase to the next ---------------------------------------------------------
@@ -253,9 +257,11 @@ def run_session(ws: Workspace, ports: Ports, session: Session | None = None) -> 
                 return begun
             try:
                 fault_point(ws.env, "after-start")
-                imported = import_work(s, begun, run_agent(s, begun, identity), identity)
-                fault_point(ws.env, "after-agent")
-                judged = judge(s, begun, imported, identity)
+                # the base is the agent's tree's lowest layer, then the gates' tree: nothing else writes it meanwhile
+                with BaseTree(agentarea.area_for(ws.repo, s.trusted.id), Path(ws.repo)).held():
+                    imported = import_work(s, begun, run_agent(s, begun, identity), identity)
+                    fault_point(ws.env, "after-agent")
+                    judged = judge(s, begun, imported, identity)
                 fault_point(ws.env, "after-gates")
                 decided = decide(s, begun, judged)
                 fault_point(ws.env, "before-persist")
@@ -340,7 +346,7 @@ def begin(s: Session, action: RunSession) -> Begun | SessionResult:
 
 
 def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
-    """The agent in a fresh clone of its own, as its identity; nothing it started outlives it."""
+    """The agent in a fresh tree of its own, as its identity; nothing it started outlives it."""
     ws, plan, action = s.ws, s.trusted, b.action
     ws.on_event("session", f"{b.n} {action.kind.value} {action.checkpoint or ''}".strip())
     shutil.rmtree(b.transcripts, ignore_errors=True)
@@ -348,10 +354,7 @@ def run_agent(s: Session, b: Begun, identity: sandbox.Identity) -> AgentRan:
     if identity.isolated:
         _secure_judge_repo(ws.repo)
     area = agentarea.area_for(ws.repo, plan.id)
-    cache = untar.clean_roots(plan.config.setup.cache) if plan.config.setup is not None else ()
-    agentarea.prepare(area, identity, ws.repo, plan.work_branch, b.transcripts / AGENT_STATE, ws.scratch_dir / plan.id,
-                      keep=cache)
-    _set_up_clone(s, identity, area, b.base_sha, b.transcripts)
+    _agent_tree(s, identity, area, b.base_sha, b.transcripts)
     agent = plan.config.agent
     spec = BACKENDS[agent.backend]
     agent_env = backend_agent_env(ws.env, agent.backend, agent.passed_env, agent.provider)
@@ -418,8 +421,8 @@ def judge(s: Session, b: Begun, imp: Imported, identity: sandbox.Identity) -> Ju
     scene = SessionScene(repo=s.tree, plan=b.tracked, plan_text=b.plan_text, base_sha=b.base_sha,
                          handoff_path=b.handoff_path, started_at=b.started_at, session_number=b.n,
                          session_kind=action.kind.value, checkpoint=action.checkpoint)
-    # in a room: nothing unless the plan lists it
-    with gates.base.held(), identity.network("gates", plan.config.network, refused=s.refused["gates"]):
+    # in a room: nothing unless the plan lists it (the base: held by run_session)
+    with identity.network("gates", plan.config.network, refused=s.refused["gates"]):
         try:
             evidence = collect_evidence(scene, ran.signals, env=ran.agent_env, observed_at=ws.clock(),
                                         cache=GateCache(ws.scratch_dir / plan.id / "gate-cache.json"),
