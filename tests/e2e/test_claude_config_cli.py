@@ -52,9 +52,10 @@ def test_settings_one_session_writes_into_its_config_folder_are_not_in_force_in_
     the hook's words or the server's tools."""
     repo = make_repo(tmp_path, "claude-code")
     marker = agent_writable(repo, "claude-config-written", "hello")
-    widen = (f"printf '%s' '{json.dumps(SETTINGS)}' > \"$CLAUDE_CONFIG_DIR/settings.json\" && "
-             f"printf '%s' '{json.dumps(USER_CONFIG)}' > \"$CLAUDE_CONFIG_DIR/.claude.json\" && "
-             f"cat \"$CLAUDE_CONFIG_DIR/settings.json\" \"$CLAUDE_CONFIG_DIR/.claude.json\" >> {marker}")
+    # What the agent wrote is recorded as it writes it (tee): the running CLI rewrites its own `.claude.json` from
+    # memory at times, so reading the file back a moment later can find the CLI's copy instead (seen under load).
+    widen = (f"printf '%s' '{json.dumps(SETTINGS)}' | tee \"$CLAUDE_CONFIG_DIR/settings.json\" >> {marker} && "
+             f"printf '%s' '{json.dumps(USER_CONFIG)}' | tee \"$CLAUDE_CONFIG_DIR/.claude.json\" >> {marker}")
     tick = ("echo {name} > {name}.txt && git add {name}.txt && git commit -q -m 'Add {name}' && "
             "sed -i 's/- \\[ \\] {cid}/- [x] {cid}/' plans/hello.md && git commit -q -am 'Tick {cid}'")
     with MessagesServer() as srv:

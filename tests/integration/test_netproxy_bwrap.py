@@ -255,8 +255,14 @@ def echo_port() -> Iterator[int]:
             with conn:
                 conn.sendall(b"echo:" + conn.recv(100))
 
-    threading.Thread(target=serve, daemon=True).start()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
     yield server.getsockname()[1]
+    # close() alone does not wake an accept() blocked in another thread: that thread would go on listening on the
+    # old socket, and its next accept() could take a descriptor number reused by a later test's socket.
+    # shutdown() wakes it (EINVAL), and the thread is waited for before the socket is closed.
+    server.shutdown(socket.SHUT_RDWR)
+    thread.join(timeout=10)
     server.close()
 
 

@@ -17,6 +17,7 @@ from tests.reliability_world import (
     MUL_STEP,
     all_git_text,
     files_text,
+    git,
     make_repo,
     result_json,
     run_session,
@@ -216,8 +217,8 @@ def test_a_secret_holding_a_newline_split_by_a_transcript_block_leaves_no_trace_
                      f"print(json.dumps({key!r}))\n"
                      "print('done')\n")
     (repo / "plans" / "calc.md").write_text(COMMAND_AGENT_PLAN.format(python=sys.executable, script=agent))
-    subprocess.run(["git", "commit", "-qam", "a command agent"], cwd=repo, check=True)
-    subprocess.run(["git", "push", "-q", "origin", "main"], cwd=repo, check=True)
+    git(repo, "commit", "-qam", "a command agent")  # an identity of its own: CI's user has no git config
+    git(repo, "push", "-q", "origin", "main")
     proc = run_session(repo, env={**_env(), "DEPLOY_PRIVATE_KEY": key})
     assert result_json(proc).get("outcome"), proc.stderr[-2000:]
     state = all_git_text(repo) + all_git_text(tmp_path / "origin.git")
