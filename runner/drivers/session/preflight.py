@@ -413,22 +413,25 @@ def before_first_session(ws, ports, *, warn=lambda text: None, session=None, ful
     # lock taken alone), so the set-up cache is built at the path the gates run in and the first session restores
     # it instead of running `setup:` again (a venv names its own path); else in an area of this preflight's own:
     # two jobs starting the plan's first session at once both run a preflight, and the agent of the one that wins
-    # may be running while the other's preflight sets up.
+    # may be running while the other's preflight sets up. The base's lock is taken first, waiting, and the in-use
+    # lock only tried: a session takes them in that order (the base, then the area), so neither waits on the other.
+    from runner.adapters.judge.base import BaseTree
+
     plan_area = agent_clone.area_for(ws.repo, plan.id)
     agent_clone.own_root(plan_area, ws.repo)
-    alone = agent_clone.hold_alone(plan_area)
-    own = plan_area if alone is not None else agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
-    with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity:
+    with sandbox.leased(isolation_of(ws, plan), actions=ws.actions, repo=ws.repo) as identity, \
+            BaseTree(plan_area, Path(ws.repo)).held():
+        alone = agent_clone.hold_alone(plan_area)
+        own = plan_area if alone is not None else agent_clone.area_for(ws.repo, f"{plan.id}~preflight-{os.getpid()}")
         try:
             gates = _as_it_will_run(ws, plan, identity, own)
             if gates is None or gates.trusted is None:
                 _raise(plan, problems(plan, ws.env, ws.repo, agent=False), warn)
                 return
-            with gates.base.held():
-                gates.tree(gates.trusted)
-                gates.close()
-                failed = setup_failure(gates.failures[0]) if gates.failures else None
-                _raise(plan, problems(plan, ws.env, ws.repo, gates.host, failed, agent=False), warn)
+            gates.tree(gates.trusted)  # (the base is held: above)
+            gates.close()
+            failed = setup_failure(gates.failures[0]) if gates.failures else None
+            _raise(plan, problems(plan, ws.env, ws.repo, gates.host, failed, agent=False), warn)
         finally:
             if alone is None:
                 agent_clone.discard_area(own, identity)  # in the background: nothing deleted on the critical path
