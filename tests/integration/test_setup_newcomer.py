@@ -110,12 +110,9 @@ def _ledger(repo: Path) -> list[dict]:
         return []
 
 
-def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(world, tmp_path):
-    (world / "agent.sh").write_text(AGENT)
-    os.chmod(world / "agent.sh", 0o755)
-    repo = world / "repo"
-    repo.mkdir()
-    (repo / "plans").mkdir()
+def _calc_repo(world: Path, repo: Path, plan: str) -> Path:
+    """The newcomer's small project with its bug, its test, its wheelhouse and `plan`, committed on main."""
+    (repo / "plans").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (repo / "tests" / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
@@ -125,12 +122,19 @@ def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(
     # the project's own wheelhouse, committed (pip's index stays out of an offline test; the room shows a set-up
     # what its checkout holds and the toolchain, not the test's folders)
     shutil.copytree(world / "wheels", repo / "wheels")
-    (repo / "plans" / "calc.md").write_text(_plan(world, ".venv/bin/pytest -q -p no:cacheprovider"))
+    (repo / "plans" / "calc.md").write_text(plan)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.name", "Maintainer")
     git(repo, "config", "user.email", "m@example.invalid")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "calc with a bug")
+    return repo
+
+
+def test_the_newcomers_python_project_runs_to_a_finish_after_following_the_docs(world, tmp_path):
+    (world / "agent.sh").write_text(AGENT)
+    os.chmod(world / "agent.sh", 0o755)
+    repo = _calc_repo(world, world / "repo", _plan(world, ".venv/bin/pytest -q -p no:cacheprovider"))
     # the newcomer's own, git-ignored venv with pytest: the gate works in their tree
     subprocess.run(["python3", "-m", "venv", str(repo / ".venv")], check=True)
     subprocess.run([str(repo / ".venv/bin/pip"), "install", "-q", "--no-index", "--find-links", str(world / "wheels"),
@@ -186,20 +190,8 @@ def test_the_first_session_sets_up_the_gates_from_the_preflights_cache(world, tm
     and again for the session (a venv names its own path, so a cache built elsewhere could not be used)."""
     (world / "agent.sh").write_text(AGENT)
     os.chmod(world / "agent.sh", 0o755)
-    repo = tmp_path / "repo"
-    (repo / "plans").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "tests" / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    (repo / "conftest.py").write_text("")
-    (repo / "requirements-test.txt").write_text("pytest\n")
-    (repo / ".gitignore").write_text(".venv/\n__pycache__/\n")
-    shutil.copytree(world / "wheels", repo / "wheels")
-    (repo / "plans" / "calc.md").write_text(_plan(world, ".venv/bin/pytest -q -p no:cacheprovider",
-                                                  SETUP.format(wheels="wheels")))
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=M", "-c", "user.email=m@example.invalid", "commit", "-q", "-m", "calc")
+    repo = _calc_repo(world, tmp_path / "repo", _plan(world, ".venv/bin/pytest -q -p no:cacheprovider",
+                                                     SETUP.format(wheels="wheels")))
     proc = cli(repo, "session", "plans/calc.md")
     assert proc.returncode == 0, proc.stderr
     said = proc.stderr
