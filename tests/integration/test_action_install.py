@@ -52,14 +52,18 @@ def test_a_folder_others_can_change_is_found_on_the_way_from_the_root(tmp_path: 
     assert "PLAN_RUNNER_INSTALL_ROOT" in err.value.fix and str(image.opt) in err.value.why
 
 
-def run_install(tmp_path: Path, install_root_: Path | None = None):
-    """The composite action's steps up to a dry run, as the hosted runner runs them."""
+def run_install(tmp_path: Path, install_root_: Path | None = None, on_path: dict[str, str] | None = None):
+    """The composite action's steps up to a dry run, as the hosted runner runs them; `on_path`: scripts put in the
+    image's /usr/local/bin (first on PATH, as on the image) before the job."""
     plan = "plans/greeter.md"
     with GitHubServer() as srv:
         bare = w.make_remote(tmp_path, {plan: w.PLAN, "plans/greeter.script.yaml": w.SCRIPT})
         srv.branches = w.BareBranches(bare)
         ws = w.checkout(bare, tmp_path / "job")
         image = HostedImage(tmp_path / "image", install_root=install_root_)
+        for name, text in (on_path or {}).items():
+            (image.usr_local_bin / name).write_text(text)
+            (image.usr_local_bin / name).chmod(0o755)
         host = {k: v for k, v in os.environ.items() if not k.startswith(("PLAN_RUNNER_", "GITHUB_", "VIRTUAL_ENV"))}
         env = {**host, **w.job_env(srv, ws, tmp_path / "runner", "workflow_dispatch", w.dispatch_event(plan))}
         for name in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_TOKEN", "ANTHROPIC_API_KEY"):
@@ -121,3 +125,27 @@ def test_an_install_directory_others_could_change_fails_the_job_with_the_fix(tmp
     assert "::error title=plan-runner::" in job.text and "PLAN_RUNNER_INSTALL_ROOT" in job.text
     assert f"{image.opt} (owner uid 0, mode 777)" in job.text, job.text
     assert not job.step("run").ran and list(opt_root.glob("venv-*")) == []
+
+
+@pytest.mark.sudo_user  # the hosted image's root-owned install: run again as root (tests/other_users.py)
+def test_a_uv_download_that_is_not_the_pinned_wheel_is_never_used(tmp_path: Path, request) -> None:
+    """uv's wheel comes by curl from its pinned URL and must match its pinned sha256: a download that does not (a
+    `curl` that answers with other bytes and exit 0) is thrown away, and uv comes by `pip download --require-hashes`
+    instead; the job installs and runs as before, and the uv placed is the pinned release."""
+    if again_as_root(request):
+        return
+    called = tmp_path / "curl-called"
+    fake_curl = f"""#!/bin/sh
+printf '%s\\n' "$*" >> {called}
+while [ $# -gt 0 ]; do if [ "$1" = -o ]; then printf 'not the wheel' > "$2"; fi; shift; done
+exit 0
+"""
+    image, job = run_install(tmp_path, on_path={"curl": fake_curl})
+    assert job.status == "success", job.text
+    urls = called.read_text()
+    assert "https://files.pythonhosted.org/packages/" in urls and "/uv-0.13.9-py3-none-manylinux" in urls, urls
+    assert "could not be fetched" not in job.text, job.text
+    uv = Path(job.step("install").outputs["uv"])
+    assert uv.parent.parent == image.install_root, uv
+    version = subprocess.run([str(uv), "--version"], capture_output=True, text=True)
+    assert version.stdout.startswith("uv 0.13.9"), (version.stdout, version.stderr)
