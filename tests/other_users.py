@@ -12,6 +12,7 @@ import os
 import pwd
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -87,8 +88,16 @@ def again_as_root(request: pytest.FixtureRequest) -> bool:
     if os.geteuid() == 0:
         return False
     keep = {k: v for k, v in os.environ.items() if k.startswith(("PLAN_RUNNER_", "PIP_", "LANG", "SSL_", "PATH"))}
-    done = subprocess.run([*SUDO, "env", *(f"{k}={v}" for k, v in keep.items()), "HOME=/root", "PYTHONDONTWRITEBYTECODE=1",
-                           sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    # A temporary folder of its own, not root's shared /tmp/pytest-of-root: pytest removes the older numbered folders
+    # there when a run ends, and two root runs at once (two workers, or root's own suite on the same machine) then
+    # remove each other's, which fails the run that finds one half gone ("Directory not empty").
+    basetemp = Path(tempfile.mkdtemp(prefix="pytest-again-as-root-"))
+    try:
+        done = subprocess.run([*SUDO, "env", *(f"{k}={v}" for k, v in keep.items()), "HOME=/root",
+                               "PYTHONDONTWRITEBYTECODE=1", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"--basetemp={basetemp}", request.node.nodeid],
+                              cwd=ROOT, capture_output=True, text=True, timeout=900)
+    finally:
+        subprocess.run([*SUDO, "rm", "-rf", "--", str(basetemp)], capture_output=True)
     assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
     return True
