@@ -74,6 +74,25 @@ def agent_visible(repo: Path, name: str, plan_id: str = "calc") -> Path:
     return folder / name
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before any test (in the controller, before xdist's workers start): the agent areas and seed stores of
+    repositories that are gone removed, as plan-runner's own sweep does (runner/adapters/sandbox/sweep.py). An
+    earlier run on this machine leaves the areas of its temporary repositories, and pytest numbers its temporary
+    folders afresh once the old ones are removed, so a test's repository can have the path of an earlier run's:
+    its area (named by that path) would be read as this test's before its first session made it anew (CI17's
+    `test_killed_job_is_reconciled...` found the earlier run's agent commit and killed plan-runner before its
+    session started)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from runner.adapters.sandbox import sweep
+    from runner.core.errors import PlanRunnerError
+
+    try:
+        sweep.sweep(wait=True)
+    except (OSError, PlanRunnerError) as err:
+        print(f"conftest: the sweep of gone repositories' agent areas failed: {err}")
+
+
 # Per-file durations (setup + call + teardown of every test in the file), printed at the end of a run when
 # PLAN_RUNNER_FILE_DURATIONS is set (.ci/run sets it): where the suite's time goes, file by file.
 _FILE_SECONDS: dict[str, float] = {}

@@ -251,7 +251,7 @@ def test_killed_job_is_reconciled_as_timed_out_and_loses_no_commit(tmp_path):
     code, out, err = session(repo)
     ledger = [json.loads(x) for x in ledger_text(repo, "refs/plan-runner/state/calc").splitlines()]
     reconciled = [e for e in ledger if e["type"] == "session" and e.get("reconciled")]
-    assert reconciled and reconciled[0]["outcome"] == "TimedOut"
+    assert reconciled and reconciled[0]["outcome"] == "TimedOut", (code, out, err[-3000:])
     assert "Add mul" in git(repo, "log", "--format=%s", "plan-runner/calc")
 
 
