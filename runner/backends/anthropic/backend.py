@@ -4,8 +4,9 @@ The loop owns the end of a session: it stops when the model calls no more tools,
 on a refusal, on a bound (turns, tokens, time, stall), or when the model is stuck
 (runner.backends.anthropic.stuck: the same failing call, the same result again and again,
 two calls taking turns, with no change to the work tree between; the first loop is
-named to the model once and the rules count anew, the second ends the session and the
-record's error says which rule). What the model says
+named to the model once, the calls after it are sampled with a temperature (greedy decoding
+repeats itself) and the rules count anew; the second ends the session and the record's error
+says which rule). What the model says
 about its work (stop reason, "done", "all tests pass") is normalised into
 `Hints` and decides nothing. The conversation is written to
 `<transcript_dir>/<session id>.json` after every turn so a later job resumes it.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anthropic
 
@@ -71,6 +73,27 @@ SYSTEM_PROMPT = (
     "5. Only then tick the checkpoint with mark_done, and commit the tick: run_shell `git commit -am tick`.\n"
     "6. Stop calling tools and say briefly what you did."
 )
+
+# After the first loop is named, the session's later calls ask for sampling at this temperature (the Messages API's
+# `temperature` field); nothing is sent before, so a session without a loop asks exactly what it always did. Greedy
+# decoding of a small model gives the same call again however the loop is named: the 1.5B flipped `* 100` and
+# `// 100` and wrote the same refused parameter after being told it goes round in circles (docs/real-model.md,
+# issue 47, fourth round). Never sent to Anthropic's own API: Claude samples already (its default temperature is
+# 1) and the API version the SDK sends since 2026-10-21 refuses the field; an other endpoint that refuses it (a 400
+# naming it) gets the call again without it.
+LOOP_TEMPERATURE = 0.7
+
+
+def samples(request: SessionRequest) -> bool:
+    """Whether the session's endpoint is asked for a temperature after a named loop: any but Anthropic's own API."""
+    base_url = request.env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+    return (urlsplit(base_url).hostname or "").lower() != urlsplit(DEFAULT_BASE_URL).hostname
+
+
+def refuses_sampling(exc: BaseException) -> bool:
+    """A 400 that names the temperature field: the endpoint does not take it."""
+    return (isinstance(exc, anthropic.BadRequestError) and exc.status_code == 400
+            and "temperature" in str(exc.message).lower())
 
 LOOP_TEXT = ("You are going round in circles: {loop}. The same calls will give the same results, and if they come "
              "round again the session ends. Do something different: read the last failure again, then change the "
@@ -174,6 +197,7 @@ class _Tally:
     steps: list[Step] = field(default_factory=list)  # every tool call, as the stuck rules read it
     stuck_from: int = 0  # the stuck rules read the steps from here: after a loop was named, they count anew
     loop_named: bool = False
+    temperature: float | None = None  # sent with every call once a loop was named (LOOP_TEMPERATURE), if ever
     tree: str | None = None  # the work tree's digest after the last call that could change it
 
 
@@ -347,7 +371,7 @@ class AnthropicAgentBackend:
             for _turn in range(self.max_turns):
                 if time_left() <= 0:
                     raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached")
-                message = self._call(client, model, messages, request, time_left)
+                message = self._call(client, model, messages, request, time_left, tally)
                 blocks = [_block_dict(b) for b in message.content]
                 self._observe(message, blocks, tally)
                 if blocks:
@@ -383,7 +407,9 @@ class AnthropicAgentBackend:
                     # The first loop is named to the model, once, and the rules count anew: with greedy decoding the
                     # same context gives the same calls, and a result that says what repeats is a new context (the
                     # 1.5B's loops ended its sessions within minutes). The second loop ends the session.
+                    # ... and the calls after it are sampled, not greedy: the same context no longer gives the same call
                     tally.loop_named, tally.stuck_from = True, len(tally.steps)
+                    tally.temperature = LOOP_TEMPERATURE if samples(request) else None
                     results.append({"type": "text", "text": LOOP_TEXT.format(loop=spin.partition("): ")[2] or spin)})
                     request.on_event("stuck", spin)
                     spin = None
@@ -394,23 +420,33 @@ class AnthropicAgentBackend:
             raise _End(ExitKind.TIME_LIMIT, f"the agent loop reached its bound of {self.max_turns} turns")
 
     def _call(self, client: anthropic.Anthropic, model: str, messages: list[dict[str, Any]],
-              request: SessionRequest, time_left: Callable[[], float]) -> Any:
+              request: SessionRequest, time_left: Callable[[], float], tally: _Tally | None = None) -> Any:
         stall_s = request.agent.stall_s
         last: ApiFailure | None = None
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while attempt <= self.max_retries:
             left = time_left()
             if left <= 0:
                 raise _End(ExitKind.TIME_LIMIT, "the session's time limit was reached")
             wait = min(stall_s, left)
+            temperature = tally.temperature if tally is not None else None
+            # the SDK (1.0 on) has no `temperature` argument: the field goes in the body, as the API reads it
+            sampling = {} if temperature is None else {"extra_body": {"temperature": temperature}}
             try:
                 with client.messages.stream(
                     model=model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT,
                     tools=TOOL_SPECS,  # type: ignore[arg-type]  # JSON dicts of the ToolParam shape
                     messages=messages,  # type: ignore[arg-type]  # JSON dicts of the MessageParam shape
-                    timeout=anthropic.Timeout(wait, connect=min(wait, 30.0)),
+                    timeout=anthropic.Timeout(wait, connect=min(wait, 30.0)), **sampling,  # type: ignore[arg-type]
                 ) as stream:
                     return stream.get_final_message()
             except Exception as exc:
+                if tally is not None and temperature is not None and refuses_sampling(exc):
+                    # an endpoint that takes no temperature (newer Claude models, the API version of 2026-10-21):
+                    # the same call again without it, no attempt burned, and none for the rest of the session
+                    tally.temperature = None
+                    request.on_event("sampling", "the endpoint takes no temperature: the calls stay as they were")
+                    continue
                 failure = classify_api_error(exc, wallclock.now())
                 if failure is None:
                     raise
@@ -431,6 +467,7 @@ class AnthropicAgentBackend:
             if attempt < self.max_retries:
                 delay = failure.retry_after_s if failure.retry_after_s is not None else self.backoff_s * 2**attempt
                 self.sleep(max(0.0, min(delay, self.max_backoff_s, time_left())))
+            attempt += 1
         assert last is not None
         raise _End(last.kind, f"{last.error} (after {self.max_retries + 1} attempts)")
 

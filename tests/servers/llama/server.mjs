@@ -1,6 +1,6 @@
 // A local Anthropic Messages API over a real GGUF model (node-llama-cpp, CPU, one thread).
 //
-//   node server.mjs --model PATH [--port 0] [--context-size 8192] [--threads 1] [--max-tokens-cap 2048]
+//   node server.mjs --model PATH [--port 0] [--context-size 8192] [--threads 1] [--max-tokens-cap 2048] [--seed 1]
 //
 // Prints `listening on http://127.0.0.1:PORT` on stdout once the model is loaded.
 //
@@ -20,7 +20,9 @@
 //   that shares a prefix with the previous one only evaluates the new tokens. usage reports
 //   the newly evaluated prompt tokens as input_tokens and the reused ones as
 //   cache_read_input_tokens.
-// * Temperature 0 by default (deterministic); a request's `temperature` is honoured.
+// * Temperature 0 by default (deterministic); a request's `temperature` is honoured, sampled with a fixed seed
+//   (`--seed`, 1 by default; node-llama-cpp's own default is the clock), so a sampled reply is reproducible too:
+//   the same request to a fresh server gives the same reply.
 // * A reply that runs to max_tokens is served as the raw text with stop_reason "max_tokens".
 // * One JSON line per reply on stderr: tokens, seconds, the raw reply (2,000 characters at most) and
 //   the newest user turn it answered (`last_input`, its last 1,500 characters).
@@ -30,7 +32,7 @@ import {getLlama, LlamaChat, LlamaGrammar, LlamaLogLevel, LlamaText} from "node-
 import {getGbnfGrammarForGbnfJsonSchema} from "./node_modules/node-llama-cpp/dist/utils/gbnfJson/getGbnfGrammarForGbnfJsonSchema.js";
 
 function parseArgs(argv) {
-    const args = {port: 0, contextSize: 8192, threads: 1, maxTokensCap: 2048, model: null};
+    const args = {port: 0, contextSize: 8192, threads: 1, maxTokensCap: 2048, seed: 1, model: null};
     for (let i = 0; i < argv.length; i++) {
         const key = argv[i], value = argv[i + 1];
         if (key === "--model") args.model = value;
@@ -38,6 +40,7 @@ function parseArgs(argv) {
         else if (key === "--context-size") args.contextSize = Number(value);
         else if (key === "--threads") args.threads = Number(value);
         else if (key === "--max-tokens-cap") args.maxTokensCap = Number(value);
+        else if (key === "--seed") args.seed = Number(value);
         else throw new Error(`unknown argument ${key}`);
         i++;
     }
@@ -218,7 +221,7 @@ async function generate(body, signal) {
     const started = Date.now();
     const result = await chat.generateResponse(items, {
         grammar, maxTokens, signal, stopOnAbortSignal: true,
-        temperature: typeof body.temperature === "number" ? body.temperature : 0,
+        temperature: typeof body.temperature === "number" ? body.temperature : 0, seed: args.seed,
     });
     const diff = sequence.tokenMeter.diff(meter);
     const outputTokens = diff.usedOutputTokens;
@@ -250,6 +253,7 @@ async function generate(body, signal) {
     // One JSON line per request on stderr: what the tests and the docs' table read.
     process.stderr.write(JSON.stringify({event: "reply", stop_reason: stopReason, prompt_tokens: promptTokens,
         new_prompt_tokens: evaluated, output_tokens: outputTokens, seconds: (Date.now() - started) / 1000,
+        temperature: typeof body.temperature === "number" ? body.temperature : 0,
         tool: blocks[0]?.name ?? null, raw: raw.slice(0, 2000), last_input: lastInput(items).slice(-1500)}) + "\n");
     return {blocks, stopReason, usage};
 }
