@@ -160,15 +160,18 @@ def test_mark_done_ticks_only_while_the_checkpoints_own_check_passes(tmp_path: P
 
 
 def test_a_whole_file_write_that_drops_a_function_says_so(ws: Workspace) -> None:
-    """The 1.5B asked to add mean wrote a file with mean alone; the tests of what it dropped failed."""
+    """The 1.5B asked to add mean wrote a file with mean alone; the tests of what it dropped failed. What no test
+    uses may go, said; what the tests use is refused before anything is written
+    (tests/unit/test_agent_write_keeps.py)."""
     assert ws.run("read_file", {"path": "report.py"}).ok
-    out = ws.run("write_file", {"path": "report.py", "content": "def mean(v):\n    return 1\n"})
-    assert out.ok and out.text == ("wrote 26 bytes to report.py. It no longer defines total, label, which the file "
-                                   "defined before: write_file replaces the whole file. If they are still needed, put "
-                                   "them back (edit_file with an empty old_string adds code at the end).")
-    assert (ws.root / "report.py").read_text() == "def mean(v):\n    return 1\n"  # written as asked
-    kept = ws.run("write_file", {"path": "report.py", "content": REPORT + "\n\ndef mean(v):\n    return 1\n"})
-    assert kept.ok and kept.text == f"wrote {len(REPORT) + 28} bytes to report.py"
+    spare = REPORT + "\n\ndef mean(v):\n    return 1\n\n\ndef spare():\n    return 0\n"
+    assert ws.run("write_file", {"path": "report.py", "content": spare}).ok
+    out = ws.run("write_file", {"path": "report.py", "content": REPORT + "\n\ndef mean(v):\n    return 1\n"})
+    assert out.ok and out.text == (f"wrote {len(REPORT) + 28} bytes to report.py. It no longer defines spare, which "
+                                   "the file defined before: write_file replaces the whole file. If they are still "
+                                   "needed, put them back (edit_file with an empty old_string adds code at the end).")
+    refused = ws.run("write_file", {"path": "report.py", "content": "def mean(v):\n    return 1\n"})
+    assert not refused.ok and refused.text.startswith("not written: write_file replaces the whole file")
     renamed = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):", "new_string": "def average(values):"})
     assert renamed.ok and renamed.text.startswith("edited report.py. It no longer defines total, which the file")
 

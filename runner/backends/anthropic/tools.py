@@ -39,7 +39,7 @@ from typing import Any
 from runner.adapters.git.evidence import _at_or_above
 from runner.adapters.sandbox import proc
 from runner.backends.anthropic.failures import digest as failure_digest
-from runner.backends.anthropic.signatures import duplicates, indented_append, unused_parameters
+from runner.backends.anthropic.signatures import duplicates, indented_append, unused_parameters, wanted_by_tests
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CheckpointState
 from runner.core.plan import Plan
@@ -412,6 +412,7 @@ class Workspace:
                                 f"was written. To create {rel} as a new file, call write_file with it again.")
         before = target.read_text(encoding="utf-8", errors="replace") if target.is_file() else ""
         self._guard_shape(target, before, content)
+        self._guard_dropped(target, before, content)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         self._known.add(target)
@@ -460,6 +461,25 @@ class Workspace:
             return (f"edited {path}. It no longer defines {', '.join(lost[:8])}, which the file defined before. If "
                     f"they are still needed, put them back (edit_file with an empty old_string adds code at the end).")
         return f"edited {path}"
+
+    def _guard_dropped(self, target: Path, before: str, after: str) -> None:
+        """Before anything is written, refused: a whole-file write that no longer defines a function or class the file
+        defined and the tests use (written over with the new function alone, the 1.5B's `parse_cents` replaced
+        `dollars`, which tests/test_moneyfmt.py imports, again and again). What the file defined that no test uses
+        may go (the write then says so), and edit_file may rename (it says so too)."""
+        gone = [name for name in _top_names(target, before) if name not in _top_names(target, after)]
+        if not gone:
+            return
+        rel = self._rel(target)
+        used = [w for w in wanted_by_tests(self.root, rel, after, limit=0) if w[0] in gone]
+        if not used:
+            return
+        names = ", ".join(f"`{name}`" for name, _, _ in used[:8])
+        where = "; ".join(f"`{name}`: {path} line {line}" for name, path, line in used[:3])
+        raise ToolError(f"not written: write_file replaces the whole file, and this text no longer defines {names}, "
+                        f"which the tests use ({where}). Keep what the file has: to add a function, call edit_file "
+                        f"with an empty old_string and the new function as new_string (it goes at the end); to "
+                        f"change a line, edit_file with that line as old_string. {rel} was not changed.")
 
     def _guard_shape(self, target: Path, before: str, after: str) -> None:
         """Before anything is written, refused: a change to a Python file that defines a top-level function a second
