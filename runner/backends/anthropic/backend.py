@@ -410,7 +410,10 @@ class AnthropicAgentBackend:
                     # ... and the calls after it are sampled, not greedy: the same context no longer gives the same call
                     tally.loop_named, tally.stuck_from = True, len(tally.steps)
                     tally.temperature = LOOP_TEMPERATURE if samples(request) else None
-                    results.append({"type": "text", "text": LOOP_TEXT.format(loop=spin.partition("): ")[2] or spin)})
+                    named = LOOP_TEXT.format(loop=spin.partition("): ")[2] or spin)
+                    # ... with where the work stands, run now: the 1.5B looped on refused writes and never ran the gate
+                    where = workspace.gate_now(limit_s=max(0.1, time_left()))
+                    results.append({"type": "text", "text": f"{named}\n\n{where}" if where else named})
                     request.on_event("stuck", spin)
                     spin = None
                 messages.append({"role": "user", "content": results})

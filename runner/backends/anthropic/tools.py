@@ -191,6 +191,12 @@ def _around(text: str, lineno: int | None) -> str:
     return "\n" + "\n".join(f"{n:4d}{'>' if n == lineno else ' '} {lines[n - 1]}" for n in shown)
 
 
+def _exit_code(output: str) -> str:
+    """The exit code a run_shell output starts with (`exit code 1`), or "?"."""
+    found = re.match(r"exit code (-?\d+)", output)
+    return found.group(1) if found else "?"
+
+
 def _top_names(target: Path, text: str) -> list[str]:
     """The functions and classes a Python text defines at its top level (none when it is not Python or does
     not parse)."""
@@ -670,6 +676,27 @@ class Workspace:
             return (f"Your changes are not committed ({shown}), so they do not count. Run the gates; when they "
                     f"pass, your next call is run_shell with the command `git add -A && git commit -m 'work'`.")
         return None
+
+    def gate_now(self, limit_s: float | None = None) -> str:
+        """Where the work stands, for a model going round in circles: the plan's gate commands and the next
+        checkpoint's own check run here, the first that fails shown by the digest of its failure (the failing test
+        line, the error, where it was raised and the function under test); "" without a plan's gates. The 1.5B on
+        red-first wrote the same refused parameter again and again and never ran the gate in that session, so it
+        never saw where None reaches `sum()`. Information only: plan-runner runs the gates itself after the session."""
+        commands = self._gate_commands()
+        for command in commands:
+            try:
+                ok, out = self.run_shell(command, limit_s=limit_s)
+            except ToolError:
+                return ""
+            if ok:
+                continue
+            found = failure_digest(out, self.root).replace("What failed, read from the output above", "What fails")
+            return (f"Where the work stands: `{command}` fails now (exit code {_exit_code(out)})."
+                    + (found or f" Its output ends:\n{bound_output(out[-1500:], 1500)}"))
+        if not commands:
+            return ""
+        return "Where the work stands: " + " and ".join(f"`{c}`" for c in commands) + " pass now."
 
     def _plan(self) -> Plan | None:
         """The plan file as it is, parsed; None when there is none or it does not parse."""
