@@ -82,10 +82,11 @@ def test_a_tool_result_goes_back_to_the_model_and_the_conversation_goes_on(serve
 
 
 def test_a_sampled_reply_is_reproducible_and_greedy_is_the_default(server):
-    """A request with a `temperature` (the built-in agent sends one after naming a loop) is sampled with the server's
-    fixed seed: the same request gives the same reply, seconds apart (node-llama-cpp's own seed is the clock's
-    second). Free text at temperature 1 from the 135M differs from run to run otherwise; without a temperature the
-    reply is the greedy one."""
+    """A request with a `temperature` (the built-in agent sends one after naming a loop) is sampled with a seed made
+    of the server's `--seed` and the prompt: the same request gives the same reply, seconds apart (node-llama-cpp's
+    own seed is the clock's second), and another prompt another seed (one seed for every turn made the 1.5B's
+    sampled calls as alike as its greedy ones). Free text at temperature 1 from the 135M differs from run to run
+    otherwise; without a temperature the reply is the greedy one."""
     messages = [{"role": "user", "content": "Write one sentence about a cat."}]
     with _client(server) as client:
         def ask(temperature: float | None = None) -> str:
@@ -98,9 +99,12 @@ def test_a_sampled_reply_is_reproducible_and_greedy_is_the_default(server):
         time.sleep(1.5)
         second = ask(1.0)
         assert ask() == greedy
-    logged = server.replies()[-4:]
-    assert [r["temperature"] for r in logged] == [0, 1.0, 1.0, 0]
+        messages = [{"role": "user", "content": "Write one sentence about a dog."}]
+        ask(1.0)
+    logged = server.replies()[-5:]
+    assert [r["temperature"] for r in logged] == [0, 1.0, 1.0, 0, 1.0]
     assert first == second, (first, second)
+    assert logged[1]["seed"] == logged[2]["seed"] != logged[4]["seed"]
 
 
 def _assert_the_verdict_matches_the_evidence(srv: LlamaServer, tmp_path: Path, model: str, *, time_limit: str) -> None:

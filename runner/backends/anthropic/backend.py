@@ -81,7 +81,7 @@ SYSTEM_PROMPT = (
 # issue 47, fourth round). Never sent to Anthropic's own API: Claude samples already (its default temperature is
 # 1) and the API version the SDK sends since 2026-10-21 refuses the field; an other endpoint that refuses it (a 400
 # naming it) gets the call again without it.
-LOOP_TEMPERATURE = 0.7
+LOOP_TEMPERATURE = 1.0  # the model's own distribution, neither sharpened nor flattened (0.7 still gave the same calls)
 
 
 def samples(request: SessionRequest) -> bool:

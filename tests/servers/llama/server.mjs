@@ -20,9 +20,10 @@
 //   that shares a prefix with the previous one only evaluates the new tokens. usage reports
 //   the newly evaluated prompt tokens as input_tokens and the reused ones as
 //   cache_read_input_tokens.
-// * Temperature 0 by default (deterministic); a request's `temperature` is honoured, sampled with a fixed seed
-//   (`--seed`, 1 by default; node-llama-cpp's own default is the clock), so a sampled reply is reproducible too:
-//   the same request to a fresh server gives the same reply.
+// * Temperature 0 by default (deterministic); a request's `temperature` is honoured, sampled with a seed made of
+//   `--seed` (1 by default; node-llama-cpp's own default is the clock) and a hash of the rendered prompt: the same
+//   request gives the same reply (a run is reproducible), and the turns of a conversation do not all draw the same
+//   random numbers (one seed for every turn made the 1.5B's sampled calls as alike as its greedy ones).
 // * A reply that runs to max_tokens is served as the raw text with stop_reason "max_tokens".
 // * One JSON line per reply on stderr: tokens, seconds, the raw reply (2,000 characters at most) and
 //   the newest user turn it answered (`last_input`, its last 1,500 characters).
@@ -208,6 +209,14 @@ function lastInput(items) {
     return last?.type === "user" ? last.text : "";
 }
 
+// FNV-1a of the rendered conversation, mixed with --seed: reproducible, and different from turn to turn.
+function promptSeed(items) {
+    let hash = 2166136261 ^ args.seed;
+    const text = JSON.stringify(items);
+    for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 16777619);
+    return hash >>> 0;
+}
+
 async function generate(body, signal) {
     const tools = Array.isArray(body.tools) ? body.tools : [];
     const items = history(body, tools);
@@ -217,11 +226,12 @@ async function generate(body, signal) {
         throw new ApiError(400, "invalid_request_error", `prompt is too long: ${needed} tokens > ${context.contextSize - 1} maximum`);
     const grammar = tools.length ? await grammarFor(tools) : undefined;
     const maxTokens = Math.max(1, Math.min(Number(body.max_tokens) || 1024, args.maxTokensCap, context.contextSize - needed));
+    const seed = promptSeed(items);
     const meter = sequence.tokenMeter.getState();
     const started = Date.now();
     const result = await chat.generateResponse(items, {
         grammar, maxTokens, signal, stopOnAbortSignal: true,
-        temperature: typeof body.temperature === "number" ? body.temperature : 0, seed: args.seed,
+        temperature: typeof body.temperature === "number" ? body.temperature : 0, seed,
     });
     const diff = sequence.tokenMeter.diff(meter);
     const outputTokens = diff.usedOutputTokens;
@@ -253,7 +263,7 @@ async function generate(body, signal) {
     // One JSON line per request on stderr: what the tests and the docs' table read.
     process.stderr.write(JSON.stringify({event: "reply", stop_reason: stopReason, prompt_tokens: promptTokens,
         new_prompt_tokens: evaluated, output_tokens: outputTokens, seconds: (Date.now() - started) / 1000,
-        temperature: typeof body.temperature === "number" ? body.temperature : 0,
+        temperature: typeof body.temperature === "number" ? body.temperature : 0, seed,
         tool: blocks[0]?.name ?? null, raw: raw.slice(0, 2000), last_input: lastInput(items).slice(-1500)}) + "\n");
     return {blocks, stopReason, usage};
 }
