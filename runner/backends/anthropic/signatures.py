@@ -102,9 +102,20 @@ def _passes(call: Call, fn: FunctionNode, param: str) -> bool:
     return param in positional and positional.index(param) < call.positional
 
 
+def _body(fn: FunctionNode) -> str:
+    """What a function does: its body without the docstring, as the AST reads it (layout and comments aside)."""
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return "\n".join(ast.dump(node) for node in body)
+
+
 def unused_parameters(root: Path, rel: str, before: str, after: str, task: str = "") -> str:
     """A sentence per function of `rel` the tests call that gained a parameter none of their calls passes and the
-    `task` text does not name, or ""."""
+    `task` text does not name, while its body does what it did, or "". A body that changes too is the work (the 1.5B,
+    told the first time, wrote `total(values, skip_missing=False)` summing the values that are not None: refused, it
+    went back to the old body); only the signature alone changes nothing the tests check."""
     old_tree, new_tree = _parse(before), _parse(after)
     if old_tree is None or new_tree is None:
         return ""
@@ -114,7 +125,7 @@ def unused_parameters(root: Path, rel: str, before: str, after: str, task: str =
         if name not in old:
             continue
         added = [p for p in _params(fn) if p not in _params(old[name]) and not re.search(rf"\b{re.escape(p)}\b", task)]
-        if not added:
+        if not added or _body(fn) != _body(old[name]):
             continue
         calls = test_calls(root, name, limit=0)
         if not calls or any(_passes(c, fn, p) for c in calls for p in added):
