@@ -1,7 +1,9 @@
 """A plan written the way users write them (tests/real_model_worlds.py: a goal per checkpoint, no tool named),
 run with Qwen2.5-Coder-1.5B (greedy, one thread, sha256-pinned weights, pinned node-llama-cpp) through the real
 `plan-runner run` and the built-in `anthropic` backend; the world brings its own interpreter (a venv its
-`setup:` makes), so this runs from a plain venv. Deterministic: greedy decoding of a byte-identical prompt.
+`setup:` makes), so this runs from a plain venv. Deterministic: greedy decoding of a byte-identical prompt (a
+session that names a loop samples after it, with the server's seed and a hash of the prompt: the same either way;
+this world names none).
 
 Requires the credit (measured: Advanced in one session, seven calls) and that every verdict agrees with a
 clean clone of the pushed commit (the gate, the checkpoint's own check and a probe of the behaviour run by hand). The other worlds and the 0.5B are measured by

@@ -127,10 +127,12 @@ def test_a_python_file_that_no_longer_parses_is_written_but_the_call_says_so(ws:
     """The 1.5B dropped a docstring's quotes; it learnt it from the gate only. Now at once: a failed call naming
     the line, the text written (the model's own work, not lost); a file that parses, or one not Python, is fine."""
     broken = 'def shout(text):\n    "The text in capitals.""\n    return text.upper()\n'
-    assert ws.run("write_file", {"path": "textutil.py", "content": broken}) == \
-        ws.run("write_file", {"path": "textutil.py", "content": broken})  # the same answer each time
     out = ws.run("write_file", {"path": "textutil.py", "content": broken})
     assert not out.ok and out.text.startswith("wrote 70 bytes to textutil.py, but it is not valid Python now: line 2: ")
+    again = ws.run("write_file", {"path": "textutil.py", "content": broken})  # the same text: said, and still broken
+    assert not again.ok and again.text.startswith("textutil.py already has exactly this text: nothing changed, but it "
+                                                  "is not valid Python now: line 2: ")
+    assert again == ws.run("write_file", {"path": "textutil.py", "content": broken})  # the same answer each time
     assert "Your next call: edit_file with old_string '\"The text in capitals.\"\"' (line 2 as it is now)" in out.text
     assert out.text.endswith('\n   1  def shout(text):\n   2>     "The text in capitals.""\n   3      return text.upper()')
     assert (ws.root / "textutil.py").read_text() == broken

@@ -38,6 +38,22 @@ class _Failure:
     error: str
 
 
+def _returns_value(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether `fn` returns or yields a value anywhere (nested functions and classes are theirs, not its), or may
+    not return at all (it raises: a stub)."""
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            return True
+        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Raise)):
+            return True
+        todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def _is_test(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" or "/tests/" in f"/{path}"
@@ -221,6 +237,9 @@ def _digest(output: str, root: Path) -> str:
                 continue
             shown_functions.add((rel, fn.name))
             lines.append(f"  The code under test, {fn.name} in {tree.source(rel, fn)}")
+            if not _returns_value(fn) and not fn.name.startswith("__"):
+                # the 1.5B's parse_cents computed `cents = ...` and ended there: "None != 123", five times
+                lines.append(f"  {fn.name} has no `return` with a value, so a call of it gives None.")
         parts.append("\n".join(lines))
     if not parts:
         return ""

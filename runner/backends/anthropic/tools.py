@@ -417,6 +417,11 @@ class Workspace:
                 raise ToolError(f"{rel} does not exist; did you mean {' or '.join(repr(f) for f in similar)}? Nothing "
                                 f"was written. To create {rel} as a new file, call write_file with it again.")
         before = target.read_text(encoding="utf-8", errors="replace") if target.is_file() else ""
+        if target.is_file() and before == content:  # the 1.5B wrote the same text again and again, told "wrote"
+            self._known.add(target)
+            same = f"{rel} already has exactly this text: nothing changed"
+            _check_python(target, content, same)
+            return same + "."
         self._guard_shape(target, before, content)
         self._guard_dropped(target, before, content)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -442,6 +447,9 @@ class Workspace:
         text = target.read_bytes().decode("utf-8", errors="replace")
         if not old_string.strip():
             return self._append(target, text, new_string)
+        if old_string == new_string:  # the 1.5B "fixed" a line by replacing it with itself, and was told "edited"
+            raise ToolError(f"old_string and new_string are the same, so {path} would not change; it was not "
+                            f"changed. new_string is the line as it should be after your change.")
         count = text.count(old_string)
         if count == 0:
             if len(text.encode("utf-8")) <= _HINT_LIMIT:

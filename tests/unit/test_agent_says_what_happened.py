@@ -1,0 +1,74 @@
+"""The built-in agent's tools say what happened, no more (issue 47, fourth round; docs/real-model.md).
+
+On two-checkpoints the 1.5B wrote a `parse_cents` that computed `cents = ...` and ended there, ran the check five
+times ("AssertionError: None != 123"), replaced the line with itself (told "edited") and wrote the file again with
+the same text (told "wrote 219 bytes"). Now: the digest of a red run says when the function under test returns no
+value; an edit whose old_string and new_string are the same is refused as changing nothing; a write of the text the
+file already has says nothing changed (and still names a syntax error). Real files, real unittest output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.backends.anthropic.failures import digest
+from runner.backends.anthropic.tools import Workspace
+from tests.git_repos import init_repo
+
+MONEY = 'def dollars(cents):\n    return cents // 100\n\n\ndef parse_cents(text):\n    """Cents."""\n    cents = int(text.replace(".", ""))\n'
+CHECK = ("import unittest\n\nfrom tools.moneyfmt import parse_cents\n\n\nclass T(unittest.TestCase):\n"
+         "    def test_parse(self):\n        self.assertEqual(parse_cents('1.23'), 123)\n")
+
+
+def _tree(root: Path, money: str) -> Path:
+    init_repo(root, {"tools/__init__.py": "", "tools/moneyfmt.py": money, "checks/__init__.py": "",
+                     "checks/test_parse.py": CHECK})
+    return root
+
+
+def _red(root: Path) -> str:
+    out = subprocess.run([sys.executable, "-m", "unittest", "-q", "checks.test_parse"], cwd=root,
+                         capture_output=True, text=True)
+    assert out.returncode == 1
+    return digest(out.stdout + out.stderr, root)
+
+
+def test_a_function_under_test_that_returns_nothing_is_named(tmp_path: Path) -> None:
+    text = _red(_tree(tmp_path, MONEY))
+    assert "AssertionError: None != 123" in text
+    assert text.endswith("   7      cents = int(text.replace(\".\", \"\"))\n"
+                         "  parse_cents has no `return` with a value, so a call of it gives None.")
+
+
+@pytest.mark.parametrize("body", ["    return int(text)\n", "    raise NotImplementedError\n",
+                                  "    for c in text:\n        yield c\n"])
+def test_one_that_returns_raises_or_yields_is_not(tmp_path: Path, body: str) -> None:
+    money = MONEY.replace('    cents = int(text.replace(".", ""))\n', body)
+    text = _red(_tree(tmp_path, money))
+    assert "The code under test, parse_cents" in text and "has no `return`" not in text
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    workspace = Workspace(_tree(tmp_path, MONEY), {"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert workspace.run("read_file", {"path": "tools/moneyfmt.py"}).ok
+    return workspace
+
+
+def test_an_edit_of_a_line_into_itself_is_refused(ws: Workspace) -> None:
+    line = '    cents = int(text.replace(".", ""))'
+    out = ws.run("edit_file", {"path": "tools/moneyfmt.py", "old_string": line, "new_string": line})
+    assert not out.ok and out.text.startswith("old_string and new_string are the same, so tools/moneyfmt.py would "
+                                              "not change; it was not changed.")
+
+
+def test_a_write_of_the_text_the_file_has_says_nothing_changed(ws: Workspace) -> None:
+    out = ws.run("write_file", {"path": "tools/moneyfmt.py", "content": MONEY})
+    assert out.ok and out.text == "tools/moneyfmt.py already has exactly this text: nothing changed."
+    changed = ws.run("write_file", {"path": "tools/moneyfmt.py", "content": MONEY + "\n\nX = 1\n"})
+    assert changed.ok and changed.text.startswith("wrote ")
