@@ -329,3 +329,40 @@ def test_an_unwritable_group_record_does_not_stop_the_supervision(tmp_path):
     result = supervise([sys.executable, "-c", "print('hi')"], cwd=tmp_path, env=dict(os.environ), stall_s=10,
                        time_limit_s=20, on_line=lambda line, ctl: None, pid_file=blocked / "agent.pid")
     assert result.returncode == 0 and result.stdout_lines == 1
+
+
+def test_a_late_stdin_writer_never_closes_a_descriptor_it_does_not_own(monkeypatch):
+    """The stdin writer not yet scheduled when the supervisor stops waiting for it (a loaded machine): the
+    supervisor once closed the pipe's descriptor under the writer's file object, and the writer's own close then
+    closed that number again, by then another thread's (a test's GitHub server lost its listening socket so).
+    A descriptor opened meanwhile stays open."""
+    import os
+    import subprocess as sp
+    import time as _time
+
+    from runner.adapters.sandbox import proc as proc_mod
+
+    original = proc_mod.Controller._write_loop
+
+    def late(self) -> None:
+        _time.sleep(3.0)
+        original(self)
+
+    monkeypatch.setattr(proc_mod.Controller, "_write_loop", late)
+    child = sp.Popen(["sleep", "30"], stdin=sp.PIPE)
+    try:
+        ctl = proc_mod.Controller(child, _time.monotonic())
+        ctl._shutdown_writer()  # waits at most its timeout; the writer is still asleep
+        mine_r, mine_w = os.pipe()  # the lowest free numbers: the stdin pipe's, had it been closed
+        try:
+            assert ctl._writer is not None
+            ctl._writer.join(timeout=10)
+            assert not ctl._writer.is_alive()
+            os.fstat(mine_r)
+            os.fstat(mine_w)  # EBADF here if the writer closed a number it no longer owned
+        finally:
+            os.close(mine_r)
+            os.close(mine_w)
+    finally:
+        child.kill()
+        child.wait()

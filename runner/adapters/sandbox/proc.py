@@ -179,14 +179,13 @@ class Controller:
     def _shutdown_writer(self) -> None:
         self.close_stdin()
         if self._writer is not None:
-            self._writer.join(timeout=1.0)
-            if self._writer.is_alive() and self._proc.stdin is not None:
-                # the writer is blocked on a full pipe of a dead child; closing unblocks it
-                try:
-                    os.close(self._proc.stdin.fileno())
-                except OSError:
-                    pass
-                self._writer.join(timeout=1.0)
+            # The writer ends on its own: at the queue's close, or when a write blocked on a full pipe fails once the
+            # pipe's last reader is gone. Its descriptor is never closed here under its file object: closing it does
+            # not wake a blocked write (the write holds the pipe), and the writer's own close (or the file object's
+            # collection) would then close that number a second time, by then another thread's (a socket of this
+            # process: a test's GitHub server lost its listening socket to it, under load, when the writer had not
+            # yet been scheduled within the join's timeout). A writer still blocked is a daemon thread, left.
+            self._writer.join(timeout=2.0)
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
