@@ -481,7 +481,8 @@ class Workspace:
         defined and the tests use (written over with the new function alone, the 1.5B's `parse_cents` replaced
         `dollars`, which tests/test_moneyfmt.py imports, again and again). What the file defined that no test uses
         may go (the write then says so), and edit_file may rename (it says so too)."""
-        gone = [name for name in _top_names(target, before) if name not in _top_names(target, after)]
+        kept = set(_top_names(target, after))  # parsed once, not once per name the file defined
+        gone = [name for name in _top_names(target, before) if name not in kept]
         if not gone:
             return
         rel = self._rel(target)
