@@ -145,7 +145,10 @@ def test_github_down_at_the_dispatch_ends_the_job_clearly_and_the_tick_resumes_o
         outputs = jobs.session(expect=tuple(range(1, 100)), fast_retries=True)
         assert outputs["outcome"] == "error", outputs
         assert "GitHub stayed unavailable" in outputs["summary"] and "Traceback" not in outputs["summary"]
-        assert "::error" in jobs.log.getvalue()
+        log = jobs.log.getvalue()
+        assert "::error title=plan-runner::GitHub stayed unavailable while dispatching" in log
+        # the log says why and what to do, not only the summary (a reader of the job looks there first)
+        assert "\n  why: Server Error; retries were exhausted\n  fix: re-run the job later" in log, log
         entries = [e for e in jobs.ledger() if e["type"] != "place"]  # (the place: where its progress shows)
         assert [e["type"] for e in entries] == ["started", "session", "dispatch"]
         assert entries[1]["outcome"] == "Advanced"

@@ -31,6 +31,7 @@ class ModeResult:
     summary: str = ""
     annotations: list[tuple[str, str, str]] = field(default_factory=list)  # (level, message, title)
     exit_code: int = 0
+    detail: str = ""  # an error's what, why and fix, for the job's log (the annotation holds the what alone)
 
 
 # --- the environment --------------------------------------------------------------------------

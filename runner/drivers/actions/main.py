@@ -487,7 +487,7 @@ def _run_mode(env: dict[str, str], mode: str | None, rep: Reporter,
         from runner.adapters.git.branches import PushRefused
         from runner.drivers.actions.unpushed import RefusedKept
 
-        result = with_notes(ModeResult(outcome="error", summary=error_summary(err),
+        result = with_notes(ModeResult(outcome="error", summary=error_summary(err), detail=err.render(),
                                        annotations=[("error", err.what, "plan-runner")], exit_code=err.exit_code), auth,
                             refused_too=isinstance(err, PushRefused))
 
@@ -534,6 +534,8 @@ def keep_record(env: Mapping[str, str], result: ModeResult) -> str:
 def publish(rep: Reporter, result: ModeResult) -> None:
     for level, message, title in result.annotations:
         rep.annotate(level, message, title)
+    if result.detail:  # the why and the fix in the log too, where a reader of the job looks first
+        rep.log(result.detail)
     rep.set_output("outcome", result.outcome)
     rep.set_output("next-action", result.next_action)
     rep.set_output("issue-url", result.issue_url)
