@@ -44,6 +44,7 @@ class Jobs:
                "PLAN_RUNNER_MODE": mode, **extra}
         out = io.StringIO()
         rc = run_action(env, out=out)
+        print(out.getvalue(), end="")  # the job's log (an error's why included), shown by pytest if the test fails
         outputs = w.parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text())
         return rc, out.getvalue(), outputs, Path(env["GITHUB_STEP_SUMMARY"]).read_text(), env
 
