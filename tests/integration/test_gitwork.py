@@ -481,3 +481,68 @@ def test_a_correction_in_the_judges_tree_changes_only_its_paths_and_writes_no_fi
     assert changed == ["D", "docs/a.md", "M", "plans/p.md"]
     assert read_file_at(root, new, "src/keep.py") == "k\n"
     assert gitwork.ref_sha(root, "refs/heads/plan-runner/p") == new and os.listdir(tree_of(root)) == [".git"]
+
+
+# --- the list of work trees while another session adds one (CI24: twenty plans at once in one repository) ---------
+
+
+def _half_registered(repo: Path, name: str) -> Path:
+    """What `git worktree add` leaves for a moment: the registration's `commondir` made, not yet written. `git
+    worktree list` then fails outright ("failed to read .../commondir")."""
+    folder = repo / ".git" / "worktrees" / name
+    folder.mkdir(parents=True)
+    (folder / "gitdir").write_text(f"{repo.parent / name}/.git\n")
+    (folder / "commondir").write_text("")
+    return folder
+
+
+def test_the_work_tree_list_waits_for_a_registration_another_session_is_making(repo, tmp_path):
+    """Another session holds plan-runner's work-tree lock while its `worktree add` is half done (longer than the
+    reads again would wait): the list waits for the lock and reads the finished state, never the half one."""
+    import shutil
+    import threading
+    import time
+
+    from runner.adapters.git.trees import _worktrees_locked
+
+    root = Path(repo.working_dir)
+    holding, done = threading.Event(), threading.Event()
+
+    def other_session() -> None:
+        with _worktrees_locked(root):
+            folder = _half_registered(root, "tree14")
+            holding.set()
+            time.sleep(1.5)
+            shutil.rmtree(folder)  # (its add failed and undid itself; a finished one reads as well)
+        done.set()
+
+    threading.Thread(target=other_session, daemon=True).start()
+    assert holding.wait(10)
+    with pytest.raises(git.GitCommandError, match="commondir"):  # git's own behaviour, which the lock is for
+        gitwork.run_git(root, "worktree", "list", "--porcelain", "-z")
+    assert gitwork.worktrees_on(root, "main") == [root] and done.is_set()
+
+
+def test_a_registration_made_by_someone_else_is_read_again(repo):
+    """A `worktree add` plan-runner does not run (the user's, in another terminal) is not under its lock: the
+    same failure a moment later is read again, and the list comes out whole."""
+    import shutil
+    import threading
+
+    root = Path(repo.working_dir)
+    folder = _half_registered(root, "theirs")
+    threading.Timer(0.15, shutil.rmtree, args=(folder,)).start()
+    assert gitwork.worktrees_on(root, "main") == [root]
+
+
+def test_a_registration_that_stays_half_made_still_fails_clearly(repo):
+    """Reads again are bounded: a registration that never completes fails with git's words and the fix, which
+    works."""
+    root = Path(repo.working_dir)
+    _half_registered(root, "stuck")
+    with pytest.raises(PlanRunnerError) as raised:
+        gitwork.worktrees_on(root, "main")
+    assert "failed to read" in raised.value.why and "commondir" in raised.value.why, raised.value.why
+    assert f"git -C {root} worktree prune" in raised.value.fix
+    gitwork.run_git(root, "worktree", "prune")
+    assert gitwork.worktrees_on(root, "main") == [root]

@@ -166,11 +166,12 @@ def test_clean_outside_a_repository_cleans_the_finished_demo_folders_only(tmp_pa
 
 def test_clean_and_reset_leave_a_running_session_alone(tmp_path):
     """`plan-runner session` holds no run lock: its open session, by a live process, is what tells clean and reset
-    that its agent works in the area. Both refuse (exit 2) and the area stays; afterwards clean works."""
+    that its agent works in the area. Both refuse (exit 2) and the area stays; afterwards clean works. The agent
+    sleeps 15 s, longer than the two CLI runs take on a loaded machine (with 6 s it failed once at a load of 14)."""
     import time
 
     repo = make_repo(tmp_path, "mul")
-    (tmp_path / "mul.yaml").write_text("sessions:\n  - - sleep: 6\n")
+    (tmp_path / "mul.yaml").write_text("sessions:\n  - - sleep: 15\n")
     proc = subprocess.Popen([PLAN_RUNNER, "session", "plans/mul.md"], cwd=repo, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

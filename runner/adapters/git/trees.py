@@ -7,20 +7,41 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from git.exc import GitCommandError
 
-from runner.adapters.git.invoke import _NO_SIGN, REVERT_TRAILER, WIP_TRAILER, _fail, git_text, run_git
+from runner.adapters.git.invoke import _NO_SIGN, REVERT_TRAILER, WIP_TRAILER, _fail, git_text, run_git, stderr_of
 from runner.adapters.git.objects import _resolve, current_branch, objects_dir, ref_sha, tree_hash
 from runner.core.errors import PlanRunnerError
+
+_LIST_TRIES = 5
+_held = threading.local()  # the lock files this thread holds (`_worktrees_locked` is re-entrant per thread)
 
 
 def worktrees_on(repo: str | os.PathLike[str], branch: str, *, own: Path | None = None) -> list[Path]:
     """The work trees of `repo` (the user's main one and any linked one) with `branch` checked out, but
-    `own` (plan-runner's own work tree of the plan); a work tree whose folder is gone does not count."""
-    out = run_git(repo, "worktree", "list", "--porcelain", "-z").decode("utf-8", "surrogateescape")
+    `own` (plan-runner's own work tree of the plan); a work tree whose folder is gone does not count.
+
+    Read under the lock of plan-runner's `worktree add`, `remove` and `prune`: `git worktree list` fails outright
+    ("failed to read .git/worktrees/<name>/commondir") on a registration another session's `add` has made and
+    not yet finished (CI24: twenty plans at once in one repository). An `add` git runs for someone else is not
+    under that lock: the same failure a moment later is read again, a few times."""
+    with _worktrees_locked(repo):
+        for attempt in range(_LIST_TRIES):
+            try:
+                out = run_git(repo, "worktree", "list", "--porcelain", "-z").decode("utf-8", "surrogateescape")
+                break
+            except GitCommandError as exc:
+                if attempt == _LIST_TRIES - 1 or "/worktrees/" not in stderr_of(exc):
+                    raise _fail(f"could not list the work trees of {repo}", exc,
+                                f"if no git command is running in this repository, `git -C {repo} worktree prune` "
+                                "removes a registration a stopped `git worktree add` left half made; then run "
+                                "again") from None
+                time.sleep(0.05 * (attempt + 1))
     found, path, prunable = [], None, False
     for field in out.split("\0") + [""]:
         if field.startswith("worktree "):
@@ -51,11 +72,18 @@ def _worktrees_locked(repo: str | os.PathLike[str]):
     otherwise take the registration another session's `worktree add` has just made and not yet finished
     (.git/worktrees/<name> without its gitdir), and that session fail (twenty plans at once in one repository)."""
     path = objects_dir(repo).parent / "plan-runner-worktrees.lock"
+    key = os.path.realpath(path)
+    held = _held.__dict__.setdefault("paths", set())
+    if key in held:  # this thread holds it already (an add that first reads the list): flock is per open file
+        yield
+        return
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        held.add(key)
         try:
             yield
         finally:
+            held.discard(key)
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
