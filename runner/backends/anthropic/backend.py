@@ -6,7 +6,8 @@ on a refusal, on a bound (turns, tokens, time, stall), or when the model is stuc
 two calls taking turns, with no change to the work tree between; the first loop is
 named to the model once, the calls after it are sampled with a temperature (greedy decoding
 repeats itself) and the rules count anew; the second ends the session and the record's error
-says which rule). What the model says
+says which rule). A conversation the model's context window cannot hold ("prompt is too long") is shortened
+(runner.backends.anthropic.compact: older tool results, then the oldest exchanges) and sent again. What the model says
 about its work (stop reason, "done", "all tests pass") is normalised into
 `Hints` and decides nothing. The conversation is written to
 `<transcript_dir>/<session id>.json` after every turn so a later job resumes it.
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 import anthropic
 
 from runner.adapters import clock as wallclock
+from runner.backends.anthropic.compact import compact, too_long
 from runner.backends.anthropic.tools import TOOL_SPECS, Workspace
 from runner.backends.anthropic.errors import ApiFailure, classify_api_error
 from runner.backends.common.base import SessionRequest
@@ -198,6 +200,7 @@ class _Tally:
     stuck_from: int = 0  # the stuck rules read the steps from here: after a loop was named, they count anew
     loop_named: bool = False
     temperature: float | None = None  # sent with every call once a loop was named (LOOP_TEMPERATURE), if ever
+    compactions: int = 0  # times the conversation was shortened to fit the model's context window
     tree: str | None = None  # the work tree's digest after the last call that could change it
 
 
@@ -427,6 +430,7 @@ class AnthropicAgentBackend:
         stall_s = request.agent.stall_s
         last: ApiFailure | None = None
         attempt = 0
+        shortened = 0
         while attempt <= self.max_retries:
             left = time_left()
             if left <= 0:
@@ -450,6 +454,18 @@ class AnthropicAgentBackend:
                     tally.temperature = None
                     request.on_event("sampling", "the endpoint takes no temperature: the calls stay as they were")
                     continue
+                full = too_long(str(exc.message)) if isinstance(exc, anthropic.BadRequestError) else None
+                if tally is not None and full is not None and shortened < _MAX_COMPACTIONS_PER_CALL:
+                    # the conversation no longer fits the model's window: older results left out and the same call
+                    # again, no attempt burned (it ended the session; the 1.5B's on an 8,192-token server)
+                    shorter, left = compact(messages, *full, overhead_chars=_OVERHEAD_CHARS)
+                    if left:
+                        messages[:] = shorter
+                        shortened += 1
+                        tally.compactions += 1
+                        request.on_event("compacted", f"{full[0]} tokens > {full[1]}: {left} older tool results "
+                                                      f"or turns left out")
+                        continue
                 failure = classify_api_error(exc, wallclock.now())
                 if failure is None:
                     raise
@@ -526,6 +542,8 @@ class AnthropicAgentBackend:
 
 
 _READ_ONLY_TOOLS = frozenset({"list_files", "read_file"})
+_MAX_COMPACTIONS_PER_CALL = 3  # each leaves out more; a conversation that still does not fit ends the session
+_OVERHEAD_CHARS = len(SYSTEM_PROMPT) + len(json.dumps(TOOL_SPECS))  # what a request holds besides the messages
 
 
 def _spent(model: str, tally: _Tally) -> tuple[int, float | None]:
