@@ -191,6 +191,11 @@ def _around(text: str, lineno: int | None) -> str:
     return "\n" + "\n".join(f"{n:4d}{'>' if n == lineno else ' '} {lines[n - 1]}" for n in shown)
 
 
+def _short_text(text: str, limit: int = 120) -> str:
+    shown = text if len(text) <= limit else text[: limit - 3] + "..."
+    return repr(shown)
+
+
 def _exit_code(output: str) -> str:
     """The exit code a run_shell output starts with (`exit code 1`), or "?"."""
     found = re.match(r"exit code (-?\d+)", output)
@@ -235,6 +240,7 @@ class Workspace:
         self.plan_path = (self.root / plan_path).resolve() if plan_path is not None else None
         self._known: set[Path] = set()  # files whose whole text the model was shown or wrote in this session
         self._asked: set[str] = set()  # questions asked once ("did you mean", "nothing committed yet")
+        self._made: set[tuple[Path, str, str]] = set()  # the edits made in this session: (file, old_string, new_string)
         self._start_head = self._git("rev-parse", "-q", "--verify", "HEAD")
 
     def _git(self, *args: str) -> str | None:
@@ -465,16 +471,45 @@ class Workspace:
             where = ", ".join(str(n) for n in starts[:-1]) + f" and {starts[-1]}"
             raise ToolError(f"old_string occurs {count} times in {path!r}, starting on lines {where}; it must occur "
                             f"exactly once: include more of the surrounding text to say which one")
+        self._refuse_again(target, text, text.find(old_string), old_string, new_string)
         new_text = text.replace(old_string, new_string, 1)
         self._guard_plan(target, new_text)
         self._guard_shape(target, text, new_text)
         target.write_text(new_text, encoding="utf-8")
+        self._made.add((target, old_string, new_string))
         _check_python(target, new_text, f"edited {path}")
         lost = [name for name in _top_names(target, text) if name not in _top_names(target, new_text)]
         if lost:  # the 1.5B asked to add mean renamed add to mean
             return (f"edited {path}. It no longer defines {', '.join(lost[:8])}, which the file defined before. If "
                     f"they are still needed, put them back (edit_file with an empty old_string adds code at the end).")
         return f"edited {path}"
+
+    def _refuse_again(self, target: Path, text: str, at: int, old_string: str, new_string: str) -> None:
+        """Refused: an edit made in this session that the file still shows made, which would add its lines a second
+        time. The 1.5B inserted the same `return` after a docstring's line 35 times in a row into a file that no
+        longer parsed; each call changed the work tree, so no stuck rule saw it. `at` is where old_string is (where
+        the added text starts, for an addition at the end); new_string holds old_string once, with the lines the
+        edit adds around it."""
+        if (target, old_string, new_string) not in self._made:
+            return
+        if not old_string:
+            new_string = new_string.strip()
+        pre, found, post = new_string.partition(old_string) if old_string else ("", "", new_string)
+        if old_string and not found:
+            return
+        if not (pre or post) or text[max(0, at - len(pre)):at + len(old_string) + len(post)] != new_string:
+            return
+        if old_string and at - len(pre) < 0:
+            return
+        rel = self._rel(target)
+        line = text.count("\n", 0, max(0, at - len(pre))) + 1
+        added = (pre + post).strip("\n")
+        broken = _syntax_error(target, text)
+        state = (f" {rel} does not parse as it is: line {broken.lineno}: {broken.msg}:{_around(text, broken.lineno)}"
+                 if broken is not None else "")
+        raise ToolError(f"not changed: {rel} already has this text at line {line} (the edit was made already); making "
+                        f"it again would add {_short_text(added)} a second time.{state} To change the code further, "
+                        f"read_file {rel} and edit what is there now.")
 
     def _guard_dropped(self, target: Path, before: str, after: str) -> None:
         """Before anything is written, refused: a whole-file write that no longer defines a function or class the file
@@ -523,6 +558,8 @@ class Workspace:
         rel = self._rel(target)
         if not new_string.strip():
             raise ToolError("`old_string` and `new_string` are both empty: nothing to change")
+        if text.strip() and text.rstrip().endswith(new_string.strip()):
+            self._refuse_again(target, text, len(text.rstrip()) - len(new_string.strip()), "", new_string)
         inside = indented_append(rel, text, new_string)
         if inside:
             raise ToolError(f"not written: {inside}\n{rel} was not changed.")
@@ -531,6 +568,7 @@ class Workspace:
         self._guard_plan(target, new_text)
         self._guard_shape(target, text, new_text)
         target.write_text(new_text, encoding="utf-8")
+        self._made.add((target, "", new_string))
         first = len(text.rstrip("\n").splitlines()) + gap.count("\n") if text.strip() else 1
         done = (f"old_string was empty, so new_string was added at the end of {rel} (from line {first}; "
                 f"{len(new_text.splitlines())} lines now)")
