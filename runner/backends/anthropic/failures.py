@@ -6,7 +6,7 @@ pytest, a plain crash) gets a short digest after its output: per failure (three 
 failed, the error, and the source of the function it points at, with line numbers, read from the work tree: the
 frame of the work tree's own code where the error was raised, or else the functions the test's line calls. A
 name the error says is missing (`module 'm' has no attribute 'f'`, `cannot import name 'f' from 'm'`) is named
-with what the module does define.
+with what the module does define; a NameError raised in a function, with the parameters the function has.
 
 It only reads: the result stays the command's (a failed call stays failed), and nothing here decides anything.
 Pure but for reading the work tree's files; never raises (a digest that cannot be made is empty).
@@ -29,6 +29,7 @@ _PYTEST_FRAME = re.compile(r"^([\w./-]+\.py):(\d+): (\w+(?:Error|Exception|Exit)
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|AssertionError)(?::\s?(.*))?$")
 _NO_ATTR = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
 _NO_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
+_NOT_DEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
 _CALLED = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)?[A-Za-z_]\w*)\s*\(")
 
 
@@ -179,6 +180,21 @@ def _defines(tree: _Tree, rel: str) -> str:
     return ", ".join(names[:12]) if names else "no functions"
 
 
+def _not_defined(tree: _Tree, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> str:
+    """What a NameError raised in `fn` means there: the name is none of its parameters (the 1.5B wrote
+    `if skip_missing:` in an `average(values)` the tests call with the values alone, and read the NameError four
+    times without seeing it)."""
+    args = fn.args
+    params = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
+    params += [f"*{args.vararg.arg}"] if args.vararg else []
+    params += [f"**{args.kwarg.arg}"] if args.kwarg else []
+    if name in [p.lstrip("*") for p in params]:
+        return ""  # raised in a nested function of its own: not this
+    return (f"  {name!r} is not a parameter of {fn.name} (it takes {', '.join(params) or 'nothing'}), nor a name "
+            f"{rel} defines: the function has no {name!r} to use. Write that line without it, or give {name} a value in "
+            f"{fn.name} before it.")
+
+
 def digest(output: str, root: Path) -> str:
     """The digest of a failed run's output, or "" when it shows no traceback of the work tree."""
     try:
@@ -213,6 +229,9 @@ def _digest(output: str, root: Path) -> str:
             fn = tree.enclosing(rel, line)
             if fn is not None:
                 targets.append((rel, fn))
+                unknown = _NOT_DEFINED.search(failure.error)
+                if unknown and (note := _not_defined(tree, rel, fn, unknown.group(1))):
+                    lines.append(note)
         missing = _NO_ATTR.search(failure.error) or _NO_NAME.search(failure.error)
         if missing:
             module, name = ((missing.group(1), missing.group(2)) if missing.re is _NO_ATTR
