@@ -72,3 +72,15 @@ def test_a_write_of_the_text_the_file_has_says_nothing_changed(ws: Workspace) ->
     assert out.ok and out.text == "tools/moneyfmt.py already has exactly this text: nothing changed."
     changed = ws.run("write_file", {"path": "tools/moneyfmt.py", "content": MONEY + "\n\nX = 1\n"})
     assert changed.ok and changed.text.startswith("wrote ")
+
+
+def test_a_git_add_without_a_commit_says_the_commit_is_still_to_make(ws: Workspace) -> None:
+    """Told to commit, the 1.5B ran `git add -A` alone and went back to mark_done (refused) four times."""
+    (ws.root / "tools/moneyfmt.py").write_text(MONEY + "\n\nX = 1\n")
+    out = ws.run("run_shell", {"command": "git add -A"})
+    assert out.ok and out.text.endswith("\nStaged, not committed (tools/moneyfmt.py): only a commit counts. Your next "
+                                        "call is run_shell with the command `git commit -m 'work'`.")
+    committed = ws.run("run_shell", {"command": "git add -A && git commit -qm work"})
+    assert committed.ok and "Staged" not in committed.text
+    again = ws.run("run_shell", {"command": "git add -A"})  # nothing staged: nothing said
+    assert again.ok and "Staged" not in again.text

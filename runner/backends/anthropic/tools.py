@@ -788,6 +788,21 @@ class Workspace:
     def _is_commit(command: object) -> bool:
         return isinstance(command, str) and re.search(r"\bgit\s+(?:-\S+\s+)*commit\b", command) is not None
 
+    @staticmethod
+    def _is_stage(command: object) -> bool:
+        return isinstance(command, str) and re.search(r"\bgit\s+(?:-\S+\s+)*(?:add|stage)\b", command) is not None
+
+    def _after_stage(self) -> str:
+        """After `git add` with no commit: what is staged is not committed (told to commit, the 1.5B ran `git add -A`
+        alone and went back to mark_done, refused, four times, until `alternation` ended the session)."""
+        staged = self._git("diff", "--cached", "--name-only", "-z")
+        names = [n for n in (staged or "").split("\0") if n]
+        if not names:
+            return ""
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return (f"\nStaged, not committed ({shown}): only a commit counts. Your next call is run_shell with the "
+                f"command `git commit -m 'work'`.")
+
     def _after_commit(self) -> str:
         """After a commit of work with a checkpoint still to tick: the tick as the next call (the 1.5B committed
         its fix and answered, the checkpoint unticked)."""
@@ -907,6 +922,8 @@ class Workspace:
                     text += self._after_green_gate(args.get("command"))
                 elif self._is_commit(args.get("command")):
                     text += self._after_commit()
+                elif self._is_stage(args.get("command")):
+                    text += self._after_stage()
                 return ToolOutcome(ok, text)  # already bounded as it streamed
             return ToolOutcome(False, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOL_NAMES))}")
         except ToolError as exc:
