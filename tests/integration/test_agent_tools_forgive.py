@@ -166,6 +166,25 @@ def test_a_green_gate_with_uncommitted_work_names_the_commit_as_the_next_call(tm
     assert "not committed" not in ws.run("run_shell", gate).text
 
 
+def test_a_commit_the_gate_fails_on_says_so_instead_of_naming_the_tick(tmp_path: Path) -> None:
+    """On red-first the 1.5B committed a change it had never run, read that the tick was next "if the gates pass",
+    and answered it was done. The gate now runs after such a commit, and its failure is said instead."""
+    init_repo(tmp_path, {"plans/money.md": GATED_PLAN, "tools/moneyfmt.py": FMT, ".gitignore": "__pycache__/\n"})
+    ws = Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, plan_path="plans/money.md")
+    assert ws.run("read_file", {"path": "tools/moneyfmt.py"}).ok
+    assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "C = 1 / 0\n"}).ok
+    out = ws.run("run_shell", {"command": "git add -A && git commit -qm cents"})
+    assert out.ok and "mark_done" not in out.text
+    assert ("\nCommitted, but checkpoint 1.1 is not done: `python3 -c 'import tools.moneyfmt'` fails now (exit "
+            "code 1).") in out.text
+    assert "ZeroDivisionError: division by zero" in out.text and "raised in tools/moneyfmt.py line 3: C = 1 / 0" in out.text
+    assert out.text.endswith("\nFix the code, run the gate again until it passes, then commit.")
+    assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "C = 1\n"}).ok
+    fixed = ws.run("run_shell", {"command": "git commit -qam fixed"})
+    assert fixed.ok and fixed.text.endswith("Committed. If checkpoint 1.1 is done (the gates pass), your next call is "
+                                            "mark_done with '1.1'.")
+
+
 def test_a_commit_of_work_with_a_checkpoint_left_names_the_tick_as_the_next_call(ws: Workspace) -> None:
     """The 1.5B committed its fix and answered, the checkpoint unticked."""
     assert ws.run("read_file", {"path": "tools/moneyfmt.py"}).ok

@@ -803,15 +803,23 @@ class Workspace:
         return (f"\nStaged, not committed ({shown}): only a commit counts. Your next call is run_shell with the "
                 f"command `git commit -m 'work'`.")
 
-    def _after_commit(self) -> str:
+    def _after_commit(self, limit_s: float | None = None) -> str:
         """After a commit of work with a checkpoint still to tick: the tick as the next call (the 1.5B committed
-        its fix and answered, the checkpoint unticked)."""
+        its fix and answered, the checkpoint unticked); but while the plan's gates or the checkpoint's own check
+        fail on what was committed, that failure instead (on red-first the 1.5B committed a change it had never
+        run, read "If checkpoint 1.1 is done (the gates pass), your next call is mark_done" and answered it was
+        done)."""
         if self.plan_path is None or not self.plan_path.is_file() or self._uncommitted():
             return ""
         todo = [i for i in _checkpoints(self.plan_path.read_text(encoding="utf-8", errors="replace"))
                 if i.state is CheckpointState.TODO]
         if not todo:
             return ""
+        where = self.gate_now(limit_s=limit_s)
+        if " fails now " in where.split("\n", 1)[0]:
+            return (f"\nCommitted, but checkpoint {todo[0].checkpoint_id} is not done: "
+                    f"{where.removeprefix('Where the work stands: ')}"
+                    f"\nFix the code, run the gate again until it passes, then commit.")
         check = self._verify_of(todo[0].checkpoint_id)
         if check:
             return (f"\nCommitted. If checkpoint {todo[0].checkpoint_id} is done (the gates and its own check pass: "
@@ -921,7 +929,7 @@ class Workspace:
                 elif self._is_gate(args.get("command")):
                     text += self._after_green_gate(args.get("command"))
                 elif self._is_commit(args.get("command")):
-                    text += self._after_commit()
+                    text += self._after_commit(limit_s=time_left_s)
                 elif self._is_stage(args.get("command")):
                     text += self._after_stage()
                 return ToolOutcome(ok, text)  # already bounded as it streamed
