@@ -111,6 +111,12 @@ def error_turn(status: int, error_type: str, message: str, headers: dict[str, st
     return Turn(status=status, error_type=error_type, error_message=message, headers=tuple((headers or {}).items()))
 
 
+def stream_error(error_type: str, message: str) -> Turn:
+    """An error sent inside a stream that already began (HTTP 200, `message_start`, then an `error` event), as the
+    real API does for an error mid-stream and the project's llama server does for a prompt its context cannot hold."""
+    return Turn(status=200, error_type=error_type, error_message=message)
+
+
 def cut(turn: Turn, after_events: int) -> Turn:
     """The same turn, streamed, but the connection drops after `after_events` SSE events."""
     return replace(turn, cut_after_events=after_events)
@@ -247,6 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
             owner._wait_released(None)
             self.close_connection = True
             return
+        if turn.error_type is not None and turn.status == 200 and body.get("stream"):
+            self._stream_error(body, turn)
+            return
         if turn.error_type is not None:
             self._send_error(turn.status, turn.error_type, turn.error_message, turn.headers)
             return
@@ -258,6 +267,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(message, turn)
         else:
             self._send_json(turn.status, message, turn.headers)
+
+    def _stream_error(self, body: dict[str, Any], turn: Turn) -> None:
+        start = next(iter(_sse_events(_message(self.server.owner, body, reply()))))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        error = ("error", {"type": "error", "error": {"type": turn.error_type, "message": turn.error_message}})
+        for event, data in (start, error):
+            payload = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _stream(self, message: dict[str, Any], turn: Turn) -> None:
         self.send_response(turn.status)

@@ -13,10 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runner.backends.anthropic.compact import KEEP_LAST, LEFT_OUT, compact, too_long
 from runner.core.evidence import ExitKind
 from tests.agent_helpers import fast_backend, make_request, tool_results, user_texts
-from tests.servers.messages import MessagesServer, error_turn, reply, tool_use
+from tests.servers.messages import MessagesServer, Turn, error_turn, reply, stream_error, tool_use
 
 TASK = {"role": "user", "content": [{"type": "text", "text": "Do checkpoint 1.1: fix report.py"}]}
 
@@ -98,11 +100,16 @@ def _big_file(tmp_path: Path) -> None:
     (request.workdir / "big.txt").write_text("line of a long file\n" * 400)
 
 
-def test_the_loop_shortens_the_conversation_and_asks_again(tmp_path: Path) -> None:
-    """Two reads of a big file and two small calls, then the endpoint's "prompt is too long": the same call again with the older
+TOO_LONG = "prompt is too long: 9000 tokens > 8191 maximum"
+
+
+@pytest.mark.parametrize("full", [error_turn(400, "invalid_request_error", TOO_LONG),
+                                  stream_error("invalid_request_error", TOO_LONG)], ids=["400", "in-stream"])
+def test_the_loop_shortens_the_conversation_and_asks_again(tmp_path: Path, full: Turn) -> None:
+    """Two reads of a big file and two small calls, then the endpoint's "prompt is too long" (a 400 from Anthropic's
+    API; an error event in a begun stream, HTTP 200, from the llama server): the same call again with the older
     results left out, and the session goes on to its end (it ended there, CRASHED, before)."""
     _big_file(tmp_path)
-    full = error_turn(400, "invalid_request_error", "prompt is too long: 9000 tokens > 8191 maximum")
     events: list[tuple[str, str]] = []
     read = tool_use("read_file", {"path": "big.txt"})
     with MessagesServer() as srv:

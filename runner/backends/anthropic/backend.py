@@ -454,7 +454,8 @@ class AnthropicAgentBackend:
                     tally.temperature = None
                     request.on_event("sampling", "the endpoint takes no temperature: the calls stay as they were")
                     continue
-                full = too_long(str(exc.message)) if isinstance(exc, anthropic.BadRequestError) else None
+                # a 400 before the stream (Anthropic's API), or an error event inside it (HTTP 200: the llama server)
+                full = too_long(str(exc.message)) if isinstance(exc, anthropic.APIStatusError) else None
                 if tally is not None and full is not None and shortened < _MAX_COMPACTIONS_PER_CALL:
                     # the conversation no longer fits the model's window: older results left out and the same call
                     # again, no attempt burned (it ended the session; the 1.5B's on an 8,192-token server)
