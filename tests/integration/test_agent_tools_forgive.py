@@ -178,7 +178,8 @@ def test_a_commit_the_gate_fails_on_says_so_instead_of_naming_the_tick(tmp_path:
     assert ("\nCommitted, but checkpoint 1.1 is not done: `python3 -c 'import tools.moneyfmt'` fails now (exit "
             "code 1).") in out.text
     assert "ZeroDivisionError: division by zero" in out.text and "raised in tools/moneyfmt.py line 3: C = 1 / 0" in out.text
-    assert out.text.endswith("\nFix the code, run the gate again until it passes, then commit.")
+    assert out.text.endswith("\nFix the code, run `python3 -c 'import tools.moneyfmt'` again until it passes, then "
+                             "commit.")  # the command that fails: with a checkpoint's own check, that one
     assert ws.run("write_file", {"path": "tools/moneyfmt.py", "content": FMT + "C = 1\n"}).ok
     fixed = ws.run("run_shell", {"command": "git commit -qam fixed"})
     assert fixed.ok and fixed.text.endswith("Committed. If checkpoint 1.1 is done (the gates pass), your next call is "

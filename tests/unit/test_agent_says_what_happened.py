@@ -84,3 +84,19 @@ def test_a_git_add_without_a_commit_says_the_commit_is_still_to_make(ws: Workspa
     assert committed.ok and "Staged" not in committed.text
     again = ws.run("run_shell", {"command": "git add -A"})  # nothing staged: nothing said
     assert again.ok and "Staged" not in again.text
+
+
+def test_int_given_a_text_with_a_point_names_the_point(tmp_path: Path) -> None:
+    """The 1.5B's parse_cents ran int() on '1.23' and flipped `* 100` and `// 100` after it, again and again."""
+    text = _red(_tree(tmp_path, MONEY.replace('    cents = int(text.replace(".", ""))\n', "    return int(text) * 100\n")))
+    assert "ValueError: invalid literal for int() with base 10: '1.23'" in text
+    assert ("  raised in tools/moneyfmt.py line 7: return int(text) * 100\n"
+            "  int() reads a whole number written in digits alone: '1.23' has '.' in it.\n") in text
+
+
+@pytest.mark.parametrize(("body", "named"), [("    return int(text.replace('.', '') + '.')\n", "'123.' has '.'"),
+                                             ("    return int(' -' + text.replace('.', ',') + ' ')\n", "' -1,23 ' has ','")])
+def test_only_the_characters_int_does_not_read_are_named(tmp_path: Path, body: str, named: str) -> None:
+    """A sign and spaces around the number are int()'s own; the rest is named."""
+    text = _red(_tree(tmp_path, MONEY.replace('    cents = int(text.replace(".", ""))\n', body)))
+    assert f"  int() reads a whole number written in digits alone: {named} in it.\n" in text

@@ -6,7 +6,8 @@ pytest, a plain crash) gets a short digest after its output: per failure (three 
 failed, the error, and the source of the function it points at, with line numbers, read from the work tree: the
 frame of the work tree's own code where the error was raised, or else the functions the test's line calls. A
 name the error says is missing (`module 'm' has no attribute 'f'`, `cannot import name 'f' from 'm'`) is named
-with what the module does define; a NameError raised in a function, with the parameters the function has.
+with what the module does define; a NameError raised in a function, with the parameters the function has; int() given a text with other
+characters than digits, with those characters.
 
 It only reads: the result stays the command's (a failed call stays failed), and nothing here decides anything.
 Pure but for reading the work tree's files; never raises (a digest that cannot be made is empty).
@@ -29,6 +30,7 @@ _PYTEST_FRAME = re.compile(r"^([\w./-]+\.py):(\d+): (\w+(?:Error|Exception|Exit)
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|AssertionError)(?::\s?(.*))?$")
 _NO_ATTR = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
 _NO_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
+_NOT_INT = re.compile(r"ValueError: invalid literal for int\(\) with base 10: '([^']*)'")
 _NOT_DEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
 _CALLED = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)?[A-Za-z_]\w*)\s*\(")
 
@@ -232,6 +234,12 @@ def _digest(output: str, root: Path) -> str:
                 unknown = _NOT_DEFINED.search(failure.error)
                 if unknown and (note := _not_defined(tree, rel, fn, unknown.group(1))):
                     lines.append(note)
+        literal = _NOT_INT.search(failure.error)
+        others = dict.fromkeys(c for c in literal.group(1).strip().lstrip("+-") if not c.isdigit()) if literal else {}
+        if literal and others:
+            # the 1.5B's parse_cents ran int() on '1.23' and flipped `* 100` and `// 100` after it, again and again
+            lines.append(f"  int() reads a whole number written in digits alone: {literal.group(1)!r} has "
+                         f"{' and '.join(repr(c) for c in list(others)[:3])} in it.")
         missing = _NO_ATTR.search(failure.error) or _NO_NAME.search(failure.error)
         if missing:
             module, name = ((missing.group(1), missing.group(2)) if missing.re is _NO_ATTR

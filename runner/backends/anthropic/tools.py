@@ -816,10 +816,11 @@ class Workspace:
         if not todo:
             return ""
         where = self.gate_now(limit_s=limit_s)
-        if " fails now " in where.split("\n", 1)[0]:
+        failing = re.match(r"Where the work stands: `(.*)` fails now ", where)
+        if failing:
             return (f"\nCommitted, but checkpoint {todo[0].checkpoint_id} is not done: "
                     f"{where.removeprefix('Where the work stands: ')}"
-                    f"\nFix the code, run the gate again until it passes, then commit.")
+                    f"\nFix the code, run `{failing.group(1)}` again until it passes, then commit.")
         check = self._verify_of(todo[0].checkpoint_id)
         if check:
             return (f"\nCommitted. If checkpoint {todo[0].checkpoint_id} is done (the gates and its own check pass: "
