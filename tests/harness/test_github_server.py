@@ -323,3 +323,28 @@ def test_close_is_idempotent_and_frees_the_port(srv: GitHubServer) -> None:
     srv.close()
     with httpx.Client(timeout=1) as client, pytest.raises(httpx.ConnectError):
         client.get(url + REPO)
+
+
+def test_a_listening_socket_closed_behind_the_servers_back_is_named_at_its_close() -> None:
+    """A stray close in the test process of the number the server listens on (its port then free for another
+    worker's listener) fails the test with that cause at the server's close, never silently."""
+    import contextlib
+    import os
+
+    server = GitHubServer(token=TOKEN).start()
+    number = server._httpd.socket.fileno()  # type: ignore[union-attr]
+    os.close(number)  # what a double close elsewhere does
+    stand_in = os.open(os.devnull, os.O_RDONLY)  # the freed number taken by the next file opened, as happens
+    try:
+        with pytest.raises(AssertionError, match="listening socket .* was closed or replaced while it served"):
+            server.close()
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(stand_in)
+
+
+def test_a_server_left_alone_closes_quietly() -> None:
+    """The check above says nothing of a server whose socket was its own to the end."""
+    with GitHubServer(token=TOKEN) as server:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"token {TOKEN}"}, timeout=5) as client:
+            assert client.get(f"/repos/{server.owner}/{server.repo}").status_code == 200

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
 import struct
@@ -159,6 +160,7 @@ class GitHubServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._sockets: set[socket.socket] = set()
+        self._listening: tuple[int, int] | None = None  # (device, inode) of the listening socket, from start()
         self.url = ""
 
     # ---- lifecycle -------------------------------------------------------
@@ -184,6 +186,7 @@ class GitHubServer:
 
         self._httpd = Httpd(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._listening = _identity(self._httpd.socket)
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="github-server", daemon=True)
         self._thread.start()
@@ -193,6 +196,10 @@ class GitHubServer:
         if self._httpd is None:
             return
         assert self._thread is not None
+        # A listening socket closed behind the server's back (a stray close in this process of a number that had
+        # become it) frees its port: the jobs' calls are then refused, or answered by another test's listener that
+        # took the port (CI20's `hello`, CI12's `echo:PUT`). Said here, so such a failure names its cause.
+        replaced = _identity(self._httpd.socket) != self._listening
         stop_loop(self._httpd, self._thread, "the test GitHub server")
         with self._sockets_lock:
             for sock in list(self._sockets):
@@ -200,9 +207,16 @@ class GitHubServer:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-        self._httpd.server_close()
+        try:
+            self._httpd.server_close()
+        except OSError:
+            if not replaced:
+                raise
         self._thread.join(5)
         self._httpd = None
+        if replaced:
+            raise AssertionError(f"the test GitHub server's listening socket ({self.url}) was closed or replaced "
+                                 "while it served: something in this process closed a descriptor it did not own")
 
     def __enter__(self) -> GitHubServer:
         return self.start()
@@ -463,6 +477,15 @@ class GitHubServer:
             "x-ratelimit-used": str(self.rate_used),
             "x-ratelimit-resource": "core",
         }
+
+
+def _identity(sock: socket.socket) -> tuple[int, int] | None:
+    """The open file a socket's descriptor refers to (device, inode), or None when the number is closed."""
+    try:
+        st = os.fstat(sock.fileno())
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
 
 
 class _Handler(BaseHTTPRequestHandler):
