@@ -497,12 +497,11 @@ class Workspace:
         pre, found, post = new_string.partition(old_string) if old_string else ("", "", new_string)
         if old_string and not found:
             return
-        if not (pre or post) or text[max(0, at - len(pre)):at + len(old_string) + len(post)] != new_string:
-            return
-        if old_string and at - len(pre) < 0:
+        start = at - len(pre)  # where the edit's text would begin in the file
+        if not (pre or post) or start < 0 or text[start:at + len(old_string) + len(post)] != new_string:
             return
         rel = self._rel(target)
-        line = text.count("\n", 0, max(0, at - len(pre))) + 1
+        line = text.count("\n", 0, start) + 1
         added = (pre + post).strip("\n")
         broken = _syntax_error(target, text)
         state = (f" {rel} does not parse as it is: line {broken.lineno}: {broken.msg}:{_around(text, broken.lineno)}"
