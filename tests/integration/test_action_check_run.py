@@ -47,7 +47,7 @@ def test_each_session_leaves_its_verdict_on_the_work_branch_and_the_finished_pul
         rc, out, outputs, summary, _ = jobs.session()  # a rate limit: not a failure of the work, never green either
         assert outputs["outcome"] == "LimitBackoff", out
         assert [c["conclusion"] for c in srv.checks_on(head(jobs), NAME)] == ["success", "failure"]
-        monkeypatch.setenv(clock.ENV, "12:15")
+        monkeypatch.setenv(clock.ENV, "12:45")  # past the reset (10 min on, plus the time the jobs took)
         jobs.session()  # 1.2
         rc, out, outputs, summary, _ = jobs.session()  # the agent asks a human
         assert outputs["outcome"] == "NeedsHuman", out
