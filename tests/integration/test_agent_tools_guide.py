@@ -221,12 +221,13 @@ def test_a_parameter_no_test_passes_is_refused_unless_the_plan_names_it(ws: Work
 
 
 def test_a_second_definition_of_a_function_is_refused_naming_what_the_tests_want(ws: Workspace) -> None:
-    """Asked for parse_cents, the 1.5B added a second `dollars` at the end of the file."""
-    twice = "def total(values):\n    return sum(v for v in values if v is not None)\n"
+    """Asked for parse_cents, the 1.5B added a second `dollars` at the end of the file: a function the checkpoint
+    at hand ("Make total skip None") does not name."""
+    twice = "def label(x):\n    return 'three'\n"
     out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": twice})
     assert not out.ok and out.text == (
-        "not written: report.py would define the same function more than once (`total` on lines 1, 10): Python keeps "
-        "only the last one. To change `total`, edit the one that is there (line 1) instead of adding another; a new "
+        "not written: report.py would define the same function more than once (`label` on lines 6, 10): Python keeps "
+        "only the last one. To change `label`, edit the one that is there (line 6) instead of adding another; a new "
         "function needs a new name, the one the task asks for; the tests use `mean` "
         "(tests/test_report.py line 15), which report.py does not define yet. report.py was not changed.")
     assert (ws.root / "report.py").read_text() == REPORT
@@ -234,13 +235,54 @@ def test_a_second_definition_of_a_function_is_refused_naming_what_the_tests_want
     assert not again.ok and again.text == out.text  # refused every time: Python would keep only the last one
     assert ws.run("read_file", {"path": "report.py"}).ok
     whole = ws.run("write_file", {"path": "report.py", "content": REPORT + "\n\n" + twice})
-    assert not whole.ok and "`total` on lines 1, 10" in whole.text and (ws.root / "report.py").read_text() == REPORT
+    assert not whole.ok and "`label` on lines 6, 10" in whole.text and (ws.root / "report.py").read_text() == REPORT
     # an @overload, or a file that had the duplicate already, is not this finding
     overloads = "from typing import overload\n\n\n@overload\ndef f(x: int) -> int: ...\n@overload\ndef f(x: str) -> str: ...\n"
     assert ws.run("write_file", {"path": "ov.py", "content": "x = 1\n"}).ok
     assert ws.run("write_file", {"path": "ov.py", "content": overloads + "def f(x):\n    return x\n"}).ok
     # a new function is no question at all
     assert ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "def mean(v):\n    return 1\n"}).ok
+
+
+FIXED = "def total(values):\n    return sum(v for v in values if v is not None)\n"
+
+
+def test_a_new_definition_of_the_function_the_checkpoint_names_replaces_the_old_one(ws: Workspace) -> None:
+    """Asked for parse_cents, the 1.5B added each next try as a second `parse_cents` at the end of the file, and never
+    made the one-line edit of the one that was there: Python keeps the last, so the new one is what it means."""
+    out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": FIXED})
+    assert out.ok and out.text == (
+        "old_string was empty, so new_string was added at the end of report.py (from line 5; 6 lines now) (it "
+        "replaced the `total` that was on line 1: Python keeps only the last of two definitions, so the earlier one "
+        "was taken out)")
+    assert (ws.root / "report.py").read_text() == 'def label(x):\n    return str(x)\n\n\n' + FIXED
+    made = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": FIXED})
+    assert not made.ok and made.text.startswith("not changed: report.py already has this text at line 5")
+    # a whole-file write with both, and an edit that adds the new one beside the old, the same
+    for call in ({"path": "b.py", "content": REPORT + "\n\n" + FIXED},
+                 {"path": "c.py", "old_string": "def label(x):", "new_string": FIXED + "\n\ndef label(x):"}):
+        (ws.root / call["path"]).write_text(REPORT)
+        assert ws.run("read_file", {"path": call["path"]}).ok
+        done = ws.run("write_file" if "content" in call else "edit_file", call)
+        assert done.ok and "(it replaced the `total` that was on line 1" in done.text, done.text
+        after = (ws.root / call["path"]).read_text()
+        assert after.count("def total") == 1 and FIXED in after and "def label(x):\n    return str(x)\n" in after
+    # two new definitions (which one is meant?), and the same text twice, stay refused
+    (ws.root / "report.py").write_text(REPORT)
+    assert ws.run("read_file", {"path": "report.py"}).ok
+    other = FIXED.replace("sum(", "len(")
+    both = ws.run("write_file", {"path": "report.py", "content": FIXED + "\n\n" + other + "\n\n" + REPORT[REPORT.index("def label"):]})
+    assert not both.ok and "`total` on lines 1, 5" in both.text and (ws.root / "report.py").read_text() == REPORT
+    same = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": REPORT[:REPORT.index("\n\n")]})
+    assert not same.ok and "`total` on lines 1, 10" in same.text and (ws.root / "report.py").read_text() == REPORT
+
+
+def test_without_a_checkpoint_naming_it_a_second_definition_stays_refused(tmp_path: Path) -> None:
+    """What the change means is the checkpoint's to say: without a plan nothing names `total`."""
+    init_repo(tmp_path, {"report.py": REPORT, "tests/__init__.py": "", "tests/test_report.py": TEST})
+    free = Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    out = free.run("edit_file", {"path": "report.py", "old_string": "", "new_string": FIXED})
+    assert not out.ok and "`total` on lines 1, 10" in out.text and (tmp_path / "report.py").read_text() == REPORT
 
 
 def test_indented_code_added_at_the_end_of_a_function_is_refused_showing_the_function(ws: Workspace) -> None:

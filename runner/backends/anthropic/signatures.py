@@ -170,6 +170,49 @@ def duplicates(root: Path, rel: str, before: str, after: str, focus: str = "") -
             f"function needs a new name, the one the task asks for{asked}.")
 
 
+def redefined(before: str, after: str, focus: str) -> tuple[str, list[tuple[str, int]]]:
+    """`after` with the old definition taken out of each function it defines twice where one of the two is the
+    definition `before` had and the other is new, for the functions the checkpoint at hand (`focus`) names; and per
+    such function (its name, the line `before` had it on). `(after, [])` when there is none.
+
+    Python keeps the last of two definitions, and the 1.5B, asked for `parse_cents`, added its next try as a second
+    `parse_cents` at the end every time (refused, it wrote the file with `parse_cents` alone, refused again, and
+    never made the one-line edit of the definition that was there): the new definition is the change it means. A
+    function the checkpoint does not name (a second `dollars` when `parse_cents` was asked for) is left to
+    `duplicates`, as are two new definitions, a name defined twice before, and a decorated one (an @overload)."""
+    old_tree, new_tree = _parse(before), _parse(after)
+    if old_tree is None or new_tree is None or not focus:
+        return after, []
+    olds: dict[str, list[FunctionNode]] = {}
+    news: dict[str, list[FunctionNode]] = {}
+    for tree, into in ((old_tree, olds), (new_tree, news)):
+        for n in tree.body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.decorator_list:
+                into.setdefault(n.name, []).append(n)
+    taken: list[tuple[str, FunctionNode, int]] = []
+    for name, nodes in news.items():
+        was = olds.get(name, [])
+        if len(nodes) != 2 or len(was) != 1 or not re.search(rf"\b{re.escape(name)}\b", focus):
+            continue
+        same = [n for n in nodes if ast.dump(n) == ast.dump(was[0])]
+        if len(same) == 1:
+            taken.append((name, same[0], was[0].lineno))
+    if not taken:
+        return after, []
+    lines = after.splitlines(keepends=True)
+    drop: set[int] = set()
+    for _, node, _ in taken:
+        end = node.end_lineno or node.lineno
+        while end < len(lines) and not lines[end].strip():  # the blank lines after it go with it
+            end += 1
+        drop.update(range(node.lineno - 1, end))
+    text = "".join(line for n, line in enumerate(lines) if n not in drop)
+    text = text.rstrip("\n") + "\n"
+    if _parse(text) is None:
+        return after, []
+    return text, [(name, line) for name, _, line in taken]
+
+
 def _module_name(rel: str) -> str:
     dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else rel.replace("/", ".")
     return dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted

@@ -39,7 +39,13 @@ from typing import Any
 from runner.adapters.git.evidence import _at_or_above
 from runner.adapters.sandbox import proc
 from runner.backends.anthropic.failures import digest as failure_digest
-from runner.backends.anthropic.signatures import duplicates, indented_append, unused_parameters, wanted_by_tests
+from runner.backends.anthropic.signatures import (
+    duplicates,
+    indented_append,
+    redefined,
+    unused_parameters,
+    wanted_by_tests,
+)
 from runner.core.errors import PlanRunnerError
 from runner.core.evidence import CheckpointState
 from runner.core.plan import Plan
@@ -428,12 +434,12 @@ class Workspace:
             same = f"{rel} already has exactly this text: nothing changed"
             _check_python(target, content, same)
             return same + "."
-        self._guard_shape(target, before, content)
+        content, replaced = self._guard_shape(target, before, content)
         self._guard_dropped(target, before, content)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         self._known.add(target)
-        done = f"wrote {len(content.encode('utf-8'))} bytes to {rel}"
+        done = f"wrote {len(content.encode('utf-8'))} bytes to {rel}{replaced}"
         _check_python(target, content, done)
         lost = [name for name in _top_names(target, before) if name not in _top_names(target, content)]
         if lost:
@@ -474,15 +480,16 @@ class Workspace:
         self._refuse_again(target, text, text.find(old_string), old_string, new_string)
         new_text = text.replace(old_string, new_string, 1)
         self._guard_plan(target, new_text)
-        self._guard_shape(target, text, new_text)
+        new_text, replaced = self._guard_shape(target, text, new_text)
         target.write_text(new_text, encoding="utf-8")
         self._made.add((target, old_string, new_string))
-        _check_python(target, new_text, f"edited {path}")
+        _check_python(target, new_text, f"edited {path}{replaced}")
         lost = [name for name in _top_names(target, text) if name not in _top_names(target, new_text)]
         if lost:  # the 1.5B asked to add mean renamed add to mean
-            return (f"edited {path}. It no longer defines {', '.join(lost[:8])}, which the file defined before. If "
-                    f"they are still needed, put them back (edit_file with an empty old_string adds code at the end).")
-        return f"edited {path}"
+            return (f"edited {path}{replaced}. It no longer defines {', '.join(lost[:8])}, which the file defined "
+                    f"before. If they are still needed, put them back (edit_file with an empty old_string adds code at "
+                    f"the end).")
+        return f"edited {path}{replaced}"
 
     def _refuse_again(self, target: Path, text: str, at: int, old_string: str, new_string: str) -> None:
         """Refused: an edit made in this session that the file still shows made, which would add its lines a second
@@ -530,19 +537,24 @@ class Workspace:
                         f"with an empty old_string and the new function as new_string (it goes at the end); to "
                         f"change a line, edit_file with that line as old_string. {rel} was not changed.")
 
-    def _guard_shape(self, target: Path, before: str, after: str) -> None:
-        """Before anything is written, refused: a change to a Python file that defines a top-level function a second
-        time (Python keeps the last one; a linter calls it an error), or that gives a function the tests call a
-        parameter that none of their calls passes and the plan does not name (without a plan file: asked once per
-        change). The 1.5B appended a second `dollars`, and the same `parse_cents` again and again, when asked for
-        `parse_cents`; it gave `total` a `skip_missing` no test passes, and asked once, it made the same call again.
-        What the tests call is named."""
+    def _guard_shape(self, target: Path, before: str, after: str) -> tuple[str, str]:
+        """The text to write and what was done to it, or refused before anything is written: a change to a Python
+        file that defines a top-level function a second time (Python keeps the last one; a linter calls it an
+        error), or that gives a function the tests call a parameter that none of their calls passes and the plan
+        does not name (without a plan file: asked once per change). The 1.5B appended a second `dollars` when asked
+        for `parse_cents`; it gave `total` a `skip_missing` no test passes, and asked once, it made the same call
+        again. What the tests call is named. A new definition of a function the checkpoint at hand names, added
+        beside the one the file had, replaces it instead (`redefined`: the 1.5B's next try at `parse_cents`, added at
+        the end again and again), and the text says so."""
         if target.suffix != ".py" or not before.strip() or _syntax_error(target, after) is not None:
-            return
+            return after, ""
         rel = self._rel(target)
         plan = self._plan()
         todo = plan.next_checkpoint() if plan is not None else None
         focus = f"{todo.title} {todo.verify or ''}" if todo is not None else ""
+        after, taken = redefined(before, after, focus)
+        replaced = "".join(f" (it replaced the `{name}` that was on line {line}: Python keeps only the last of two "
+                           f"definitions, so the earlier one was taken out)" for name, line in taken)
         twice = duplicates(self.root, rel, before, after, focus)
         if twice:
             raise ToolError(f"not written: {twice} {rel} was not changed.")
@@ -550,6 +562,7 @@ class Workspace:
         unused = unused_parameters(self.root, rel, before, after, task)
         if unused and (plan is not None or self._ask_once(f"parameters:{rel}:{hashlib.sha256(after.encode()).hexdigest()}")):
             raise ToolError(f"not written: {unused}\n{rel} was not changed.")
+        return after, replaced
 
     def _append(self, target: Path, text: str, new_string: str) -> str:
         """An edit with an empty old_string adds new_string at the end of the file (the 1.5B adds a function so;
@@ -565,12 +578,12 @@ class Workspace:
         gap = "" if not text.strip() else ("\n\n\n" if target.suffix == ".py" else "\n")
         new_text = text.rstrip("\n") + gap + new_string.strip("\n") + "\n" if text.strip() else new_string
         self._guard_plan(target, new_text)
-        self._guard_shape(target, text, new_text)
+        new_text, replaced = self._guard_shape(target, text, new_text)
         target.write_text(new_text, encoding="utf-8")
         self._made.add((target, "", new_string))
-        first = len(text.rstrip("\n").splitlines()) + gap.count("\n") if text.strip() else 1
+        first = new_text[: len(new_text.rstrip("\n")) - len(new_string.strip("\n"))].count("\n") + 1
         done = (f"old_string was empty, so new_string was added at the end of {rel} (from line {first}; "
-                f"{len(new_text.splitlines())} lines now)")
+                f"{len(new_text.splitlines())} lines now){replaced}")
         _check_python(target, new_text, done)
         return done
 
