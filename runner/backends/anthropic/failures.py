@@ -6,8 +6,9 @@ pytest, a plain crash) gets a short digest after its output: per failure (three 
 failed, the error, and the source of the function it points at, with line numbers, read from the work tree: the
 frame of the work tree's own code where the error was raised, or else the functions the test's line calls. A
 name the error says is missing (`module 'm' has no attribute 'f'`, `cannot import name 'f' from 'm'`) is named
-with what the module does define; a NameError raised in a function, with the parameters the function has; int() given a text with other
-characters than digits, with those characters.
+with what the module does define; a NameError raised in a function, with the parameters the function has; int()
+given a text with other characters than digits, with those characters; a parameter the failing call leaves to a
+default that an `if` of the function tests, with that default.
 
 It only reads: the result stays the command's (a failed call stays failed), and nothing here decides anything.
 Pure but for reading the work tree's files; never raises (a digest that cannot be made is empty).
@@ -197,6 +198,47 @@ def _not_defined(tree: _Tree, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionD
             f"{fn.name} before it.")
 
 
+def _default_decides(call_lines: list[str], fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """What a parameter the failing call leaves to its default does there, when `fn` tests it in an `if`: the 1.5B
+    wrote `total(values, skip_missing=False)` with `if skip_missing:` before the old `return sum(values)`, and the
+    test's `total([1, None, 2])` went on failing in that return, the branch it meant never taken. `call_lines` are
+    the lines of the traceback that may call `fn` (the test's line first)."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults = dict(zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults, strict=True))
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
+    if not defaults:
+        return ""
+    for text in call_lines:
+        try:
+            module = ast.parse(text.strip())
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for call in ast.walk(module):
+            if not isinstance(call, ast.Call):
+                continue
+            func = call.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called != fn.name or any(isinstance(x, ast.Starred) for x in call.args) or \
+                    any(k.arg is None for k in call.keywords):
+                continue
+            passed = {p.arg for p in positional[:len(call.args)]} | {k.arg for k in call.keywords if k.arg}
+            for name, default in defaults.items():
+                if name in passed:
+                    continue
+                guard = next((n for n in ast.walk(fn) if isinstance(n, (ast.If, ast.IfExp, ast.While))
+                              and any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(n.test))), None)
+                if guard is None:
+                    continue
+                word = "while" if isinstance(guard, ast.While) else "if"
+                return (f"  `{ast.unparse(call)}` passes no {name!r}, so {name} is {ast.unparse(default)} there (its "
+                        f"default), and that is what `{word} {ast.unparse(guard.test)}` (line {guard.lineno}) sees in "
+                        f"this call. What the test checks must happen in such a call: without {name!r}, or with a "
+                        f"default that does it.")
+            return ""
+    return ""
+
+
 def digest(output: str, root: Path) -> str:
     """The digest of a failed run's output, or "" when it shows no traceback of the work tree."""
     try:
@@ -259,11 +301,15 @@ def _digest(output: str, root: Path) -> str:
                     if fn is not None:
                         targets.append((path, fn))
                         break
+        # the line that made the failing call: the frame before the one it was raised in, or the test's own line
+        callers = [tree.line(*frames[-2][:2])] if code and len(frames) > 1 else [tree.line(*tests[-1][:2])] if tests else []
         for rel, fn in targets:
             if (rel, fn.name) in shown_functions or len(shown_functions) >= MAX_FUNCTIONS:
                 continue
             shown_functions.add((rel, fn.name))
             lines.append(f"  The code under test, {fn.name} in {tree.source(rel, fn)}")
+            if note := _default_decides(callers, fn):
+                lines.append(note)
             if not _returns_value(fn) and not fn.name.startswith("__"):
                 # the 1.5B's parse_cents computed `cents = ...` and ended there: "None != 123", five times
                 lines.append(f"  {fn.name} has no `return` with a value, so a call of it gives None.")
