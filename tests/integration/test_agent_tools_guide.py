@@ -127,18 +127,24 @@ VERIFY_PLAN = ("---\ngates:\n  - name: tests\n    run: python3 -c pass\n---\n# R
                "## Stage 1: Sums <!-- sessions: 2 -->\n\n- [ ] 1.1 Add mean <!-- verify: python3 -c 'import report; report.mean' -->\n")
 
 
-def test_a_green_gate_names_the_checkpoints_own_check_next(tmp_path: Path) -> None:
-    """The gate passes as given when the checkpoint's own test is its `verify:`: the 1.5B ran the gate only."""
+def test_a_green_gate_runs_the_checkpoints_own_check_and_shows_its_failure(tmp_path: Path) -> None:
+    """The gate passes as given when the checkpoint's own test is its `verify:`: the 1.5B ran the gate only, and
+    told which command to run next, it went to mark_done instead (two-checkpoints, issue 47's sixth round)."""
     init_repo(tmp_path, {"plans/report.md": VERIFY_PLAN, "report.py": REPORT, ".gitignore": "__pycache__/\n"})
     ws = Workspace(tmp_path, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, plan_path="plans/report.md")
     gate = ws.run("run_shell", {"command": "python3 -c pass"})
-    assert gate.ok and gate.text.endswith("The gate passes. The checkpoint has its own check too: your next call is "
-                                          "run_shell with the command `python3 -c 'import report; report.mean'`.")
+    assert gate.ok and "\nThe gate passes, but the checkpoint's own check `python3 -c 'import report; report.mean'` " \
+                       "fails now (exit code 1): the checkpoint is not done.\n\nWhat fails" in gate.text, gate.text
+    assert "report.py has no 'mean' yet; it defines: total (line 1), label (line 6)" in gate.text
+    assert gate.text.endswith("\nChange the code until `python3 -c 'import report; report.mean'` passes.")
     check = ws.run("run_shell", {"command": "python3 -c 'import report; report.mean'"})
     assert not check.ok and "report.py has no 'mean' yet; it defines: total (line 1), label (line 6)" in check.text
     (tmp_path / "report.py").write_text(REPORT + "\n\ndef mean(v):\n    return 1\n")
-    green = ws.run("run_shell", {"command": "python3 -c 'import report; report.mean'"})
-    assert green.ok and "Your next call is run_shell with the command `git add -A && git commit -m 'work'`" in green.text
+    for command in ("python3 -c pass", "python3 -c 'import report; report.mean'"):
+        green = ws.run("run_shell", {"command": command})
+        assert green.ok and green.text.endswith("The gate passes and your changes are not committed yet (report.py). "
+                                                "Your next call is run_shell with the command `git add -A && git "
+                                                "commit -m 'work'`."), green.text
 
 
 def test_mark_done_ticks_only_while_the_checkpoints_own_check_passes(tmp_path: Path) -> None:
@@ -147,12 +153,17 @@ def test_mark_done_ticks_only_while_the_checkpoints_own_check_passes(tmp_path: P
                               "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@x"},
                    plan_path="plans/report.md")
     (tmp_path / "report.py").write_text(REPORT + "\n# more\n")
-    assert ws.run("run_shell", {"command": "git add -A && git commit -qm work"}).ok
     plan = (tmp_path / "plans" / "report.md").read_text()
-    out = ws.run("mark_done", {"checkpoint": "1.1"})
-    assert not out.ok and out.text.startswith("not ticked: checkpoint 1.1's own check fails")
-    assert "report.py has no 'mean' yet" in out.text
-    assert (tmp_path / "plans" / "report.md").read_text() == plan
+    for committed in (False, True):  # the check's failure first: a commit would not make it pass
+        if committed:
+            assert ws.run("run_shell", {"command": "git add -A && git commit -qm work"}).ok
+        out = ws.run("mark_done", {"checkpoint": "1.1"})
+        assert not out.ok and out.text.startswith("not ticked: checkpoint 1.1's own check fails"), out.text
+        assert "report.py has no 'mean' yet" in out.text
+        assert (tmp_path / "plans" / "report.md").read_text() == plan
+    (tmp_path / "report.py").write_text(REPORT + "\n\ndef mean(v):\n    return 1\n")
+    first = ws.run("mark_done", {"checkpoint": "1.1"})
+    assert not first.ok and first.text.startswith("commit your work first"), first.text
     (tmp_path / "report.py").write_text(REPORT + "\n\ndef mean(v):\n    return 1\n")
     assert ws.run("run_shell", {"command": "git add -A && git commit -qm mean"}).ok
     done = ws.run("mark_done", {"checkpoint": "1.1"})

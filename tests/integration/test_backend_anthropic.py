@@ -172,7 +172,8 @@ def test_rate_limit_gives_reset_time(tmp_path: Path) -> None:
         signals = fast_backend().run(make_request(tmp_path, srv.url))
         assert len(srv.message_requests) == 1
     assert signals.exit_kind is ExitKind.RATE_LIMIT
-    assert signals.reset_at is not None and abs((signals.reset_at - reset).total_seconds()) <= 2
+    # within 30 s: the backend may read retry-after (relative) when the reply arrives, seconds later on a loaded machine
+    assert signals.reset_at is not None and abs((signals.reset_at - reset).total_seconds()) <= 30
     assert "rate_limit_error" in (signals.error or "")
 
 

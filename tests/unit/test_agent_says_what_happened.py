@@ -100,3 +100,21 @@ def test_only_the_characters_int_does_not_read_are_named(tmp_path: Path, body: s
     """A sign and spaces around the number are int()'s own; the rest is named."""
     text = _red(_tree(tmp_path, MONEY.replace('    cents = int(text.replace(".", ""))\n', body)))
     assert f"  int() reads a whole number written in digits alone: {named} in it.\n" in text
+
+
+def test_two_numbers_a_power_of_ten_apart_are_named(tmp_path: Path) -> None:
+    """The 1.5B's parse_cents gave 12300 for 123 (`* 100` too many); it added `+ 100`, then another, reading
+    "12300 != 123" four times (issue 47, sixth round)."""
+    body = "    return int(text.replace('.', '')) * 100\n"
+    text = _red(_tree(tmp_path, MONEY.replace('    cents = int(text.replace(".", ""))\n', body)))
+    assert "  AssertionError: 12300 != 123\n  12300 is 123 * 100: one side is 100 times the other.\n" in text
+
+
+@pytest.mark.parametrize(("body", "note"), [("    return int(text.replace('.', '')) * 2\n", False),
+                                            ("    return int(text.replace('.', '')) // 10\n", False),
+                                            ("    return float(text)\n", True),
+                                            ("    return 0\n", False)])
+def test_only_a_power_of_ten_is_named(tmp_path: Path, body: str, note: bool) -> None:
+    """246, 12 and 0 against 123 are no scale; 1.23 is (123 is 1.23 * 100)."""
+    text = _red(_tree(tmp_path, MONEY.replace('    cents = int(text.replace(".", ""))\n', body)))
+    assert "AssertionError: " in text and ("times the other" in text) is note, text

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 MAX_FAILURES = 3
@@ -33,6 +34,7 @@ _NO_ATTR = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
 _NO_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 _NOT_INT = re.compile(r"ValueError: invalid literal for int\(\) with base 10: '([^']*)'")
 _NOT_DEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
+_NOT_EQUAL = re.compile(r"^AssertionError: (-?\d+(?:\.\d+)?) != (-?\d+(?:\.\d+)?)$")
 _CALLED = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)?[A-Za-z_]\w*)\s*\(")
 
 
@@ -239,6 +241,26 @@ def _default_decides(call_lines: list[str], fn: ast.FunctionDef | ast.AsyncFunct
     return ""
 
 
+def _scale(error: str) -> str:
+    """Two numbers a failed equality compared, one a power of ten times the other (10 to a million): the 1.5B's
+    `parse_cents` gave 12300 for 123 (`int(text.replace('.', '')) * 100`) and it added `+ 100`, then another,
+    reading "12300 != 123" four times without seeing the `* 100` too many."""
+    found = _NOT_EQUAL.match(error)
+    if not found:
+        return ""
+    try:
+        a, b = Decimal(found.group(1)), Decimal(found.group(2))
+    except InvalidOperation:
+        return ""
+    if not a or not b:
+        return ""
+    big, small = (a, b) if abs(a) > abs(b) else (b, a)
+    ratio = big / small
+    if ratio not in {Decimal(10) ** k for k in range(1, 7)}:
+        return ""
+    return f"  {big} is {small} * {ratio:f}: one side is {ratio:f} times the other."
+
+
 def digest(output: str, root: Path) -> str:
     """The digest of a failed run's output, or "" when it shows no traceback of the work tree."""
     try:
@@ -276,6 +298,8 @@ def _digest(output: str, root: Path) -> str:
                 unknown = _NOT_DEFINED.search(failure.error)
                 if unknown and (note := _not_defined(tree, rel, fn, unknown.group(1))):
                     lines.append(note)
+        if scale := _scale(failure.error):
+            lines.append(scale)
         literal = _NOT_INT.search(failure.error)
         others = dict.fromkeys(c for c in literal.group(1).strip().lstrip("+-") if not c.isdigit()) if literal else {}
         if literal and others:

@@ -652,8 +652,10 @@ class Workspace:
         item = matches[0]
         line = text.splitlines()[item.index]
         if item.state is not CheckpointState.DONE:
-            self._check_committed(item.checkpoint_id)
+            # the check first: told "commit your work first" while the check failed, the 1.5B committed, read the
+            # failure only then, changed a line, ran the (green) gate and came back here, four calls a round
             self._check_verify(item.checkpoint_id)
+            self._check_committed(item.checkpoint_id)
         if item.state is CheckpointState.DONE:
             return (f"checkpoint {item.checkpoint_id} is already ticked in {self._plan_rel()} (line {item.line}: "
                     f"{line}); commit the file if you have not")
@@ -780,15 +782,24 @@ class Workspace:
         given = " ".join(command.split())
         return any(" ".join(gate.split()) in given for gate in self._gate_commands())
 
-    def _after_green_gate(self, command: object) -> str:
-        """After a gate passed: the next checkpoint's own check when it was not this command (the 1.5B ran the
-        green gate only, and never saw what its checkpoint asked for); with work not committed, the commit as the
-        next call, as a command that works as written (the 1.5B went from a green gate to mark_done, refused, and
-        back, until it was stopped)."""
+    def _after_green_gate(self, command: object, limit_s: float | None = None) -> str:
+        """After a gate passed: the next checkpoint's own check, run here when it was not this command, and its
+        failure shown (the 1.5B ran the green gate only and never saw what its checkpoint asked for; told which
+        command to run next, it went to mark_done instead); with work not committed, the commit as the next call,
+        as a command that works as written (the 1.5B went from a green gate to mark_done, refused, and back, until
+        it was stopped)."""
         check = self._todo_verify()
         if check and " ".join(check.split()) not in " ".join(str(command).split()):
-            return (f"\nThe gate passes. The checkpoint has its own check too: your next call is run_shell with the "
-                    f"command `{check}`.")
+            try:
+                ok, out = self.run_shell(check, limit_s=limit_s)
+            except ToolError:
+                ok, out = False, ""
+            if not ok:
+                found = failure_digest(out, self.root).replace("What failed, read from the output above", "What fails")
+                return (f"\nThe gate passes, but the checkpoint's own check `{check}` fails now (exit code "
+                        f"{_exit_code(out)}): the checkpoint is not done."
+                        + (found or f" Its output ends:\n{bound_output(out[-1500:], 1500)}")
+                        + f"\nChange the code until `{check}` passes.")
         pending = self._uncommitted()
         if not pending:
             return ""
@@ -940,7 +951,7 @@ class Workspace:
                 if not ok:
                     text += failure_digest(text, self.root)
                 elif self._is_gate(args.get("command")):
-                    text += self._after_green_gate(args.get("command"))
+                    text += self._after_green_gate(args.get("command"), limit_s=time_left_s)
                 elif self._is_commit(args.get("command")):
                     text += self._after_commit(limit_s=time_left_s)
                 elif self._is_stage(args.get("command")):
