@@ -37,15 +37,15 @@ def test_the_tests_call_leaving_the_flag_to_its_default_is_named(tmp_path: Path)
     assert ("  raised in report.py line 5: return sum(values)\n  The code under test, total in report.py, lines 1-5:\n"
             "   1  def total(values, skip_missing=False):\n") in text
     assert text.endswith(
-        "\n  `total([1, None, 2])` passes no 'skip_missing', so skip_missing is False there (its default), and that is "
-        "what `if skip_missing` (line 3) sees in this call. What the test checks must happen in such a call: without "
-        "'skip_missing', or with a default that does it.")
+        "\n  `total([1, None, 2])` passes no 'skip_missing', so skip_missing is False there (total's default), and that "
+        "is what `if skip_missing` (line 3) of total sees in this call. What the test checks must happen in such a "
+        "call: without 'skip_missing', or with a default that does it.")
 
 
 def test_a_call_in_the_code_between_the_test_and_the_function_is_named_too(tmp_path: Path) -> None:
     text = _red(tmp_path, FLAGGED, TEST.replace("    def test_total(self):\n        self.assertEqual(total([1, None, 2]), 3)\n\n", ""))
     assert "- tests/test_report.py line 8, in test_average: self.assertEqual(average([1, None, 3]), 2)" in text
-    assert "`total(values)` passes no 'skip_missing', so skip_missing is False there (its default)" in text
+    assert "`total(values)` passes no 'skip_missing', so skip_missing is False there (total's default)" in text
 
 
 def test_an_assertion_on_a_function_whose_if_sees_the_default(tmp_path: Path) -> None:
@@ -54,8 +54,8 @@ def test_an_assertion_on_a_function_whose_if_sees_the_default(tmp_path: Path) ->
             "    def test_label(self):\n        self.assertEqual(label('a'), 'A')\n")
     text = _red(tmp_path, label, test)
     assert "AssertionError: 'a' != 'A'" in text
-    assert "`label('a')` passes no 'loud', so loud is False there (its default), and that is what `if not loud` " \
-           "(line 2) sees in this call." in text
+    assert "`label('a')` passes no 'loud', so loud is False there (label's default), and that is what `if not " \
+           "loud` (line 2) of label sees in this call." in text
 
 
 def test_a_call_that_passes_it_or_a_default_no_if_reads_gets_no_such_line(tmp_path: Path) -> None:
@@ -73,3 +73,19 @@ def test_the_call_read_is_the_one_that_failed(tmp_path: Path) -> None:
     test = TEST.replace("average([1, None, 3])", "average([1, None, 3]) + total([1], skip_missing=True)")
     text = _red(tmp_path, FLAGGED, test.replace("    def test_total(self):\n        self.assertEqual(total([1, None, 2]), 3)\n\n", ""))
     assert "`total(values)` passes no 'skip_missing'" in text
+
+
+def test_a_default_passed_on_by_a_caller_is_followed_to_the_tests_call(tmp_path: Path) -> None:
+    """The 1.5B gave `average` a `skip_missing=False` too and passed it on to `total`; the test's
+    `average([1, None, 3])` leaves both to their defaults (issue 47, sixth round)."""
+    both = FLAGGED.replace("def average(values):\n    return total(values) / len(values)\n",
+                           "def average(values, skip_missing=False):\n    return total(values, skip_missing) / len(values)\n")
+    text = _red(tmp_path / "a", both, TEST.replace("    def test_total(self):\n        self.assertEqual(total([1, None, 2]), 3)\n\n", ""))
+    assert text.endswith(
+        "\n  `average([1, None, 3])` passes no 'skip_missing', so skip_missing is False there (average's default), "
+        "which average passes on to total, and that is what `if skip_missing` (line 3) of total sees in this call. "
+        "What the test checks must happen in such a call: without 'skip_missing', or with a default that does it.")
+    # a value of the caller's own (not a parameter left to its default) is not followed
+    own = both.replace("def average(values, skip_missing=False):\n", "def average(values):\n    skip_missing = False\n")
+    mine = _red(tmp_path / "b", own, TEST.replace("    def test_total(self):\n        self.assertEqual(total([1, None, 2]), 3)\n\n", ""))
+    assert "TypeError" in mine and "passes no" not in mine

@@ -200,44 +200,72 @@ def _not_defined(tree: _Tree, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionD
             f"{fn.name} before it.")
 
 
-def _default_decides(call_lines: list[str], fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    """What a parameter the failing call leaves to its default does there, when `fn` tests it in an `if`: the 1.5B
-    wrote `total(values, skip_missing=False)` with `if skip_missing:` before the old `return sum(values)`, and the
-    test's `total([1, None, 2])` went on failing in that return, the branch it meant never taken. `call_lines` are
-    the lines of the traceback that may call `fn` (the test's line first)."""
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _defaults(fn: Function) -> dict[str, ast.expr]:
     a = fn.args
     positional = [*a.posonlyargs, *a.args]
-    defaults = dict(zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults, strict=True))
-    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
-    if not defaults:
-        return ""
-    for text in call_lines:
-        try:
-            module = ast.parse(text.strip())
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+    found = dict(zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults, strict=True))
+    found.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
+    return found
+
+
+def _argument(text: str, fn: Function) -> tuple[str, dict[str, ast.expr | None]] | None:
+    """The first call of `fn` in the line `text`: the call as written, and per parameter of `fn` the expression it
+    passes (None: left to its default); None when the line makes no such call or passes `*args`/`**kwargs`."""
+    try:
+        module = ast.parse(text.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    a = fn.args
+    positional = [p.arg for p in (*a.posonlyargs, *a.args)]
+    for call in ast.walk(module):
+        if not isinstance(call, ast.Call):
             continue
-        for call in ast.walk(module):
-            if not isinstance(call, ast.Call):
-                continue
-            func = call.func
-            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if called != fn.name or any(isinstance(x, ast.Starred) for x in call.args) or \
-                    any(k.arg is None for k in call.keywords):
-                continue
-            passed = {p.arg for p in positional[:len(call.args)]} | {k.arg for k in call.keywords if k.arg}
-            for name, default in defaults.items():
-                if name in passed:
-                    continue
-                guard = next((n for n in ast.walk(fn) if isinstance(n, (ast.If, ast.IfExp, ast.While))
-                              and any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(n.test))), None)
-                if guard is None:
-                    continue
+        func = call.func
+        called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if called != fn.name:
+            continue
+        if any(isinstance(x, ast.Starred) for x in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        passed: dict[str, ast.expr | None] = {name: None for name in _defaults(fn)}
+        passed.update(zip(positional, call.args, strict=False))
+        passed.update({k.arg: k.value for k in call.keywords if k.arg})
+        return ast.unparse(call), passed
+    return None
+
+
+def _default_decides(callers: list[tuple[str, Function | None]], fn: Function) -> str:
+    """What a parameter left to its default does in the failing call, when `fn` tests it in an `if`: the 1.5B wrote
+    `total(values, skip_missing=False)` with `if skip_missing:` before the old `return sum(values)`, and the test's
+    `total([1, None, 2])` went on failing in that return, the branch it meant never taken; then it gave `average` a
+    `skip_missing=False` too and passed it on, and the test's `average([1, None, 3])` left both to their defaults.
+    `callers` are the lines that made the failing call, innermost first, each with the function it is in."""
+    for name, default in _defaults(fn).items():
+        guard = next((n for n in ast.walk(fn) if isinstance(n, (ast.If, ast.IfExp, ast.While))
+                      and any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(n.test))), None)
+        if guard is None:
+            continue
+        callee, param, value = fn, name, default
+        passed_on: list[tuple[str, str]] = []
+        for text, caller in callers:
+            found = _argument(text, callee)
+            if found is None:
+                break
+            call, args = found
+            arg = args.get(param)
+            if arg is None:
                 word = "while" if isinstance(guard, ast.While) else "if"
-                return (f"  `{ast.unparse(call)}` passes no {name!r}, so {name} is {ast.unparse(default)} there (its "
-                        f"default), and that is what `{word} {ast.unparse(guard.test)}` (line {guard.lineno}) sees in "
-                        f"this call. What the test checks must happen in such a call: without {name!r}, or with a "
-                        f"default that does it.")
-            return ""
+                via = "".join(f", which {a} passes on to {b}" for a, b in passed_on)
+                return (f"  `{call}` passes no {param!r}, so {param} is {ast.unparse(value)} there ({callee.name}'s "
+                        f"default){via}, and that is what `{word} {ast.unparse(guard.test)}` (line {guard.lineno}) of "
+                        f"{fn.name} sees in this call. What the test checks must happen in such a call: without "
+                        f"{param!r}, or with a default that does it.")
+            if caller is None or not isinstance(arg, ast.Name) or arg.id not in _defaults(caller):
+                break  # a value of the caller's own: not a default left unpassed
+            passed_on.insert(0, (caller.name, callee.name))
+            callee, param, value = caller, arg.id, _defaults(caller)[arg.id]
     return ""
 
 
@@ -325,8 +353,10 @@ def _digest(output: str, root: Path) -> str:
                     if fn is not None:
                         targets.append((path, fn))
                         break
-        # the line that made the failing call: the frame before the one it was raised in, or the test's own line
-        callers = [tree.line(*frames[-2][:2])] if code and len(frames) > 1 else [tree.line(*tests[-1][:2])] if tests else []
+        # the lines that made the failing call, innermost first: the frames before the one it was raised in, or
+        # the test's own line
+        chain = frames[-2::-1] if code else tests[-1:]
+        callers = [(tree.line(r, n), tree.enclosing(r, n)) for r, n, _ in chain]
         for rel, fn in targets:
             if (rel, fn.name) in shown_functions or len(shown_functions) >= MAX_FUNCTIONS:
                 continue
