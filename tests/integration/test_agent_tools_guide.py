@@ -328,3 +328,22 @@ def test_the_content_state_is_the_files_alone_committed_or_not(ws: Workspace) ->
     (ws.root / "new.txt").unlink()
     (ws.root / "report.py").unlink()
     assert ws.content_state() not in (start, changed)
+
+
+def test_a_module_importing_from_itself_is_refused_naming_what_to_define(ws: Workspace) -> None:
+    """Shown "cannot import name 'parse_cents' from 'tools.moneyfmt'", the 1.5B added the test's import line to
+    tools/moneyfmt.py itself, then again with more names (issue 47, sixth round)."""
+    out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "from report import total, mean"})
+    assert not out.ok and out.text == (
+        "not written: report.py would import from itself (line 10: `from report import total, mean`): a module cannot "
+        "take a name from itself, so what the tests import from report.py must be defined in it. To add mean, define "
+        "it in report.py: edit_file with an empty old_string and new_string `def mean(...):` with its body (it goes "
+        "at the end). report.py was not changed.")
+    assert (ws.root / "report.py").read_text() == REPORT
+    plain = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):", "new_string": "import report\n\n\ndef total(values):"})
+    assert not plain.ok and "would import from itself (line 1: `import report`)" in plain.text and "To add" not in plain.text
+    # another module's import is no question; nor is a self-import the file had already
+    assert ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "import os"}).ok
+    (ws.root / "pkg").mkdir()
+    (ws.root / "pkg" / "m.py").write_text("from pkg.m import f  # odd, but it was there\n\n\ndef f():\n    return 1\n")
+    assert ws.run("edit_file", {"path": "pkg/m.py", "old_string": "return 1", "new_string": "return 2"}).ok

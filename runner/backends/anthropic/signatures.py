@@ -213,6 +213,40 @@ def redefined(before: str, after: str, focus: str) -> tuple[str, list[tuple[str,
     return text, [(name, line) for name, _, line in taken]
 
 
+def self_imports(rel: str, before: str, after: str) -> str:
+    """A sentence when `after` imports from the module `rel` is (`from tools.moneyfmt import parse_cents` in
+    tools/moneyfmt.py) where `before` did not, or "". Shown "cannot import name 'parse_cents' from
+    'tools.moneyfmt'", the 1.5B added the test's import line to the module itself, and then again with more names:
+    a name the module does not define cannot come from the module."""
+    new_tree = _parse(after)
+    if new_tree is None or not rel.endswith(".py"):
+        return ""
+    module = _module_name(rel)
+
+    def own(tree: ast.Module | None) -> list[ast.stmt]:
+        found: list[ast.stmt] = []
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ImportFrom) and node.module == module and not node.level:
+                found.append(node)
+            elif isinstance(node, ast.Import) and any(a.name == module for a in node.names):
+                found.append(node)
+        return found
+
+    was = {ast.dump(n) for n in own(_parse(before))}
+    added = [n for n in own(new_tree) if ast.dump(n) not in was]
+    if not added:
+        return ""
+    lines = after.splitlines()
+    first = added[0]
+    text = lines[first.lineno - 1].strip() if 0 < first.lineno <= len(lines) else ast.unparse(first)
+    defined = {n.name for n in new_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    missing = [a.name for n in added if isinstance(n, ast.ImportFrom) for a in n.names if a.name not in defined]
+    todo = (f" To add {', '.join(dict.fromkeys(missing))}, define it in {rel}: edit_file with an empty old_string and "
+            f"new_string `def {missing[0]}(...):` with its body (it goes at the end)." if missing else "")
+    return (f"{rel} would import from itself (line {first.lineno}: `{text}`): a module cannot take a name from "
+            f"itself, so what the tests import from {rel} must be defined in it.{todo}")
+
+
 def _module_name(rel: str) -> str:
     dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else rel.replace("/", ".")
     return dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted

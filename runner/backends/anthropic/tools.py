@@ -43,6 +43,7 @@ from runner.backends.anthropic.signatures import (
     duplicates,
     indented_append,
     redefined,
+    self_imports,
     unused_parameters,
     wanted_by_tests,
 )
@@ -558,6 +559,9 @@ class Workspace:
         twice = duplicates(self.root, rel, before, after, focus)
         if twice:
             raise ToolError(f"not written: {twice} {rel} was not changed.")
+        itself = self_imports(rel, before, after)
+        if itself:
+            raise ToolError(f"not written: {itself} {rel} was not changed.")
         task = self.plan_path.read_text(encoding="utf-8", errors="replace") if plan is not None and self.plan_path else ""
         unused = unused_parameters(self.root, rel, before, after, task)
         if unused and (plan is not None or self._ask_once(f"parameters:{rel}:{hashlib.sha256(after.encode()).hexdigest()}")):
