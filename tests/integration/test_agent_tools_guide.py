@@ -299,17 +299,46 @@ def test_without_a_checkpoint_naming_it_a_second_definition_stays_refused(tmp_pa
 def test_indented_code_added_at_the_end_of_a_function_is_refused_showing_the_function(ws: Workspace) -> None:
     """The 1.5B added `    return int(text.replace('.', '')) * 100` at the end of the file again and again, meaning
     to change parse_cents's return line: dead code each time, and each time a change no stuck rule sees."""
-    out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "    return str(x) + '!'"})
-    assert not out.ok and out.text == (
-        "not written: new_string is indented, so at the end of report.py it would go inside `label`, after its last "
-        "line (line 7: `return str(x)`), which runs first. To change a line of `label`, call edit_file with old_string "
-        "that line as it is now and new_string the line changed. `label` reads:\n   6  def label(x):\n"
-        "   7      return str(x)\nreport.py was not changed.")
-    assert (ws.root / "report.py").read_text() == REPORT
+    for added in ("    x = str(x) + '!'", "    return str(x)\n    return 1\n", "    return str(x)"):
+        out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": added})
+        assert not out.ok and out.text == (
+            "not written: new_string is indented, so at the end of report.py it would go inside `label`, after its "
+            "last line (line 7: `return str(x)`), which runs first. To change a line of `label`, call edit_file with "
+            "old_string that line as it is now and new_string the line changed. `label` reads:\n   6  def label(x):\n"
+            "   7      return str(x)\nreport.py was not changed."), added
+        assert (ws.root / "report.py").read_text() == REPORT
     # a method after a class, and unindented code, are added as asked
     assert ws.run("write_file", {"path": "k.py", "content": "class K:\n    a = 1\n"}).ok
     assert ws.run("edit_file", {"path": "k.py", "old_string": "", "new_string": "    def f(self):\n        return 1\n"}).ok
     assert ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "def mean(v):\n    return 1\n"}).ok
+
+
+def test_an_indented_return_added_at_the_end_replaces_the_last_functions_return(ws: Workspace) -> None:
+    """The 1.5B added `    return int(text.replace('.', '')) * 100` at the end of moneyfmt.py in two rounds, meaning
+    parse_cents's `return int(text) * 100`; refused, it wrote the whole file as that one line (issue 47, sixth
+    round). A line after a function's final return never runs: the return it brings is the one meant."""
+    out = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "        return str(x) + '!'\n"})
+    assert out.ok and out.text == (
+        "new_string is indented, so it belongs inside `label`, whose last line is a return: a line after it would "
+        "never run, so it replaced that return instead. Line 7 of report.py was `return str(x)` and is now "
+        "`return str(x) + '!'`.")
+    assert (ws.root / "report.py").read_text() == REPORT.replace("return str(x)\n", "return str(x) + '!'\n")
+    again = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "        return str(x) + '!'\n"})
+    assert not again.ok and again.text.startswith("not changed: report.py already has this text at line 7"), again.text
+    # a last function that does not end with a return keeps the refusal
+    assert ws.run("write_file", {"path": "k.py", "content": "def f(a):\n    print(a)\n"}).ok
+    kept = ws.run("edit_file", {"path": "k.py", "old_string": "", "new_string": "    return a"})
+    assert not kept.ok and kept.text.startswith("not written: new_string is indented")
+
+
+def test_a_whole_file_write_that_does_not_parse_keeps_what_the_tests_use(ws: Workspace) -> None:
+    """Refused the indented append, the 1.5B wrote moneyfmt.py whole as the one indented `return` line: a text that
+    does not parse defines nothing, so it drops every function the tests import."""
+    assert ws.run("read_file", {"path": "report.py"}).ok
+    out = ws.run("write_file", {"path": "report.py", "content": "    return sum(v for v in values if v is not None)"})
+    assert not out.ok and out.text.startswith("not written: write_file replaces the whole file, and this text no "
+                                              "longer defines `total`, `label`, which the tests use"), out.text
+    assert (ws.root / "report.py").read_text() == REPORT
 
 
 def test_the_content_state_is_the_files_alone_committed_or_not(ws: Workspace) -> None:

@@ -303,6 +303,35 @@ def wanted_by_tests(root: Path, rel: str, text: str, limit: int = 3) -> list[tup
     return ordered[:limit] if limit else ordered
 
 
+def return_replaced(rel: str, text: str, new_string: str) -> tuple[str, int, str, str] | None:
+    """For a single indented `return` line added at the end of a Python file whose last function ends with a
+    `return`: the text with that return replaced by the new one (indented as the old), the line, the function's
+    name and the old return as written; else None. A line after a function's final `return` would never run, so
+    the return it brings is the one meant: the 1.5B added `    return int(text.replace('.', '')) * 100` at the end
+    of moneyfmt.py, meaning parse_cents's `return int(text) * 100`, in two rounds; refused, it wrote the whole file
+    as that one line."""
+    added = [line for line in new_string.splitlines() if line.strip()]
+    if not rel.endswith(".py") or len(added) != 1 or not added[0][:1].isspace():
+        return None
+    tree = _parse(text)
+    new_return = _parse(added[0].strip())
+    last = tree.body[-1] if tree is not None and tree.body else None
+    if (not isinstance(last, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(last.body[-1], ast.Return)
+            or new_return is None or len(new_return.body) != 1 or not isinstance(new_return.body[0], ast.Return)):
+        return None
+    final = last.body[-1]
+    lines = text.splitlines(keepends=True)
+    first = lines[final.lineno - 1]
+    indent = first[: len(first) - len(first.lstrip())]
+    old = "".join(lines[final.lineno - 1: final.end_lineno or final.lineno]).strip()
+    if old == added[0].strip():
+        return None
+    result = "".join([*lines[: final.lineno - 1], indent + added[0].strip() + "\n", *lines[final.end_lineno or final.lineno:]])
+    if _parse(result) is None:
+        return None
+    return result, final.lineno, last.name, old
+
+
 def indented_append(rel: str, text: str, new_string: str) -> str:
     """Why indented code added at the end of a Python file that ends with a function would go into that function's
     body after everything it does, with the function shown; "" otherwise (a method after a class is fine). The

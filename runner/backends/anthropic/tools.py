@@ -43,6 +43,7 @@ from runner.backends.anthropic.signatures import (
     duplicates,
     indented_append,
     redefined,
+    return_replaced,
     self_imports,
     unused_parameters,
     wanted_by_tests,
@@ -528,7 +529,9 @@ class Workspace:
         if not gone:
             return
         rel = self._rel(target)
-        used = [w for w in wanted_by_tests(self.root, rel, after, limit=0) if w[0] in gone]
+        # a text that does not parse defines nothing (the 1.5B wrote moneyfmt.py as one indented `return` line)
+        read = after if _syntax_error(target, after) is None else ""
+        used = [w for w in wanted_by_tests(self.root, rel, read, limit=0) if w[0] in gone]
         if not used:
             return
         names = ", ".join(f"`{name}`" for name, _, _ in used[:8])
@@ -576,6 +579,9 @@ class Workspace:
             raise ToolError("`old_string` and `new_string` are both empty: nothing to change")
         if text.strip() and text.rstrip().endswith(new_string.strip()):
             self._refuse_again(target, text, len(text.rstrip()) - len(new_string.strip()), "", new_string)
+        swapped = return_replaced(rel, text, new_string)
+        if swapped is not None:
+            return self._swap_return(target, text, new_string, *swapped)
         inside = indented_append(rel, text, new_string)
         if inside:
             raise ToolError(f"not written: {inside}\n{rel} was not changed.")
@@ -590,6 +596,21 @@ class Workspace:
                 f"{len(new_text.splitlines())} lines now){replaced}")
         _check_python(target, new_text, done)
         return done
+
+    def _swap_return(self, target: Path, text: str, new_string: str, new_text: str, line: int, name: str,
+                     old: str) -> str:
+        """An indented `return` added at the end of a file whose last function ends with a return replaces that
+        return (a line after it would never run): written, and the answer says so (`return_replaced`)."""
+        rel = self._rel(target)
+        self._guard_plan(target, new_text)
+        new_text, replaced = self._guard_shape(target, text, new_text)
+        target.write_text(new_text, encoding="utf-8")
+        self._made.add((target, "", new_string))
+        done = (f"new_string is indented, so it belongs inside `{name}`, whose last line is a return: a line after it "
+                f"would never run, so it replaced that return instead. Line {line} of {rel} was `{old}` and is now "
+                f"`{new_string.strip()}`{replaced}")
+        _check_python(target, new_text, done)
+        return done + "."
 
     # -- the plan file --
 
