@@ -30,6 +30,7 @@ import ast
 import hashlib
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from typing import Any
 from runner.adapters.git.evidence import _at_or_above
 from runner.adapters.sandbox import proc
 from runner.backends.anthropic.failures import digest as failure_digest
+from runner.backends.anthropic.probe import command as probe_command
+from runner.backends.anthropic.probe import describe, probes
 from runner.backends.anthropic.signatures import (
     duplicates,
     indented_append,
@@ -777,12 +780,33 @@ class Workspace:
                 return ""
             if ok:
                 continue
-            found = failure_digest(out, self.root).replace("What failed, read from the output above", "What fails")
+            found = self._explain(out, command, limit_s).replace("What failed, read from the output above", "What fails")
             return (f"Where the work stands: `{command}` fails now (exit code {_exit_code(out)})."
                     + (found or f" Its output ends:\n{bound_output(out[-1500:], 1500)}"))
         if not commands:
             return ""
         return "Where the work stands: " + " and ".join(f"`{c}`" for c in commands) + " pass now."
+
+    def _explain(self, out: str, command: object, limit_s: float | None = None) -> str:
+        """The digest of a failed command's output, and for a failed assertion on a call with literal arguments,
+        what the function's return computed in that call (`probe`: the call made again with the interpreter the
+        command named, here, as any command of the agent's)."""
+        found = failure_digest(out, self.root)
+        if not found:
+            return ""
+        wanted = probes(out, self.root)
+        if not wanted:
+            return found
+        try:
+            words = shlex.split(command) if isinstance(command, str) else []
+        except ValueError:
+            words = []
+        python = words[0] if words and re.fullmatch(r"python[\d.]*", Path(words[0]).name) else "python3"
+        try:
+            _ok, answer = self.run_shell(probe_command(python, wanted[0]), 20, limit_s=limit_s)
+        except ToolError:
+            return found
+        return found + describe(wanted[0], answer)
 
     def _plan(self) -> Plan | None:
         """The plan file as it is, parsed; None when there is none or it does not parse."""
@@ -820,7 +844,8 @@ class Workspace:
             except ToolError:
                 ok, out = False, ""
             if not ok:
-                found = failure_digest(out, self.root).replace("What failed, read from the output above", "What fails")
+                found = self._explain(out, check, limit_s).replace("What failed, read from the output above",
+                                                                   "What fails")
                 return (f"\nThe gate passes, but the checkpoint's own check `{check}` fails now (exit code "
                         f"{_exit_code(out)}): the checkpoint is not done."
                         + (found or f" Its output ends:\n{bound_output(out[-1500:], 1500)}")
@@ -914,7 +939,7 @@ class Workspace:
         if not ok:
             raise ToolError(f"not ticked: checkpoint {checkpoint_id}'s own check fails, so the tick would be undone. "
                             f"Make `{check}` pass first (change the code, not the check), commit, then mark_done "
-                            f"{checkpoint_id} again. Its output:\n{out}{failure_digest(out, self.root)}")
+                            f"{checkpoint_id} again. Its output:\n{out}{self._explain(out, check)}")
 
     def _check_committed(self, checkpoint_id: str) -> None:
         """A tick counts with the work committed: uncommitted work is named, and a tick before anything was
@@ -974,7 +999,7 @@ class Workspace:
             if name == "run_shell":
                 ok, text = self.run_shell(args.get("command"), args.get("timeout_s"), limit_s=time_left_s)
                 if not ok:
-                    text += failure_digest(text, self.root)
+                    text += self._explain(text, args.get("command"), time_left_s)
                 elif self._is_gate(args.get("command")):
                     text += self._after_green_gate(args.get("command"), limit_s=time_left_s)
                 elif self._is_commit(args.get("command")):
