@@ -376,3 +376,22 @@ def test_a_module_importing_from_itself_is_refused_naming_what_to_define(ws: Wor
     (ws.root / "pkg").mkdir()
     (ws.root / "pkg" / "m.py").write_text("from pkg.m import f  # odd, but it was there\n\n\ndef f():\n    return 1\n")
     assert ws.run("edit_file", {"path": "pkg/m.py", "old_string": "return 1", "new_string": "return 2"}).ok
+
+
+def test_importing_a_name_from_the_module_itself_keeps_the_definition_it_had(ws: Workspace) -> None:
+    """Asked for parse_cents, the 1.5B wrote moneyfmt.py whole as `from tools.moneyfmt import dollars` and a right
+    parse_cents: keep dollars, it meant (issue 47, sixth round)."""
+    assert ws.run("read_file", {"path": "report.py"}).ok
+    content = "from report import label\n\n\ndef total(values):\n    return sum(v for v in values if v is not None)\n"
+    out = ws.run("write_file", {"path": "report.py", "content": content})
+    kept = "def label(x):\n    return str(x)\n\n\ndef total(values):\n    return sum(v for v in values if v is not None)\n"
+    assert out.ok and out.text == (
+        f"wrote {len(kept)} bytes to report.py (a module cannot import from itself, so the line importing `label` from "
+        "report was replaced by `label` as report.py had it)"), out.text
+    assert (ws.root / "report.py").read_text() == kept
+    # a name the module never defined is refused, naming how to define it; one it defined, named to keep
+    mixed = ws.run("write_file", {"path": "report.py", "content": content.replace("import label", "import label, mean")})
+    assert not mixed.ok and mixed.text.endswith(
+        "To add mean, define it in report.py: edit_file with an empty old_string and new_string `def mean(...):` "
+        "with its body (it goes at the end). label: report.py defines it already; keep it as it is. report.py was "
+        "not changed."), mixed.text

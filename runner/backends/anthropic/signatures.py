@@ -213,6 +213,40 @@ def redefined(before: str, after: str, focus: str) -> tuple[str, list[tuple[str,
     return text, [(name, line) for name, _, line in taken]
 
 
+def kept_by_import(rel: str, before: str, after: str) -> tuple[str, list[str]]:
+    """`after` with each `from <this module> import a, b` it adds replaced by the definitions of a and b as `before`
+    had them, when each is a function or class `before` defined and `after` does not; and the names so kept.
+    `(after, [])` otherwise. Asked for parse_cents, the 1.5B wrote moneyfmt.py whole as `from tools.moneyfmt import
+    dollars` and a right parse_cents: the import of a name from the module itself means "keep it"."""
+    old_tree, new_tree = _parse(before), _parse(after)
+    if old_tree is None or new_tree is None or not rel.endswith(".py"):
+        return after, []
+    module = _module_name(rel)
+    old_defs = {n.name: n for n in old_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    new_names = {n.name for n in new_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    was = {ast.dump(n) for n in old_tree.body if isinstance(n, ast.ImportFrom)}
+    imports = [n for n in new_tree.body if isinstance(n, ast.ImportFrom) and n.module == module and not n.level
+               and ast.dump(n) not in was]
+    if not imports or not all(a.name in old_defs and a.name not in new_names and not a.asname
+                              for n in imports for a in n.names):
+        return after, []
+    old_lines = before.splitlines()
+    lines = after.splitlines()
+    kept: list[str] = []
+    for node in sorted(imports, key=lambda n: n.lineno, reverse=True):
+        blocks = []
+        for alias in node.names:
+            d = old_defs[alias.name]
+            start = min([x.lineno for x in d.decorator_list] + [d.lineno])
+            blocks.append("\n".join(old_lines[start - 1: d.end_lineno or d.lineno]))
+            kept.insert(0, alias.name)
+        lines[node.lineno - 1: node.end_lineno or node.lineno] = ("\n\n\n".join(blocks) + "\n").splitlines()
+    text = "\n".join(lines) + "\n"
+    if _parse(text) is None:
+        return after, []
+    return text, kept
+
+
 def self_imports(rel: str, before: str, after: str) -> str:
     """A sentence when `after` imports from the module `rel` is (`from tools.moneyfmt import parse_cents` in
     tools/moneyfmt.py) where `before` did not, or "". Shown "cannot import name 'parse_cents' from
@@ -240,9 +274,16 @@ def self_imports(rel: str, before: str, after: str) -> str:
     first = added[0]
     text = lines[first.lineno - 1].strip() if 0 < first.lineno <= len(lines) else ast.unparse(first)
     defined = {n.name for n in new_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    missing = [a.name for n in added if isinstance(n, ast.ImportFrom) for a in n.names if a.name not in defined]
-    todo = (f" To add {', '.join(dict.fromkeys(missing))}, define it in {rel}: edit_file with an empty old_string and "
-            f"new_string `def {missing[0]}(...):` with its body (it goes at the end)." if missing else "")
+    old_tree = _parse(before)
+    had = {n.name for n in (old_tree.body if old_tree is not None else ())
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    named = [a.name for n in added if isinstance(n, ast.ImportFrom) for a in n.names if a.name not in defined]
+    missing = [name for name in dict.fromkeys(named) if name not in had]
+    keep = [name for name in dict.fromkeys(named) if name in had]
+    todo = (f" To add {', '.join(missing)}, define it in {rel}: edit_file with an empty old_string and new_string "
+            f"`def {missing[0]}(...):` with its body (it goes at the end)." if missing else "")
+    todo += (f" {', '.join(keep)}: {rel} defines {'it' if len(keep) == 1 else 'them'} already; keep "
+             f"{'it' if len(keep) == 1 else 'them'} as {'it is' if len(keep) == 1 else 'they are'}." if keep else "")
     return (f"{rel} would import from itself (line {first.lineno}: `{text}`): a module cannot take a name from "
             f"itself, so what the tests import from {rel} must be defined in it.{todo}")
 

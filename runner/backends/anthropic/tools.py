@@ -44,7 +44,9 @@ from runner.backends.anthropic.probe import command as probe_command
 from runner.backends.anthropic.probe import describe, probes
 from runner.backends.anthropic.signatures import (
     duplicates,
+    _module_name,
     indented_append,
+    kept_by_import,
     redefined,
     return_replaced,
     self_imports,
@@ -562,6 +564,11 @@ class Workspace:
         after, taken = redefined(before, after, focus)
         replaced = "".join(f" (it replaced the `{name}` that was on line {line}: Python keeps only the last of two "
                            f"definitions, so the earlier one was taken out)" for name, line in taken)
+        after, kept = kept_by_import(rel, before, after)
+        if kept:
+            names = ", ".join(f"`{name}`" for name in kept)
+            replaced += (f" (a module cannot import from itself, so the line importing {names} from "
+                         f"{_module_name(rel)} was replaced by {names} as {rel} had {'it' if len(kept) == 1 else 'them'})")
         twice = duplicates(self.root, rel, before, after, focus)
         if twice:
             raise ToolError(f"not written: {twice} {rel} was not changed.")
