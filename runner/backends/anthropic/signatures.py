@@ -221,7 +221,7 @@ def kept_by_import(rel: str, before: str, after: str) -> tuple[str, list[str]]:
     old_tree, new_tree = _parse(before), _parse(after)
     if old_tree is None or new_tree is None or not rel.endswith(".py"):
         return after, []
-    module = _module_name(rel)
+    module = module_name(rel)
     old_defs = {n.name: n for n in old_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     new_names = {n.name for n in new_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     was = {ast.dump(n) for n in old_tree.body if isinstance(n, ast.ImportFrom)}
@@ -255,7 +255,7 @@ def self_imports(rel: str, before: str, after: str) -> str:
     new_tree = _parse(after)
     if new_tree is None or not rel.endswith(".py"):
         return ""
-    module = _module_name(rel)
+    module = module_name(rel)
 
     def own(tree: ast.Module | None) -> list[ast.stmt]:
         found: list[ast.stmt] = []
@@ -288,7 +288,7 @@ def self_imports(rel: str, before: str, after: str) -> str:
             f"itself, so what the tests import from {rel} must be defined in it.{todo}")
 
 
-def _module_name(rel: str) -> str:
+def module_name(rel: str) -> str:
     dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else rel.replace("/", ".")
     return dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted
 
@@ -308,7 +308,7 @@ def wanted_by_tests(root: Path, rel: str, text: str, limit: int = 3) -> list[tup
             defined.update(t.id for t in targets if isinstance(t, ast.Name))
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             defined.update((a.asname or a.name).split(".")[0] for a in n.names)
-    module = _module_name(rel)
+    module = module_name(rel)
     found: dict[str, tuple[str, str, int]] = {}
     seen = 0
     for path in sorted(root.rglob("*.py")):

@@ -44,9 +44,9 @@ from runner.backends.anthropic.probe import command as probe_command
 from runner.backends.anthropic.probe import describe, probes
 from runner.backends.anthropic.signatures import (
     duplicates,
-    _module_name,
     indented_append,
     kept_by_import,
+    module_name,
     redefined,
     return_replaced,
     self_imports,
@@ -554,7 +554,8 @@ class Workspace:
         for `parse_cents`; it gave `total` a `skip_missing` no test passes, and asked once, it made the same call
         again. What the tests call is named. A new definition of a function the checkpoint at hand names, added
         beside the one the file had, replaces it instead (`redefined`: the 1.5B's next try at `parse_cents`, added at
-        the end again and again), and the text says so."""
+        the end again and again), and an import from the module itself of names it defined keeps those definitions
+        (`kept_by_import`); the text says so. An import from itself of anything else is refused (`self_imports`)."""
         if target.suffix != ".py" or not before.strip() or _syntax_error(target, after) is not None:
             return after, ""
         rel = self._rel(target)
@@ -568,7 +569,7 @@ class Workspace:
         if kept:
             names = ", ".join(f"`{name}`" for name in kept)
             replaced += (f" (a module cannot import from itself, so the line importing {names} from "
-                         f"{_module_name(rel)} was replaced by {names} as {rel} had {'it' if len(kept) == 1 else 'them'})")
+                         f"{module_name(rel)} was replaced by {names} as {rel} had {'it' if len(kept) == 1 else 'them'})")
         twice = duplicates(self.root, rel, before, after, focus)
         if twice:
             raise ToolError(f"not written: {twice} {rel} was not changed.")
