@@ -1,11 +1,11 @@
 """What the code under test computed in a failed assertion, line by line: for the built-in agent's red runs.
 
-A failed `assertEqual(average([1, None, 3]), 2)` says `1.3333333333333333 != 2` and no more; the 1.5B, shown that and
-`return total(values) / (len(values) or 1)`, flipped `or 1` and `or 0` four times and never saw that `len(values)`
-counts the None (issue 47, sixth round). pytest shows the parts of a failed `assert`; this shows the parts of the
-`return` the function under test ran, for the test's own call: the call is made again by the project's interpreter,
-in the agent's sandbox like any command of its own, and the values of the return's parts (its operands, its calls'
-results) are read in that return's frame.
+A failed `assertEqual(average([1, None, 3]), 2)` says `1.3333333333333333 != 2` and no more; the 1.5B, shown that
+and `return total(values) / (len(values) or 1)`, flipped `or 1` and `or 0` four times and never saw that
+`len(values)` counts the None (docs/real-model.md, "What the model meant, and the check it skipped"). pytest shows
+the parts of a failed `assert`; this shows the parts of the `return` the function under test ran, for the test's
+own call: the call is made again by the project's interpreter, in the agent's sandbox like any command of its own,
+and the values of the return's parts (its operands, its calls' results) are read in that return's frame.
 
 `probes` is pure (it reads the output and the work tree's files, as the digest does); the tool runs `SCRIPT` with
 the interpreter the failed command named and turns its answer into a line with `describe`. Only a call whose
