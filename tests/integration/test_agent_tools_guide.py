@@ -325,10 +325,12 @@ def test_an_indented_return_added_at_the_end_replaces_the_last_functions_return(
     assert (ws.root / "report.py").read_text() == REPORT.replace("return str(x)\n", "return str(x) + '!'\n")
     again = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "        return str(x) + '!'\n"})
     assert not again.ok and again.text.startswith("not changed: report.py already has this text at line 7"), again.text
-    # a last function that does not end with a return keeps the refusal
-    assert ws.run("write_file", {"path": "k.py", "content": "def f(a):\n    print(a)\n"}).ok
-    kept = ws.run("edit_file", {"path": "k.py", "old_string": "", "new_string": "    return a"})
-    assert not kept.ok and kept.text.startswith("not written: new_string is indented")
+    # a last function that does not end with a return on a line of its own keeps the refusal
+    for body in ("def f(a):\n    print(a)\n", "def f(a): return a\n", "def f(a):\n    a += 1; return a\n"):
+        assert ws.run("write_file", {"path": "k.py", "content": body}).ok
+        kept = ws.run("edit_file", {"path": "k.py", "old_string": "", "new_string": "    return a * 2"})
+        assert not kept.ok and kept.text.startswith("not written: new_string is indented"), (body, kept.text)
+        assert (ws.root / "k.py").read_text() == body
 
 
 def test_a_whole_file_write_that_does_not_parse_keeps_what_the_tests_use(ws: Workspace) -> None:

@@ -363,6 +363,8 @@ def return_replaced(rel: str, text: str, new_string: str) -> tuple[str, int, str
     final = last.body[-1]
     lines = text.splitlines(keepends=True)
     first = lines[final.lineno - 1]
+    if final.lineno == last.lineno or not first.lstrip().startswith("return"):  # `def f(): return 1`, `x; return 1`
+        return None
     indent = first[: len(first) - len(first.lstrip())]
     old = "".join(lines[final.lineno - 1: final.end_lineno or final.lineno]).strip()
     if old == added[0].strip():
