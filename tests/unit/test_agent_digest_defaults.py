@@ -39,7 +39,7 @@ def test_the_tests_call_leaving_the_flag_to_its_default_is_named(tmp_path: Path)
     assert text.endswith(
         "\n  `total([1, None, 2])` passes no 'skip_missing', so skip_missing is False there (total's default), and that "
         "is what `if skip_missing` (line 3) of total sees in this call. What the test checks must happen in such a "
-        "call: without 'skip_missing', or with a default that does it.")
+        "call: without 'skip_missing', or with `skip_missing=True` as total's default, which takes that branch.")
 
 
 def test_a_call_in_the_code_between_the_test_and_the_function_is_named_too(tmp_path: Path) -> None:
@@ -55,7 +55,8 @@ def test_an_assertion_on_a_function_whose_if_sees_the_default(tmp_path: Path) ->
     text = _red(tmp_path, label, test)
     assert "AssertionError: 'a' != 'A'" in text
     assert "`label('a')` passes no 'loud', so loud is False there (label's default), and that is what `if not " \
-           "loud` (line 2) of label sees in this call." in text
+           "loud` (line 2) of label sees in this call. What the test checks must happen in such a call: without " \
+           "'loud', or with a default that does it." in text  # False takes `if not loud` already: no value named
 
 
 def test_a_call_that_passes_it_or_a_default_no_if_reads_gets_no_such_line(tmp_path: Path) -> None:
@@ -84,7 +85,8 @@ def test_a_default_passed_on_by_a_caller_is_followed_to_the_tests_call(tmp_path:
     assert text.endswith(
         "\n  `average([1, None, 3])` passes no 'skip_missing', so skip_missing is False there (average's default), "
         "which average passes on to total, and that is what `if skip_missing` (line 3) of total sees in this call. "
-        "What the test checks must happen in such a call: without 'skip_missing', or with a default that does it.")
+        "What the test checks must happen in such a call: without 'skip_missing', or with `skip_missing=True` as "
+        "average's default, which takes that branch.")
     # a value of the caller's own (not a parameter left to its default) is not followed
     own = both.replace("def average(values, skip_missing=False):\n", "def average(values):\n    skip_missing = False\n")
     mine = _red(tmp_path / "b", own, TEST.replace("    def test_total(self):\n        self.assertEqual(total([1, None, 2]), 3)\n\n", ""))

@@ -258,10 +258,17 @@ def _default_decides(callers: list[tuple[str, Function | None]], fn: Function) -
             if arg is None:
                 word = "while" if isinstance(guard, ast.While) else "if"
                 via = "".join(f", which {a} passes on to {b}" for a, b in passed_on)
-                return (f"  `{call}` passes no {param!r}, so {param} is {ast.unparse(value)} there ({callee.name}'s "
-                        f"default){via}, and that is what `{word} {ast.unparse(guard.test)}` (line {guard.lineno}) of "
+                test = guard.test
+                taken = (True if isinstance(test, ast.Name) else False if isinstance(test, ast.UnaryOp)
+                         and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name) else None)
+                shown = ast.unparse(value)
+                # the 1.5B read "or with a default that does it" and passed `skip_missing=False` explicitly instead
+                instead = (f"with `{param}={taken}` as {callee.name}'s default, which takes that branch" if
+                           taken is not None and shown != str(taken) else "with a default that does it")
+                return (f"  `{call}` passes no {param!r}, so {param} is {shown} there ({callee.name}'s "
+                        f"default){via}, and that is what `{word} {ast.unparse(test)}` (line {guard.lineno}) of "
                         f"{fn.name} sees in this call. What the test checks must happen in such a call: without "
-                        f"{param!r}, or with a default that does it.")
+                        f"{param!r}, or {instead}.")
             if caller is None or not isinstance(arg, ast.Name) or arg.id not in _defaults(caller):
                 break  # a value of the caller's own: not a default left unpassed
             passed_on.insert(0, (caller.name, callee.name))
