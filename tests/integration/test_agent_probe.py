@@ -80,3 +80,15 @@ def test_the_interpreter_is_the_commands_own_else_python3(tmp_path: Path) -> Non
     same = first is not None and subprocess.run([first, "-c", "import sys; print(sys.executable)"], capture_output=True,
                                                  text=True).stdout.strip() == sys.executable
     assert f"= {same}" in other and f"it returned {4 / 3 + same}." in other, other
+
+
+def test_a_commands_output_names_the_work_tree_relative_to_it(tmp_path: Path) -> None:
+    """The work tree's absolute path holds the user's id and a hash of the session: the same run as another user
+    read one token more in a traceback, and the 1.5B's greedy calls went another way (docs/real-model.md)."""
+    ws = _ws(tmp_path / "tree")
+    root = str(ws.root)
+    out = ws.run("run_shell", {"command": f"echo {root}/report.py {root} {root}x {root}.d; cat {root}/nothing"})
+    assert not out.ok and out.text.startswith("exit code 1\nreport.py . ") and f"{root}x {root}.d" in out.text, out.text
+    assert "cat: nothing: No such file or directory" in out.text
+    text = _red(ws)
+    assert '  File "tests/test_report.py", line 8, in test_average' in text and root not in text

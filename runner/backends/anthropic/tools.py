@@ -986,8 +986,19 @@ class Workspace:
         except proc.StartFailed as exc:
             raise ToolError(f"could not start bash: {exc.error.strerror or exc.error}") from None
         if finished.reason == "time_limit":
-            return False, output.bounded(f"killed after {timeout:g}s (timeout)\n")
-        return finished.succeeded, output.bounded(f"{finished.status()}\n")
+            return False, self._relative(output.bounded(f"killed after {timeout:g}s (timeout)\n"))
+        return finished.succeeded, self._relative(output.bounded(f"{finished.status()}\n"))
+
+    def _relative(self, text: str) -> str:
+        """A command's output with the work tree's own absolute path written relative to it, as the agent's commands
+        run there (`File "tools/moneyfmt.py", line 3`). The path holds the user's id and a hash of the session
+        (`/tmp/plan-runner-<uid>/agents/work-<hash>/work`): the same run as another user read one token more in a
+        traceback, and a small model's greedy calls went another way from there; a path is noise to it anyway."""
+        for root in dict.fromkeys((str(self.root), str(self.root.resolve()))):
+            if len(root) > 1:
+                text = text.replace(root + "/", "")
+                text = re.sub(re.escape(root) + r"(?![\w.-])", ".", text)
+        return text
 
     def run(self, name: str, args: Any, *, time_left_s: float | None = None) -> ToolOutcome:
         """Run one tool call; never raises for a bad call, it becomes a failed outcome."""
