@@ -368,8 +368,8 @@ def test_a_module_importing_from_itself_is_refused_naming_what_to_define(ws: Wor
     assert not out.ok and out.text == (
         "not written: report.py would import from itself (line 10: `from report import total, mean`): a module cannot "
         "take a name from itself, so what the tests import from report.py must be defined in it. To add mean, define "
-        "it in report.py: edit_file with an empty old_string and new_string `def mean(...):` with its body (it goes "
-        "at the end). report.py was not changed.")
+        "it in report.py: edit_file with an empty old_string and new_string the whole function, its `def mean` line "
+        "with the parameters the tests pass, and its body (it goes at the end). report.py was not changed.")
     assert (ws.root / "report.py").read_text() == REPORT
     plain = ws.run("edit_file", {"path": "report.py", "old_string": "def total(values):", "new_string": "import report\n\n\ndef total(values):"})
     assert not plain.ok and "would import from itself (line 1: `import report`)" in plain.text and "To add" not in plain.text
@@ -394,6 +394,11 @@ def test_importing_a_name_from_the_module_itself_keeps_the_definition_it_had(ws:
     # a name the module never defined is refused, naming how to define it; one it defined, named to keep
     mixed = ws.run("write_file", {"path": "report.py", "content": content.replace("import label", "import label, mean")})
     assert not mixed.ok and mixed.text.endswith(
-        "To add mean, define it in report.py: edit_file with an empty old_string and new_string `def mean(...):` "
-        "with its body (it goes at the end). label: report.py defines it already; keep it as it is. report.py was "
-        "not changed."), mixed.text
+        "To add mean, define it in report.py: edit_file with an empty old_string and new_string the whole "
+        "function, its `def mean` line with the parameters the tests pass, and its body (it goes at the end). label: "
+        "report.py defines it already; keep it as it is. report.py was not changed."), mixed.text
+    # the checkpoint's own words give the signature when they write it
+    plan = (ws.root / "plans" / "report.md").read_text()
+    (ws.root / "plans" / "report.md").write_text(plan.replace("Make total skip None", "Add mean(values, empty=0)"))
+    named = ws.run("edit_file", {"path": "report.py", "old_string": "", "new_string": "from report import mean"})
+    assert not named.ok and "new_string `def mean(values, empty=0):` and its body (it goes at the end)" in named.text

@@ -247,7 +247,7 @@ def kept_by_import(rel: str, before: str, after: str) -> tuple[str, list[str]]:
     return text, kept
 
 
-def self_imports(rel: str, before: str, after: str) -> str:
+def self_imports(rel: str, before: str, after: str, focus: str = "") -> str:
     """A sentence when `after` imports from the module `rel` is (`from tools.moneyfmt import parse_cents` in
     tools/moneyfmt.py) where `before` did not, or "". Shown "cannot import name 'parse_cents' from
     'tools.moneyfmt'", the 1.5B added the test's import line to the module itself, and then again with more names:
@@ -280,8 +280,15 @@ def self_imports(rel: str, before: str, after: str) -> str:
     named = [a.name for n in added if isinstance(n, ast.ImportFrom) for a in n.names if a.name not in defined]
     missing = [name for name in dict.fromkeys(named) if name not in had]
     keep = [name for name in dict.fromkeys(named) if name in had]
-    todo = (f" To add {', '.join(missing)}, define it in {rel}: edit_file with an empty old_string and new_string "
-            f"`def {missing[0]}(...):` with its body (it goes at the end)." if missing else "")
+    # the checkpoint's own words give the signature (`Add parse_cents(text): ...`); a template with `...` in it the
+    # 1.5B copied as it was, `def parse_cents(...):`, a syntax error
+    given = re.search(rf"\b{re.escape(missing[0])}\(([\w\s,=*]*)\)", focus) if missing else None
+    todo = ""
+    if missing:
+        how = (f"`def {missing[0]}({given.group(1).strip()}):` and its body" if given else
+               f"the whole function, its `def {missing[0]}` line with the parameters the tests pass, and its body")
+        todo = (f" To add {', '.join(missing)}, define it in {rel}: edit_file with an empty old_string and new_string "
+                f"{how} (it goes at the end).")
     todo += (f" {', '.join(keep)}: {rel} defines {'it' if len(keep) == 1 else 'them'} already; keep "
              f"{'it' if len(keep) == 1 else 'them'} as {'it is' if len(keep) == 1 else 'they are'}." if keep else "")
     return (f"{rel} would import from itself (line {first.lineno}: `{text}`): a module cannot take a name from "

@@ -573,7 +573,7 @@ class Workspace:
         twice = duplicates(self.root, rel, before, after, focus)
         if twice:
             raise ToolError(f"not written: {twice} {rel} was not changed.")
-        itself = self_imports(rel, before, after)
+        itself = self_imports(rel, before, after, focus)
         if itself:
             raise ToolError(f"not written: {itself} {rel} was not changed.")
         task = self.plan_path.read_text(encoding="utf-8", errors="replace") if plan is not None and self.plan_path else ""
