@@ -391,6 +391,11 @@ def test_importing_a_name_from_the_module_itself_keeps_the_definition_it_had(ws:
         f"wrote {len(kept)} bytes to report.py (a module cannot import from itself, so the line importing `label` from "
         "report was replaced by `label` as report.py had it)"), out.text
     assert (ws.root / "report.py").read_text() == kept
+    # the same write again gives the same file: said so (the 1.5B wrote it again and again, told "wrote 204 bytes")
+    again = ws.run("write_file", {"path": "report.py", "content": "from report import label, total"})
+    assert again.ok and again.text.startswith("report.py already has exactly this text (a module cannot import from "
+                                              "itself") and again.text.endswith(": nothing changed."), again.text
+    assert (ws.root / "report.py").read_text() == kept
     # a name the module never defined is refused, naming how to define it; one it defined, named to keep
     mixed = ws.run("write_file", {"path": "report.py", "content": content.replace("import label", "import label, mean")})
     assert not mixed.ok and mixed.text.endswith(
