@@ -7,9 +7,9 @@ this world names none).
 
 The bug fix (measured: Advanced in one session, seven calls), requiring its credit and that every verdict agrees
 with a clean clone of the pushed commit (the gate, the checkpoint's own check and a probe of the behaviour run by
-hand). Not two-checkpoints, though the 1.5B earns both its checkpoints as root here: as the CI's ordinary user its
-calls took another path at the sixth, whose input names the agent's work tree by an absolute path with the user's
-id in it (`/tmp/plan-runner-<uid>/...`), one token more (docs/real-model.md, sixth round). The other worlds and the 0.5B are measured by
+hand). Not two-checkpoints: the 1.5B earned both its checkpoints as root (23a5b02), but as the CI's ordinary user
+its sixth call went another way, one token of the agent's absolute path apart, and on the code that shows every user
+the same text it earns 1.1 only, in its fourth session (docs/real-model.md, sixth round). The other worlds and the 0.5B are measured by
 benchmarks/real_model_worlds.py (docs/real-model.md), not asserted: what a small model does with them is
 whatever it does, and only the agreement is a property of plan-runner.
 """
