@@ -203,6 +203,12 @@ def _not_defined(tree: _Tree, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionD
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
+def called_name(call: ast.Call) -> str:
+    """The name a call calls: `f` for `f(...)` and `m.f(...)`; "" for anything else."""
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
 def _defaults(fn: Function) -> dict[str, ast.expr]:
     a = fn.args
     positional = [*a.posonlyargs, *a.args]
@@ -223,9 +229,7 @@ def _argument(text: str, fn: Function) -> tuple[str, dict[str, ast.expr | None]]
     for call in ast.walk(module):
         if not isinstance(call, ast.Call):
             continue
-        func = call.func
-        called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        if called != fn.name:
+        if called_name(call) != fn.name:
             continue
         if any(isinstance(x, ast.Starred) for x in call.args) or any(k.arg is None for k in call.keywords):
             return None

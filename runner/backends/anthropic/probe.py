@@ -21,7 +21,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.backends.anthropic.failures import _failures, _is_test, _Tree
+from runner.backends.anthropic.failures import _failures, _is_test, _Tree, called_name
+from runner.backends.anthropic.signatures import module_name
 
 MAX_PARTS = 6
 MAX_VALUE = 80
@@ -149,8 +150,7 @@ def _probes(output: str, root: Path) -> list[Probe]:
         for call in ast.walk(module):
             if not isinstance(call, ast.Call):
                 continue
-            func = call.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            name = called_name(call)
             if not name or name.startswith("assert"):
                 continue
             try:
@@ -169,9 +169,7 @@ def _probes(output: str, root: Path) -> list[Probe]:
                 returns = _returns(fn)
                 if not returns:
                     break
-                dotted = path[:-3].replace("/", ".")
-                dotted = dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted
-                return [Probe(ast.unparse(call), dotted, name, tuple(ast.unparse(a) for a in call.args),
+                return [Probe(ast.unparse(call), module_name(path), name, tuple(ast.unparse(a) for a in call.args),
                               tuple((k.arg or "", ast.unparse(k.value)) for k in call.keywords), tuple(returns))]
     return []
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.backends.anthropic.failures import _SKIP_PARTS, _is_test
+from runner.backends.anthropic.failures import _SKIP_PARTS, _is_test, called_name
 
 MAX_TEST_FILES = 200
 MAX_TEST_BYTES = 200_000
@@ -82,9 +82,7 @@ def test_calls(root: Path, name: str, limit: int = 3) -> list[Call]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
-            func = node.func
-            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-            if called != name:
+            if called_name(node) != name:
                 continue
             open_ended = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             line = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
